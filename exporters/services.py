@@ -1,0 +1,36 @@
+"""The agent services of the contract: name, port, network and liveness URL.
+
+One table read by the exporters, the mac command and the master's probes, so a
+port is written down exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    port: int
+    network: str  # "bridge" or "host" under Docker
+    liveness_path: str
+    description: str
+
+
+SERVICES: tuple[Service, ...] = (
+    Service("sys-exporter", 29101, "bridge", "/metrics", "CPU, memory, load, disks, network"),
+    Service("bmc-agent", 29102, "bridge", "/health", "BMC sensors over IPMI or Redfish"),
+    Service("sys-manager", 29103, "bridge", "/health", "the node's own diagnosis"),
+    Service("dcgm-exporter", 29150, "bridge", "/metrics", "NVIDIA GPUs through NVML"),
+    Service("rocm-exporter", 29200, "bridge", "/metrics", "AMD GPUs through amdsmi or sysfs"),
+    Service("sw-exporter", 29300, "bridge", "/metrics", "software versions"),
+    Service("nic-exporter", 29500, "host", "/metrics", "RDMA NIC bandwidth"),
+    Service("mango-sdk-agent", 28000, "bridge", "/docs", "device inventory API"),
+)
+BY_NAME: dict[str, Service] = {service.name: service for service in SERVICES}
+
+SYS_EXPORTER = BY_NAME["sys-exporter"]
+NIC_EXPORTER = BY_NAME["nic-exporter"]
+MASTER_API_PORT = 28080
+MASTER_PROMETHEUS_PORT = 29090

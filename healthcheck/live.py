@@ -1,0 +1,33 @@
+"""The one way live changes reach the dashboard: a batched message to one Channels group.
+
+Nothing else in MAC knows the group's name or the message type.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+DASHBOARD_GROUP = "mac.dashboard"
+MESSAGE_TYPE = "nodes.changed"  # handled by a consumer method named nodes_changed
+
+
+def broadcast_node_changes(changes: list[dict]) -> None:
+    """Send one message carrying every changed node's summary (see Node.summary()).
+
+    A Redis hiccup must not fail the sweep that called us: the page resynchronises
+    on reconnect, so a lost push is logged, not raised.
+    """
+    if not changes:
+        return
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(DASHBOARD_GROUP, {"type": MESSAGE_TYPE, "changes": changes})
+    except Exception:  # pragma: no cover - depends on Redis being down
+        log.warning("could not push %d node changes to the dashboard", len(changes), exc_info=True)

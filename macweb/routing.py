@@ -1,0 +1,3 @@
+"""WebSocket routes of the master (the dashboard's live feed)."""
+
+websocket_urlpatterns: list = []

@@ -1,0 +1,221 @@
+"""Settings of the MAC master, read entirely from the environment.
+
+Defaults give the embedded set-up (SQLite in MAC_DATA_DIR, Redis on localhost,
+Prometheus on 29090); every value can be overridden, and a bad one stops
+start-up with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from macweb.envconf import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_networks,
+    env_path,
+    env_str,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = env_path("MAC_DATA_DIR", BASE_DIR / "var")
+try:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+except OSError as exc:
+    raise ImproperlyConfigured(f"MAC_DATA_DIR={DATA_DIR} cannot be created: {exc}") from None
+
+
+def _secret_key() -> str:
+    """SECRET_KEY from the environment, else generated once and kept in the data dir."""
+    key = env_str("SECRET_KEY") or env_str("MAC_SECRET_KEY")
+    if key:
+        return key
+    path = DATA_DIR / "secret_key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        key = secrets.token_urlsafe(50)
+        path.touch(mode=0o600)
+        path.write_text(key)
+        return key
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("MAC_DEBUG", False)
+ALLOWED_HOSTS = env_list("MAC_ALLOWED_HOSTS", ["*"])
+CSRF_TRUSTED_ORIGINS = env_list("MAC_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "macweb",
+    "inventory",
+    "healthcheck",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "macweb.urls"
+WSGI_APPLICATION = "macweb.wsgi.application"
+ASGI_APPLICATION = "macweb.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: SQLite in the data directory unless DATABASE_URL says otherwise.
+_database_url = env_str("DATABASE_URL")
+if _database_url:
+    try:
+        _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+else:
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": DATA_DIR / "mac.sqlite3",
+        # WAL and a busy timeout let the API, worker and beat share one file.
+        "OPTIONS": {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+if env_str("MAC_TEST_DB_NAME"):
+    # Lets several test runs share one PostgreSQL server without colliding.
+    _db["TEST"] = {"NAME": env_str("MAC_TEST_DB_NAME")}
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: Celery broker, Channels layer, locks and rate limits.
+REDIS_URL = env_str("MAC_REDIS_URL", "redis://127.0.0.1:6379/0")
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "prefix": env_str("MAC_CHANNEL_PREFIX", "mac"),
+            "capacity": env_int("MAC_CHANNEL_CAPACITY", 1000, minimum=10),
+            "expiry": 30,
+        },
+    },
+}
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": env_str("MAC_CACHE_PREFIX", "mac"),
+    }
+}
+
+# --- Celery.
+CELERY_BROKER_URL = env_str("MAC_CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+# --- Probing.
+PROBE_INTERVAL = env_float("MAC_PROBE_INTERVAL", 30.0, minimum=0.5)
+PROBE_TIMEOUT = env_float("MAC_PROBE_TIMEOUT", 3.0, minimum=0.1)
+PROBE_CONCURRENCY = env_int("MAC_PROBE_CONCURRENCY", 1000, minimum=1)
+SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
+PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", "http://127.0.0.1:29090")
+
+# --- Registration security.
+JOIN_TOKEN = env_str("MAC_JOIN_TOKEN")
+NODE_NETWORKS = env_networks("MAC_NODE_NETWORKS")
+MAX_NODES = env_int("MAC_MAX_NODES", 20000, minimum=1)
+REGISTER_RATE = env_str("MAC_REGISTER_RATE", "600/min")
+# Addresses a reverse proxy in front of the API may speak for (X-Forwarded-For).
+TRUSTED_PROXIES = env_networks("MAC_TRUSTED_PROXIES")
+
+# --- Django REST framework and the OpenAPI schema.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "MAC master API",
+    "DESCRIPTION": "Node inventory and registration for MAC, the GPU and RDMA cluster monitor.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI from the installed sidecar package, never from a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAC_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
+
+# --- Static files and the login flow.
+STATIC_URL = "/static/"
+STATIC_ROOT = env_path("MAC_STATIC_ROOT", DATA_DIR / "static")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("MAC_LOG_LEVEL", "INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}
