@@ -1,0 +1,62 @@
+"""Shared helpers for the benchmarks: statistics and their section of docs/benchmarks.md.
+
+Each benchmark owns one section between markers, so several benchmarks can update
+the same file without overwriting each other's results.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import statistics
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+BENCHMARKS_MD = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+HEADER = (
+    "# Benchmarks\n\n"
+    "Every figure below was measured by the script named in its section, on real servers\n"
+    "and sockets, several runs, with a baseline measured in the same run. Rerun with\n"
+    "`.venv/bin/python -m bench.<name>`.\n"
+)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile; pct in 0..100."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(pct / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def machine_line() -> str:
+    mem_gib = psutil.virtual_memory().total / 2**30
+    return (
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{psutil.cpu_count()} CPUs, {mem_gib:.0f} GiB, {platform.system()} {platform.release()}"
+    )
+
+
+def update_section(name: str, title: str, body: str, path: Path = BENCHMARKS_MD) -> None:
+    """Replace (or append) the section `name` of docs/benchmarks.md with `body`."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"<!-- bench:{name} -->\n## {title}\n\n"
+        f"_Measured {stamp} on {machine_line()}._\n\n{body.strip()}\n<!-- /bench:{name} -->\n"
+    )
+    text = path.read_text() if path.exists() else HEADER
+    pattern = re.compile(
+        rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->\n?", re.S
+    )
+    text = (
+        pattern.sub(section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
