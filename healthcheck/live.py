@@ -31,3 +31,13 @@ def broadcast_node_changes(changes: list[dict]) -> None:
         async_to_sync(layer.group_send)(DASHBOARD_GROUP, {"type": MESSAGE_TYPE, "changes": changes})
     except Exception:  # pragma: no cover - depends on Redis being down
         log.warning("could not push %d node changes to the dashboard", len(changes), exc_info=True)
+
+
+async def join_dashboard(channel_layer, channel_name: str) -> None:
+    """Subscribe one dashboard WebSocket to the live feed (called by its consumer)."""
+    await channel_layer.group_add(DASHBOARD_GROUP, channel_name)
+
+
+async def leave_dashboard(channel_layer, channel_name: str) -> None:
+    """Unsubscribe a dashboard WebSocket that closed."""
+    await channel_layer.group_discard(DASHBOARD_GROUP, channel_name)
