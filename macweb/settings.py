@@ -160,6 +160,9 @@ PROBE_CONCURRENCY = env_int("MAC_PROBE_CONCURRENCY", 1000, minimum=1)
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
 PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", "http://127.0.0.1:29090")
 
+# --- Dashboard (macweb.dashboard): how long a chart waits for Prometheus' query_range.
+DASHBOARD_PROMETHEUS_TIMEOUT = env_float("MAC_DASHBOARD_PROMETHEUS_TIMEOUT", 5.0, minimum=0.1)
+
 # --- Registration security.
 JOIN_TOKEN = env_str("MAC_JOIN_TOKEN")
 NODE_NETWORKS = env_networks("MAC_NODE_NETWORKS")
