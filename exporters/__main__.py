@@ -1,0 +1,99 @@
+"""Run one agent service: ``python -m exporters <service> [--port P] [--bind ADDR] ...``.
+
+Also installed as the ``mac-exporter`` console script. Ports and names come from
+``exporters.services``; each service's builder is imported only when it runs, so
+a service whose optional library is missing never stops the others from starting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
+from exporters.server import PortInUseError, bind_socket, serve_asgi, serve_exporter
+from exporters.services import BY_NAME, SERVICES
+
+# service name -> module with build(options) returning an Exporter or an ASGI app
+BUILDERS: dict[str, str] = {
+    "sys-exporter": "exporters.host",
+    "bmc-agent": "exporters.bmc",
+    "sys-manager": "exporters.sysmanager",
+    "dcgm-exporter": "exporters.nvidia",
+    "rocm-exporter": "exporters.amd",
+    "sw-exporter": "exporters.sw",
+    "nic-exporter": "exporters.nic",
+    "mango-sdk-agent": "exporters.mango",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    services = "\n".join(
+        f"  {s.name:<16} :{s.port:<6} {s.liveness_path:<9} {s.description}" for s in SERVICES
+    )
+    ap = argparse.ArgumentParser(
+        prog="mac-exporter",
+        description="Run one MAC agent service in the foreground.",
+        epilog=f"services (name, default port, liveness path):\n{services}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("service", help="the service to run (see the list below)")
+    ap.add_argument("--port", type=int, help="TCP port (default: the service's port)")
+    ap.add_argument("--bind", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    ap.add_argument("--sys-root", default="/sys", help="where the host's /sys is (default /sys)")
+    ap.add_argument("--proc-root", default="/proc", help="where the host's /proc is")
+    ap.add_argument("--dev-root", default="/dev", help="where the host's /dev is")
+    ap.add_argument(
+        "--rootfs", default="/", help="the host's / for /etc, /opt and mount points (default /)"
+    )
+    ap.add_argument(
+        "--collector-timeout",
+        type=float,
+        default=DEFAULT_COLLECTOR_TIMEOUT,
+        help="seconds a scrape waits for each collector (default %(default)s)",
+    )
+    ap.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.service not in BY_NAME:
+        ap.print_usage(sys.stderr)
+        print(
+            f"Error: unknown service {args.service!r}. Choose one of: {', '.join(BUILDERS)}.\n"
+            "Run `mac-exporter --help` for the list with ports.",
+            file=sys.stderr,
+        )
+        return 2
+    port = args.port if args.port is not None else BY_NAME[args.service].port
+    if not 0 <= port <= 65535:
+        print(f"Error: --port {port} is not a TCP port (0-65535).", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper(), logging.INFO),
+        format=f"%(asctime)s {args.service} %(levelname)s %(message)s",
+    )
+    options = Options(
+        roots=Roots(args.sys_root, args.proc_root, args.dev_root, args.rootfs),
+        hostname=node_hostname(),
+        timeout=args.collector_timeout,
+    )
+    try:
+        sock = bind_socket(args.bind, port)
+    except PortInUseError as exc:
+        print(f"Error: {args.service}: {exc}", file=sys.stderr)
+        return 1
+    built = importlib.import_module(BUILDERS[args.service]).build(options)
+    if isinstance(built, Exporter):
+        serve_exporter(built, sock)
+    else:
+        serve_asgi(built, sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
