@@ -1,3 +1,16 @@
-"""Routes of the nodes API under /api/v1/."""
+"""Routes of the nodes API under /api/v1/: agent endpoints and the nodes viewset."""
 
-urlpatterns: list = []
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from inventory.api import views
+
+router = SimpleRouter()
+router.register("nodes", views.NodeViewSet, basename="node")
+
+urlpatterns = [
+    path("register", views.RegisterView.as_view(), name="register"),
+    path("deregister", views.DeregisterView.as_view(), name="deregister"),
+    path("self", views.SelfView.as_view(), name="self"),
+    *router.urls,
+]

@@ -1,0 +1,184 @@
+"""Django admin for the inventory: staff see, filter, edit and act on nodes.
+
+Every change made here goes through inventory.services so it leaves the same events
+(with the admin's name as actor) as changes made through the API.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from inventory import services
+from inventory.addresses import AddressRefused, check_node_address
+from inventory.choices import EventKind
+from inventory.models import Node, NodeEvent
+from inventory.validators import normalize_hostname
+
+# Fields the prober owns; an admin editing them would only be overwritten next sweep.
+PROBE_FIELDS = (
+    "status",
+    "status_reason",
+    "status_detail",
+    "diagnosis",
+    "exporter_health",
+    "last_seen",
+    "status_changed_at",
+    "registered_at",
+    "updated_at",
+)
+
+
+class NodeAdminForm(forms.ModelForm):
+    """The node form, with the API's hostname and address rules."""
+
+    class Meta:
+        model = Node
+        fields = (
+            "hostname",
+            "ip",
+            "maintenance",
+            "labels",
+            "gpu_vendor",
+            "gpu_count",
+            "nics",
+            "exporters",
+            "agent_version",
+            "machine_id",
+        )
+
+    def clean_hostname(self) -> str:
+        try:
+            return normalize_hostname(self.cleaned_data["hostname"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"Hostname {exc}") from None
+
+    def clean_ip(self) -> str:
+        try:
+            return check_node_address(self.cleaned_data["ip"])
+        except AddressRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class NodeEventInline(admin.TabularInline):
+    model = NodeEvent
+    fields = ("created_at", "kind", "message", "actor")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = False
+    ordering = ("-created_at", "-id")
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"admin:{request.user.get_username()}"
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    form = NodeAdminForm
+    list_display = (
+        "hostname",
+        "status",
+        "ip",
+        "gpu_vendor",
+        "gpu_count",
+        "last_seen",
+        "maintenance",
+    )
+    list_filter = ("status", "gpu_vendor", "maintenance", "diagnosis")
+    search_fields = ("hostname", "ip", "machine_id")
+    readonly_fields = PROBE_FIELDS
+    inlines = (NodeEventInline,)
+    actions = ("deregister", "maintenance_on", "maintenance_off", "reset_node_key")
+    list_per_page = 100
+    fieldsets = (
+        (None, {"fields": ("hostname", "ip", "maintenance", "labels")}),
+        ("Status (set by the probe)", {"fields": PROBE_FIELDS}),
+        (
+            "Reported by the agent",
+            {
+                "fields": (
+                    "gpu_vendor",
+                    "gpu_count",
+                    "nics",
+                    "exporters",
+                    "agent_version",
+                    "machine_id",
+                )
+            },
+        ),
+    )
+
+    def save_model(self, request: HttpRequest, obj: Node, form, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        actor = _actor(request)
+        if change:
+            changes = {
+                name: (form.initial.get(name), form.cleaned_data.get(name))
+                for name in form.changed_data
+            }
+            services.record_admin_edit(obj, changes, actor=actor)
+        else:
+            services.record_event(obj, EventKind.REGISTERED, "added by an admin", actor=actor)
+
+    def delete_model(self, request: HttpRequest, obj: Node) -> None:
+        services.remove_node(obj, actor=_actor(request), message="deleted in the admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for node in queryset:
+            services.remove_node(node, actor=_actor(request), message="deleted in the admin")
+
+    @admin.action(description="Deregister selected nodes")
+    def deregister(self, request: HttpRequest, queryset: QuerySet) -> None:
+        count = 0
+        for node in queryset:
+            services.remove_node(node, actor=_actor(request), message="deregistered by an admin")
+            count += 1
+        self.message_user(request, f"Deregistered {count} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Maintenance on")
+    def maintenance_on(self, request: HttpRequest, queryset: QuerySet) -> None:
+        changed = sum(services.set_maintenance(n, True, actor=_actor(request)) for n in queryset)
+        self.message_user(request, f"Maintenance on for {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Maintenance off")
+    def maintenance_off(self, request: HttpRequest, queryset: QuerySet) -> None:
+        changed = sum(services.set_maintenance(n, False, actor=_actor(request)) for n in queryset)
+        self.message_user(request, f"Maintenance off for {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Reset node key (the next registration gets a new one)")
+    def reset_node_key(self, request: HttpRequest, queryset: QuerySet) -> None:
+        count = 0
+        for node in queryset:
+            services.reset_node_key(node, actor=_actor(request))
+            count += 1
+        self.message_user(request, f"Reset the key of {count} node(s).", messages.SUCCESS)
+
+
+@admin.register(NodeEvent)
+class NodeEventAdmin(admin.ModelAdmin):
+    """The event history, read-only: events are facts, kept after a node is gone."""
+
+    list_display = ("created_at", "hostname", "kind", "message", "actor")
+    list_filter = ("kind",)
+    search_fields = ("hostname", "message", "actor")
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

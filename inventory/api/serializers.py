@@ -1,0 +1,220 @@
+"""Serializers of the nodes API: strict input for agents, explicit fields for output.
+
+Agent input is checked strictly (a number where a string belongs is an error, not
+converted) because a quietly coerced value ends up on the dashboard and in
+Prometheus labels; every refusal names its field.
+"""
+
+from __future__ import annotations
+
+import re
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from inventory.choices import GpuVendor
+from inventory.models import Node, NodeEvent
+from inventory.validators import normalize_hostname
+
+MAX_LABELS = 32
+MAX_NICS = 64
+MAX_NIC_KEYS = 32
+MAX_EXPORTERS = 32
+RECENT_EVENTS = 20
+
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}")
+_SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that refuses numbers and booleans instead of turning them into text."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An IntegerField that refuses strings, floats and booleans."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class HostnameField(StrictCharField):
+    """An RFC 1123 hostname, lower-cased."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("max_length", None)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data) -> str:
+        value = super().to_internal_value(data)
+        try:
+            return normalize_hostname(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(f"Hostname {exc}") from None
+
+
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"description": "a string, number, boolean or null"},
+        "example": {"name": "mlx5_0", "netdev": "ens1f0", "vendor": "mellanox", "port": 1},
+    }
+)
+class NicField(serializers.Field):
+    """One NIC as the agent describes it: a flat JSON object of scalar values."""
+
+    def to_internal_value(self, data) -> dict:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Each NIC must be a JSON object.")
+        if len(data) > MAX_NIC_KEYS:
+            raise serializers.ValidationError(f"A NIC may have at most {MAX_NIC_KEYS} keys.")
+        for key, value in data.items():
+            if len(key) > 64:
+                raise serializers.ValidationError(f"NIC key {key[:64]!r}... is too long (>64).")
+            if isinstance(value, str) and len(value) > 256:
+                raise serializers.ValidationError(f"NIC value of {key!r} is too long (>256).")
+            if value is not None and not isinstance(value, str | int | float | bool):
+                raise serializers.ValidationError(f"NIC value of {key!r} must be a scalar.")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class LimitedDictField(serializers.DictField):
+    """A JSON object with a cap on its entries and a pattern for its keys."""
+
+    def __init__(self, *, max_entries: int, key_pattern: re.Pattern, key_help: str, **kwargs):
+        self.max_entries = max_entries
+        self.key_pattern = key_pattern
+        self.key_help = key_help
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data) -> dict:
+        if not isinstance(data, dict):
+            self.fail("not_a_dict", input_type=type(data).__name__)
+        if len(data) > self.max_entries:
+            raise serializers.ValidationError(f"At most {self.max_entries} entries are allowed.")
+        for key in data:
+            if not self.key_pattern.fullmatch(key):
+                raise serializers.ValidationError(f"Key {key[:70]!r} is not valid: {self.key_help}")
+        return super().to_internal_value(data)
+
+
+class RegistrationSerializer(serializers.Serializer):
+    """Body of POST /api/v1/register."""
+
+    hostname = HostnameField(help_text="RFC 1123 host name; stored lower-cased.")
+    ip = StrictCharField(
+        required=False,
+        help_text="Claimed address; honoured only with a valid join token, else the "
+        "request's source address is used.",
+    )
+    gpu_vendor = serializers.ChoiceField(choices=GpuVendor.choices, default=GpuVendor.NONE)
+    gpu_count = StrictIntegerField(min_value=0, max_value=1024, default=0)
+    nics = serializers.ListField(child=NicField(), max_length=MAX_NICS, default=list)
+    exporters = LimitedDictField(
+        child=StrictIntegerField(min_value=1, max_value=65535),
+        max_entries=MAX_EXPORTERS,
+        key_pattern=_SERVICE_NAME,
+        key_help="service names are lower-case letters, digits and hyphens.",
+        default=dict,
+        help_text='{service name: port}, e.g. {"sys-exporter": 29101}.',
+    )
+    agent_version = StrictCharField(max_length=64, allow_blank=True, default="")
+    machine_id = StrictCharField(max_length=64, allow_blank=True, default="")
+    labels = LimitedDictField(
+        child=StrictCharField(max_length=256, allow_blank=True),
+        max_entries=MAX_LABELS,
+        key_pattern=_LABEL_KEY,
+        key_help="1 to 63 letters, digits, '_', '.', '-' or '/', starting with a letter or digit.",
+        default=dict,
+    )
+
+
+class DeregistrationSerializer(serializers.Serializer):
+    """Body of POST /api/v1/deregister."""
+
+    hostname = HostnameField()
+
+
+class DeregistrationResponseSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    deregistered = serializers.BooleanField()
+
+
+class NodeEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = NodeEvent
+        fields = ["id", "kind", "message", "actor", "data", "created_at"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A node in the nodes list."""
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "hostname",
+            "ip",
+            "status",
+            "status_reason",
+            "status_detail",
+            "diagnosis",
+            "maintenance",
+            "gpu_vendor",
+            "gpu_count",
+            "labels",
+            "last_seen",
+            "status_changed_at",
+            "registered_at",
+        ]
+
+
+class NodeDetailSerializer(NodeSerializer):
+    """A node with everything the agent reported and its most recent events."""
+
+    events = serializers.SerializerMethodField()
+
+    class Meta(NodeSerializer.Meta):
+        fields = [
+            *NodeSerializer.Meta.fields,
+            "nics",
+            "exporters",
+            "exporter_health",
+            "agent_version",
+            "machine_id",
+            "updated_at",
+            "events",
+        ]
+
+    @extend_schema_field(NodeEventSerializer(many=True))
+    def get_events(self, node: Node) -> list[dict]:
+        recent = node.events.all()[:RECENT_EVENTS]
+        return NodeEventSerializer(recent, many=True).data
+
+
+class RegistrationResponseSerializer(NodeDetailSerializer):
+    """The node's detail, plus its key when one was issued by this registration."""
+
+    node_key = serializers.CharField(
+        required=False,
+        help_text="Present only when a key was issued (first registration, or after an "
+        "admin reset). Shown once; keep it for re-registration and deregistration.",
+    )
+
+    class Meta(NodeDetailSerializer.Meta):
+        fields = [*NodeDetailSerializer.Meta.fields, "node_key"]
+
+
+class ErrorSerializer(serializers.Serializer):
+    """{"detail": "..."} for 401/403/404/409/429; 400 bodies name the field instead."""
+
+    detail = serializers.CharField()

@@ -1,0 +1,342 @@
+"""Registration rules: dedupe, per-node keys, deregistration and admin changes, with events.
+
+Views, the admin and commands call these functions and do nothing else with nodes'
+identity. The rules (flow 2 of the contract):
+
+- a registration matches an existing node by hostname, then by IP; it never creates
+  a second row for one host, even when many arrive at once (unique constraints on
+  hostname and ip, and a retry of the whole lookup when an insert loses the race);
+- a node gets a random key at its first registration (only its sha256 is stored);
+  re-registering a known hostname from another address, and deregistering, need it;
+  a registration from the node's current address does not, and gets a fresh key when
+  an admin has reset the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import IntegrityError, OperationalError, transaction
+from django.utils import timezone
+
+from inventory.choices import EventKind, GpuVendor
+from inventory.models import Node, NodeEvent
+
+log = logging.getLogger(__name__)
+
+# Losing an insert race needs one retry; more means something else is wrong.
+_MAX_ATTEMPTS = 5
+AGENT_ACTOR = "agent"
+
+
+class RegistrationError(Exception):
+    """A registration or deregistration the rules refuse; `field` names what is at fault."""
+
+    field = "non_field_errors"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        if field:
+            self.field = field
+
+
+class NodeKeyRequired(RegistrationError):
+    """The request needs the node's key and did not present the right one (403)."""
+
+    field = "node_key"
+
+
+class NodeNotFound(RegistrationError):
+    """No node has that hostname (404)."""
+
+    field = "hostname"
+
+
+class NodeLimitReached(RegistrationError):
+    """The inventory holds MAX_NODES nodes already (429)."""
+
+
+class AddressTaken(RegistrationError):
+    """Another node already holds the address this node moves to (409)."""
+
+    field = "ip"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What an agent reports about itself, already validated (see api.serializers)."""
+
+    hostname: str
+    ip: str
+    gpu_vendor: str = GpuVendor.NONE
+    gpu_count: int = 0
+    nics: list = field(default_factory=list)
+    exporters: dict = field(default_factory=dict)
+    agent_version: str = ""
+    machine_id: str = ""
+    labels: dict = field(default_factory=dict)
+
+    def reported(self) -> dict:
+        """The fields a registration overwrites on the node."""
+        return {
+            "gpu_vendor": self.gpu_vendor,
+            "gpu_count": self.gpu_count,
+            "nics": self.nics,
+            "exporters": self.exporters,
+            "agent_version": self.agent_version,
+            "machine_id": self.machine_id,
+            "labels": self.labels,
+        }
+
+
+@dataclass
+class RegistrationResult:
+    node: Node
+    created: bool
+    node_key: str | None = None  # the plain key, only when one was issued now
+    events: list[str] = field(default_factory=list)
+
+
+# --- Node keys -------------------------------------------------------------------------
+
+
+def hash_node_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_node_key() -> tuple[str, str]:
+    """A fresh (key, sha256 hex) pair; the key is shown once, the hash is stored."""
+    key = secrets.token_urlsafe(32)
+    return key, hash_node_key(key)
+
+
+def node_key_matches(node: Node, key: str | None) -> bool:
+    """Constant-time check of a presented key against the node's stored hash."""
+    if not key or not node.node_key_hash:
+        return False
+    return hmac.compare_digest(hash_node_key(key), node.node_key_hash)
+
+
+def node_for_key(key: str | None) -> Node | None:
+    """The node whose key this is, or None (GET /api/v1/self)."""
+    if not key:
+        return None
+    node = Node.objects.filter(node_key_hash=hash_node_key(key)).first()
+    # The lookup is by hash (indexed); compare again in constant time for good measure.
+    return node if node is not None and node_key_matches(node, key) else None
+
+
+# --- Events ----------------------------------------------------------------------------
+
+
+def record_event(
+    node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
+) -> NodeEvent:
+    return NodeEvent.objects.create(
+        node=node,
+        hostname=node.hostname,
+        kind=kind,
+        message=message[:500],
+        actor=actor[:150],
+        data=data or {},
+    )
+
+
+# --- Registration ----------------------------------------------------------------------
+
+
+def register_node(
+    reg: Registration, *, node_key: str | None = None, actor: str = AGENT_ACTOR
+) -> RegistrationResult:
+    """Create or update the node `reg` describes; see the module docstring for the rules.
+
+    Raises NodeKeyRequired, NodeLimitReached or AddressTaken.
+    """
+    for attempt in range(1, _MAX_ATTEMPTS + 1):
+        try:
+            with transaction.atomic():
+                return _register_once(reg, node_key, actor)
+        except IntegrityError:
+            # Another request inserted this hostname or ip between our lookup and our
+            # insert; its row is committed now, so the next lookup finds it.
+            log.info("registration of %s lost an insert race (attempt %d)", reg.hostname, attempt)
+        except OperationalError:
+            # PostgreSQL may report a serialization failure or deadlock under heavy
+            # contention; the whole lookup is safe to repeat.
+            if attempt == _MAX_ATTEMPTS:
+                raise
+    raise RegistrationError(
+        f"could not register {reg.hostname}: it kept conflicting with concurrent "
+        "registrations; retry in a few seconds."
+    )
+
+
+def _locked(**lookup) -> Node | None:
+    return Node.objects.select_for_update().filter(**lookup).first()
+
+
+def _register_once(reg: Registration, node_key: str | None, actor: str) -> RegistrationResult:
+    node = _locked(hostname=reg.hostname)
+    if node is not None:
+        return _update_by_hostname(node, reg, node_key, actor)
+    node = _locked(ip=reg.ip)
+    if node is not None:
+        return _update_by_ip(node, reg, actor)
+    return _create(reg, actor)
+
+
+def _create(reg: Registration, actor: str) -> RegistrationResult:
+    if Node.objects.count() >= settings.MAX_NODES:
+        raise NodeLimitReached(
+            f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
+            "deregister unused nodes or raise the limit."
+        )
+    key, key_hash = new_node_key()
+    now = timezone.now()
+    node = Node(
+        hostname=reg.hostname,
+        ip=reg.ip,
+        registered_at=now,
+        status_changed_at=now,
+        node_key_hash=key_hash,
+        **reg.reported(),
+    )
+    node.save(force_insert=True)  # an IntegrityError here goes to register_node's retry
+    record_event(node, EventKind.REGISTERED, f"registered from {reg.ip}", actor=actor)
+    return RegistrationResult(node, True, key, [EventKind.REGISTERED])
+
+
+def _update_by_hostname(
+    node: Node, reg: Registration, node_key: str | None, actor: str
+) -> RegistrationResult:
+    events: list[str] = []
+    if node.ip != reg.ip:
+        # Moving a known hostname to another address could hijack it: prove ownership.
+        if not node_key_matches(node, node_key):
+            raise NodeKeyRequired(
+                f"{node.hostname} is registered from {node.ip}; re-registering it from "
+                f"{reg.ip} needs its node key (X-MAC-Node-Key). If the key is lost, an admin "
+                "can reset it, or deregister the node."
+            )
+        holder = Node.objects.filter(ip=reg.ip).exclude(pk=node.pk).first()
+        if holder is not None:
+            raise AddressTaken(
+                f"{reg.ip} is registered to {holder.hostname}; deregister that node first."
+            )
+        old_ip = node.ip
+        node.ip = reg.ip
+        events.append(EventKind.IP_CHANGED)
+        record_event(
+            node,
+            EventKind.IP_CHANGED,
+            f"address changed from {old_ip} to {reg.ip}",
+            actor=actor,
+            data={"old": old_ip, "new": reg.ip},
+        )
+    return _refresh(node, reg, actor, events)
+
+
+def _update_by_ip(node: Node, reg: Registration, actor: str) -> RegistrationResult:
+    # The request comes from (or is vouched for by the join token as) the node's own
+    # address, which is the same proof a same-address re-registration relies on.
+    old = node.hostname
+    node.hostname = reg.hostname
+    record_event(
+        node,
+        EventKind.HOSTNAME_CHANGED,
+        f"hostname changed from {old} to {reg.hostname}",
+        actor=actor,
+        data={"old": old, "new": reg.hostname},
+    )
+    return _refresh(node, reg, actor, [EventKind.HOSTNAME_CHANGED])
+
+
+def _refresh(node: Node, reg: Registration, actor: str, events: list[str]) -> RegistrationResult:
+    for name, value in reg.reported().items():
+        setattr(node, name, value)
+    key = None
+    if not node.node_key_hash:
+        key, node.node_key_hash = new_node_key()
+    node.save()
+    events.append(EventKind.REREGISTERED)
+    message = f"re-registered from {reg.ip}" + ("; new node key issued" if key else "")
+    record_event(node, EventKind.REREGISTERED, message, actor=actor)
+    return RegistrationResult(node, False, key, events)
+
+
+# --- Deregistration and admin changes --------------------------------------------------
+
+
+def deregister_node(hostname: str, node_key: str | None, *, actor: str = AGENT_ACTOR) -> None:
+    """Remove a node on its own request; the key is always needed. Events are kept."""
+    with transaction.atomic():
+        node = _locked(hostname=hostname)
+        if node is None:
+            raise NodeNotFound(f"no node named {hostname} is registered.")
+        if not node_key_matches(node, node_key):
+            raise NodeKeyRequired(
+                f"deregistering {hostname} needs its node key (X-MAC-Node-Key); "
+                "an admin can remove it in the admin instead."
+            )
+        remove_node(node, actor=actor, message="deregistered by the agent")
+
+
+def remove_node(node: Node, *, actor: str, message: str) -> None:
+    """Delete a node, leaving a 'deregistered' event that outlives it."""
+    record_event(node, EventKind.DEREGISTERED, message, actor=actor, data={"ip": node.ip})
+    node.delete()
+
+
+def set_maintenance(node: Node, on: bool, *, actor: str) -> bool:
+    """Switch maintenance; returns False when it already had that value."""
+    updated = Node.objects.filter(pk=node.pk, maintenance=not on).update(maintenance=on)
+    if not updated:
+        return False
+    node.maintenance = on
+    kind = EventKind.MAINTENANCE_ON if on else EventKind.MAINTENANCE_OFF
+    record_event(node, kind, f"maintenance {'on' if on else 'off'}", actor=actor)
+    return True
+
+
+def reset_node_key(node: Node, *, actor: str) -> None:
+    """Forget the node's key; its next registration from its current address gets a new one."""
+    Node.objects.filter(pk=node.pk).update(node_key_hash="")
+    node.node_key_hash = ""
+    record_event(
+        node,
+        EventKind.KEY_RESET,
+        f"node key reset; the next registration from {node.ip} receives a new key",
+        actor=actor,
+    )
+
+
+def record_admin_edit(node: Node, changes: dict[str, tuple], *, actor: str) -> None:
+    """Events for an admin's edit: one 'edited' listing the fields, plus the specific ones."""
+    if not changes:
+        return
+    if "maintenance" in changes:
+        on = bool(changes["maintenance"][1])
+        kind = EventKind.MAINTENANCE_ON if on else EventKind.MAINTENANCE_OFF
+        record_event(node, kind, f"maintenance {'on' if on else 'off'}", actor=actor)
+    if "ip" in changes:
+        old, new = changes["ip"]
+        record_event(
+            node,
+            EventKind.IP_CHANGED,
+            f"address changed from {old} to {new}",
+            actor=actor,
+            data={"old": old, "new": new},
+        )
+    names = ", ".join(sorted(changes))
+    record_event(
+        node,
+        EventKind.EDITED,
+        f"edited by {actor}: {names}",
+        actor=actor,
+        data={"fields": sorted(changes)},
+    )

@@ -1,0 +1,37 @@
+"""Hostname rules shared by the registration API and the admin (RFC 1123, lower-cased)."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError
+
+MAX_HOSTNAME = 253
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def normalize_hostname(value: object) -> str:
+    """The lower-cased hostname if it follows RFC 1123; ValueError naming the fault otherwise."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string.")
+    if value == "":
+        raise ValueError("must not be empty.")
+    if len(value) > MAX_HOSTNAME:
+        raise ValueError(f"is {len(value)} characters long; the limit is {MAX_HOSTNAME}.")
+    name = value.lower()
+    for label in name.split("."):
+        if not _LABEL.fullmatch(label):
+            shown = label if len(label) <= 70 else label[:67] + "..."
+            raise ValueError(
+                f"label {shown!r} is not valid: RFC 1123 labels are 1 to 63 letters, digits "
+                "or hyphens, and do not start or end with a hyphen."
+            )
+    return name
+
+
+def validate_hostname(value: str) -> None:
+    """Django validator form of normalize_hostname, for model forms (the admin)."""
+    try:
+        normalize_hostname(value)
+    except ValueError as exc:
+        raise ValidationError(f"Hostname {exc}") from None
