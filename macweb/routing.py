@@ -1,3 +1,9 @@
 """WebSocket routes of the master (the dashboard's live feed)."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from macweb.dashboard.consumers import FleetConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/fleet/", FleetConsumer.as_asgi()),
+]

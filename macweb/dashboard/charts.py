@@ -1,0 +1,303 @@
+"""The node page's charts: one PromQL query set per chart, run through query_range.
+
+The browser never talks to Prometheus: it asks /nodes/<id>/charts/<chart>.json and
+this module picks the queries for the node's GPU vendor, filters them by the
+`node` label that the targets file puts on every target, calls Prometheus with a
+short timeout and answers with columns uPlot draws as they are. When there is
+nothing to draw the answer says why in words (no such exporter on this node,
+Prometheus unreachable, no samples yet), so an empty chart is never a mystery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+
+import aiohttp
+from django.conf import settings
+
+from inventory.choices import GpuVendor, NodeStatus
+from inventory.models import Node
+
+# Range name -> (seconds, step seconds). About 240-340 points per chart whatever the range.
+RANGES: dict[str, tuple[int, int]] = {
+    "1h": (3600, 15),
+    "24h": (86400, 300),
+    "7d": (7 * 86400, 1800),
+}
+DEFAULT_RANGE = "1h"
+# Labels every series carries that say nothing about which line it is.
+IGNORED_LABELS = frozenset(
+    {"__name__", "instance", "job", "node", "gpu_vendor", "Hostname", "hostname", "UUID", "uuid"}
+    | {"modelName", "model", "card_model", "pci_bus_id", "serial_number", "DCGM_FI_DRIVER_VERSION"}
+)
+
+
+class ChartError(ValueError):
+    """A chart request the endpoint answers with 400/404; `field` names the parameter."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL expression; `{sel}` is the node selector, `{win}` the rate window."""
+
+    expr: str
+    legend: str  # prefix for the series name, e.g. "rx"
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    """A chart: its queries per GPU vendor (key None = any vendor) and the exporter it needs."""
+
+    name: str
+    title: str
+    unit: str
+    queries: dict[str | None, tuple[Query, ...]]
+    exporter: dict[str | None, str]
+
+
+def _gpu(name: str, title: str, unit: str, nvidia: str, amd: str) -> ChartSpec:
+    """A per-GPU chart: dcgm-exporter's metric on NVIDIA nodes, rocm-exporter's on AMD."""
+    return ChartSpec(
+        name=name,
+        title=title,
+        unit=unit,
+        queries={
+            GpuVendor.NVIDIA: (Query(nvidia + "{{{sel}}}", "GPU"),),
+            GpuVendor.AMD: (Query(amd + "{{{sel}}}", "GPU"),),
+        },
+        exporter={GpuVendor.NVIDIA: "dcgm-exporter", GpuVendor.AMD: "rocm-exporter"},
+    )
+
+
+CHARTS: dict[str, ChartSpec] = {
+    spec.name: spec
+    for spec in (
+        ChartSpec(
+            name="cpu",
+            title="CPU busy",
+            unit="%",
+            queries={
+                None: (
+                    Query(
+                        '100 * (1 - avg(rate(node_cpu_seconds_total{{mode="idle",{sel}}}[{win}])))',
+                        "busy",
+                    ),
+                )
+            },
+            exporter={None: "sys-exporter"},
+        ),
+        ChartSpec(
+            name="memory",
+            title="Memory used",
+            unit="%",
+            queries={
+                None: (
+                    Query(
+                        "100 * (1 - sum(node_memory_MemAvailable_bytes{{{sel}}})"
+                        " / sum(node_memory_MemTotal_bytes{{{sel}}}))",
+                        "used",
+                    ),
+                )
+            },
+            exporter={None: "sys-exporter"},
+        ),
+        _gpu("gpu_util", "GPU utilisation", "%", "DCGM_FI_DEV_GPU_UTIL", "gpu_gfx_activity"),
+        # dcgm reports framebuffer MiB; AMD's device-metrics-exporter reports VRAM in MB.
+        _gpu("gpu_memory", "GPU memory used", "MiB", "DCGM_FI_DEV_FB_USED", "gpu_used_vram"),
+        _gpu(
+            "gpu_temp", "GPU temperature", "°C", "DCGM_FI_DEV_GPU_TEMP", "gpu_junction_temperature"
+        ),
+        _gpu("gpu_power", "GPU power", "W", "DCGM_FI_DEV_POWER_USAGE", "gpu_power_usage"),
+        ChartSpec(
+            name="rdma",
+            title="RDMA bandwidth",
+            unit="B/s",
+            queries={
+                None: (
+                    Query("rate(rdma_rx_bytes_total{{{sel}}}[{win}])", "rx"),
+                    Query("rate(rdma_tx_bytes_total{{{sel}}}[{win}])", "tx"),
+                )
+            },
+            exporter={None: "nic-exporter"},
+        ),
+    )
+}
+
+
+def parse_range(raw: str | None) -> str:
+    """The range name, defaulting to 1h; ChartError naming `range` otherwise."""
+    value = (raw or DEFAULT_RANGE).strip()
+    if value not in RANGES:
+        raise ChartError("range", f"must be one of {', '.join(RANGES)}")
+    return value
+
+
+def get_spec(name: str) -> ChartSpec:
+    try:
+        return CHARTS[name]
+    except KeyError:
+        raise ChartError("chart", f"no chart named {name!r}; charts: {', '.join(CHARTS)}") from None
+
+
+def promql_string(value: str) -> str:
+    """A PromQL double-quoted string literal (hostnames are safe, but never trust that)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def node_selector(node: Node) -> str:
+    """The label matcher that picks a node's series: the targets file's `node` label."""
+    return f"node={promql_string(node.hostname)}"
+
+
+def rate_window(step: int) -> str:
+    """Wide enough for at least a few scrapes at any step (a rate needs two samples)."""
+    return f"{max(4 * step, 60)}s"
+
+
+def queries_for(spec: ChartSpec, node: Node, step: int) -> tuple[tuple[Query, ...], str | None]:
+    """(queries with the node filled in, exporter name) for this node's vendor."""
+    key: str | None = None if None in spec.queries else node.gpu_vendor
+    templates = spec.queries.get(key, ())
+    sel, win = node_selector(node), rate_window(step)
+    filled = tuple(Query(q.expr.format(sel=sel, win=win), q.legend) for q in templates)
+    return filled, spec.exporter.get(key)
+
+
+def no_exporter_reason(spec: ChartSpec, node: Node) -> str | None:
+    """Why this node cannot have this chart at all, or None when it can."""
+    if None not in spec.queries and node.gpu_vendor not in spec.queries:
+        return (
+            f"{node.hostname} reports no GPUs (GPU vendor: {node.get_gpu_vendor_display()}), "
+            "so there is no GPU exporter to chart."
+        )
+    _, exporter = queries_for(spec, node, 60)
+    if node.exporters and exporter not in node.exporters:
+        return (
+            f"{node.hostname} did not register a {exporter}, so there is nothing to chart; "
+            f"start it on the node (mac restart agent) if it should run there."
+        )
+    return None
+
+
+def series_name(legend: str, metric: dict) -> str:
+    """A readable line name from the labels that tell series apart."""
+    parts = [f"{k}={v}" for k, v in sorted(metric.items()) if k not in IGNORED_LABELS]
+    return " ".join([legend, *parts]) if parts else legend
+
+
+def build_columns(
+    results: list[tuple[Query, list[dict]]], start: float, end: float, step: int
+) -> tuple[list[float], list[dict]]:
+    """Align every series on Prometheus' own evaluation grid (start + k*step <= end)."""
+    count = int((end - start) // step) + 1
+    grid = [start + k * step for k in range(count)]
+    series = []
+    for query, result in results:
+        for item in result:
+            by_slot: dict[int, float] = {}
+            for ts, raw in item.get("values", []):
+                value = float(raw)
+                if math.isfinite(value):
+                    by_slot[round((float(ts) - start) / step)] = value
+            values = [by_slot.get(k) for k in range(count)]
+            series.append(
+                {"label": series_name(query.legend, item.get("metric", {})), "values": values}
+            )
+    series.sort(key=lambda s: s["label"])
+    return grid, series
+
+
+async def _query_range(
+    session: aiohttp.ClientSession, base: str, expr: str, start: float, end: float, step: int
+) -> list[dict]:
+    params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)}
+    async with session.get(f"{base}/api/v1/query_range", params=params) as resp:
+        try:
+            body = await resp.json(content_type=None)
+        except (ValueError, aiohttp.ContentTypeError):
+            raise PrometheusError(f"answered HTTP {resp.status} without JSON") from None
+        if resp.status != 200 or body.get("status") != "success":
+            kind = body.get("errorType", resp.status)
+            raise PrometheusError(f"rejected the query ({kind}: {body.get('error', '')})")
+        return body["data"]["result"]
+
+
+class PrometheusError(RuntimeError):
+    """Prometheus answered, but not with data."""
+
+
+async def chart_data(
+    node: Node, spec: ChartSpec, range_name: str, now: float | None = None
+) -> dict:
+    """The chart's JSON: columns for uPlot, or an empty chart with `empty_reason`."""
+    seconds, step = RANGES[range_name]
+    end = time.time() if now is None else now
+    start = end - seconds
+    queries, exporter = queries_for(spec, node, step)
+    answer = {
+        "chart": spec.name,
+        "title": spec.title,
+        "unit": spec.unit,
+        "range": range_name,
+        "step": step,
+        "exporter": exporter,
+        "queries": [q.expr for q in queries],
+        "timestamps": [],
+        "series": [],
+        "empty_reason": None,
+    }
+    reason = no_exporter_reason(spec, node)
+    if reason:
+        answer["empty_reason"] = reason
+        return answer
+    base = settings.PROMETHEUS_URL.rstrip("/")
+    timeout = aiohttp.ClientTimeout(total=settings.DASHBOARD_PROMETHEUS_TIMEOUT)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            results = await asyncio.gather(
+                *(_query_range(session, base, q.expr, start, end, step) for q in queries)
+            )
+    except PrometheusError as exc:
+        answer["empty_reason"] = f"Prometheus at {base} {exc}"
+        return answer
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        what = "timed out" if isinstance(exc, TimeoutError) else f"is unreachable ({exc})"
+        answer["empty_reason"] = (
+            f"Prometheus at {base} {what}. Check that mac-prometheus runs on the master "
+            f"(mac status master) and that MAC_PROMETHEUS_URL points at it."
+        )
+        return answer
+    grid, series = build_columns(list(zip(queries, results, strict=True)), start, end, step)
+    if not any(v is not None for s in series for v in s["values"]):
+        answer["empty_reason"] = empty_data_reason(node, exporter, range_name)
+        return answer
+    answer["timestamps"] = grid
+    answer["series"] = series
+    return answer
+
+
+def empty_data_reason(node: Node, exporter: str | None, range_name: str) -> str:
+    """Why Prometheus has no samples for this node although it answered."""
+    if node.status == NodeStatus.OFFLINE:
+        return (
+            f"No samples in the last {range_name}: {node.hostname} is offline, so its targets "
+            "were dropped from Prometheus. See the diagnosis above."
+        )
+    if node.exporter_health.get(exporter) is False:
+        return (
+            f"No samples in the last {range_name}: the last probe of {exporter} on "
+            f"{node.hostname} failed, so Prometheus cannot scrape it."
+        )
+    return (
+        f"No data yet: Prometheus has no samples from {exporter} on {node.hostname} in the "
+        f"last {range_name}. A new target needs a scrape or two; check its health at "
+        "/api/v1/targets on Prometheus."
+    )

@@ -1,0 +1,43 @@
+"""The dashboard's live feed: a WebSocket that forwards each batch of node changes.
+
+The sweep sends one message per sweep through healthcheck.live; this consumer only
+relays it to the browser. Anonymous users are refused before the handshake
+completes (close code 4401), so nothing about the fleet reaches them.
+"""
+
+from __future__ import annotations
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from healthcheck import live
+
+UNAUTHORISED = 4401  # the WebSocket mirror of HTTP 401
+
+
+class FleetConsumer(AsyncJsonWebsocketConsumer):
+    """One open dashboard page."""
+
+    joined = False
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=UNAUTHORISED)
+            return
+        await live.join_dashboard(self.channel_layer, self.channel_name)
+        self.joined = True
+        await self.accept()
+        await self.send_json({"type": "hello", "user": user.get_username()})
+
+    async def disconnect(self, code: int) -> None:
+        if self.joined:
+            await live.leave_dashboard(self.channel_layer, self.channel_name)
+
+    async def receive_json(self, content: dict, **kwargs) -> None:
+        # The page only listens; a ping keeps proxies from closing an idle socket.
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def nodes_changed(self, event: dict) -> None:
+        """A batch from broadcast_node_changes(): one frame to the browser per batch."""
+        await self.send_json({"type": "nodes.changed", "changes": event["changes"]})

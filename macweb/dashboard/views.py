@@ -1,0 +1,192 @@
+"""The dashboard's pages and their JSON twins: thin adapters over queries.py and charts.py.
+
+Pages need a logged-in user and redirect to the login page; the JSON endpoints the
+page's scripts call answer 401 instead, because a script cannot follow a login form.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_GET
+
+from exporters.services import SERVICES
+from inventory.choices import GpuVendor, NodeStatus
+from inventory.models import Node
+from macweb.dashboard import charts, queries
+
+EVENTS_SHOWN = 100
+# A stand-in id that reverse() fills and the page's script swaps for the real one.
+_ID_PLACEHOLDER = 987654321
+
+
+def _json_error(field: str, message: str, status: int) -> JsonResponse:
+    return JsonResponse({field: [message]}, status=status)
+
+
+def json_login_required(view: Callable) -> Callable:
+    """401 JSON for anonymous callers of a sync JSON endpoint."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return _json_error("detail", "log in first (/accounts/login/)", 401)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def admin_change_url_template() -> str:
+    """The Django admin's change URL for a node with "{id}" in place of the id ("" if none)."""
+    try:
+        url = reverse("admin:inventory_node_change", args=[_ID_PLACEHOLDER])
+    except NoReverseMatch:  # the inventory admin is not registered
+        return ""
+    return url.replace(str(_ID_PLACEHOLDER), "{id}")
+
+
+def _fleet_context(flt: queries.FleetFilter) -> dict:
+    page = queries.fleet_page(flt)
+    return {
+        "counts": queries.fleet_counts(),
+        "page": page,
+        "rows": [queries.node_row(node) for node in page.object_list],
+    }
+
+
+@login_required
+@require_GET
+def fleet(request: HttpRequest) -> HttpResponse:
+    """The fleet at a glance: counts, and one page of nodes matching the filters."""
+    status = 200
+    error = None
+    try:
+        flt = queries.FleetFilter.from_query(request.GET)
+    except queries.FilterError as exc:
+        flt, status, error = queries.FleetFilter(), 400, f"{exc.field}: {exc.message}"
+    context = _fleet_context(flt)
+    context.update(
+        {
+            "flt": flt,
+            "error": error,
+            "statuses": NodeStatus.choices,
+            "vendors": GpuVendor.choices,
+            "vocabulary": queries.vocabulary(),
+            "live_config": {
+                "ws_path": "/ws/fleet/",
+                "json_url": reverse("dashboard:fleet-json"),
+                "node_url": reverse("dashboard:node", args=[_ID_PLACEHOLDER]).replace(
+                    str(_ID_PLACEHOLDER), "{id}"
+                ),
+                "admin_url": admin_change_url_template() if request.user.is_staff else "",
+            },
+            "prev_query": flt.as_query(page=context["page"].number - 1),
+            "next_query": flt.as_query(page=context["page"].number + 1),
+        }
+    )
+    return render(request, "dashboard/fleet.html", context, status=status)
+
+
+@json_login_required
+@require_GET
+def fleet_json(request: HttpRequest) -> JsonResponse:
+    """The same page of the fleet as JSON: what the page resynchronises from."""
+    try:
+        flt = queries.FleetFilter.from_query(request.GET)
+    except queries.FilterError as exc:
+        return _json_error(exc.field, exc.message, 400)
+    context = _fleet_context(flt)
+    page = context["page"]
+    response = JsonResponse(
+        {
+            "counts": context["counts"],
+            "page": page.number,
+            "num_pages": page.paginator.num_pages,
+            "matching": page.paginator.count,
+            "per_page": page.paginator.per_page,
+            "nodes": context["rows"],
+        }
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def exporter_rows(node: Node) -> list[dict]:
+    """Every agent service with what the master knows of it on this node."""
+    rows = []
+    for service in SERVICES:
+        port = node.exporters.get(service.name)
+        healthy = node.exporter_health.get(service.name)
+        if healthy is True:
+            state, words = "up", "answered the last probe"
+        elif healthy is False:
+            state, words = "down", "did not answer the last probe"
+        elif port is not None:
+            state, words = "unknown", "registered, not probed yet"
+        else:
+            state, words = "absent", "not registered on this node"
+        rows.append(
+            {
+                "name": service.name,
+                "port": port if port is not None else service.port,
+                "liveness_path": service.liveness_path,
+                "network": service.network,
+                "state": state,
+                "words": words,
+            }
+        )
+    return rows
+
+
+@login_required
+@require_GET
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One node: status and why, per-exporter health, history, and its charts."""
+    node = get_object_or_404(Node, pk=pk)
+    chart_names = ["cpu", "memory"]
+    if node.gpu_vendor != GpuVendor.NONE:
+        chart_names += ["gpu_util", "gpu_memory", "gpu_temp", "gpu_power"]
+    chart_names.append("rdma")
+    context = {
+        "node": node,
+        "row": queries.node_row(node),
+        "exporters": exporter_rows(node),
+        "events": node.events.all()[:EVENTS_SHOWN],
+        "charts": [charts.CHARTS[name] for name in chart_names],
+        "ranges": list(charts.RANGES),
+        "vocabulary": queries.vocabulary(),
+        "default_range": charts.DEFAULT_RANGE,
+        "admin_url": admin_change_url_template().replace("{id}", str(node.pk))
+        if request.user.is_staff
+        else "",
+    }
+    return render(request, "dashboard/node.html", context)
+
+
+async def node_chart(request: HttpRequest, pk: int, chart: str) -> JsonResponse:
+    """One chart's data from Prometheus' query_range, or why there is none."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return _json_error("detail", "log in first (/accounts/login/)", 401)
+    if request.method != "GET":
+        return _json_error("detail", "only GET is allowed here", 405)
+    try:
+        spec = charts.get_spec(chart)
+    except charts.ChartError as exc:
+        return _json_error(exc.field, exc.message, 404)
+    try:
+        range_name = charts.parse_range(request.GET.get("range"))
+    except charts.ChartError as exc:
+        return _json_error(exc.field, exc.message, 400)
+    try:
+        node = await Node.objects.aget(pk=pk)
+    except Node.DoesNotExist:
+        return _json_error("node", f"no node with id {pk}", 404)
+    response = JsonResponse(await charts.chart_data(node, spec, range_name))
+    response["Cache-Control"] = "no-store"
+    return response

@@ -1,0 +1,137 @@
+// The fleet page: apply pushed changes to the visible rows at once, then resync the
+// counts and the page from the JSON endpoint (debounced), so filters and counts stay
+// right for nodes that are not on this page. Data goes in with textContent only.
+import { connectLive, el, readJson, refreshTimes, setIndicator } from "./live.js";
+
+const vocab = readJson("mac-vocabulary");
+const cfg = readJson("mac-live-config");
+const tbody = document.getElementById("node-rows");
+const RESYNC_DELAY_MS = 300;
+let resyncTimer = null;
+
+function vendorWord(vendor) {
+  if (vendor === "nvidia") return "NVIDIA";
+  if (vendor === "amd") return "AMD";
+  return "GPU";
+}
+
+// A live push carries Node.summary() codes; the words come from the vocabulary.
+function withWords(node) {
+  return {
+    ...node,
+    status_text: node.status_text || vocab.status[node.status] || node.status,
+    status_reason_text: node.status_reason_text ?? (vocab.reason[node.status_reason] || ""),
+    diagnosis_info: node.diagnosis_info || vocab.diagnosis[node.diagnosis] || { text: "", fix: "" },
+  };
+}
+
+function buildRow(raw) {
+  const node = withWords(raw);
+  const tr = el("tr", `node-row status-${node.status}`);
+  tr.dataset.nodeId = String(node.id);
+
+  const host = el("td", "host");
+  const link = el("a", null, node.hostname);
+  link.href = cfg.node_url.replace("{id}", encodeURIComponent(node.id));
+  host.append(link);
+  if (cfg.admin_url) {
+    const admin = el("a", "admin-link", "admin");
+    admin.href = cfg.admin_url.replace("{id}", encodeURIComponent(node.id));
+    admin.title = "Edit in the Django admin";
+    host.append(" ", admin);
+  }
+
+  const status = el("td", "status");
+  status.append(el("span", `badge badge-${node.status}`, node.status_text));
+  if (node.maintenance) status.append(" ", el("span", "badge badge-maintenance", "Maintenance"));
+
+  const gpus = el("td", "gpus");
+  if (node.gpu_count) gpus.textContent = `${node.gpu_count} × ${vendorWord(node.gpu_vendor)}`;
+  else gpus.append(el("span", "muted", "none"));
+
+  const seen = el("td", "seen");
+  if (node.last_seen) {
+    const time = el("time", null, node.last_seen);
+    time.setAttribute("datetime", node.last_seen);
+    seen.append(time);
+  } else {
+    seen.append(el("span", "muted", "never"));
+  }
+
+  const why = el("td", "why");
+  if (node.status === "offline") {
+    const detail = node.status_detail ? `: ${node.status_detail}` : "";
+    why.append(el("div", "reason", `${node.status_reason_text}${detail}`));
+    const diag = node.diagnosis_info;
+    if (diag && diag.text) {
+      why.append(el("div", "diagnosis", diag.text));
+      if (diag.fix) why.append(el("div", "fix", `Fix: ${diag.fix}`));
+    }
+  } else if (node.status === "unknown") {
+    why.append(el("span", "muted", node.status_reason_text));
+  }
+
+  tr.append(host, status, el("td", "ip mono", node.ip), gpus, seen, why);
+  refreshTimes(tr);
+  return tr;
+}
+
+function applyChanges(changes) {
+  for (const node of changes) {
+    const old = tbody.querySelector(`tr[data-node-id="${Number(node.id)}"]`);
+    if (!old) continue;
+    const fresh = buildRow(node);
+    fresh.classList.add("changed");
+    old.replaceWith(fresh);
+  }
+  scheduleResync();
+}
+
+function renderCounts(counts) {
+  for (const box of document.querySelectorAll("[data-count]")) {
+    const value = box.dataset.count.split(".").reduce((acc, key) => (acc ? acc[key] : undefined), counts);
+    if (value !== undefined) box.textContent = String(value);
+  }
+  for (const seg of document.querySelectorAll("[data-seg]")) {
+    seg.style.flexGrow = String(counts.status[seg.dataset.seg] || 0);
+  }
+}
+
+function renderPage(data) {
+  renderCounts(data.counts);
+  const rows = data.nodes.map(buildRow);
+  if (rows.length) {
+    tbody.replaceChildren(...rows);
+  } else {
+    const tr = el("tr", "empty-row");
+    const td = el("td", null, "No node matches these filters.");
+    td.colSpan = 6;
+    tr.append(td);
+    tbody.replaceChildren(tr);
+  }
+  const pages = data.num_pages > 1 ? ` · page ${data.page} of ${data.num_pages}` : "";
+  document.getElementById("matching").textContent = `${data.matching} matching${pages}`;
+}
+
+async function resync() {
+  resyncTimer = null;
+  let response;
+  try {
+    response = await fetch(cfg.json_url + location.search, { credentials: "same-origin" });
+  } catch (e) {
+    return;  // the socket's own reconnect loop reports the outage
+  }
+  if (response.status === 401) {
+    setIndicator("down", "logged out: reload to log in");
+    return;
+  }
+  if (response.ok) renderPage(await response.json());
+}
+
+function scheduleResync() {
+  if (resyncTimer === null) resyncTimer = setTimeout(resync, RESYNC_DELAY_MS);
+}
+
+refreshTimes();
+setInterval(() => refreshTimes(tbody), 15000);
+connectLive({ path: cfg.ws_path, onChanges: applyChanges, onOpen: scheduleResync });

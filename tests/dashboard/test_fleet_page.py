@@ -1,0 +1,140 @@
+"""The fleet page and its JSON twin: login, counts, filters, paging, escaping."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from inventory.choices import GpuVendor, NodeStatus
+from macweb.dashboard import queries, views
+from tests.dashboard.factories import bulk_nodes, make_node, make_offline
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_sends_anonymous_users_to_the_login_page():
+    response = Client().get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=/")
+
+
+def test_it_answers_401_json_to_anonymous_scripts():
+    response = Client().get("/fleet.json")
+    assert response.status_code == 401
+    assert "detail" in response.json()
+
+
+def test_login_page_is_styled_and_logs_in(user):
+    client = Client()
+    page = client.get("/accounts/login/")
+    assert page.status_code == 200
+    assert b"Log in to MAC" in page.content
+    assert b"dashboard/css/mac.css" in page.content
+    response = client.post("/accounts/login/", {"username": "operator", "password": "operator-pass"})
+    assert response.status_code == 302
+    assert client.get("/").status_code == 200
+
+
+def test_it_counts_by_status_maintenance_and_vendor(client_user):
+    make_node(gpu_vendor=GpuVendor.NVIDIA)
+    make_node(gpu_vendor=GpuVendor.AMD, maintenance=True)
+    make_offline(gpu_vendor=GpuVendor.AMD)
+    make_node(status=NodeStatus.UNKNOWN, gpu_vendor=GpuVendor.NONE, gpu_count=0)
+    counts = client_user.get("/fleet.json").json()["counts"]
+    assert counts == {
+        "total": 4,
+        "maintenance": 1,
+        "status": {"unknown": 1, "online": 2, "offline": 1},
+        "vendor": {"none": 1, "nvidia": 1, "amd": 2},
+    }
+    page = client_user.get("/").content.decode()
+    assert 'data-count="status.offline">1<' in page
+    assert 'data-count="vendor.amd">2<' in page
+
+
+def test_offline_rows_say_the_reason_and_the_diagnosis_with_its_fix(client_user):
+    node = make_offline(hostname="gpu-fwd")
+    row = client_user.get("/fleet.json").json()["nodes"][0]
+    assert row["hostname"] == "gpu-fwd"
+    assert row["status_reason_text"] == "sys-exporter timed out"
+    info = queries.describe_diagnosis(node.diagnosis)
+    assert row["diagnosis_info"] == info
+    assert info["text"]
+    html = client_user.get("/").content.decode()
+    assert "sys-exporter timed out: no answer within 3.0 s" in html
+    assert info["text"] in html
+
+
+def test_it_filters_by_status_vendor_maintenance_and_search(client_user):
+    make_node(hostname="a-nv", gpu_vendor=GpuVendor.NVIDIA)
+    make_node(hostname="b-amd", gpu_vendor=GpuVendor.AMD, maintenance=True)
+    make_offline(hostname="c-down", ip="192.0.2.77")
+
+    def names(query: str) -> list[str]:
+        return [r["hostname"] for r in client_user.get(f"/fleet.json?{query}").json()["nodes"]]
+
+    assert names("status=offline") == ["c-down"]
+    assert names("vendor=amd") == ["b-amd"]
+    assert names("maintenance=yes") == ["b-amd"]
+    assert names("maintenance=no") == ["a-nv", "c-down"]
+    assert names("q=AMD") == ["b-amd"]
+    assert names("q=192.0.2") == ["c-down"]
+    assert names("status=online&vendor=nvidia") == ["a-nv"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("status=sleeping", "status"), ("vendor=intel", "vendor"), ("page=zero", "page")]
+    + [("maintenance=maybe", "maintenance"), ("page=-1", "page")],
+)
+def test_bad_filters_get_a_400_naming_the_parameter(client_user, query, field):
+    response = client_user.get(f"/fleet.json?{query}")
+    assert response.status_code == 400
+    assert field in response.json()
+    page = client_user.get(f"/?{query}")
+    assert page.status_code == 400
+    assert f"Filter not applied: {field}:" in page.content.decode()
+
+
+def test_it_pages_so_the_whole_fleet_never_ships(client_user):
+    bulk_nodes(250)
+    first = client_user.get("/fleet.json").json()
+    assert (first["matching"], first["num_pages"], len(first["nodes"])) == (250, 3, 100)
+    last = client_user.get("/fleet.json?page=3").json()
+    assert len(last["nodes"]) == 50
+    assert last["nodes"][-1]["hostname"] == "bulk-00249"
+    past_end = client_user.get("/fleet.json?page=99").json()
+    assert past_end["page"] == 3
+    html = client_user.get("/?page=2").content.decode()
+    assert html.count('class="node-row') == 100
+    assert 'href="?page=3" rel="next"' in html
+    assert 'href="?" rel="prev"' in html or 'href="?page=1" rel="prev"' in html
+
+
+def test_paging_links_keep_the_filters(client_user):
+    bulk_nodes(120, gpu_vendor=GpuVendor.AMD)
+    html = client_user.get("/?vendor=amd&q=bulk").content.decode()
+    assert 'href="?q=bulk&amp;vendor=amd&amp;page=2" rel="next"' in html
+
+
+def test_it_escapes_what_agents_sent(client_user):
+    make_offline(hostname="evil", status_detail='<script>alert("x")</script>')
+    html = client_user.get("/").content.decode()
+    assert '<script>alert("x")</script>' not in html
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+
+
+def test_staff_get_admin_links_and_others_do_not(client_user, client_staff):
+    node = make_node()
+    admin_url = f"/admin/inventory/node/{node.pk}/change/"
+    assert views.admin_change_url_template() == "/admin/inventory/node/{id}/change/"
+    staff_page = client_staff.get("/").content.decode()
+    user_page = client_user.get("/").content.decode()
+    assert admin_url in staff_page
+    assert '"admin_url": "/admin/inventory/node/{id}/change/"' in staff_page
+    assert admin_url not in user_page
+
+
+def test_empty_fleet_says_how_to_add_a_node(client_user):
+    html = client_user.get("/").content.decode()
+    assert "mac start agent" in html
