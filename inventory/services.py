@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -166,10 +167,11 @@ def register_node(
             # insert; its row is committed now, so the next lookup finds it.
             log.info("registration of %s lost an insert race (attempt %d)", reg.hostname, attempt)
         except OperationalError:
-            # PostgreSQL may report a serialization failure or deadlock under heavy
-            # contention; the whole lookup is safe to repeat.
+            # A deadlock (PostgreSQL) or a busy database (SQLite) under heavy
+            # contention: the whole lookup is safe to repeat after a short pause.
             if attempt == _MAX_ATTEMPTS:
                 raise
+            time.sleep(0.02 * attempt)
     raise RegistrationError(
         f"could not register {reg.hostname}: it kept conflicting with concurrent "
         "registrations; retry in a few seconds."
