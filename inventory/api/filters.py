@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 import django_filters
+from django.db.models import TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from rest_framework.exceptions import ValidationError
 
 from inventory.choices import GpuVendor, NodeStatus
@@ -31,8 +33,7 @@ class NodeFilterSet(django_filters.FilterSet):
         if not match:
             raise ValidationError({"label": ["Use label=key=value, e.g. label=rack=a1."]})
         key, wanted = match.groups()
-        # A key transform works on PostgreSQL and SQLite alike (unlike `contains`), and
-        # built explicitly it takes keys containing "__" literally.
-        return queryset.alias(label_value=KeyTextTransform(key, "labels")).filter(
-            label_value=wanted
-        )
+        # An explicit key transform takes keys containing "__" literally and, cast to
+        # text, compares the same way on PostgreSQL and SQLite (`contains` does not).
+        value = Cast(KeyTextTransform(key, "labels"), TextField())
+        return queryset.alias(label_value=value).filter(label_value=wanted)

@@ -1,0 +1,112 @@
+"""GET /api/v1/nodes/: authentication, filters, search, pagination and the detail view."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from inventory.choices import EventKind, GpuVendor, NodeStatus
+from inventory.services import record_event
+
+pytestmark = pytest.mark.django_db
+
+
+def hostnames(response) -> list[str]:
+    return [n["hostname"] for n in response.json()["results"]]
+
+
+def test_reads_need_authentication(api_client, make_node):
+    make_node()
+
+    listed = api_client.get("/api/v1/nodes/")
+
+    assert listed.status_code == 401
+    assert listed["WWW-Authenticate"].startswith("Token")
+
+
+def test_an_api_token_reads_the_list(api_client, user, make_node):
+    make_node("gpu-01")
+    token = Token.objects.create(user=user)
+
+    response = api_client.get("/api/v1/nodes/", HTTP_AUTHORIZATION=f"Token {token.key}")
+
+    assert response.status_code == 200
+    assert hostnames(response) == ["gpu-01"]
+
+
+def test_a_logged_in_user_reads_the_list(client, user, make_node):
+    make_node("gpu-01")
+    client.force_login(user)
+
+    assert client.get("/api/v1/nodes/").status_code == 200
+
+
+def test_list_is_paginated_and_never_shows_keys(auth_client, make_node):
+    for i in range(5):
+        make_node(f"gpu-{i:02d}")
+
+    page = auth_client.get("/api/v1/nodes/?limit=2&offset=2").json()
+
+    assert page["count"] == 5
+    assert [n["hostname"] for n in page["results"]] == ["gpu-02", "gpu-03"]
+    assert page["next"] and page["previous"]
+    assert all("node_key_hash" not in n for n in page["results"])
+
+
+def test_filter_by_status_vendor_maintenance_and_label(auth_client, make_node):
+    make_node("a-online", status=NodeStatus.ONLINE, gpu_vendor=GpuVendor.NVIDIA)
+    make_node("b-offline", status=NodeStatus.OFFLINE, gpu_vendor=GpuVendor.AMD, maintenance=True)
+    make_node("c-unknown", labels={"rack": "a1", "row__x": "y"})
+
+    assert hostnames(auth_client.get("/api/v1/nodes/?status=offline")) == ["b-offline"]
+    both = auth_client.get("/api/v1/nodes/?status=offline&status=online")
+    assert hostnames(both) == ["a-online", "b-offline"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?gpu_vendor=nvidia")) == ["a-online"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?maintenance=true")) == ["b-offline"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?label=rack=a1")) == ["c-unknown"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?label=row__x=y")) == ["c-unknown"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("status=sleeping", "status"), ("gpu_vendor=intel", "gpu_vendor"), ("label=rack", "label")],
+)
+def test_bad_filter_values_answer_400_naming_the_filter(auth_client, query, field):
+    response = auth_client.get(f"/api/v1/nodes/?{query}")
+
+    assert response.status_code == 400
+    assert field in response.json()
+
+
+def test_search_by_hostname_and_ip(auth_client, make_node):
+    make_node("gpu-01", "10.1.0.1")
+    make_node("cpu-02", "10.2.0.2")
+
+    assert hostnames(auth_client.get("/api/v1/nodes/?search=gpu")) == ["gpu-01"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?search=10.2.0")) == ["cpu-02"]
+
+
+def test_detail_includes_the_twenty_most_recent_events(auth_client, make_node):
+    node = make_node("gpu-01", nics=[{"name": "mlx5_0"}], exporters={"sys-exporter": 29101})
+    for i in range(25):
+        record_event(node, EventKind.ONLINE, f"event {i}", actor="probe")
+
+    response = auth_client.get(f"/api/v1/nodes/{node.pk}/")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["nics"] == [{"name": "mlx5_0"}]
+    assert body["exporters"] == {"sys-exporter": 29101}
+    assert [e["message"] for e in body["events"]] == [f"event {i}" for i in range(24, 4, -1)]
+    assert "node_key_hash" not in body
+
+
+def test_unknown_node_is_404(auth_client):
+    assert auth_client.get("/api/v1/nodes/999999/").status_code == 404
+
+
+def test_the_api_is_read_only(auth_client, make_node):
+    node = make_node()
+
+    assert auth_client.delete(f"/api/v1/nodes/{node.pk}/").status_code == 405
+    assert auth_client.post("/api/v1/nodes/", {}, format="json").status_code == 405
