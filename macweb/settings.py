@@ -129,7 +129,14 @@ CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            # redis-py's pool refuses (not waits) past max_connections (default 100): every
+            # dashboard joining the group at once, e.g. after a restart, takes one briefly.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "max_connections": env_int("MAC_CHANNEL_MAX_CONNECTIONS", 1000, minimum=10),
+                }
+            ],
             "prefix": env_str("MAC_CHANNEL_PREFIX", "mac"),
             "capacity": env_int("MAC_CHANNEL_CAPACITY", 1000, minimum=10),
             "expiry": 30,

@@ -30,7 +30,8 @@ def test_login_page_is_styled_and_logs_in(user):
     assert page.status_code == 200
     assert b"Log in to MAC" in page.content
     assert b"dashboard/css/mac.css" in page.content
-    response = client.post("/accounts/login/", {"username": "operator", "password": "operator-pass"})
+    credentials = {"username": "operator", "password": "operator-pass"}
+    response = client.post("/accounts/login/", credentials)
     assert response.status_code == 302
     assert client.get("/").status_code == 200
 
@@ -84,8 +85,13 @@ def test_it_filters_by_status_vendor_maintenance_and_search(client_user):
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("status=sleeping", "status"), ("vendor=intel", "vendor"), ("page=zero", "page")]
-    + [("maintenance=maybe", "maintenance"), ("page=-1", "page")],
+    [
+        ("status=sleeping", "status"),
+        ("vendor=intel", "vendor"),
+        ("page=zero", "page"),
+        ("maintenance=maybe", "maintenance"),
+        ("page=-1", "page"),
+    ],
 )
 def test_bad_filters_get_a_400_naming_the_parameter(client_user, query, field):
     response = client_user.get(f"/fleet.json?{query}")

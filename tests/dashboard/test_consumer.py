@@ -1,0 +1,123 @@
+"""The live feed's consumer on a real Redis channel layer, through the real ASGI stack."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.db import connections
+from django.test import Client
+
+from healthcheck.live import broadcast_node_changes
+from macweb.asgi import application
+from macweb.dashboard.consumers import UNAUTHORISED
+from tests.dashboard.factories import make_node, make_offline
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True)
+async def close_thread_connections():
+    """Consumers reach the database from asgiref's worker thread; close its connection so
+    the test database can be dropped at the end of the run."""
+    yield
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def communicator(cookie: str | None) -> WebsocketCommunicator:
+    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
+    if cookie:
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    return WebsocketCommunicator(application, "/ws/fleet/", headers=headers)
+
+
+async def open_socket(cookie: str) -> WebsocketCommunicator:
+    comm = communicator(cookie)
+    connected, _ = await comm.connect(timeout=10)
+    assert connected
+    hello = await comm.receive_json_from(timeout=5)
+    assert hello["type"] == "hello"
+    return comm
+
+
+async def test_it_refuses_anonymous_users_before_the_handshake():
+    comm = communicator(None)
+    connected, code = await comm.connect(timeout=10)
+    assert not connected
+    assert code == UNAUTHORISED
+
+
+async def test_it_refuses_a_forged_session_cookie():
+    comm = communicator("not-a-session")
+    connected, code = await comm.connect(timeout=10)
+    assert (connected, code) == (False, UNAUTHORISED)
+
+
+async def test_a_broadcast_batch_arrives_as_one_message(session_cookie):
+    nodes = [await sync_to_async(make_offline)(), await sync_to_async(make_node)()]
+    comm = await open_socket(session_cookie)
+    try:
+        await sync_to_async(broadcast_node_changes)([n.summary() for n in nodes])
+        message = await comm.receive_json_from(timeout=5)
+        assert message["type"] == "nodes.changed"
+        assert [c["hostname"] for c in message["changes"]] == [n.hostname for n in nodes]
+        assert message["changes"][0]["status"] == "offline"
+        assert await comm.receive_nothing(timeout=0.3)
+    finally:
+        await comm.disconnect()
+
+
+async def test_a_closed_page_leaves_the_group(session_cookie):
+    layer = get_channel_layer()
+    comm = await open_socket(session_cookie)
+    from healthcheck.live import DASHBOARD_GROUP  # only to look at the layer's own record
+
+    key = layer._group_key(DASHBOARD_GROUP)
+    async with layer.connection(layer.consistent_hash(DASHBOARD_GROUP)) as redis:
+        members_open = await redis.zcard(key)
+    await comm.disconnect()
+    async with layer.connection(layer.consistent_hash(DASHBOARD_GROUP)) as redis:
+        members_closed = await redis.zcard(key)
+    assert members_open >= 1
+    assert members_closed == members_open - 1
+
+
+async def test_it_answers_pings(session_cookie):
+    comm = await open_socket(session_cookie)
+    try:
+        await comm.send_json_to({"type": "ping"})
+        assert (await comm.receive_json_from(timeout=5)) == {"type": "pong"}
+    finally:
+        await comm.disconnect()
+
+
+async def test_200_clients_get_every_batch_with_no_over_capacity_drops(session_cookie, caplog):
+    caplog.set_level(logging.INFO, logger="channels_redis")
+    node = await sync_to_async(make_node)()
+    sockets = await asyncio.gather(*(open_socket(session_cookie) for _ in range(200)))
+    try:
+        for sweep in range(5):
+            summary = node.summary() | {"status_detail": f"sweep {sweep}"}
+            await sync_to_async(broadcast_node_changes)([summary])
+        for comm in sockets:
+            details = [
+                (await comm.receive_json_from(timeout=10))["changes"][0]["status_detail"]
+                for _ in range(5)
+            ]
+            assert details == [f"sweep {n}" for n in range(5)]
+            assert await comm.receive_nothing(timeout=0.01)
+    finally:
+        await asyncio.gather(*(comm.disconnect() for comm in sockets))
+    assert not [r for r in caplog.records if "over capacity" in r.getMessage()]
