@@ -1,0 +1,77 @@
+"""What every check shares: the command runner, HTTP probing and the context's settings.
+
+Checks never call subprocess or urllib directly; they go through these helpers,
+which read their stand-ins from CheckContext.extra, so a test can point any check
+at a prepared directory, a fake command or a local server.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from exporters.agentconf import AgentConfig
+from exporters.checks import CheckContext
+
+
+@dataclass
+class CommandResult:
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+Runner = Callable[[Sequence[str]], CommandResult]
+
+
+def run_command(argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
+    """Run a command; a missing program is exit code 127 like in a shell, never an exception."""
+    try:
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        return CommandResult(127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return CommandResult(124, "", f"{argv[0]}: timed out after {timeout:g}s")
+    except OSError as exc:
+        return CommandResult(126, "", f"{argv[0]}: {exc}")
+    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def runner(ctx: CheckContext) -> Runner:
+    return ctx.extra.get("run") or run_command
+
+
+def which(ctx: CheckContext, program: str) -> str | None:
+    """Where a program is; ctx.extra["path"] (a PATH string) overrides the process PATH."""
+    return shutil.which(program, path=ctx.extra.get("path"))
+
+
+def config(ctx: CheckContext) -> AgentConfig:
+    cfg = ctx.extra.get("config")
+    if cfg is None:
+        cfg = AgentConfig.load()
+        ctx.extra["config"] = cfg
+    return cfg
+
+
+def http_status(url: str, timeout: float, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """(HTTP status, body or error text); status 0 means no HTTP answer at all."""
+    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 (http only)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            return response.status, response.read(65536).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(65536).decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return 0, str(reason)
+
+
+def timeout(ctx: CheckContext) -> float:
+    return float(ctx.extra.get("http_timeout", 5.0))

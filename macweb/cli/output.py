@@ -1,0 +1,133 @@
+"""How `mac` talks to people: aligned tables, colour only on a terminal, spinners while waiting.
+
+Errors always end with the next command to run; expected failures raise CliError and
+main() prints them without a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+class CliError(Exception):
+    """An expected failure: a message, what to run next, and the exit code."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str = "",
+        commands: Sequence[str] = (),
+        code: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.commands = list(commands)
+        self.code = code
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    is_tty = stream.isatty()
+    # Off a terminal (pipes, logs, tests) no colour and no wrapping: lines stay greppable.
+    return Console(
+        file=stream,
+        no_color=bool(os.environ.get("NO_COLOR")) or not is_tty,
+        force_terminal=is_tty,
+        width=None if is_tty else 200,
+        highlight=False,
+        soft_wrap=not is_tty,
+    )
+
+
+def out() -> Console:
+    return _console(stderr=False)
+
+
+def err() -> Console:
+    return _console(stderr=True)
+
+
+def say(message: str, style: str = "") -> None:
+    out().print(Text(message, style=style))
+
+
+def ok(message: str) -> None:
+    say(message, "green")
+
+
+def warn(message: str) -> None:
+    err().print(Text(f"Warning: {message}", style="yellow"))
+
+
+def print_error(error: CliError) -> None:
+    console = err()
+    console.print(Text(f"Error: {error.message}", style="bold red"))
+    if error.hint:
+        console.print(Text(error.hint))
+    for command in error.commands:
+        console.print(Text(f"  {command}", style="cyan"))
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[str | Text]], title: str = "") -> None:
+    grid = Table(title=title or None, title_justify="left", box=None, pad_edge=False)
+    for column in columns:
+        grid.add_column(column, no_wrap=True)
+    for row in rows:
+        grid.add_row(*row)
+    out().print(grid)
+
+
+STATE_STYLES = {
+    "running": "green",
+    "up": "green",
+    "ok": "green",
+    "pass": "green",
+    "online": "green",
+    "stopped": "dim",
+    "skip": "dim",
+    "-": "dim",
+    "warn": "yellow",
+    "starting": "yellow",
+    "unknown": "yellow",
+}
+
+
+def styled(value: str) -> Text:
+    return Text(value, style=STATE_STYLES.get(value.lower(), "red"))
+
+
+@contextlib.contextmanager
+def spinner(message: str) -> Iterator[None]:
+    """A spinner on a terminal; a single progress line elsewhere."""
+    console = err()
+    if console.is_terminal:
+        with console.status(message):
+            yield
+    else:
+        console.print(Text(f"{message}"))
+        yield
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

@@ -1,0 +1,90 @@
+"""The one interface both runtimes implement, and the shapes they exchange."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServiceSpec:
+    """One service of a role ("agent" or "master") as a runtime needs to know it."""
+
+    name: str
+    argv: list[str]  # the command line under the process runtime
+    port: int | None = None
+    liveness_path: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    # Commands run to completion before the service starts (migrations, config files).
+    prestart: list[list[str]] = field(default_factory=list)
+    ready_timeout: float = 30.0
+    # How the liveness URL is reached from this host.
+    host: str = "127.0.0.1"
+
+    @property
+    def liveness_url(self) -> str | None:
+        if self.port is None or self.liveness_path is None:
+            return None
+        return f"http://{self.host}:{self.port}{self.liveness_path}"
+
+
+@dataclass
+class ServiceState:
+    name: str
+    state: str  # running | stopped | exited | stale | <docker's state>
+    pid: int | None = None
+    port: int | None = None
+    uptime: float | None = None
+    health: str = "-"  # ok | failing (<why>) | -
+    detail: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.state == "running"
+
+
+def probe(url: str | None, timeout: float = 2.0) -> str:
+    """'ok' when the liveness URL answers 200, else a short reason; '-' without a URL."""
+    if url is None:
+        return "-"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http only)
+            return "ok" if response.status == 200 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            return "timeout"
+        if isinstance(reason, ConnectionRefusedError):
+            return "refused"
+        return str(reason)[:40]
+
+
+class Runtime(ABC):
+    """Starts, stops and reports the services of one role."""
+
+    name: str = ""
+
+    @abstractmethod
+    def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """Start what is not running (idempotent); raise CliError on failure."""
+
+    @abstractmethod
+    def stop(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """Stop every service of the role; stopping a stopped service is fine."""
+
+    @abstractmethod
+    def status(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """The state of each service, with health from its liveness URL."""
+
+    def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        self.stop(role, specs)
+        return self.start(role, specs)
+
+    def has_state(self, role: str) -> bool:
+        """Whether this runtime already runs (or ran) the role here."""
+        return False
