@@ -2,15 +2,30 @@
 
 Each check returns (ok, detail); the report names every failing dependency so
 that `curl http://<master>:28080/health` says what to fix.
+
+The "sweeps" check says when the last fleet sweep finished and turns the
+answer into a 503 when sweeps have stopped (mac-beat or mac-worker dead): no
+sweep finished within STALE_INTERVALS probe intervals plus the probe timeout.
+A master that has just started has not swept yet, so the same allowance is
+counted from this process's start as well: /health is 200 during the first
+~3 intervals after start-up, and 503 after that until a sweep finishes. A
+sweep recorded before a restart therefore never makes a fresh master unhealthy,
+and a master whose worker never comes up says so within about 90 s.
 """
 
 from __future__ import annotations
+
+import time
 
 import redis
 from django.conf import settings
 from django.db import connection
 
+from healthcheck.state import last_sweep
 from macweb import __version__
+
+PROCESS_STARTED = time.time()
+STALE_INTERVALS = 3
 
 
 def check_database() -> tuple[bool, str]:
@@ -34,7 +49,38 @@ def check_redis() -> tuple[bool, str]:
     return True, "pong"
 
 
-CHECKS = {"database": check_database, "redis": check_redis}
+def check_sweeps() -> tuple[bool, str]:
+    """Sweeps finished recently enough (see the module docstring)."""
+    try:
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+        last = last_sweep(client)
+    except Exception:
+        # The redis check already fails and names the cause; do not blame sweeps too.
+        return True, "unknown while redis is unavailable"
+    now = time.time()
+    allowance = STALE_INTERVALS * settings.PROBE_INTERVAL + settings.PROBE_TIMEOUT
+    finished = last["finished_at"] if last else 0.0
+    if now - max(finished, PROCESS_STARTED) <= allowance:
+        if not last:
+            return True, "no sweep yet since start-up"
+        return True, (
+            f"last sweep finished {now - finished:.0f} s ago in {last['duration']:.2f} s "
+            f"({last['nodes']} nodes, {last['online']} online, {last['offline']} offline)"
+        )
+    if not last:
+        return False, (
+            f"no sweep has finished in the {now - PROCESS_STARTED:.0f} s since start-up: "
+            "are mac-worker and mac-beat running?"
+        )
+    return False, (
+        f"last sweep finished {now - finished:.0f} s ago (expected every "
+        f"{settings.PROBE_INTERVAL:g} s): are mac-worker and mac-beat running?"
+    )
+
+
+CHECKS = {"database": check_database, "redis": check_redis, "sweeps": check_sweeps}
 
 
 def run_health_checks() -> dict:
@@ -50,4 +96,25 @@ def run_health_checks() -> dict:
         "failed": failed,
         "checks": checks,
         "version": __version__,
+        "last_sweep": _last_sweep_summary(),
+    }
+
+
+def _last_sweep_summary() -> dict | None:
+    """When the last sweep finished and how long it took (None when unknown)."""
+    try:
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+        last = last_sweep(client)
+    except Exception:
+        return None
+    if not last:
+        return None
+    return {
+        "finished_at": last["finished_at"],
+        "duration_seconds": round(last["duration"], 3),
+        "nodes": last["nodes"],
+        "online": last["online"],
+        "offline": last["offline"],
     }

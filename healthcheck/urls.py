@@ -6,4 +6,5 @@ from healthcheck import views
 
 urlpatterns = [
     path("health", views.health, name="health"),
+    path("metrics", views.metrics, name="metrics"),
 ]

@@ -1,11 +1,23 @@
-"""The Celery app of the master: Redis broker, tasks found in the Django apps."""
+"""The Celery app of the master: Redis broker, tasks found in the Django apps, beat schedule."""
 
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
 
 app = Celery("macweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# The master's heartbeat: one fleet sweep per MAC_PROBE_INTERVAL. The expiry
+# drops a sweep that could not start before the next one is due (flow 3: sweeps
+# never pile up); healthcheck.tasks refuses overlaps and duplicates.
+app.conf.beat_schedule = {
+    "probe-fleet": {
+        "task": "healthcheck.tasks.probe_fleet",
+        "schedule": settings.PROBE_INTERVAL,
+        "options": {"expires": settings.PROBE_INTERVAL * 0.9},
+    },
+}

@@ -1,0 +1,106 @@
+"""The master's own /metrics: the inventory as Prometheus sees it, read fresh each scrape.
+
+A node dropped from the file-SD targets vanishes from Prometheus (its series go
+stale, so `up == 0` never fires). These series stay, one per registered node,
+so alert rules can fire on Offline nodes:
+
+    mac_node_up{node, hostname, gpu_vendor, maintenance}     1 Online, 0 otherwise
+    mac_node_status{node, hostname, status, reason, diagnosis, maintenance}   1
+    mac_nodes{status}                                          nodes per status
+    mac_sweep_duration_seconds, mac_sweep_probe_duration_seconds
+    mac_sweep_last_timestamp_seconds, mac_sweeps_total, mac_probes_total{outcome}
+
+A custom collector yields fresh metric families per scrape (no global registry
+filled at import time); the view builds a private CollectorRegistry around it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from healthcheck.state import get_redis, last_sweep, probes_total, sweep_count
+from inventory.choices import NodeStatus
+from inventory.models import Node
+
+log = logging.getLogger(__name__)
+
+
+class InventoryCollector(Collector):
+    """Per-node status from the database, sweep figures from Redis."""
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(
+            "mac_node_up",
+            "1 when the node's sys-exporter answered the last sweep (Online), else 0.",
+            labels=["node", "hostname", "gpu_vendor", "maintenance"],
+        )
+        status = GaugeMetricFamily(
+            "mac_node_status",
+            "Always 1; the labels carry the node's status, reason and diagnosis.",
+            labels=["node", "hostname", "status", "reason", "diagnosis", "maintenance"],
+        )
+        counts: Counter[str] = Counter({choice: 0 for choice in NodeStatus.values})
+        rows = Node.objects.order_by("id").values_list(
+            "id", "hostname", "gpu_vendor", "maintenance", "status", "status_reason", "diagnosis"
+        )
+        for node_id, hostname, vendor, maintenance, state, reason, diagnosis in rows.iterator(
+            chunk_size=5000
+        ):
+            flag = "true" if maintenance else "false"
+            node = str(node_id)
+            up.add_metric(
+                [node, hostname, vendor, flag], 1.0 if state == NodeStatus.ONLINE else 0.0
+            )
+            status.add_metric([node, hostname, state, reason, diagnosis, flag], 1.0)
+            counts[state] += 1
+        yield up
+        yield status
+        nodes = GaugeMetricFamily("mac_nodes", "Registered nodes by status.", labels=["status"])
+        for state, count in sorted(counts.items()):
+            nodes.add_metric([state], count)
+        yield nodes
+        yield from self._sweep_metrics()
+
+    def _sweep_metrics(self) -> Iterator[Metric]:
+        try:
+            client = get_redis()
+            last = last_sweep(client)
+            probes = probes_total(client)
+            sweeps = sweep_count(client)
+        except Exception:
+            # Node series above still come out; Redis trouble shows on /health.
+            log.warning("sweep statistics unavailable for /metrics", exc_info=True)
+            return
+        total = CounterMetricFamily(
+            "mac_probes", "Probes sent by fleet sweeps, by outcome.", labels=["outcome"]
+        )
+        for outcome, count in sorted(probes.items()):
+            total.add_metric([outcome], count)
+        yield total
+        yield CounterMetricFamily("mac_sweeps", "Fleet sweeps completed.", value=sweeps)
+        if last:
+            yield GaugeMetricFamily(
+                "mac_sweep_duration_seconds", "Duration of the last sweep.", value=last["duration"]
+            )
+            yield GaugeMetricFamily(
+                "mac_sweep_probe_duration_seconds",
+                "Time the last sweep spent probing.",
+                value=last["probe_duration"],
+            )
+            yield GaugeMetricFamily(
+                "mac_sweep_last_timestamp_seconds",
+                "Unix time the last sweep finished.",
+                value=last["finished_at"],
+            )
+
+
+def master_registry() -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(InventoryCollector())
+    return registry

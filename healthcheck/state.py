@@ -1,0 +1,137 @@
+"""What the sweep keeps in Redis: its lock, its per-interval slot, and its statistics.
+
+Redis rather than the database because every master process (API, worker,
+beat) already shares it, and because this state is disposable: losing it costs
+one sweep's statistics, never inventory data.
+
+Two keys keep sweeps from piling up:
+- `running`: a lock (SET NX PX) held while a sweep runs, released only by the
+  token that took it, with a TTL below the probe interval so that a worker
+  killed mid-sweep cannot block the next one;
+- `slot`: taken with SET NX PX for 80 % of the interval and never released, so
+  that two beat processes started by mistake (each sending a sweep per
+  interval, at different phases) still give one sweep per interval.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+
+import redis
+from django.conf import settings
+
+PREFIX = "mac:sweep:"
+RUNNING_KEY = PREFIX + "running"
+SLOT_KEY = PREFIX + "slot"
+LAST_KEY = PREFIX + "last"
+HISTORY_KEY = PREFIX + "history"
+PROBES_KEY = PREFIX + "probes_total"
+COUNT_KEY = PREFIX + "count"
+HISTORY_LENGTH = 200
+
+# Compare-and-delete / compare-and-extend: only the holder's token may touch the lock.
+_RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+_EXTEND = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+)
+
+
+def get_redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+
+
+def lock_ttl_ms(interval: float) -> int:
+    """Below the interval, so a dead holder frees the next tick; at least 200 ms."""
+    return max(200, int(interval * 900))
+
+
+def slot_ttl_ms(interval: float) -> int:
+    return max(100, int(interval * 800))
+
+
+class SweepLock:
+    """The `running` lock: SET NX PX with a random token, released by token."""
+
+    def __init__(self, client: redis.Redis, ttl_ms: int, key: str = RUNNING_KEY) -> None:
+        self.client = client
+        self.ttl_ms = ttl_ms
+        self.key = key
+        self.token = secrets.token_hex(16)
+        self.held = False
+
+    def acquire(self) -> bool:
+        self.held = bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
+        return self.held
+
+    def extend(self) -> bool:
+        """Push the expiry out again (between steps of a long sweep)."""
+        if not self.held:
+            return False
+        return bool(self.client.eval(_EXTEND, 1, self.key, self.token, self.ttl_ms))
+
+    def release(self) -> bool:
+        if not self.held:
+            return False
+        self.held = False
+        return bool(self.client.eval(_RELEASE, 1, self.key, self.token))
+
+
+def take_slot(client: redis.Redis, interval: float) -> bool:
+    """True once per interval, whoever asks (see the module docstring)."""
+    return bool(client.set(SLOT_KEY, str(time.time()), nx=True, px=slot_ttl_ms(interval)))
+
+
+@dataclass
+class SweepStats:
+    """One sweep's figures: stored in Redis, shown by /health and /metrics."""
+
+    started_at: float
+    finished_at: float = 0.0
+    duration: float = 0.0
+    probe_duration: float = 0.0
+    nodes: int = 0
+    online: int = 0
+    offline: int = 0
+    maintenance: int = 0
+    changed: int = 0
+    went_online: int = 0
+    went_offline: int = 0
+    probes: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    targets_rewritten: list[str] = field(default_factory=list)
+
+
+def record_sweep(client: redis.Redis, stats: SweepStats) -> None:
+    payload = json.dumps(asdict(stats))
+    pipe = client.pipeline(transaction=True)
+    pipe.set(LAST_KEY, payload)
+    pipe.lpush(HISTORY_KEY, payload)
+    pipe.ltrim(HISTORY_KEY, 0, HISTORY_LENGTH - 1)
+    pipe.incr(COUNT_KEY)
+    for outcome, count in stats.outcomes.items():
+        pipe.hincrby(PROBES_KEY, outcome, count)
+    pipe.execute()
+
+
+def last_sweep(client: redis.Redis) -> dict | None:
+    raw = client.get(LAST_KEY)
+    return json.loads(raw) if raw else None
+
+
+def sweep_history(client: redis.Redis) -> list[dict]:
+    """Most recent first."""
+    return [json.loads(raw) for raw in client.lrange(HISTORY_KEY, 0, -1)]
+
+
+def probes_total(client: redis.Redis) -> dict[str, int]:
+    return {key.decode(): int(value) for key, value in client.hgetall(PROBES_KEY).items()}
+
+
+def sweep_count(client: redis.Redis) -> int:
+    return int(client.get(COUNT_KEY) or 0)

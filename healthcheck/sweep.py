@@ -1,0 +1,260 @@
+"""One fleet sweep, as single steps that tests can call one by one.
+
+    load_nodes -> probe_nodes -> judge -> save_changes -> write_targets_for
+    -> broadcast_changes -> record
+
+Only `probe_nodes` touches the network (through healthcheck.probe, plain
+asyncio); the rest reads and writes the inventory. The step functions take and
+return plain values so a test can feed `judge` hand-made probe results, or run
+the probe somewhere else (inside a network namespace) and bring the results back.
+
+Costs at 10,000 nodes were designed for: nodes are loaded with `.values()` and
+only the needed columns; only nodes whose status, reason, detail, diagnosis or
+exporter health changed are written (bulk_update in batches), with one NodeEvent
+per status change (bulk_create); `last_seen` of every node that answered is set
+with one `UPDATE ... WHERE id IN (...)` per 5,000 ids; the targets files are
+rewritten only when their content changes; and the dashboard gets one message
+carrying all the changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from healthcheck.diagnosis import describe, diagnose
+from healthcheck.live import broadcast_node_changes
+from healthcheck.probe import NodeProbe, Target, run_probe
+from healthcheck.state import SweepStats, get_redis, record_sweep
+from healthcheck.targets import write_targets
+from inventory.choices import EventKind, NodeStatus, StatusReason
+from inventory.models import Node, NodeEvent
+
+log = logging.getLogger(__name__)
+
+NODE_FIELDS = (
+    "id",
+    "hostname",
+    "ip",
+    "status",
+    "status_reason",
+    "status_detail",
+    "diagnosis",
+    "maintenance",
+    "gpu_vendor",
+    "gpu_count",
+    "exporters",
+    "exporter_health",
+    "last_seen",
+    "status_changed_at",
+)
+# The columns a sweep may change (bulk_update writes exactly these).
+STATUS_FIELDS = (
+    "status",
+    "status_reason",
+    "status_detail",
+    "diagnosis",
+    "exporter_health",
+    "status_changed_at",
+)
+WRITE_BATCH = 1000
+SEEN_CHUNK = 5000
+
+ProbeFunction = Callable[[list[Target]], list[NodeProbe]]
+
+
+@dataclass
+class Judgement:
+    """What one sweep decided: rows to write, events to add, nodes that answered."""
+
+    changed: list[dict] = field(default_factory=list)  # full rows with the new values
+    events: list[NodeEvent] = field(default_factory=list)
+    seen_ids: list[int] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # every node after the sweep
+
+
+def load_nodes() -> list[dict]:
+    """Every node, only the columns a sweep needs, as dicts (no model instances)."""
+    return list(Node.objects.order_by().values(*NODE_FIELDS))
+
+
+def targets_for(rows: Iterable[dict]) -> list[Target]:
+    """Probe targets, nodes not known to be Online first.
+
+    A node that was Offline will probably time out again; starting those
+    first lets their timeouts run while the live nodes answer, instead of
+    adding a full timeout at the end of the sweep.
+    """
+    ordered = sorted(rows, key=lambda row: row["status"] == NodeStatus.ONLINE)
+    return [Target(row["id"], row["ip"], tuple(row["exporters"] or ())) for row in ordered]
+
+
+def probe_nodes(rows: list[dict], probe: ProbeFunction | None = None) -> dict[int, NodeProbe]:
+    """Run the probe over the rows' targets; results by node id."""
+    targets = targets_for(rows)
+    if probe is None:
+        results = run_probe(
+            targets,
+            timeout=settings.PROBE_TIMEOUT,
+            concurrency=settings.PROBE_CONCURRENCY,
+        )
+    else:
+        results = probe(targets)
+    return {result.node_id: result for result in results}
+
+
+def _event_message(row: dict, reason_label: str) -> str:
+    status = NodeStatus(row["status"]).label
+    message = f"{status}: {reason_label}"
+    if row["status_detail"]:
+        message += f" ({row['status_detail']})"
+    if row["diagnosis"]:
+        message += f". {describe(row['diagnosis'])[0]}"
+    if row["maintenance"]:
+        message = "[maintenance] " + message
+    return message[:500]
+
+
+def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judgement:
+    """Compare every node with its probe results; nothing is written here."""
+    result = Judgement()
+    for row in rows:
+        probe = probes.get(row["id"])
+        if probe is None:  # registered after the probe started: next sweep
+            result.rows.append(row)
+            continue
+        answered = probe.sys.ok
+        new = {
+            "status": NodeStatus.ONLINE if answered else NodeStatus.OFFLINE,
+            "status_reason": StatusReason(probe.sys.outcome.value),
+            "status_detail": "" if answered else probe.sys.detail,
+            "diagnosis": diagnose(probe),
+            "exporter_health": probe.health(),
+        }
+        if answered:
+            result.seen_ids.append(row["id"])
+        status_changed = new["status"] != row["status"]
+        if any(row[key] != value for key, value in new.items()):
+            row = {**row, **new}
+            if status_changed:
+                row["status_changed_at"] = now
+            result.changed.append(row)
+            if status_changed:
+                result.events.append(
+                    NodeEvent(
+                        node_id=row["id"],
+                        hostname=row["hostname"],
+                        kind=EventKind.ONLINE if answered else EventKind.OFFLINE,
+                        message=_event_message(row, StatusReason(new["status_reason"]).label),
+                        data={
+                            "reason": str(new["status_reason"]),
+                            "detail": new["status_detail"],
+                            "diagnosis": str(new["diagnosis"]),
+                            "maintenance": row["maintenance"],
+                            "exporter_health": new["exporter_health"],
+                        },
+                        actor="probe",
+                        created_at=now,
+                    )
+                )
+        if answered:
+            row = {**row, "last_seen": now}
+        result.rows.append(row)
+    return result
+
+
+def save_changes(judgement: Judgement, now: datetime) -> None:
+    """Write changed rows, their events and last_seen, in one transaction."""
+    with transaction.atomic():
+        if judgement.changed:
+            nodes = [
+                Node(**{key: row[key] for key in ("id", *STATUS_FIELDS)})
+                for row in judgement.changed
+            ]
+            Node.objects.bulk_update(nodes, STATUS_FIELDS, batch_size=WRITE_BATCH)
+        if judgement.events:
+            # A node deregistered while we probed has no row to point at any more.
+            ids = [event.node_id for event in judgement.events]
+            alive = set(Node.objects.filter(id__in=ids).values_list("id", flat=True))
+            events = [event for event in judgement.events if event.node_id in alive]
+            NodeEvent.objects.bulk_create(events, batch_size=WRITE_BATCH)
+        seen = judgement.seen_ids
+        for start in range(0, len(seen), SEEN_CHUNK):
+            Node.objects.filter(id__in=seen[start : start + SEEN_CHUNK]).update(last_seen=now)
+
+
+def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[str]:
+    """The file-SD targets of every Online node; returns the jobs rewritten."""
+    online = [row for row in rows if row["status"] == NodeStatus.ONLINE]
+    return write_targets(online, Path(sd_dir or settings.SD_DIR))
+
+
+def broadcast_changes(changed: list[dict]) -> None:
+    """One message for the whole sweep, in Node.summary()'s shape."""
+    if changed:
+        broadcast_node_changes([Node(**row).summary() for row in changed])
+
+
+def run_sweep(
+    probe: ProbeFunction | None = None,
+    sd_dir: Path | None = None,
+    on_step: Callable[[], object] | None = None,
+) -> SweepStats:
+    """Probe every node once and apply what the probes say.
+
+    on_step is called between steps (the task extends its lock there).
+    """
+    on_step = on_step or (lambda: None)
+    stats = SweepStats(started_at=time.time())
+    clock = time.monotonic()
+    rows = load_nodes()
+    probes = probe_nodes(rows, probe)
+    stats.probe_duration = time.monotonic() - clock
+    on_step()
+    now = timezone.now()
+    judgement = judge(rows, probes, now)
+    save_changes(judgement, now)
+    on_step()
+    stats.targets_rewritten = write_targets_for(judgement.rows, sd_dir)
+    broadcast_changes(judgement.changed)
+
+    stats.finished_at = time.time()
+    stats.duration = time.monotonic() - clock
+    stats.nodes = len(rows)
+    stats.online = sum(row["status"] == NodeStatus.ONLINE for row in judgement.rows)
+    stats.offline = sum(row["status"] == NodeStatus.OFFLINE for row in judgement.rows)
+    stats.maintenance = sum(bool(row["maintenance"]) for row in judgement.rows)
+    stats.changed = len(judgement.changed)
+    stats.went_online = sum(event.kind == EventKind.ONLINE for event in judgement.events)
+    stats.went_offline = sum(event.kind == EventKind.OFFLINE for event in judgement.events)
+    for result in probes.values():
+        for single in result.results.values():
+            stats.probes += 1
+            key = single.outcome.value
+            stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
+    record(stats)
+    log.info(
+        "sweep: %d nodes, %d online, %d offline, %d changed in %.2f s",
+        stats.nodes,
+        stats.online,
+        stats.offline,
+        stats.changed,
+        stats.duration,
+    )
+    return stats
+
+
+def record(stats: SweepStats) -> None:
+    """Keep the sweep's figures for /health and /metrics; a Redis hiccup is only logged."""
+    try:
+        record_sweep(get_redis(), stats)
+    except Exception:
+        log.warning("could not record sweep statistics in Redis", exc_info=True)

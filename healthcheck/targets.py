@@ -1,0 +1,127 @@
+"""The Prometheus file-SD targets the sweep writes: one JSON file per exporter job.
+
+Layout: `<MAC_SD_DIR>/<service>.json` for every service Prometheus scrapes
+(SCRAPED_SERVICES), e.g. `sys-exporter.json`, `dcgm-exporter.json`. Each file is
+a list of target groups, one per Online node that runs the service:
+
+    [{"targets": ["10.0.0.7:29101"],
+      "labels": {"node": "42", "hostname": "gpu-07", "gpu_vendor": "nvidia",
+                 "maintenance": "false"}}]
+
+One file per job keeps the Prometheus configuration plain (one scrape job per
+file, the job label is the service name) and means a change of, say, the GPU
+nodes rewrites only the files that changed. Offline nodes are left out, which
+is why the master also serves its own /metrics (an Offline node is still
+visible there).
+
+Writes are atomic: the new content goes to a temporary file in the same
+directory, is fsynced, renamed over the old file with os.replace, and the
+directory is fsynced, so Prometheus (which watches the directory) only ever
+reads a whole old file or a whole new one. A file is rewritten only when its
+content changes, holds `[]` when there are no targets, and is never deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from exporters.services import BY_NAME, SYS_EXPORTER
+
+# mango-sdk-agent is an HTTP API, not an exporter: it has no /metrics to scrape.
+SCRAPED_SERVICES: tuple[str, ...] = tuple(name for name in BY_NAME if name != "mango-sdk-agent")
+
+
+def target_file(sd_dir: Path, service: str) -> Path:
+    return Path(sd_dir) / f"{service}.json"
+
+
+def _address(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
+    """{service: file content} for Online nodes.
+
+    Each node mapping needs id, hostname, ip, gpu_vendor, maintenance and
+    exporters (the services it reported). sys-exporter is always included: it
+    is the heartbeat every agent runs.
+    """
+    groups: dict[str, list[dict]] = {name: [] for name in SCRAPED_SERVICES}
+    for node in sorted(nodes, key=lambda row: row["id"]):
+        labels = {
+            "node": str(node["id"]),
+            "hostname": node["hostname"],
+            "gpu_vendor": node["gpu_vendor"],
+            "maintenance": "true" if node["maintenance"] else "false",
+        }
+        services = set(node.get("exporters") or ()) | {SYS_EXPORTER.name}
+        for name in SCRAPED_SERVICES:
+            if name in services:
+                address = _address(node["ip"], BY_NAME[name].port)
+                groups[name].append({"targets": [address], "labels": labels})
+    return {name: _dump(items) for name, items in groups.items()}
+
+
+def _dump(items: list[dict]) -> bytes:
+    if not items:
+        return b"[]\n"
+    # One group per line: diffable, and cheap to produce at 10,000 nodes.
+    lines = ",\n".join(json.dumps(item, sort_keys=True, separators=(",", ":")) for item in items)
+    return f"[\n{lines}\n]\n".encode()
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    """Replace `path` with `content` so that no reader ever sees a partial file."""
+    directory = path.parent
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, 0o644)  # mkstemp makes 0600; Prometheus may run as another user
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)  # make the rename itself durable
+    finally:
+        os.close(dir_fd)
+
+
+def write_targets(nodes: Iterable[Mapping], sd_dir: Path) -> list[str]:
+    """Write every job's file whose content changed; returns the services rewritten."""
+    sd_dir = Path(sd_dir)
+    sd_dir.mkdir(parents=True, exist_ok=True)
+    changed = []
+    for service, content in render_targets(nodes).items():
+        path = target_file(sd_dir, service)
+        try:
+            if path.read_bytes() == content:
+                continue
+        except FileNotFoundError:
+            pass
+        write_atomically(path, content)
+        changed.append(service)
+    return changed
+
+
+def ensure_target_files(sd_dir: Path) -> list[str]:
+    """Create the missing job files as `[]` (Prometheus starts cleanly); keep existing ones."""
+    sd_dir = Path(sd_dir)
+    sd_dir.mkdir(parents=True, exist_ok=True)
+    created = []
+    for service in SCRAPED_SERVICES:
+        path = target_file(sd_dir, service)
+        if not path.exists():
+            write_atomically(path, b"[]\n")
+            created.append(service)
+    return created
