@@ -28,6 +28,7 @@ from macweb.cli import output
 from macweb.cli.output import CliError
 from macweb.cli.register import MasterClient, Reply, route_address
 from macweb.cli.runtimes import Runtime, ServiceSpec, ServiceState, choose_runtime
+from macweb.cli.runtimes.docker import DockerRuntime
 
 ROLE = "agent"
 
@@ -84,8 +85,34 @@ def agent_specs(cfg: AgentConfig) -> list[ServiceSpec]:
     return specs
 
 
-def _runtime(cfg: AgentConfig, override: str | None, remove_stale: bool = False) -> Runtime:
-    return choose_runtime(cfg, ROLE, override, remove_stale=remove_stale)
+GPU_SERVICES = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}
+
+
+def _gpus(cfg: AgentConfig) -> tuple[str, int]:
+    return detect_gpus(
+        cfg.get("MAC_PROC_ROOT") or "/proc",
+        cfg.get("MAC_SYS_ROOT") or "/sys",
+        cfg.get("MAC_DEV_ROOT") or "/dev",
+    )
+
+
+def runtime_and_specs(
+    cfg: AgentConfig, override: str | None, remove_stale: bool = False
+) -> tuple[Runtime, list[ServiceSpec]]:
+    """The runtime, and the services it runs here.
+
+    Under Docker a GPU exporter's container needs its vendor's devices, so it runs only
+    on nodes with that vendor's GPUs (a Compose profile); as a process it runs anywhere
+    and reports the missing backend in a gauge.
+    """
+    runtime = choose_runtime(cfg, ROLE, override, remove_stale=remove_stale)
+    specs = agent_specs(cfg)
+    if isinstance(runtime, DockerRuntime):
+        vendor, _ = _gpus(cfg)
+        runtime.profiles = [vendor] if vendor in GPU_SERVICES else []
+        keep = GPU_SERVICES.get(vendor)
+        specs = [s for s in specs if s.name not in GPU_SERVICES.values() or s.name == keep]
+    return runtime, specs
 
 
 # --- configuration guards -----------------------------------------------------------------
@@ -210,9 +237,7 @@ def parse_labels(text: str) -> dict[str, str]:
 
 def build_payload(cfg: AgentConfig, hostname: str, ip: str, specs: list[ServiceSpec]) -> dict:
     sys_root = cfg.get("MAC_SYS_ROOT") or "/sys"
-    vendor, count = detect_gpus(
-        cfg.get("MAC_PROC_ROOT") or "/proc", sys_root, cfg.get("MAC_DEV_ROOT") or "/dev"
-    )
+    vendor, count = _gpus(cfg)
     etc_root = cfg.get("MAC_ETC_ROOT") or "/etc"
     return {
         "hostname": hostname,
@@ -345,13 +370,12 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     hostname = resolve_node_name(cfg)
     _require_node_file_writable(cfg)
     try:
-        specs = agent_specs(cfg)
         cfg.master_port  # noqa: B018 (validates MAC_MASTER_PORT before anything starts)
     except ConfigError as exc:
         raise CliError(str(exc), commands=["mac env list"]) from None
     ip = _agent_ip(cfg)
     check_master(cfg, _client(cfg, source_ip=ip, timeout=5))
-    runtime = _runtime(cfg, runtime_name, remove_stale)
+    runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
     states = runtime.start(ROLE, specs)
     print_states(states, f"Agent services ({runtime.name} runtime)")
     node = register(cfg, hostname, ip, specs)
@@ -366,8 +390,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
 
 def stop(runtime_name: str | None = None) -> int:
     cfg = AgentConfig.load()
-    specs = agent_specs(cfg)
-    runtime = _runtime(cfg, runtime_name)
+    runtime, specs = runtime_and_specs(cfg, runtime_name)
     hostname, _ = cfg.node_name()
     problem: CliError | None = None
     deregistered = False
@@ -411,8 +434,8 @@ def stop(runtime_name: str | None = None) -> int:
 
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = AgentConfig.load()
-    runtime = _runtime(cfg, runtime_name, remove_stale)
-    states = runtime.restart(ROLE, agent_specs(cfg))
+    runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
+    states = runtime.restart(ROLE, specs)
     print_states(states, f"Agent services ({runtime.name} runtime)")
     if cfg.node_key:
         output.ok("Restarted; the node stays registered.")
@@ -455,8 +478,8 @@ def status(runtime_name: str | None = None, as_json: bool = False) -> int:
     import json
 
     cfg = AgentConfig.load()
-    runtime = _runtime(cfg, runtime_name)
-    states = runtime.status(ROLE, agent_specs(cfg))
+    runtime, specs = runtime_and_specs(cfg, runtime_name)
+    states = runtime.status(ROLE, specs)
     line, node = master_view(cfg)
     healthy = all(s.running and s.health in ("ok", "-") for s in states)
     if as_json:

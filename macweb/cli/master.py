@@ -65,7 +65,12 @@ def master_specs(cfg: AgentConfig) -> list[ServiceSpec]:
     prom_config = prom_dir / "prometheus.yml"
     prom_prestart = []
     if _has_command("healthcheck.management.commands.prometheus_config"):
-        prom_prestart.append([*django, "prometheus_config", "--out", str(prom_config)])
+        prom_prestart.append(
+            [
+                *django, "prometheus_config", "--out", str(prom_config),
+                "--master", f"{probe_host}:{api_port}",
+            ]
+        )  # fmt: skip
     return [
         ServiceSpec(
             "api-server",

@@ -57,19 +57,22 @@ class DockerRuntime(Runtime):
         run: Runner = run_command,
         remove_stale: bool = False,
         project: str = COMPOSE_PROJECT,
-        env: dict[str, str] | None = None,
+        profiles: list[str] | None = None,
     ) -> None:
         self.compose_dir = Path(compose_dir or default_compose_dir())
         self.run = run
         self.remove_stale = remove_stale
         self.project = project
-        self.env = env or {}
+        # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).
+        self.profiles = list(profiles or [])
 
     def compose_file(self, role: str) -> Path:
         return self.compose_dir / COMPOSE_FILES[role]
 
     def compose(self, role: str, *args: str) -> list[str]:
-        return ["docker", "compose", "-p", self.project, "-f", str(self.compose_file(role)), *args]
+        profiles = [arg for name in self.profiles for arg in ("--profile", name)]
+        file = str(self.compose_file(role))
+        return ["docker", "compose", "-p", self.project, "-f", file, *profiles, *args]
 
     def _call(self, argv: list[str]) -> CommandResult:
         return self.run(argv)
