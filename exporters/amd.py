@@ -1,0 +1,303 @@
+"""rocm-exporter: AMD GPUs under AMD device-metrics-exporter's names and labels.
+
+The data comes from amdsmi when the library imports (a ROCm install), else from
+the amdgpu driver's sysfs files: ``/sys/class/drm/card*/device/gpu_busy_percent``,
+``mem_info_vram_{used,total}`` and the card's hwmon temperatures and power.
+Metric names (``gpu_gfx_activity``, ``gpu_used_vram``, ``gpu_edge_temperature``...)
+and units (VRAM in MB, power in W) are the device-metrics-exporter's.
+
+What a container needs to see AMD GPUs (``/dev/kfd``, ``/dev/dri`` and the
+``amdgpu`` kernel module) is checked on every scrape and reported as the reason
+of ``mac_exporter_backend_available{backend="amdgpu"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from types import ModuleType
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from exporters.runtime import (
+    BackendStatus,
+    Exporter,
+    Options,
+    Roots,
+    read_int,
+    read_text,
+    read_value,
+)
+
+log = logging.getLogger("exporters")
+
+AMD_PCI_VENDOR = "0x1002"
+LABELS = ["gpu_id", "serial_number", "card_model", "card_vendor", "hostname"]
+MB = 1024 * 1024
+CARD = re.compile(r"^card(\d+)$")
+
+
+@dataclass
+class AmdGpu:
+    """One AMD GPU's identity and current readings (None: not available on this card)."""
+
+    gpu_id: str
+    card: str
+    pci_address: str = ""
+    serial_number: str = ""
+    card_model: str = ""
+    card_vendor: str = "AMD"
+    gfx_activity: float | None = None
+    umc_activity: float | None = None
+    vram_used_mb: float | None = None
+    vram_total_mb: float | None = None
+    temperatures: dict[str, float] = field(default_factory=dict)  # edge/junction/memory -> C
+    power_average_w: float | None = None
+    power_current_w: float | None = None
+    energy_uj: float | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_modules(text: str) -> set[str]:
+    """Names of loaded kernel modules from /proc/modules."""
+    return {line.split()[0] for line in text.splitlines() if line.strip()}
+
+
+def hwmon_temperatures(hwmon: str) -> dict[str, float]:
+    """edge/junction/memory temperatures in C from an amdgpu hwmon directory."""
+    names = {"edge": "edge", "junction": "junction", "mem": "memory"}
+    temps = {}
+    for entry in sorted(_listdir(hwmon)):
+        match = re.match(r"^temp(\d+)_input$", entry)
+        if not match:
+            continue
+        label = read_value(os.path.join(hwmon, f"temp{match.group(1)}_label"))
+        value = read_int(os.path.join(hwmon, entry))
+        if label in names and value is not None:
+            temps[names[label]] = value / 1000.0
+    return temps
+
+
+def _listdir(path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def read_sysfs_gpus(roots: Roots) -> list[AmdGpu]:
+    """Every amdgpu card under <sys>/class/drm, in card order."""
+    gpus = []
+    drm = roots.sys("class", "drm")
+    cards = sorted((int(m.group(1)), name) for name in _listdir(drm) if (m := CARD.match(name)))
+    for _, card in cards:
+        device = drm / card / "device"
+        if read_value(device / "vendor") != AMD_PCI_VENDOR:
+            continue
+        gpu = AmdGpu(gpu_id=str(len(gpus)), card=card)
+        try:
+            gpu.pci_address = os.path.basename(os.readlink(device))
+        except OSError:
+            gpu.pci_address = ""
+        gpu.serial_number = (
+            read_value(device / "serial_number") or read_value(device / "unique_id") or ""
+        )
+        gpu.card_model = read_value(device / "product_name") or read_value(device / "device") or ""
+        gpu.gfx_activity = _float(read_int(device / "gpu_busy_percent"))
+        gpu.umc_activity = _float(read_int(device / "mem_busy_percent"))
+        used, total = (
+            read_int(device / "mem_info_vram_used"),
+            read_int(device / "mem_info_vram_total"),
+        )
+        gpu.vram_used_mb = used / MB if used is not None else None
+        gpu.vram_total_mb = total / MB if total is not None else None
+        for hwmon in _listdir(device / "hwmon"):
+            path = device / "hwmon" / hwmon
+            gpu.temperatures.update(hwmon_temperatures(str(path)))
+            average = read_int(path / "power1_average")  # microwatts
+            current = read_int(path / "power1_input")
+            energy = read_int(path / "energy1_input")  # microjoules
+            if average is not None:
+                gpu.power_average_w = average / 1e6
+            if current is not None:
+                gpu.power_current_w = current / 1e6
+            if energy is not None:
+                gpu.energy_uj = float(energy)
+        gpus.append(gpu)
+    return gpus
+
+
+def _float(value: int | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def read_amdsmi_gpus(amdsmi: ModuleType) -> list[AmdGpu]:
+    """The same readings through amdsmi (ROCm's library) for the cards it sees."""
+    gpus = []
+    for index, handle in enumerate(amdsmi.amdsmi_get_processor_handles()):
+        gpu = AmdGpu(gpu_id=str(index), card="")
+
+        def attempt(call, *args, gpu_index=index):
+            try:
+                return call(*args)
+            except amdsmi.AmdSmiException as exc:  # not supported on this card or partition
+                log.debug("amdsmi %s on GPU %s: %s", call.__name__, gpu_index, exc)
+                return None
+
+        asic = attempt(amdsmi.amdsmi_get_gpu_asic_info, handle) or {}
+        gpu.card_model = str(asic.get("market_name", ""))
+        gpu.serial_number = str(asic.get("asic_serial", ""))
+        gpu.pci_address = str(attempt(amdsmi.amdsmi_get_gpu_device_bdf, handle) or "")
+        activity = attempt(amdsmi.amdsmi_get_gpu_activity, handle) or {}
+        gpu.gfx_activity = _number(activity.get("gfx_activity"))
+        gpu.umc_activity = _number(activity.get("umc_activity"))
+        vram = attempt(amdsmi.amdsmi_get_gpu_vram_usage, handle) or {}
+        gpu.vram_used_mb = _number(vram.get("vram_used"))
+        gpu.vram_total_mb = _number(vram.get("vram_total"))
+        for key, kind in (("edge", "EDGE"), ("junction", "HOTSPOT"), ("memory", "VRAM")):
+            value = attempt(
+                amdsmi.amdsmi_get_temp_metric,
+                handle,
+                getattr(amdsmi.AmdSmiTemperatureType, kind),
+                amdsmi.AmdSmiTemperatureMetric.CURRENT,
+            )
+            if _number(value) is not None:
+                gpu.temperatures[key] = float(value)
+        power = attempt(amdsmi.amdsmi_get_power_info, handle) or {}
+        gpu.power_average_w = _number(power.get("average_socket_power"))
+        gpu.power_current_w = _number(power.get("current_socket_power"))
+        gpus.append(gpu)
+    return gpus
+
+
+def _number(value) -> float | None:
+    # amdsmi returns "N/A" for fields a card does not report.
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _import_amdsmi() -> ModuleType | None:
+    try:
+        import amdsmi  # optional: only on ROCm hosts
+    except ImportError:
+        return None
+    return amdsmi
+
+
+class AmdGpuSource:
+    """gpu_* families per GPU, from amdsmi or sysfs, with the prerequisites checked."""
+
+    name = "amdgpu"
+
+    def __init__(self, roots: Roots, hostname: str, amdsmi: ModuleType | bool | None = None):
+        self.roots = roots
+        self.hostname = hostname
+        # None: try to import amdsmi; False: never (sysfs only); a module: use it.
+        self._amdsmi = _import_amdsmi() if amdsmi is None else (amdsmi or None)
+        self._amdsmi_ready = False
+        self._backends: list[BackendStatus] = []
+
+    def backends(self) -> list[BackendStatus]:
+        return self._backends
+
+    def prerequisites(self) -> str:
+        """Why AMD GPUs cannot be used here; empty when /dev/kfd, /dev/dri and amdgpu are there."""
+        if not self.roots.dev("kfd").exists():
+            return f"{self.roots.dev('kfd')} missing (pass --device=/dev/kfd to the container)"
+        if not self.roots.dev("dri").is_dir():
+            return f"{self.roots.dev('dri')} missing (pass --device=/dev/dri to the container)"
+        modules = read_text(self.roots.proc("modules"))
+        if modules is None:
+            return f"{self.roots.proc('modules')} unreadable: cannot tell if amdgpu is loaded"
+        if "amdgpu" not in parse_modules(modules):
+            return "amdgpu kernel module not loaded (sudo modprobe amdgpu)"
+        return ""
+
+    def gpus(self) -> list[AmdGpu]:
+        """Current readings of every AMD GPU (the inventory API uses this too)."""
+        if self._amdsmi is not None:
+            try:
+                if not self._amdsmi_ready:
+                    self._amdsmi.amdsmi_init()
+                    self._amdsmi_ready = True
+                return read_amdsmi_gpus(self._amdsmi)
+            except Exception as exc:  # amdsmi raises its own types; fall back to sysfs
+                log.warning("amdsmi failed (%s); reading sysfs", exc)
+        return read_sysfs_gpus(self.roots)
+
+    def collect(self) -> Iterable[Metric]:
+        problem = self.prerequisites()
+        gpus = self.gpus()
+        self._backends = [
+            BackendStatus(
+                "amdgpu",
+                not problem and bool(gpus),
+                problem or ("" if gpus else f"no AMD GPU under {self.roots.sys('class', 'drm')}"),
+            ),
+            BackendStatus(
+                "amdsmi",
+                self._amdsmi_ready,
+                "" if self._amdsmi_ready else "amdsmi not importable: reading amdgpu sysfs",
+            ),
+        ]
+        yield GaugeMetricFamily(
+            "gpu_nodes_total", "Number of GPU nodes on the machine.", value=len(gpus)
+        )
+        gauges = {
+            name: GaugeMetricFamily(name, doc, labels=LABELS)
+            for name, doc in (
+                ("gpu_gfx_activity", "Graphics engine usage percentage (0 - 100)."),
+                ("gpu_umc_activity", "Memory engine usage percentage (0 - 100)."),
+                ("gpu_used_vram", "Used VRAM in MB."),
+                ("gpu_total_vram", "Total VRAM in MB."),
+                ("gpu_free_vram", "Free VRAM in MB."),
+                ("gpu_edge_temperature", "Edge temperature value in Celsius."),
+                ("gpu_junction_temperature", "Hotspot (junction) temperature in Celsius."),
+                ("gpu_memory_temperature", "Memory temperature value in Celsius."),
+                ("gpu_power_usage", "Power usage in Watts."),
+                ("gpu_package_power", "Current socket power in Watts."),
+                ("gpu_average_package_power", "Average socket power in Watts."),
+            )
+        }
+        # A gauge in device-metrics-exporter too (a Counter family would add _total).
+        energy = GaugeMetricFamily(
+            "gpu_energy_consumed", "Energy consumed in micro Joules.", labels=LABELS
+        )
+        for gpu in gpus:
+            labels = [gpu.gpu_id, gpu.serial_number, gpu.card_model, gpu.card_vendor, self.hostname]
+            free = (
+                gpu.vram_total_mb - gpu.vram_used_mb
+                if gpu.vram_total_mb is not None and gpu.vram_used_mb is not None
+                else None
+            )
+            power = gpu.power_average_w if gpu.power_average_w is not None else gpu.power_current_w
+            values = {
+                "gpu_gfx_activity": gpu.gfx_activity,
+                "gpu_umc_activity": gpu.umc_activity,
+                "gpu_used_vram": gpu.vram_used_mb,
+                "gpu_total_vram": gpu.vram_total_mb,
+                "gpu_free_vram": free,
+                "gpu_edge_temperature": gpu.temperatures.get("edge"),
+                "gpu_junction_temperature": gpu.temperatures.get("junction"),
+                "gpu_memory_temperature": gpu.temperatures.get("memory"),
+                "gpu_power_usage": power,
+                "gpu_package_power": gpu.power_current_w,
+                "gpu_average_package_power": gpu.power_average_w,
+            }
+            for name, value in values.items():
+                if value is not None:
+                    gauges[name].add_metric(labels, value)
+            if gpu.energy_uj is not None:
+                energy.add_metric(labels, gpu.energy_uj)
+        yield from gauges.values()
+        yield energy
+
+
+def build(options: Options) -> Exporter:
+    return Exporter(
+        "rocm-exporter", [AmdGpuSource(options.roots, options.hostname)], timeout=options.timeout
+    )
