@@ -1,0 +1,73 @@
+"""Concurrent registrations of one host give one row: a database constraint, not luck.
+
+Real threads, each with its own database connection, hit the real registration view
+at the same moment (released by one barrier); runs on PostgreSQL and on the SQLite default.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from inventory.models import Node
+from inventory.services import node_key_matches
+
+HOSTS = 10
+REQUESTS = 100
+# PostgreSQL's default max_connections is 100 and the server is shared with other test
+# runs: at most this many threads hold a connection at once (still 4 per host racing).
+IN_DATABASE = 40
+
+
+def _register_all(requests: list[tuple[str, str]]) -> list[tuple[str, int, dict]]:
+    barrier = threading.Barrier(len(requests))
+    slots = threading.BoundedSemaphore(IN_DATABASE)
+    results: list[tuple[str, int, dict]] = []
+    lock = threading.Lock()
+
+    def agent(hostname: str, remote: str) -> None:
+        client = Client()
+        barrier.wait()
+        with slots:
+            try:
+                response = client.post(
+                    "/api/v1/register",
+                    json.dumps({"hostname": hostname, "gpu_vendor": "nvidia", "gpu_count": 8}),
+                    content_type="application/json",
+                    REMOTE_ADDR=remote,
+                )
+            finally:
+                connection.close()
+        with lock:
+            results.append((hostname, response.status_code, response.json()))
+
+    threads = [threading.Thread(target=agent, args=args) for args in requests]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+@pytest.mark.django_db(transaction=True)
+def test_100_concurrent_registrations_of_10_hosts_leave_10_nodes():
+    requests = [(f"gpu-{i % HOSTS:02d}", f"10.50.0.{i % HOSTS + 1}") for i in range(REQUESTS)]
+
+    results = _register_all(requests)
+
+    assert len(results) == REQUESTS
+    codes = Counter(code for _, code, _ in results)
+    assert set(codes) <= {200, 201}, [body for _, code, body in results if code not in (200, 201)]
+    assert codes[201] == HOSTS  # exactly one creation per host
+    assert Node.objects.count() == HOSTS
+    keys = {host: body["node_key"] for host, _, body in results if "node_key" in body}
+    assert len(keys) == HOSTS  # each host got exactly one key, from its one creation
+    for node in Node.objects.all():
+        assert node_key_matches(node, keys[node.hostname])
+        assert node.ip == f"10.50.0.{int(node.hostname[-2:]) + 1}"
+        assert node.events.filter(kind="registered").count() == 1
