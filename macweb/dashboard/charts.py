@@ -28,10 +28,13 @@ RANGES: dict[str, tuple[int, int]] = {
     "7d": (7 * 86400, 1800),
 }
 DEFAULT_RANGE = "1h"
-# Labels every series carries that say nothing about which line it is.
+# Labels that name a GPU: one line per GPU, called by its index.
+GPU_LABELS = ("gpu", "gpu_id")
+# Labels that say nothing about which line a series is (identity, placement, vendor).
 IGNORED_LABELS = frozenset(
-    {"__name__", "instance", "job", "node", "gpu_vendor", "Hostname", "hostname", "UUID", "uuid"}
-    | {"modelName", "model", "card_model", "pci_bus_id", "serial_number", "DCGM_FI_DRIVER_VERSION"}
+    {"__name__", "instance", "job", "node", "gpu_vendor", "vendor", "iface", "hostname"}
+    | {"Hostname", "UUID", "modelName", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "device"}
+    | {"serial_number", "card_model", "card_vendor"}
 )
 
 
@@ -110,10 +113,22 @@ CHARTS: dict[str, ChartSpec] = {
             exporter={None: "sys-exporter"},
         ),
         _gpu("gpu_util", "GPU utilisation", "%", "DCGM_FI_DEV_GPU_UTIL", "gpu_gfx_activity"),
-        # dcgm reports framebuffer MiB; AMD's device-metrics-exporter reports VRAM in MB.
+        # dcgm reports framebuffer MiB; AMD's exporter reports VRAM in MB of 2**20 bytes.
         _gpu("gpu_memory", "GPU memory used", "MiB", "DCGM_FI_DEV_FB_USED", "gpu_used_vram"),
-        _gpu(
-            "gpu_temp", "GPU temperature", "°C", "DCGM_FI_DEV_GPU_TEMP", "gpu_junction_temperature"
+        # AMD: the hotspot where the card reports one, else the edge sensor.
+        ChartSpec(
+            name="gpu_temp",
+            title="GPU temperature",
+            unit="°C",
+            queries={
+                GpuVendor.NVIDIA: (Query("DCGM_FI_DEV_GPU_TEMP{{{sel}}}", "GPU"),),
+                GpuVendor.AMD: (
+                    Query(
+                        "gpu_junction_temperature{{{sel}}} or gpu_edge_temperature{{{sel}}}", "GPU"
+                    ),
+                ),
+            },
+            exporter={GpuVendor.NVIDIA: "dcgm-exporter", GpuVendor.AMD: "rocm-exporter"},
         ),
         _gpu("gpu_power", "GPU power", "W", "DCGM_FI_DEV_POWER_USAGE", "gpu_power_usage"),
         ChartSpec(
@@ -188,9 +203,14 @@ def no_exporter_reason(spec: ChartSpec, node: Node) -> str | None:
 
 
 def series_name(legend: str, metric: dict) -> str:
-    """A readable line name from the labels that tell series apart."""
+    """A short line name: "GPU 3" for a GPU, else the labels that tell series apart."""
+    for key in GPU_LABELS:
+        if key in metric:
+            return f"{legend} {metric[key]}"
     parts = [f"{k}={v}" for k, v in sorted(metric.items()) if k not in IGNORED_LABELS]
-    return " ".join([legend, *parts]) if parts else legend
+    if "device" in metric:  # an RDMA device: "rx mlx5_0 port=1"
+        parts.insert(0, metric["device"])
+    return " ".join([legend, *parts])
 
 
 def build_columns(

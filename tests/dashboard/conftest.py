@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 from django.test import Client
+
+from tests.dashboard import servers
+from tests.dashboard.servers import PrometheusServer
 
 
 @pytest.fixture
@@ -18,3 +24,45 @@ def client_staff(staff) -> Client:
     client = Client()
     client.force_login(staff)
     return client
+
+
+@dataclass
+class ChartEnv:
+    """A real Prometheus scraping one NVIDIA node, one AMD node and RDMA counters."""
+
+    prometheus: PrometheusServer
+    nvidia_host: str = "chart-nv"
+    amd_host: str = "chart-amd"
+
+
+@pytest.fixture(scope="session")
+def chart_env(tmp_path_factory) -> ChartEnv:
+    if not Path(servers.PROMETHEUS).exists():
+        pytest.skip(f"{servers.PROMETHEUS} is not installed (apt install prometheus)")
+    env = ChartEnv(prometheus=None)  # type: ignore[arg-type]
+    sys_proc, sys_addr = servers.start_sys_exporter()
+    hardware = [
+        servers.start_hardware_metrics(servers.HardwareReadings(env.nvidia_host, "nvidia", nics=0)),
+        servers.start_hardware_metrics(servers.HardwareReadings(env.amd_host, "amd", nics=0)),
+        servers.start_hardware_metrics(servers.HardwareReadings(env.nvidia_host, "none", nics=2)),
+    ]
+    (_, nv_addr), (_, amd_addr), (_, nic_addr) = hardware
+    targets = [
+        servers.Target("sys-exporter", sys_addr, {"node": env.nvidia_host}),
+        servers.Target("sys-exporter", sys_addr, {"node": env.amd_host}),
+        servers.Target("dcgm-exporter", nv_addr, {"node": env.nvidia_host}),
+        servers.Target("rocm-exporter", amd_addr, {"node": env.amd_host}),
+        servers.Target("nic-exporter", nic_addr, {"node": env.nvidia_host}),
+    ]
+    env.prometheus = servers.start_prometheus(targets, tmp_path_factory.mktemp("prometheus"))
+    try:
+        sel = f'node="{env.nvidia_host}"'
+        env.prometheus.wait_for(f"rate(node_cpu_seconds_total{{{sel}}}[1m])")
+        env.prometheus.wait_for(f"rate(rdma_rx_bytes_total{{{sel}}}[1m])")
+        env.prometheus.wait_for(f'gpu_gfx_activity{{node="{env.amd_host}"}}')
+        yield env
+    finally:
+        env.prometheus.stop()
+        servers.stop_process(sys_proc)
+        for server, _ in hardware:
+            server.shutdown()

@@ -1,0 +1,135 @@
+"""The chart endpoint against a real Prometheus, and what it says when there is nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client, override_settings
+
+from inventory.choices import GpuVendor, NodeStatus, StatusReason
+from macweb.dashboard import charts
+from tests.conftest import free_port
+from tests.dashboard.factories import make_node
+
+pytestmark = [pytest.mark.django_db, pytest.mark.prometheus]
+
+
+def chart(client: Client, node, name: str, rng: str = "1h") -> dict:
+    response = client.get(f"/nodes/{node.pk}/charts/{name}.json?range={rng}")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def drawn_points(data: dict) -> int:
+    return sum(v is not None for s in data["series"] for v in s["values"])
+
+
+@pytest.fixture
+def nvidia_node(chart_env):
+    return make_node(hostname=chart_env.nvidia_host, gpu_vendor=GpuVendor.NVIDIA, gpu_count=4)
+
+
+@pytest.fixture
+def amd_node(chart_env):
+    exporters = {"sys-exporter": 29101, "rocm-exporter": 29200, "nic-exporter": 29500}
+    return make_node(
+        hostname=chart_env.amd_host, gpu_vendor=GpuVendor.AMD, exporters=exporters, ip="10.9.9.9"
+    )
+
+
+def test_cpu_memory_and_rdma_come_from_prometheus(client_user, chart_env, nvidia_node):
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        cpu = chart(client_user, nvidia_node, "cpu")
+        memory = chart(client_user, nvidia_node, "memory")
+        rdma = chart(client_user, nvidia_node, "rdma")
+    assert cpu["empty_reason"] is None
+    assert len(cpu["timestamps"]) == 241  # 1 h at 15 s steps, both ends included
+    assert drawn_points(cpu) >= 1
+    assert all(0 <= v <= 100 for v in cpu["series"][0]["values"] if v is not None)
+    assert 0 < next(v for v in memory["series"][0]["values"] if v is not None) < 100
+    assert [s["label"] for s in rdma["series"]] == [
+        "rx mlx5_0 port=1",
+        "rx mlx5_1 port=1",
+        "tx mlx5_0 port=1",
+        "tx mlx5_1 port=1",
+    ]
+    # The counters move at ~9 GB/s; a young series' rate is averaged over the window.
+    rx0 = next(v for v in rdma["series"][0]["values"] if v is not None)
+    assert 0 < rx0 < 10e9
+
+
+def test_gpu_charts_use_the_nvidia_names_on_nvidia_nodes(client_user, chart_env, nvidia_node):
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        data = chart(client_user, nvidia_node, "gpu_util", "24h")
+    assert data["queries"] == [f'DCGM_FI_DEV_GPU_UTIL{{node="{chart_env.nvidia_host}"}}']
+    assert [s["label"] for s in data["series"]] == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
+    assert data["step"] == 300
+    assert drawn_points(data) >= 4
+
+
+def test_gpu_charts_use_the_amd_names_on_amd_nodes(client_user, chart_env, amd_node):
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        temp = chart(client_user, amd_node, "gpu_temp")
+        power = chart(client_user, amd_node, "gpu_power", "7d")
+    assert "gpu_junction_temperature" in temp["queries"][0]
+    assert len(temp["series"]) == 4
+    assert all(40 <= v <= 80 for s in temp["series"] for v in s["values"] if v is not None)
+    assert power["step"] == 1800
+    assert drawn_points(power) >= 4
+
+
+def test_a_node_without_gpus_has_no_gpu_chart_and_says_so(client_user, chart_env):
+    node = make_node(hostname="cpu-only", gpu_vendor=GpuVendor.NONE, gpu_count=0)
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        data = chart(client_user, node, "gpu_util")
+    assert data["series"] == []
+    assert "reports no GPUs" in data["empty_reason"]
+
+
+def test_an_exporter_the_agent_did_not_register_is_named(client_user, chart_env):
+    node = make_node(hostname="no-nic", exporters={"sys-exporter": 29101})
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        data = chart(client_user, node, "rdma")
+    assert "did not register a nic-exporter" in data["empty_reason"]
+
+
+def test_no_samples_yet_says_so(client_user, chart_env):
+    node = make_node(hostname="brand-new")
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        data = chart(client_user, node, "cpu")
+    assert data["empty_reason"].startswith("No data yet")
+
+
+def test_an_offline_node_without_samples_points_at_the_diagnosis(client_user, chart_env):
+    node = make_node(hostname="gone", status=NodeStatus.OFFLINE, status_reason=StatusReason.TIMEOUT)
+    with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
+        data = chart(client_user, node, "memory")
+    assert "is offline" in data["empty_reason"]
+
+
+def test_prometheus_down_is_the_reason(client_user):
+    node = make_node()
+    down = f"http://127.0.0.1:{free_port()}"
+    with override_settings(PROMETHEUS_URL=down, DASHBOARD_PROMETHEUS_TIMEOUT=2):
+        data = chart(client_user, node, "cpu")
+    assert data["series"] == []
+    assert data["empty_reason"].startswith(f"Prometheus at {down} is unreachable")
+    assert "mac status master" in data["empty_reason"]
+
+
+def test_bad_range_chart_or_node_are_named(client_user):
+    node = make_node()
+    bad_range = client_user.get(f"/nodes/{node.pk}/charts/cpu.json?range=3w")
+    assert bad_range.status_code == 400
+    assert "range" in bad_range.json()
+    assert client_user.get(f"/nodes/{node.pk}/charts/disk.json").json()["chart"]
+    assert client_user.get(f"/nodes/{node.pk}/charts/disk.json").status_code == 404
+    assert client_user.get("/nodes/999999/charts/cpu.json").status_code == 404
+
+
+def test_charts_need_a_login():
+    response = Client().get("/nodes/1/charts/cpu.json")
+    assert response.status_code == 401
+
+
+def test_hostnames_are_quoted_in_promql():
+    assert charts.promql_string('a"b\\c') == '"a\\"b\\\\c"'
