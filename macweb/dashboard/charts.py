@@ -2,7 +2,7 @@
 
 The browser never talks to Prometheus: it asks /nodes/<id>/charts/<chart>.json and
 this module picks the queries for the node's GPU vendor, filters them by the
-`node` label that the targets file puts on every target, calls Prometheus with a
+`node` label (the node's id) that healthcheck.targets puts on every target, calls Prometheus with a
 short timeout and answers with columns uPlot draws as they are. When there is
 nothing to draw the answer says why in words (no such exporter on this node,
 Prometheus unreachable, no samples yet), so an empty chart is never a mystery.
@@ -168,8 +168,12 @@ def promql_string(value: str) -> str:
 
 
 def node_selector(node: Node) -> str:
-    """The label matcher that picks a node's series: the targets file's `node` label."""
-    return f"node={promql_string(node.hostname)}"
+    """The label matcher that picks a node's series.
+
+    healthcheck.targets labels every target with node="<Node id>" (and hostname=...);
+    the id survives a hostname change, so the charts follow it.
+    """
+    return f"node={promql_string(str(node.pk))}"
 
 
 def rate_window(step: int) -> str:

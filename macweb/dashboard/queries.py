@@ -9,12 +9,12 @@ cost the same as 100.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 
+from healthcheck.diagnosis import describe
 from inventory.choices import Diagnosis, GpuVendor, NodeStatus, StatusReason
 from inventory.models import Node
 
@@ -124,25 +124,11 @@ def fleet_page(flt: FleetFilter, per_page: int = PAGE_SIZE) -> Page:
     return paginator.get_page(flt.page)
 
 
-@cache
-def _describe_function():
-    """healthcheck.diagnosis.describe when it is installed (the probing code owns it)."""
-    try:
-        from healthcheck.diagnosis import describe
-    except ImportError:
-        return None
-    return describe
-
-
 def describe_diagnosis(code: str) -> dict:
     """{"code", "text", "fix"} for a Diagnosis value; text and fix empty for none."""
     if not code:
         return {"code": "", "text": "", "fix": ""}
-    describe = _describe_function()
-    if describe is not None:
-        text, fix = describe(code)
-    else:
-        text, fix = Diagnosis(code).label if code in Diagnosis.values else code, ""
+    text, fix = describe(code)
     return {"code": code, "text": text, "fix": fix}
 
 

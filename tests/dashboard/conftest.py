@@ -32,7 +32,15 @@ class ChartEnv:
 
     prometheus: PrometheusServer
     nvidia_host: str = "chart-nv"
+    nvidia_id: int = 900001
     amd_host: str = "chart-amd"
+    amd_id: int = 900002
+
+    def labels(self, vendor: str) -> dict[str, str]:
+        """The labels healthcheck.targets gives a node's targets."""
+        if vendor == "amd":
+            return {"node": str(self.amd_id), "hostname": self.amd_host, "gpu_vendor": "amd"}
+        return {"node": str(self.nvidia_id), "hostname": self.nvidia_host, "gpu_vendor": "nvidia"}
 
 
 @pytest.fixture(scope="session")
@@ -48,18 +56,18 @@ def chart_env(tmp_path_factory) -> ChartEnv:
     ]
     (_, nv_addr), (_, amd_addr), (_, nic_addr) = hardware
     targets = [
-        servers.Target("sys-exporter", sys_addr, {"node": env.nvidia_host}),
-        servers.Target("sys-exporter", sys_addr, {"node": env.amd_host}),
-        servers.Target("dcgm-exporter", nv_addr, {"node": env.nvidia_host}),
-        servers.Target("rocm-exporter", amd_addr, {"node": env.amd_host}),
-        servers.Target("nic-exporter", nic_addr, {"node": env.nvidia_host}),
+        servers.Target("sys-exporter", sys_addr, env.labels("nvidia")),
+        servers.Target("sys-exporter", sys_addr, env.labels("amd")),
+        servers.Target("dcgm-exporter", nv_addr, env.labels("nvidia")),
+        servers.Target("rocm-exporter", amd_addr, env.labels("amd")),
+        servers.Target("nic-exporter", nic_addr, env.labels("nvidia")),
     ]
     env.prometheus = servers.start_prometheus(targets, tmp_path_factory.mktemp("prometheus"))
     try:
-        sel = f'node="{env.nvidia_host}"'
+        sel = f'node="{env.nvidia_id}"'
         env.prometheus.wait_for(f"rate(node_cpu_seconds_total{{{sel}}}[1m])")
         env.prometheus.wait_for(f"rate(rdma_rx_bytes_total{{{sel}}}[1m])")
-        env.prometheus.wait_for(f'gpu_gfx_activity{{node="{env.amd_host}"}}')
+        env.prometheus.wait_for(f'gpu_gfx_activity{{node="{env.amd_id}"}}')
         yield env
     finally:
         env.prometheus.stop()

@@ -25,14 +25,23 @@ def drawn_points(data: dict) -> int:
 
 @pytest.fixture
 def nvidia_node(chart_env):
-    return make_node(hostname=chart_env.nvidia_host, gpu_vendor=GpuVendor.NVIDIA, gpu_count=4)
+    return make_node(
+        id=chart_env.nvidia_id,
+        hostname=chart_env.nvidia_host,
+        gpu_vendor=GpuVendor.NVIDIA,
+        gpu_count=4,
+    )
 
 
 @pytest.fixture
 def amd_node(chart_env):
     exporters = {"sys-exporter": 29101, "rocm-exporter": 29200, "nic-exporter": 29500}
     return make_node(
-        hostname=chart_env.amd_host, gpu_vendor=GpuVendor.AMD, exporters=exporters, ip="10.9.9.9"
+        id=chart_env.amd_id,
+        hostname=chart_env.amd_host,
+        gpu_vendor=GpuVendor.AMD,
+        exporters=exporters,
+        ip="10.9.9.9",
     )
 
 
@@ -60,7 +69,7 @@ def test_cpu_memory_and_rdma_come_from_prometheus(client_user, chart_env, nvidia
 def test_gpu_charts_use_the_nvidia_names_on_nvidia_nodes(client_user, chart_env, nvidia_node):
     with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
         data = chart(client_user, nvidia_node, "gpu_util", "24h")
-    assert data["queries"] == [f'DCGM_FI_DEV_GPU_UTIL{{node="{chart_env.nvidia_host}"}}']
+    assert data["queries"] == [f'DCGM_FI_DEV_GPU_UTIL{{node="{chart_env.nvidia_id}"}}']
     assert [s["label"] for s in data["series"]] == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
     assert data["step"] == 300
     assert drawn_points(data) >= 4
