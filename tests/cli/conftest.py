@@ -1,0 +1,83 @@
+"""Fixtures of the `mac` tests: a private configuration per test, and `mac` as a subprocess.
+
+Every path `mac` reads (per-user and per-node files, state dir, /proc for the mount
+table) is redirected into tmp_path, so no test touches /etc/mango or ~/.mac.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+# Variables of the developer's shell that would change what `mac` does under test.
+_SCRUB = ("MASTER_IP", "NODE_NAME", "NO_COLOR")
+
+
+@dataclass
+class MacEnv:
+    root: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def user_file(self) -> Path:
+        return Path(self.env["MAC_USER_ENV_FILE"])
+
+    @property
+    def node_file(self) -> Path:
+        return Path(self.env["MAC_NODE_ENV_FILE"])
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.env["MAC_STATE_DIR"])
+
+    def mounts(self, *lines: str) -> None:
+        """Write the mount table `mac` reads (MAC_PROC_ROOT/mounts)."""
+        (self.root / "proc").mkdir(exist_ok=True)
+        (self.root / "proc" / "mounts").write_text("\n".join(lines) + "\n")
+
+    def shared_home(self, fstype: str = "nfs4") -> None:
+        home = self.user_file.parent.parent
+        self.mounts(
+            "/dev/vda1 / ext4 rw,relatime 0 0",
+            f"filer:/export/home {home} {fstype} rw,vers=4.2 0 0",
+        )
+
+    def run(self, *args: str, extra: dict[str, str] | None = None, timeout: float = 120):
+        env = {**self.env, **(extra or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "macweb.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+
+
+@pytest.fixture
+def mac_env(tmp_path: Path) -> MacEnv:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("MAC_")}
+    for keep in ("MAC_REDIS_URL", "MAC_DATA_DIR", "MAC_TEST_DB_NAME"):
+        if keep in os.environ:
+            env[keep] = os.environ[keep]
+    home = tmp_path / "home" / "op"
+    (home / ".mac").mkdir(parents=True)
+    env.update(
+        {
+            "HOME": str(home),
+            "MAC_USER_ENV_FILE": str(home / ".mac" / "env"),
+            "MAC_NODE_ENV_FILE": str(tmp_path / "etc" / "mango" / "mac" / "env"),
+            "MAC_STATE_DIR": str(tmp_path / "state"),
+            "MAC_PROC_ROOT": str(tmp_path / "proc"),
+            "MAC_RUNTIME": "process",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        }
+    )
+    mac = MacEnv(tmp_path, env)
+    mac.mounts("/dev/vda1 / ext4 rw,relatime 0 0")
+    return mac

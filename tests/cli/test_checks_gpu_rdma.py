@@ -1,0 +1,127 @@
+"""GPU plumbing (NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu) and RDMA counters."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from exporters.checks import CheckContext, CheckStatus
+from exporters.checks.gpu import (
+    check_amd_devices,
+    check_amdgpu_module,
+    check_nvidia_toolkit,
+    detect_gpus,
+)
+from exporters.checks.rdma import check_rdma_counters
+
+
+def _ctx(tmp_path: Path, **extra) -> CheckContext:
+    return CheckContext(
+        proc_root=str(tmp_path / "proc"),
+        sys_root=str(tmp_path / "sys"),
+        dev_root=str(tmp_path / "dev"),
+        etc_root=str(tmp_path / "etc"),
+        extra=extra,
+    )
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _amd_gpu(tmp_path: Path, card: str = "card0", pci: str = "0000:c1:00.0") -> None:
+    device = tmp_path / "sys/bus/pci/devices" / pci
+    _write(device / "vendor", "0x1002\n")
+    _write(device / "class", "0x038000\n")
+    (tmp_path / "sys/class/drm" / card).mkdir(parents=True)
+    os.symlink(device, tmp_path / "sys/class/drm" / card / "device")
+
+
+def _program(bin_dir: Path, name: str) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\nexit 0\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_nvidia_without_toolkit_fails_with_install_steps(tmp_path):
+    (tmp_path / "proc/driver/nvidia/gpus/0000:3b:00.0").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/gpus/0000:5e:00.0").mkdir(parents=True)
+    _program(tmp_path / "bin", "docker")
+    result = check_nvidia_toolkit(_ctx(tmp_path, path=str(tmp_path / "bin")))
+    assert result.status == CheckStatus.FAIL
+    assert result.detail.startswith("2 NVIDIA GPU(s)")
+    assert result.fix.splitlines() == [
+        "sudo apt install nvidia-container-toolkit",
+        "sudo nvidia-ctk runtime configure --runtime=docker",
+        "sudo systemctl restart docker",
+        "mac restart agent",
+    ]
+    _program(tmp_path / "bin", "nvidia-ctk")
+    assert check_nvidia_toolkit(_ctx(tmp_path, path=str(tmp_path / "bin"))).status == (
+        CheckStatus.PASS
+    )
+
+
+def test_nvidia_checks_skip_without_gpus_or_docker(tmp_path):
+    assert check_nvidia_toolkit(_ctx(tmp_path, path="")).status == CheckStatus.SKIP
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidia0").write_text("")
+    result = check_nvidia_toolkit(_ctx(tmp_path, path=str(tmp_path / "empty")))
+    assert result.status == CheckStatus.SKIP and "no Docker" in result.detail
+
+
+def test_amd_gpu_without_kfd_and_module_fails(tmp_path):
+    _amd_gpu(tmp_path)
+    _write(tmp_path / "proc/modules", "ext4 999424 1 - Live 0x0\n")
+    devices = check_amd_devices(_ctx(tmp_path))
+    assert devices.status == CheckStatus.FAIL
+    assert "kfd" in devices.detail and "ls -l /dev/kfd /dev/dri" in devices.fix
+    module = check_amdgpu_module(_ctx(tmp_path))
+    assert module.status == CheckStatus.FAIL
+    assert "sudo modprobe amdgpu" in module.fix and "lsmod | grep amdgpu" in module.fix
+
+
+def test_amd_gpu_with_devices_and_module_passes(tmp_path):
+    _amd_gpu(tmp_path)
+    _write(tmp_path / "dev/kfd", "")
+    _write(tmp_path / "dev/dri/renderD128", "")
+    _write(tmp_path / "proc/modules", "amdgpu 12345678 0 - Live 0x0\next4 1 1 - Live 0x0\n")
+    assert check_amd_devices(_ctx(tmp_path)).status == CheckStatus.PASS
+    assert check_amdgpu_module(_ctx(tmp_path)).status == CheckStatus.PASS
+    assert detect_gpus(str(tmp_path / "proc"), str(tmp_path / "sys"), str(tmp_path / "dev")) == (
+        "amd",
+        1,
+    )
+
+
+def test_amd_checks_skip_without_amd_gpu(tmp_path):
+    assert check_amd_devices(_ctx(tmp_path)).status == CheckStatus.SKIP
+    assert check_amdgpu_module(_ctx(tmp_path)).status == CheckStatus.SKIP
+
+
+def _thor2(tmp_path: Path, rx: int, tx: int) -> None:
+    counters = tmp_path / "sys/class/infiniband/bnxt_re0/ports/1/hw_counters"
+    _write(counters / "rx_bytes", f"{rx}\n")
+    _write(counters / "tx_bytes", f"{tx}\n")
+
+
+def test_rdma_counters_moving_pass(tmp_path):
+    _thor2(tmp_path, 1000, 2000)
+    ctx = _ctx(tmp_path, sleep=lambda _s: _thor2(tmp_path, 5000, 2000), rdma_interval=0)
+    result = check_rdma_counters(ctx)
+    assert result.status == CheckStatus.PASS
+    assert "bnxt_re0/1/hw_counters/rx_bytes" in result.detail
+
+
+def test_rdma_counters_still_warn_with_the_ethtool_command(tmp_path):
+    _thor2(tmp_path, 1000, 2000)
+    result = check_rdma_counters(_ctx(tmp_path, sleep=lambda _s: None))
+    assert result.status == CheckStatus.WARN and "bnxt_re0" in result.detail
+    assert "ethtool -S <iface> | grep -i rdma" in result.fix
+
+
+def test_no_rdma_device_skips(tmp_path):
+    assert check_rdma_counters(_ctx(tmp_path)).status == CheckStatus.SKIP
