@@ -106,6 +106,18 @@ if _database_url:
         _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a usable database URL: {exc}") from None
+    # --- PostgreSQL connection pool (inventory, issue 2). Under ASGI each request runs its
+    # sync code in a thread of its own with a connection of its own, so a burst of agents
+    # registering at once exceeded max_connections; a per-process pool caps and reuses them.
+    # MAC_DB_POOL_SIZE=0 turns it off (persistent connections instead).
+    _pool_size = env_int("MAC_DB_POOL_SIZE", 20, minimum=0, maximum=1000)
+    if _pool_size and _db["ENGINE"] == "django.db.backends.postgresql":
+        _db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections together with a pool
+        _db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": _pool_size,
+            "timeout": env_float("MAC_DB_POOL_TIMEOUT", 30.0, minimum=1.0),
+        }
 else:
     _db = {
         "ENGINE": "django.db.backends.sqlite3",
