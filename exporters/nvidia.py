@@ -15,6 +15,7 @@ number. A GPU that fell off the bus (``NVML_ERROR_GPU_IS_LOST``) is reported by
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import threading
 from collections import Counter
@@ -206,6 +207,14 @@ def _nvlink_total(nvml: ModuleType, handle) -> float:
     )
 
 
+def _handle_key(handle) -> object:
+    """Compare NVML handles by the address they point at (ctypes pointers are not equal)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return handle
+
+
 def _import_pynvml() -> ModuleType:
     import pynvml
 
@@ -310,15 +319,13 @@ class NvmlSource:
                 self._event_set = False
         if not self._event_set:
             return
-        by_handle = {id(handle): index for index, handle in handles.items()}
+        by_handle = {_handle_key(handle): index for index, handle in handles.items()}
         while True:
             try:
                 event = nvml.nvmlEventSetWait_v2(self._event_set, 0)
             except nvml.NVMLError:
                 return  # NVML_ERROR_TIMEOUT: nothing pending
-            index = by_handle.get(id(event.device))
-            if index is None:
-                index = next((i for i, h in handles.items() if h == event.device), -1)
+            index = by_handle.get(_handle_key(event.device), -1)
             self._xids[(index, int(event.eventData))] += 1
             self._last_xid[index] = int(event.eventData)
 

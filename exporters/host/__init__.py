@@ -18,8 +18,10 @@ from exporters.host.system import TimeSource, UnameSource
 from exporters.runtime import Exporter, Options, Roots, Source
 
 
-def sources(roots: Roots, statvfs: Callable | None = None) -> list[Source]:
-    """Every sys-exporter source reading through ``roots``; ``statvfs`` for tests."""
+def sources(
+    roots: Roots, statvfs: Callable | None = None, machine: str | None = None
+) -> list[Source]:
+    """Every sys-exporter source reading through ``roots``; ``statvfs``/``machine`` for tests."""
     return [
         CpuSource(roots),
         StatSource(roots),
@@ -30,7 +32,7 @@ def sources(roots: Roots, statvfs: Callable | None = None) -> list[Source]:
         NetDevSource(roots),
         NetClassSource(roots),
         TimeSource(),
-        UnameSource(roots),
+        UnameSource(roots, machine=machine),
     ]
 
 

@@ -1,0 +1,154 @@
+"""The shared runtime: isolated, timed collectors, backend gauges and the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+from prometheus_client.core import GaugeMetricFamily
+
+from exporters.runtime import BackendStatus, CollectorRunner, Exporter
+from tests.conftest import free_port
+from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args
+
+
+class Fixed:
+    def __init__(self, name: str, value: float = 1.0):
+        self.name = name
+        self.value = value
+
+    def collect(self):
+        yield GaugeMetricFamily(f"test_{self.name}", "a value", value=self.value)
+
+
+class Broken:
+    name = "broken"
+
+    def collect(self):
+        raise OSError("device vanished")
+
+
+class Hung:
+    name = "hung"
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.calls = 0
+
+    def collect(self):
+        self.calls += 1
+        self.release.wait(30)
+        yield GaugeMetricFamily("test_hung", "late", value=1)
+
+
+class WithBackend:
+    name = "gpu"
+
+    def collect(self):
+        return []
+
+    def backends(self):
+        return [BackendStatus("nvml", False, "libnvidia-ml.so.1 not found")]
+
+
+def test_a_failing_collector_does_not_blank_the_others():
+    exporter = Exporter("test", [Fixed("a", 3), Broken()])
+    registry = exporter.registry
+    assert registry.get_sample_value("test_a") == 3
+    assert registry.get_sample_value("mac_exporter_collector_success", {"collector": "a"}) == 1
+    assert registry.get_sample_value("mac_exporter_collector_success", {"collector": "broken"}) == 0
+    health = exporter.health()
+    assert health["status"] == "degraded"
+    assert "device vanished" in health["collectors"]["broken"]["error"]
+
+
+def test_a_hung_collector_costs_one_deadline_and_is_not_started_twice():
+    hung = Hung()
+    exporter = Exporter("test", [Fixed("a"), hung], timeout=0.3)
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            registry = exporter.registry
+            assert registry.get_sample_value("test_a") == 1
+            assert time.monotonic() - started < 1.5
+            assert (
+                registry.get_sample_value("mac_exporter_collector_success", {"collector": "hung"})
+                == 0
+            )
+        assert hung.calls == 1  # later scrapes waited on the same run
+        hung.release.set()
+        time.sleep(0.1)
+        assert exporter.registry.get_sample_value("test_hung") == 1
+    finally:
+        hung.release.set()
+        exporter.close()
+
+
+def test_a_missing_backend_is_a_gauge_with_its_reason():
+    registry = Exporter("test", [WithBackend()]).registry
+    value = registry.get_sample_value(
+        "mac_exporter_backend_available",
+        {"backend": "nvml", "reason": "libnvidia-ml.so.1 not found"},
+    )
+    assert value == 0
+
+
+def test_duplicate_collector_names_are_refused():
+    try:
+        CollectorRunner([Fixed("a"), Fixed("a")])
+    except ValueError as exc:
+        assert "unique" in str(exc)
+    else:
+        raise AssertionError("duplicate names accepted")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporters", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_help_lists_every_service_with_its_port():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for name, port in (
+        ("sys-exporter", "29101"),
+        ("nic-exporter", "29500"),
+        ("mango-sdk-agent", "28000"),
+    ):
+        assert name in result.stdout and port in result.stdout
+
+
+def test_unknown_service_is_a_clear_error():
+    result = run_cli("gpu-exporter")
+    assert result.returncode == 2
+    assert "unknown service 'gpu-exporter'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_port_in_use_is_a_clear_error():
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", free_port()))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        result = run_cli("sys-exporter", "--bind", "127.0.0.1", "--port", str(port))
+    finally:
+        holder.close()
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "--port" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_sigterm_stops_the_exporter_cleanly():
+    process = ExporterProcess("sys-exporter", *fixture_roots_args())
+    process.wait_ready("/metrics")
+    assert process.stop() == 0
