@@ -21,3 +21,60 @@ def test_it_answers_503_naming_redis_when_redis_is_down(client, settings):
     body = response.json()
     assert body["failed"] == ["redis"]
     assert "127.0.0.1:1" in body["checks"]["redis"]["detail"]
+
+
+def _record(client, finished_ago: float, **extra) -> None:
+    import time
+
+    from healthcheck.state import SweepStats, record_sweep
+
+    now = time.time()
+    stats = SweepStats(started_at=now - finished_ago - 1, finished_at=now - finished_ago)
+    stats.duration, stats.nodes, stats.online, stats.offline = 1.0, 3, 2, 1
+    for key, value in extra.items():
+        setattr(stats, key, value)
+    record_sweep(client, stats)
+
+
+def test_it_says_when_the_last_sweep_finished(client, sweep_redis):
+    _record(sweep_redis, finished_ago=5)
+    body = client.get("/health").json()
+    assert body["status"] == "ok"
+    assert body["checks"]["sweeps"]["ok"] is True
+    assert "finished 5 s ago" in body["checks"]["sweeps"]["detail"]
+    assert body["last_sweep"]["duration_seconds"] == 1.0
+    assert body["last_sweep"]["nodes"] == 3
+
+
+def test_it_turns_503_when_sweeps_stopped(client, sweep_redis, settings, monkeypatch):
+    from healthcheck import health
+
+    settings.PROBE_INTERVAL = 30.0
+    monkeypatch.setattr(health, "PROCESS_STARTED", health.PROCESS_STARTED - 3600)
+    _record(sweep_redis, finished_ago=600)
+    response = client.get("/health")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["failed"] == ["sweeps"]
+    assert "mac-worker and mac-beat" in body["checks"]["sweeps"]["detail"]
+
+
+def test_a_fresh_master_gets_a_grace_period_before_its_first_sweep(
+    client, sweep_redis, settings, monkeypatch
+):
+    from healthcheck import health
+
+    settings.PROBE_INTERVAL = 30.0
+    assert client.get("/health").status_code == 200  # just started, no sweep yet
+    monkeypatch.setattr(health, "PROCESS_STARTED", health.PROCESS_STARTED - 3600)
+    response = client.get("/health")
+    assert response.status_code == 503
+    assert "no sweep has finished" in response.json()["checks"]["sweeps"]["detail"]
+
+
+def test_an_old_sweep_from_before_a_restart_does_not_fail_a_fresh_master(
+    client, sweep_redis, settings
+):
+    settings.PROBE_INTERVAL = 30.0
+    _record(sweep_redis, finished_ago=86400)
+    assert client.get("/health").status_code == 200

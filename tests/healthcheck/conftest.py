@@ -1,0 +1,160 @@
+"""Fixtures of the healthcheck tests: a simulated fleet on loopback, nodes, Redis, Celery.
+
+Every test run gets its own loopback block (127.<pid-derived>.x.y) so that
+parallel runs of other engineers never collide with ours on port 29101.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from healthcheck.simfleet import FleetThread
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+
+_counter = iter(range(1, 10_000))
+
+
+def loopback_base() -> str:
+    """A fresh 127.A.B.0 block for one fleet: A from our pid, B from a counter."""
+    return f"127.{100 + os.getpid() % 150}.{next(_counter) % 250}.0"
+
+
+@pytest.fixture
+def fleet() -> Iterator[Callable[..., FleetThread]]:
+    """start_fleet(count, **kwargs) -> a running FleetThread, stopped after the test."""
+    started: list[FleetThread] = []
+
+    def start_fleet(count: int, **kwargs) -> FleetThread:
+        kwargs.setdefault("base", loopback_base())
+        runner = FleetThread(count, **kwargs).start()
+        started.append(runner)
+        return runner
+
+    yield start_fleet
+    for runner in started:
+        runner.stop()
+
+
+@pytest.fixture
+def make_node():
+    """Create a Node row directly (the state a test starts from)."""
+    from inventory.models import Node
+
+    def _make(ip: str, hostname: str | None = None, **fields) -> Node:
+        fields.setdefault("exporters", {"sys-exporter": 29101, "nic-exporter": 29500})
+        return Node.objects.create(
+            hostname=hostname or "sim-" + ip.replace(".", "-"), ip=ip, **fields
+        )
+
+    return _make
+
+
+@pytest.fixture
+def sweep_redis(settings) -> Iterator[redis.Redis]:
+    """Our Redis db with the sweep's keys (and Celery's queue) cleared before and after."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+
+    def clear() -> None:
+        for key in client.scan_iter(match="mac:sweep:*"):
+            client.delete(key)
+        client.delete("celery", "_kombu.binding.celery")
+
+    clear()
+    yield client
+    clear()
+    client.close()
+
+
+@pytest.fixture
+def sd_dir(tmp_path, settings) -> Path:
+    path = tmp_path / "targets"
+    settings.SD_DIR = path
+    return path
+
+
+@pytest.fixture
+def fast_probes(settings):
+    """Short timeouts so that dead nodes cost little test time."""
+    settings.PROBE_TIMEOUT = 0.5
+    settings.PROBE_INTERVAL = 1.0
+    return settings
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a master process started by a test: the test database, our Redis."""
+    from django.db import connection
+
+    env = dict(os.environ)
+    db = connection.settings_dict
+    env["DATABASE_URL"] = (
+        f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    )
+    env.pop("MAC_TEST_DB_NAME", None)
+    env.update(extra)
+    return env
+
+
+class Processes:
+    """Child processes of one test, stopped (by their own pid) at the end."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[subprocess.Popen] = []
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        child = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        child.log_path = self.log_dir / f"{name}.log"  # type: ignore[attr-defined]
+        self.children.append(child)
+        return child
+
+    def stop(self, child: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+        if child.poll() is None:
+            child.send_signal(sig)
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(5)
+
+    def stop_all(self) -> None:
+        for child in reversed(self.children):
+            self.stop(child)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {Path(c.log_path).name}\n{Path(c.log_path).read_text(errors='replace')[-3000:]}"
+            for c in self.children
+        )
+
+
+@pytest.fixture
+def processes(tmp_path) -> Iterator[Processes]:
+    procs = Processes(tmp_path)
+    yield procs
+    procs.stop_all()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> object:
+    """Poll until predicate() is truthy; returns its value or fails with the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)

@@ -1,0 +1,82 @@
+"""The master's /metrics: per-node status from the inventory, sweep figures from Redis."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from healthcheck.state import SweepStats, record_sweep
+from inventory.choices import Diagnosis, NodeStatus, StatusReason
+
+pytestmark = pytest.mark.django_db
+
+
+def samples(response) -> dict:
+    found = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_redis):
+    up = make_node("10.1.0.1", "gpu-01", status=NodeStatus.ONLINE, status_reason=StatusReason.OK)
+    down = make_node(
+        "10.1.0.2",
+        "gpu-02",
+        status=NodeStatus.OFFLINE,
+        status_reason=StatusReason.TIMEOUT,
+        diagnosis=Diagnosis.IP_FORWARD_OFF,
+        maintenance=True,
+        gpu_vendor="amd",
+    )
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    got = samples(response)
+    base = {"gpu_vendor": "none", "maintenance": "false"}
+    key = tuple(sorted({"node": str(up.pk), "hostname": "gpu-01", **base}.items()))
+    assert got[("mac_node_up", key)] == 1.0
+    labels = {
+        "node": str(down.pk),
+        "hostname": "gpu-02",
+        "gpu_vendor": "amd",
+        "maintenance": "true",
+    }
+    assert got[("mac_node_up", tuple(sorted(labels.items())))] == 0.0
+    status_labels = {
+        "node": str(down.pk),
+        "hostname": "gpu-02",
+        "status": "offline",
+        "reason": "timeout",
+        "diagnosis": "ip_forward_off",
+        "maintenance": "true",
+    }
+    assert got[("mac_node_status", tuple(sorted(status_labels.items())))] == 1.0
+    assert got[("mac_nodes", (("status", "offline"),))] == 1.0
+    assert got[("mac_nodes", (("status", "unknown"),))] == 0.0
+
+
+def test_sweep_figures_are_exported(client, sweep_redis):
+    stats = SweepStats(started_at=1000.0, finished_at=1002.5, duration=2.5, probe_duration=2.1)
+    stats.outcomes = {"ok": 18, "timeout": 2}
+    record_sweep(sweep_redis, stats)
+    record_sweep(sweep_redis, stats)
+
+    got = samples(client.get("/metrics"))
+
+    assert got[("mac_sweep_duration_seconds", ())] == 2.5
+    assert got[("mac_sweep_last_timestamp_seconds", ())] == 1002.5
+    assert got[("mac_probes_total", (("outcome", "ok"),))] == 36
+    assert got[("mac_probes_total", (("outcome", "timeout"),))] == 4
+    assert got[("mac_sweeps_total", ())] == 2
+
+
+def test_without_redis_the_node_series_still_come_out(client, make_node, settings):
+    make_node("10.1.0.9", "gpu-09")
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    got = samples(client.get("/metrics"))
+    assert any(name == "mac_node_up" for name, _ in got)
+    assert not any(name == "mac_sweep_duration_seconds" for name, _ in got)
