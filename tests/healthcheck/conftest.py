@@ -112,7 +112,7 @@ class Processes:
         self.log_dir = log_dir
         self.children: list[subprocess.Popen] = []
 
-    def start(self, name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    def start(self, name: str, args: list[str], env: dict[str, str] | None) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         child = subprocess.Popen(
             args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -158,3 +158,62 @@ def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         time.sleep(interval)
+
+
+CELERY = str(Path(sys.executable).with_name("celery"))
+
+
+@pytest.fixture
+def master_procs(transactional_db, processes, sweep_redis, tmp_path):
+    """start(beats=1) -> starts a real Celery worker and `beats` beat processes.
+
+    They run against the test database and our Redis db with a 1 s probe
+    interval and a 0.5 s probe timeout; all are stopped at the end of the test.
+    """
+    sd = tmp_path / "targets"
+    env = subprocess_env(
+        MAC_PROBE_INTERVAL="1",
+        MAC_PROBE_TIMEOUT="0.5",
+        MAC_SD_DIR=str(sd),
+        MAC_LOG_LEVEL="INFO",
+    )
+
+    def start(beats: int = 1) -> Processes:
+        processes.start(
+            "worker",
+            [
+                CELERY,
+                "-A",
+                "macweb",
+                "worker",
+                "--pool=solo",
+                "-l",
+                "info",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            env,
+        )
+        for index in range(beats):
+            schedule = tmp_path / f"beat-{index}"
+            processes.start(
+                f"beat-{index}",
+                [
+                    CELERY,
+                    "-A",
+                    "macweb",
+                    "beat",
+                    "-l",
+                    "info",
+                    "-s",
+                    str(schedule),
+                    "--pidfile",
+                    "",
+                ],
+                env,
+            )
+        return processes
+
+    start.sd_dir = sd  # type: ignore[attr-defined]
+    return start
