@@ -61,6 +61,16 @@ class GpuIdentity:
         return asdict(self)
 
 
+def _scaled(read: Callable, factor: float) -> Callable:
+    """Convert units after the blank check: a scaled sentinel no longer looks like one."""
+
+    def scaled(nvml, handle):
+        raw = read(nvml, handle)
+        return None if raw is None or is_blank(raw) else raw * factor
+
+    return scaled
+
+
 # (metric, help, counter?, how to read it: fn(nvml, handle) -> number)
 def _fields(nvml: ModuleType) -> list[tuple[str, str, bool, Callable]]:
     def ecc(kind):
@@ -98,7 +108,7 @@ def _fields(nvml: ModuleType) -> list[tuple[str, str, bool, Callable]]:
             "DCGM_FI_DEV_POWER_USAGE",
             "Power draw (in W).",
             False,
-            lambda n, h: n.nvmlDeviceGetPowerUsage(h) / 1000.0,
+            _scaled(lambda n, h: n.nvmlDeviceGetPowerUsage(h), 1 / 1000),
         ),
         (
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
@@ -140,13 +150,13 @@ def _fields(nvml: ModuleType) -> list[tuple[str, str, bool, Callable]]:
             "DCGM_FI_DEV_FB_FREE",
             "Framebuffer memory free (in MiB).",
             False,
-            lambda n, h: n.nvmlDeviceGetMemoryInfo(h).free / MIB,
+            _scaled(lambda n, h: n.nvmlDeviceGetMemoryInfo(h).free, 1 / MIB),
         ),
         (
             "DCGM_FI_DEV_FB_USED",
             "Framebuffer memory used (in MiB).",
             False,
-            lambda n, h: n.nvmlDeviceGetMemoryInfo(h).used / MIB,
+            _scaled(lambda n, h: n.nvmlDeviceGetMemoryInfo(h).used, 1 / MIB),
         ),
         (
             "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",

@@ -1,0 +1,151 @@
+"""bmc-agent: ipmitool and Redfish parsers, and a real HTTP server as the fake BMC."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from exporters.bmc import (
+    BmcSource,
+    IpmiClient,
+    RedfishClient,
+    parse_chassis_power,
+    parse_dcmi_power,
+    parse_redfish_power,
+    parse_redfish_thermal,
+    parse_sdr_elist,
+)
+from exporters.runtime import Exporter
+from tests.exporters.conftest import FIXTURES, assert_golden, fixture_roots_args, scrape_text
+
+IPMI = FIXTURES / "ipmitool"
+REDFISH = FIXTURES / "redfish"
+COMMANDS = {
+    ("ipmitool", "sdr", "elist"): IPMI / "sdr_elist.txt",
+    ("ipmitool", "dcmi", "power", "reading"): IPMI / "dcmi_power_reading.txt",
+    ("ipmitool", "chassis", "power", "status"): IPMI / "chassis_power_status.txt",
+}
+USER, PASSWORD = "root", "calvin"
+
+
+def recorded_ipmitool(args: list[str]) -> str:
+    return COMMANDS[tuple(args)].read_text()
+
+
+class FakeBmc(BaseHTTPRequestHandler):
+    """Serves recorded Redfish JSON (tests/fixtures/redfish/<path>/index.json) with basic auth."""
+
+    def do_GET(self):
+        expected = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+        if self.headers.get("Authorization") != expected:
+            self.send_error(401, "Unauthorized")
+            return
+        path = REDFISH / self.path.strip("/") / "index.json"
+        if not path.resolve().is_relative_to(REDFISH.resolve()) or not path.exists():
+            self.send_error(404)
+            return
+        body = path.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_bmc():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeBmc)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_parse_sdr_elist_types_values_and_states():
+    sensors = {s.name + s.id: s for s in parse_sdr_elist((IPMI / "sdr_elist.txt").read_text())}
+    inlet = sensors["Inlet Temp4"]
+    assert (inlet.type, inlet.value, inlet.state) == ("temperature", 23.0, 0.0)
+    assert sensors["Fan3A52"].state == 1.0  # "nc": non-critical
+    assert sensors["Fan3B53"].value is None and sensors["Fan3B53"].state is None  # no reading
+    assert sensors["Voltage 1108"].type == "voltage"
+    assert sensors["PS2 Status99"].state == 2.0  # critical PSU
+    assert sensors["Current 1106"].value == 0.8
+
+
+def test_parse_dcmi_and_chassis_power():
+    assert parse_dcmi_power((IPMI / "dcmi_power_reading.txt").read_text()) == 378.0
+    assert parse_dcmi_power("DCMI request failed because: Invalid command") is None
+    assert parse_chassis_power("Chassis Power is on\n") == 1.0
+    assert parse_chassis_power("Chassis Power is off\n") == 0.0
+
+
+def test_parse_redfish_thermal_and_power():
+    chassis = REDFISH / "redfish/v1/Chassis/System.Embedded.1"
+    thermal = parse_redfish_thermal(json.loads((chassis / "Thermal/index.json").read_text()))
+    names = {s.name: s for s in thermal}
+    assert names["CPU2 Temp"].value == 64
+    assert names["System Board Fan2A"].state == 1.0
+    assert "System Board Fan2B" not in names  # absent fan
+    power, watts = parse_redfish_power(json.loads((chassis / "Power/index.json").read_text()))
+    assert watts == 4218
+    psus = {s.name: s for s in power if s.type == "power_supply"}
+    assert psus["PS2 Status"].state == 2.0
+
+
+def test_ipmi_golden_output():
+    exporter = Exporter("bmc-agent", [BmcSource(IpmiClient(recorded_ipmitool))])
+    assert_golden("bmc-agent-ipmi", scrape_text(exporter.registry))
+
+
+def test_redfish_golden_output_from_a_real_http_bmc(fake_bmc):
+    source = BmcSource(RedfishClient(fake_bmc, USER, PASSWORD))
+    registry = Exporter("bmc-agent", [source]).registry
+    text = scrape_text(registry)
+    assert registry.get_sample_value("ipmi_up", {"collector": "redfish"}) == 1
+    assert registry.get_sample_value("ipmi_chassis_power_state") == 1
+    assert_golden("bmc-agent-redfish", text)
+
+
+def test_wrong_credentials_are_ipmi_up_0_with_the_reason(fake_bmc):
+    source = BmcSource(RedfishClient(fake_bmc, USER, "wrong"))
+    registry = Exporter("bmc-agent", [source]).registry
+    assert registry.get_sample_value("ipmi_up", {"collector": "redfish"}) == 0
+    assert "401" in source.backends()[0].reason
+    assert source.health()["bmc"]["answers"] is False
+
+
+def test_bmc_agent_process_reports_whether_the_bmc_answers(fake_bmc, start_exporter):
+    env = {
+        "MAC_BMC_REDFISH_URL": fake_bmc,
+        "MAC_BMC_REDFISH_USER": USER,
+        "MAC_BMC_REDFISH_PASSWORD": PASSWORD,
+    }
+    agent = start_exporter("bmc-agent", *fixture_roots_args(), env=env)
+    health = agent.json("/health")
+    assert health["bmc"] == {"protocol": "redfish", "answers": True, "reason": ""}
+    status, metrics, _ = agent.get("/metrics")
+    assert status == 200
+    assert 'ipmi_temperature_celsius{id="iDRAC.Embedded.1#CPU1Temp",name="CPU1 Temp"} 61.0' in (
+        metrics
+    )
+
+
+def test_bmc_agent_without_any_bmc_keeps_serving(start_exporter, tmp_path):
+    agent = start_exporter(
+        "bmc-agent", "--dev-root", str(tmp_path), env={"MAC_BMC_REDFISH_URL": ""}
+    )
+    assert agent.json("/health")["bmc"]["answers"] is False
+    status, metrics, _ = agent.get("/metrics")
+    assert status == 200
+    assert 'ipmi_up{collector="none"} 0.0' in metrics
+    assert f'reason="no BMC: MAC_BMC_REDFISH_URL is not set and {tmp_path}/ipmi0 is missing' in (
+        metrics
+    )

@@ -1,0 +1,125 @@
+"""nic-exporter: ethtool and sysfs RDMA counters of every vendor in one family."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporters.nic import (
+    RdmaSource,
+    discover_rdma_devices,
+    parse_ethtool_stats,
+    parse_ib_rate,
+    parse_ib_state,
+    rdma_bytes_from_ethtool,
+)
+from exporters.runtime import Exporter, Roots
+from tests.exporters.conftest import FIXTURES, assert_golden, fixture_ethtool, scrape_text
+
+IB_ROOTS = Roots(sys_root=str(FIXTURES / "sysfs-ib"))
+
+
+def labels(device: str, vendor: str, iface: str, port: str = "1") -> dict:
+    return {"device": device, "port": port, "vendor": vendor, "iface": iface}
+
+
+def test_parse_ethtool_stats_of_a_connectx():
+    stats = parse_ethtool_stats((FIXTURES / "ethtool" / "ens1f0np0.txt").read_text())
+    assert stats["rx_vport_rdma_unicast_bytes"] == 34122601377792
+    assert stats["tx_vport_rdma_unicast_bytes"] == 33987440035840
+    assert rdma_bytes_from_ethtool("mellanox", stats) == {
+        "rx": 34122601377792 + 4608,
+        "tx": 33987440035840,
+    }
+
+
+def test_parse_ethtool_stats_of_a_thor2_keeps_queue_prefixes():
+    stats = parse_ethtool_stats((FIXTURES / "ethtool" / "ens2f0np0.txt").read_text())
+    assert stats["[0]: rx_ucast_bytes"] == 188322016
+    assert stats["[1]: rx_ucast_bytes"] == 160012983
+    assert stats["rx_bytes"] == 37384711022592
+    # Thor2's ethtool has no RDMA byte counters: its bandwidth comes from hw_counters.
+    assert rdma_bytes_from_ethtool("mellanox", stats) is None
+
+
+def test_mangoboost_rdma_counters_are_summed():
+    stats = parse_ethtool_stats((FIXTURES / "ethtool" / "enp65s0.txt").read_text())
+    assert rdma_bytes_from_ethtool("mangoboost", stats) == {
+        "rx": 1048576000000 + 1048575990272,
+        "tx": 1042677760000 * 2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("4: ACTIVE", (4, "ACTIVE")), ("1: DOWN\n", (1, "DOWN")), ("garbage", None)],
+)
+def test_parse_ib_state(text, expected):
+    assert parse_ib_state(text) == expected
+
+
+def test_parse_ib_rate_is_bytes_per_second():
+    assert parse_ib_rate("400 Gb/sec (4X NDR)") == 50e9
+    assert parse_ib_rate("2.5 Gb/sec (1X SDR)") == 2.5e9 / 8
+    assert parse_ib_rate("") is None
+
+
+def test_vendors_are_told_apart_from_sysfs_drivers_and_ids():
+    found = {dev.device: dev for dev in discover_rdma_devices(IB_ROOTS)}
+    assert found["mlx5_0"].vendor == "mellanox" and found["mlx5_0"].iface == "ens1f0np0"
+    assert found["bnxt_re0"].vendor == "broadcom" and found["bnxt_re0"].pci_id == "0x14e4:0x1760"
+    assert found["irdma0"].vendor == "intel"
+    assert found["enp65s0"].vendor == "mangoboost"  # no IB device: found through its driver
+
+
+def test_every_vendor_lands_in_one_family():
+    registry = Exporter("nic-exporter", [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool)]).registry
+    rx = "rdma_rx_bytes_total"
+    assert registry.get_sample_value(rx, labels("mlx5_0", "mellanox", "ens1f0np0")) == (
+        34122601377792 + 4608
+    )
+    assert registry.get_sample_value(rx, labels("bnxt_re0", "broadcom", "ens2f0np0")) == (
+        37384362467952
+    )
+    # Standard IB counters count 4-byte words.
+    assert registry.get_sample_value(rx, labels("irdma0", "intel", "ens3f0")) == 2500000000 * 4
+    assert (
+        registry.get_sample_value(
+            "rdma_link_rate_bytes_per_second", labels("bnxt_re0", "broadcom", "ens2f0np0")
+        )
+        == 50e9
+    )
+
+
+def test_one_odd_device_never_breaks_the_others():
+    # mlx5_1: ethtool fails and sysfs has no counters at all.
+    registry = Exporter("nic-exporter", [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool)]).registry
+    assert (
+        registry.get_sample_value("mac_nic_device_ok", {"device": "mlx5_1", "vendor": "mellanox"})
+        == 0
+    )
+    assert (
+        registry.get_sample_value("rdma_rx_bytes_total", labels("mlx5_1", "mellanox", "ens1f1np1"))
+        is None
+    )
+    assert registry.get_sample_value("rdma_link_up", labels("mlx5_1", "mellanox", "ens1f1np1")) == 0
+    assert (
+        registry.get_sample_value("mac_nic_device_ok", {"device": "mlx5_0", "vendor": "mellanox"})
+        == 1
+    )
+    assert registry.get_sample_value("mac_exporter_collector_success", {"collector": "rdma"}) == 1
+
+
+def test_nic_exporter_golden_output():
+    exporter = Exporter("nic-exporter", [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool)])
+    assert_golden("nic-exporter", scrape_text(exporter.registry))
+
+
+def test_no_rdma_device_is_reported_not_fatal(tmp_path):
+    registry = Exporter("nic-exporter", [RdmaSource(Roots(sys_root=str(tmp_path)))]).registry
+    reason = f"no RDMA devices under {tmp_path}/class/infiniband"
+    assert (
+        registry.get_sample_value(
+            "mac_exporter_backend_available", {"backend": "rdma", "reason": reason}
+        )
+        == 0
+    )
