@@ -1,0 +1,181 @@
+"""A real Prometheus (Debian's /usr/bin/prometheus) reading the sweep's targets files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import threading
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+from healthcheck.promconfig import render_prometheus_config
+from healthcheck.simfleet import Mode
+from healthcheck.sweep import run_sweep
+from healthcheck.targets import write_targets
+from inventory.models import Node
+from tests.conftest import free_port
+from tests.healthcheck.conftest import wait_for
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not shutil.which("prometheus"), reason="Debian's prometheus is not installed"
+    ),
+]
+FILE_SD_ERROR = 'msg="Error reading file"'
+
+
+@pytest.fixture
+def prometheus(tmp_path, processes, sd_dir, live_server):
+    """Prometheus on a free port scraping every second, with the sweep's targets dir."""
+    port = free_port()
+    master = live_server.url.removeprefix("http://")
+    config = render_prometheus_config(
+        str(sd_dir), [master], scrape_interval="1s", scrape_timeout="1s", sd_refresh_interval="1s"
+    )
+    sd_dir.mkdir(parents=True, exist_ok=True)
+    write_targets([], sd_dir)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    proc = processes.start(
+        "prometheus",
+        [
+            PROMETHEUS,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--web.enable-lifecycle",
+        ],
+        env=None,
+    )
+    api = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _get(api + "/-/ready") is not None, timeout=30, interval=0.2)
+    proc.api = api  # type: ignore[attr-defined]
+    return proc
+
+
+def _get(url: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            body = response.read()
+    except OSError:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"raw": body.decode(errors="replace")}
+
+
+def active_targets(api: str) -> list[dict]:
+    data = _get(api + "/api/v1/targets?state=active") or {}
+    return data.get("data", {}).get("activeTargets", [])
+
+
+def up_by_job(api: str, job: str) -> dict[str, str]:
+    return {
+        t["labels"]["instance"]: t["health"]
+        for t in active_targets(api)
+        if t["labels"]["job"] == job
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prometheus_scrapes_online_nodes_and_drops_offline_ones(
+    prometheus, fleet, make_node, fast_probes, sd_dir, sweep_redis
+):
+    runner = fleet(3)
+    nodes = [make_node(node.ip) for node in runner.nodes]
+    run_sweep()
+    api = prometheus.api
+    expected = {f"{node.ip}:29101" for node in runner.nodes}
+
+    def all_up():
+        seen = up_by_job(api, "sys-exporter")
+        return set(seen) == expected and set(seen.values()) == {"up"}
+
+    wait_for(all_up, timeout=20, interval=0.3)
+    labels = next(t["labels"] for t in active_targets(api) if t["labels"]["job"] == "nic-exporter")
+    assert {"node", "hostname", "gpu_vendor", "maintenance"} <= set(labels)
+    # The master's own /metrics is scraped too, and says how many nodes are Online.
+    wait_for(
+        lambda: (
+            up_by_job(api, "mac-master") and set(up_by_job(api, "mac-master").values()) == {"up"}
+        ),
+        timeout=15,
+        interval=0.3,
+    )
+
+    runner.set_node_mode(1, Mode.REFUSE)
+    run_sweep()
+    assert Node.objects.get(pk=nodes[1].pk).status == "offline"
+    gone = f"{runner.nodes[1].ip}:29101"
+    wait_for(lambda: gone not in up_by_job(api, "sys-exporter"), timeout=15, interval=0.3)
+    assert set(up_by_job(api, "sys-exporter")) == expected - {gone}
+    # ...but stays visible through the master's /metrics, where an alert can fire.
+    wait_for(
+        lambda: (
+            (_get(api + "/api/v1/query?query=mac_node_up%3D%3D0") or {})
+            .get("data", {})
+            .get("result")
+        ),
+        timeout=15,
+        interval=0.3,
+    )
+    query = _get(api + "/api/v1/query?query=mac_node_up%3D%3D0")
+    assert [r["metric"]["hostname"] for r in query["data"]["result"]] == [nodes[1].hostname]
+
+
+def _rows(count: int, offset: int) -> list[dict]:
+    return [
+        {
+            "id": i,
+            "hostname": f"load-{i}",
+            # Never scraped successfully (nothing listens): only the file matters.
+            "ip": f"127.250.{i // 250}.{i % 250 + 1}",
+            "gpu_vendor": "none",
+            "maintenance": False,
+            "exporters": {"sys-exporter": 29101},
+        }
+        for i in range(offset, offset + count)
+    ]
+
+
+@pytest.mark.django_db
+def test_prometheus_never_reads_a_half_written_targets_file(prometheus, sd_dir):
+    log_path = prometheus.log_path
+    small, large = _rows(1500, 0), _rows(1600, 5000)  # ~200 KB files
+    stop = threading.Event()
+
+    def reload_often():
+        while not stop.is_set():
+            prometheus.send_signal(signal.SIGHUP)
+            time.sleep(0.1)
+
+    reloader = threading.Thread(target=reload_often)
+    reloader.start()
+    rewrites = 0
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            write_targets(small if rewrites % 2 else large, sd_dir)
+            rewrites += 1
+    finally:
+        stop.set()
+        reloader.join()
+    time.sleep(1.5)  # let the last watch events and the 1 s refresh through
+    log = log_path.read_text()
+    assert rewrites > 20
+    assert "Reloading configuration file" in log or "Completed loading of configuration" in log
+    assert FILE_SD_ERROR not in log
+
+    # Control: the check does see a torn file, so its silence above means something.
+    target = sd_dir / "sys-exporter.json"
+    content = target.read_bytes()
+    with open(target, "wb") as handle:
+        handle.write(content[: len(content) // 2])
+    wait_for(lambda: FILE_SD_ERROR in log_path.read_text(), timeout=10, interval=0.2)
