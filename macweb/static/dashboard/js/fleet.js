@@ -65,7 +65,11 @@ function buildRow(raw) {
     const diag = node.diagnosis_info;
     if (diag && diag.text) {
       why.append(el("div", "diagnosis", diag.text));
-      if (diag.fix) why.append(el("div", "fix", `Fix: ${diag.fix}`));
+      if (diag.fix) {
+        const fix = el("details", "fix");
+        fix.append(el("summary", null, "How to fix"), el("pre", null, diag.fix));
+        why.append(fix);
+      }
     }
   } else if (node.status === "unknown") {
     why.append(el("span", "muted", node.status_reason_text));

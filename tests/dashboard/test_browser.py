@@ -1,0 +1,277 @@
+"""The dashboard in real headless Chromium against a real uvicorn, Redis and Prometheus.
+
+The server is `uvicorn macweb.asgi:application` in a subprocess connected to this
+run's test database (so the tests are transactional: what they write is committed
+and the server sees it). Fake agents are the simulated fleet's loopback servers;
+the sweep is healthcheck.sweep.run_sweep, the same code the Celery task runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.db import connection, connections
+
+from inventory.choices import GpuVendor, NodeStatus
+from inventory.models import Node
+from tests.conftest import free_port
+from tests.dashboard import servers
+from tests.dashboard.factories import make_node
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
+
+
+def in_thread(fn: Callable, *args, **kwargs):
+    """Run Django/sweep code off the Playwright thread (its event loop makes Django refuse
+    synchronous database calls there), closing the thread's connection afterwards."""
+
+    def call():
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result(timeout=60)
+
+
+@dataclass
+class Server:
+    url: str
+    port: int
+    env: dict[str, str]
+    proc: object = None
+
+    def start(self) -> None:
+        self.proc, _ = servers.start_uvicorn(self.env, port=self.port)
+
+    def stop(self) -> None:
+        servers.stop_process(self.proc)
+
+
+def server_env(chart_env, data_dir: Path) -> dict[str, str]:
+    db = connection.settings_dict
+    if connection.vendor != "postgresql":
+        pytest.skip("the browser tests share the test database with uvicorn: needs PostgreSQL")
+    auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+    url = f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    return {
+        "DATABASE_URL": url,
+        "MAC_TEST_DB_NAME": "",
+        "MAC_PROMETHEUS_URL": chart_env.prometheus.url,
+        "MAC_DATA_DIR": os.environ.get("MAC_DATA_DIR", str(data_dir)),
+    }
+
+
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup, django_db_blocker, chart_env, tmp_path_factory) -> Iterator:
+    env = server_env(chart_env, tmp_path_factory.mktemp("server-data"))
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}", port, env)
+    server.start()
+    yield server
+    server.stop()  # before the test database is dropped
+
+
+@pytest.fixture(scope="session")
+def browser(django_db_setup):
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread, and Django then refuses
+    # the database work pytest-django does here between tests (flushing the tables).
+    # Nothing runs on that loop while Django does, which is what this switch asserts.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as pw:
+            chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return in_thread(django_user_model.objects.create_user, "operator", password="operator-pass")
+
+
+def log_in(page, server: Server) -> None:
+    page.goto(f"{server.url}/")
+    assert "/accounts/login/" in page.url  # anonymous users go to the login page
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", "operator-pass")
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server.url}/")
+
+
+@pytest.fixture
+def fleet():
+    from healthcheck.simfleet import FleetThread
+
+    # Loopback addresses of our own, so parallel runs of other suites never collide.
+    base = f"127.55.{os.getpid() % 250}.0"
+    with FleetThread(2, base=base) as running:
+        yield running
+
+
+def sweep(sd_dir: Path) -> None:
+    from healthcheck.sweep import run_sweep
+
+    in_thread(run_sweep, sd_dir=sd_dir)
+
+
+def test_the_fleet_page_follows_sweeps_live(page, asgi_server, operator, fleet, tmp_path):
+    from playwright.sync_api import expect
+
+    ids = [
+        in_thread(
+            make_node, hostname=n.hostname, ip=n.ip, exporters=n.exporters(), gpu_vendor="none"
+        ).pk
+        for n in fleet.nodes
+    ]
+    sweep(tmp_path)
+    log_in(page, asgi_server)
+    victim = page.locator(f'tr[data-node-id="{ids[0]}"]')
+    expect(victim.locator(".badge")).to_have_text("Online")
+    expect(page.locator(f'tr[data-node-id="{ids[1]}"] .badge')).to_have_text("Online")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    page.evaluate("window.__sameDocument = true")
+
+    fleet.set_node_mode(0, "refuse")  # the agent was stopped
+    sweep(tmp_path)
+    pushed = time.monotonic()
+    expect(victim.locator(".badge")).to_have_text("Offline", timeout=3000)
+    latency = time.monotonic() - pushed
+    expect(victim.locator(".reason")).to_contain_text("connection refused")
+    expect(victim.locator(".diagnosis")).not_to_be_empty()
+    expect(page.locator('[data-count="status.offline"]')).to_have_text("1")
+    assert latency < 1.5, f"the row changed {latency:.2f} s after the sweep"
+
+    fleet.set_node_mode(0, "answer")  # started again
+    sweep(tmp_path)
+    expect(victim.locator(".badge")).to_have_text("Online", timeout=3000)
+    expect(victim.locator(".reason")).to_have_count(0)
+    expect(page.locator('[data-count="status.offline"]')).to_have_text("0")
+    assert page.evaluate("window.__sameDocument") is True  # never reloaded
+
+
+def test_the_page_reconnects_after_a_restart_and_shows_what_it_missed(
+    page, chart_env, operator, tmp_path
+):
+    from playwright.sync_api import expect
+
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}", port, server_env(chart_env, tmp_path))
+    server.start()
+    try:
+        node = in_thread(make_node, hostname="gpu-restart")
+        log_in(page, server)
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        page.evaluate("window.__sameDocument = true")
+        server.stop()
+        expect(page.locator("#live")).to_have_attribute("data-state", "down")
+        expect(page.locator("#live .live-text")).to_contain_text("reconnecting")
+        in_thread(Node.objects.filter(pk=node.pk).update, status=NodeStatus.OFFLINE)
+        server.start()
+        expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=20_000)
+        row = page.locator(f'tr[data-node-id="{node.pk}"]')
+        expect(row.locator(".badge")).to_have_text("Offline")
+        assert page.evaluate("window.__sameDocument") is True
+    finally:
+        server.stop()
+
+
+def test_the_node_page_draws_charts_from_prometheus(page, asgi_server, chart_env, operator):
+    from playwright.sync_api import expect
+
+    in_thread(
+        make_node,
+        id=chart_env.nvidia_id,
+        hostname=chart_env.nvidia_host,
+        gpu_vendor=GpuVendor.NVIDIA,
+        gpu_count=4,
+    )
+    log_in(page, asgi_server)
+    page.goto(f"{asgi_server.url}/nodes/{chart_env.nvidia_id}/")
+    for name, lines in [("cpu", 1), ("memory", 1), ("gpu_util", 4), ("gpu_power", 4), ("rdma", 4)]:
+        figure = page.locator(f'figure[data-chart="{name}"]')
+        expect(figure.locator("canvas")).to_have_count(1)
+        # uPlot's legend: one row for time plus one per series drawn
+        expect(figure.locator(".u-legend .u-series")).to_have_count(lines + 1)
+        expect(figure.locator(".chart-empty")).to_be_hidden()
+    page.click('button[data-range="24h"]')
+    expect(page.locator('button[data-range="24h"]')).to_have_attribute("aria-pressed", "true")
+    expect(page.locator('figure[data-chart="gpu_temp"] canvas')).to_have_count(1)
+
+
+def test_an_empty_chart_says_why_in_the_page(page, asgi_server, operator):
+    from playwright.sync_api import expect
+
+    node = in_thread(make_node, hostname="gpu-nodata")
+    log_in(page, asgi_server)
+    page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
+    empty = page.locator('figure[data-chart="cpu"] .chart-empty')
+    expect(empty).to_be_visible()
+    expect(empty).to_contain_text("No data yet")
+
+
+def test_the_websocket_refuses_anonymous_browsers(page, asgi_server):
+    page.goto(f"{asgi_server.url}/accounts/login/")
+    outcome = page.evaluate(
+        """() => new Promise((resolve) => {
+            const ws = new WebSocket(`ws://${location.host}/ws/fleet/`);
+            ws.onopen = () => resolve("open");
+            ws.onclose = (event) => resolve(`closed ${event.code}`);
+        })"""
+    )
+    assert outcome.startswith("closed"), outcome
+
+
+def test_hostnames_are_text_not_markup(page, asgi_server, operator, tmp_path):
+    from playwright.sync_api import expect
+
+    node = in_thread(
+        make_node,
+        hostname="evil",
+        status=NodeStatus.OFFLINE,
+        status_detail='<img src=x onerror="window.__pwned=1">',
+    )
+    log_in(page, asgi_server)
+    row = page.locator(f'tr[data-node-id="{node.pk}"]')
+    expect(row.locator(".reason")).to_contain_text("<img src=x")
+    from healthcheck.live import broadcast_node_changes
+
+    in_thread(broadcast_node_changes, [in_thread(Node.objects.get, pk=node.pk).summary()])
+    page.wait_for_timeout(500)
+    expect(row.locator(".reason")).to_contain_text("<img src=x")
+    assert page.evaluate("window.__pwned") is None
