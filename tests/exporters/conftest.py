@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -65,12 +66,12 @@ def fixture_ethtool(iface: str) -> str:
     return path.read_text()
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, dict]:
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, Message]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
-            return response.status, response.read().decode(), dict(response.headers)
+            return response.status, response.read().decode(), response.headers
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(), dict(exc.headers)
+        return exc.code, exc.read().decode(), exc.headers
 
 
 class ExporterProcess:
@@ -101,7 +102,7 @@ class ExporterProcess:
             time.sleep(0.1)
         raise AssertionError(f"exporter not ready after {timeout}s")
 
-    def get(self, path: str) -> tuple[int, str, dict]:
+    def get(self, path: str) -> tuple[int, str, Message]:
         return http_get(self.url + path)
 
     def json(self, path: str):

@@ -1,0 +1,78 @@
+"""Every service as a real process: liveness URL, /metrics and /health over HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporters.services import SERVICES
+from tests.exporters.conftest import fixture_roots_args
+
+SYS_TREE = {
+    "nic-exporter": "sysfs-ib",
+    "rocm-exporter": "sysfs-amd",
+    "mango-sdk-agent": "sysfs-amd",
+}
+
+
+@pytest.mark.parametrize("service", SERVICES, ids=lambda s: s.name)
+def test_service_answers_its_liveness_url_and_metrics(service, start_exporter):
+    process = start_exporter(
+        service.name, *fixture_roots_args(SYS_TREE.get(service.name, "sysfs-net"))
+    )
+    status, _, _ = process.get(service.liveness_path)
+    assert status == 200
+    status, metrics, headers = process.get("/metrics")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain")
+    assert f'mac_exporter_build_info{{service="{service.name}"' in metrics
+    assert "mac_exporter_collector_success{" in metrics
+    health = process.json("/health")
+    assert health["service"] == service.name
+    assert health["status"] in ("ok", "degraded")
+
+
+def test_dcgm_exporter_without_a_driver_serves_the_reason(start_exporter):
+    process = start_exporter("dcgm-exporter", *fixture_roots_args())
+    _, metrics, _ = process.get("/metrics")
+    assert "mac_gpu_count 0.0" in metrics
+    line = next(line for line in metrics.splitlines() if line.startswith(
+        'mac_exporter_backend_available{backend="nvml"'))  # fmt: skip
+    assert line.endswith(" 0.0") and 'reason=""' not in line
+    assert process.json("/health")["backends"]["nvml"]["available"] is False
+
+
+def test_sys_manager_diagnostics_answers_the_checks(start_exporter):
+    process = start_exporter("sys-manager", *fixture_roots_args())
+    body = process.json("/diagnostics")
+    assert isinstance(body["ok"], bool)
+    assert body["checks"], "run_checks returned nothing"
+    for check in body["checks"]:
+        assert set(check) == {"id", "title", "status", "detail", "fix"}
+        assert check["status"] in ("pass", "warn", "fail", "skip")
+    assert body["ok"] == all(check["status"] != "fail" for check in body["checks"])
+
+
+def test_mango_sdk_agent_docs_work_offline_and_list_the_api(start_exporter):
+    process = start_exporter("mango-sdk-agent", *fixture_roots_args("sysfs-amd"), ready="/docs")
+    status, page, _ = process.get("/docs")
+    assert status == 200
+    assert "/static/swagger-ui/swagger-ui-bundle.js" in page
+    assert "cdn.jsdelivr.net" not in page and "unpkg.com" not in page
+    status, _, _ = process.get("/static/swagger-ui/swagger-ui-bundle.js")
+    assert status == 200
+    paths = process.json("/openapi.json")["paths"]
+    assert {"/v1/inventory", "/v1/gpus", "/v1/nics", "/v1/rdma", "/v1/bmc"} <= set(paths)
+    gpus = process.json("/v1/gpus")
+    assert [(g["vendor"], g["model"]) for g in gpus] == [("amd", "AMD Instinct MI300X")] * 2
+    inventory = process.json("/v1/inventory")
+    assert inventory["software"]["rocm"] == "6.2.4"
+    assert inventory["bmc"]["answers"] is False
+
+
+def test_mango_sdk_agent_lists_rdma_devices(start_exporter):
+    process = start_exporter("mango-sdk-agent", *fixture_roots_args("sysfs-ib"), ready="/docs")
+    rdma = {dev["device"]: dev for dev in process.json("/v1/rdma")}
+    assert rdma["bnxt_re0"]["vendor"] == "broadcom"
+    assert rdma["mlx5_0"]["ports"][0]["state"] == "ACTIVE"
+    nics = {nic["name"]: nic for nic in process.json("/v1/nics")}
+    assert nics["enp65s0"]["driver"] == "mango_gpuboost"
