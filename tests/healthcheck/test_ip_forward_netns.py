@@ -1,0 +1,135 @@
+"""The guide's hardest failure for real: IPv4 forwarding off on an agent, in network namespaces.
+
+Recipe of ARCHITECTURE.md: namespaces master, agent and ctr; veth master<->agent
+(198.18.0.1/24, 198.18.0.2/24) and agent<->ctr (198.19.0.1/24, 198.19.0.2/24,
+default route in ctr via the agent); in agent, port 29101 is DNAT'd to the
+"container" 198.19.0.2 where sys-exporter listens, while nic-exporter listens on
+the agent itself (host network). The sweep's probe runs inside the master
+namespace (`ip netns exec ... python -m healthcheck.probe`); its results are
+judged and saved by the ordinary sweep in the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from healthcheck.probe import probes_from_json
+from healthcheck.sweep import run_sweep
+from inventory.choices import Diagnosis, NodeStatus, StatusReason
+from inventory.models import Node
+from tests.healthcheck.conftest import PYTHON, REPO, wait_for
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(
+        not (shutil.which("ip") and shutil.which("iptables")), reason="iproute2/iptables missing"
+    ),
+]
+
+AGENT_IP, MASTER_IP, CTR_IP, AGENT_CTR_IP = "198.18.0.2", "198.18.0.1", "198.19.0.2", "198.19.0.1"
+
+
+def sh(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+@pytest.fixture
+def namespaces(processes):
+    """master, agent and ctr namespaces named after our pid; deleted afterwards."""
+    tag = str(os.getpid())
+    master, agent, ctr = f"mac{tag}m", f"mac{tag}a", f"mac{tag}c"
+    created: list[str] = []
+    try:
+        for ns in (master, agent, ctr):
+            sh("ip", "netns", "add", ns)
+            created.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", f"v{tag}m", "type", "veth", "peer", "name", f"v{tag}a")
+        sh("ip", "link", "set", f"v{tag}m", "netns", master)
+        sh("ip", "link", "set", f"v{tag}a", "netns", agent)
+        sh("ip", "link", "add", f"w{tag}a", "type", "veth", "peer", "name", f"w{tag}c")
+        sh("ip", "link", "set", f"w{tag}a", "netns", agent)
+        sh("ip", "link", "set", f"w{tag}c", "netns", ctr)
+        for ns, dev, address in (
+            (master, f"v{tag}m", f"{MASTER_IP}/24"),
+            (agent, f"v{tag}a", f"{AGENT_IP}/24"),
+            (agent, f"w{tag}a", f"{AGENT_CTR_IP}/24"),
+            (ctr, f"w{tag}c", f"{CTR_IP}/24"),
+        ):
+            sh("ip", "-n", ns, "addr", "add", address, "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ctr, "route", "add", "default", "via", AGENT_CTR_IP)
+        sh("ip", "netns", "exec", agent, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+        sh(
+            "ip", "netns", "exec", agent, "iptables", "-t", "nat", "-A", "PREROUTING",
+            "-p", "tcp", "--dport", "29101", "-j", "DNAT", "--to-destination", f"{CTR_IP}:29101",
+        )  # fmt: skip
+        servers = [
+            (ctr, CTR_IP, "sys-exporter"),  # the bridge exporter, behind DNAT
+            (agent, AGENT_IP, "nic-exporter"),  # host network
+        ]
+        for ns, ip, service in servers:
+            child = processes.start(
+                f"{service}-{ns}",
+                ["ip", "netns", "exec", ns, PYTHON, "-m", "healthcheck.simfleet",
+                 "--ip", ip, "--services", service],
+                env=None,
+            )  # fmt: skip
+            wait_for(lambda child=child: "READY" in child.log_path.read_text(), timeout=20)
+        yield {"master": master, "agent": agent, "ctr": ctr}
+    finally:
+        processes.stop_all()
+        for ns in created:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def probe_in(namespace: str):
+    """A probe function for run_sweep that runs the real probe inside `namespace`."""
+
+    def probe(targets):
+        out = subprocess.run(
+            ["ip", "netns", "exec", namespace, PYTHON, "-m", "healthcheck.probe",
+             "--timeout", "1", *[t.ip for t in targets]],
+            cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        results = probes_from_json(json.loads(out.stdout))
+        for target, result in zip(targets, results, strict=True):
+            result.node_id = target.node_id  # the CLI numbers its arguments 1..N
+        return results
+
+    return probe
+
+
+@pytest.mark.django_db
+def test_forwarding_off_is_diagnosed_and_fixing_it_brings_the_node_back(
+    namespaces, make_node, sd_dir, sweep_redis
+):
+    node = make_node(AGENT_IP, "gpu-fwd")
+    probe = probe_in(namespaces["master"])
+
+    run_sweep(probe=probe)
+
+    node.refresh_from_db()
+    assert node.status == NodeStatus.OFFLINE
+    assert node.status_reason == StatusReason.TIMEOUT
+    assert node.diagnosis == Diagnosis.IP_FORWARD_OFF
+    assert node.exporter_health == {"nic-exporter": True, "sys-exporter": False}
+    assert not json.loads((sd_dir / "sys-exporter.json").read_text())
+
+    sh("ip", "netns", "exec", namespaces["agent"], "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    run_sweep(probe=probe)
+
+    node = Node.objects.get(pk=node.pk)
+    assert (node.status, node.status_reason, node.diagnosis) == ("online", "ok", "")
+    targets = json.loads((sd_dir / "sys-exporter.json").read_text())
+    assert targets[0]["targets"] == [f"{AGENT_IP}:29101"]
