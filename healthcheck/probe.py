@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import errno
 import json
 import re
+import resource
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -50,6 +52,7 @@ CHECK_LINES = 20  # complete exposition lines the validity check looks at
 DEFAULT_TIMEOUT = 3.0
 DEFAULT_CONCURRENCY = 1000
 USER_AGENT = "mac-master-probe/1"
+FD_RESERVE = 256  # descriptors kept free for the database, Redis and logs
 
 # A sample line of the Prometheus text format: name, optional labels, a value.
 _SAMPLE = re.compile(
@@ -341,6 +344,29 @@ async def probe_targets(
     return nodes
 
 
+def raise_nofile_limit() -> int:
+    """Raise the soft open-files limit to the hard one; returns the soft limit now in force.
+
+    Every probe in flight holds a socket: 1,024 (a common default soft limit) is
+    less than a large sweep's concurrency, and running out would turn live nodes
+    into "error" results.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def usable_concurrency(wanted: int) -> int:
+    """`wanted`, but never more sockets than the open-files limit leaves room for."""
+    limit = raise_nofile_limit()
+    if limit == resource.RLIM_INFINITY:
+        return max(1, wanted)
+    return max(1, min(wanted, limit - FD_RESERVE))
+
+
 def run_probe(
     targets: Iterable[Target],
     *,
@@ -349,6 +375,7 @@ def run_probe(
     stats: ProbeStats | None = None,
 ) -> list[NodeProbe]:
     """Synchronous entry point for the sweep (a Celery task is not a coroutine)."""
+    concurrency = usable_concurrency(concurrency)
     return asyncio.run(
         probe_targets(targets, timeout=timeout, concurrency=concurrency, stats=stats)
     )

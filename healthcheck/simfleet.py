@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import ipaddress
 import json
-import resource
 import signal
 import socket
 import sys
@@ -53,6 +51,7 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from exporters.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
+from healthcheck.probe import raise_nofile_limit
 
 DEFAULT_BASE = "127.20.0.0"
 DEFAULT_SERVICES = (SYS_EXPORTER.name, NIC_EXPORTER.name)
@@ -299,16 +298,6 @@ def _blackhole(ip: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def raise_nofile_limit() -> int:
-    """Raise the soft open-files limit to the hard one; returns the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
 class FleetThread:
     """A SimFleet on its own event loop thread, driven by synchronous calls.
 
@@ -432,7 +421,10 @@ async def _serve(args: argparse.Namespace) -> int:
     faults.append((Mode.REFUSE, args.refuse, 2 / 3))
     for mode, fraction, offset in faults:
         for index in pick(count, fraction, offset):
-            await fleet.set_mode(index, args.fault_service, mode)
+            if args.fault_service == "all":
+                await fleet.set_node_mode(index, mode)
+            else:
+                await fleet.set_mode(index, args.fault_service, mode)
     first, last = fleet.nodes[0].ip, fleet.nodes[-1].ip
     print(f"serving {count} simulated nodes on {first} .. {last} ({args.services})", flush=True)
     if args.register:
@@ -473,12 +465,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blackhole", type=float, default=0.0, help="fraction black-holed")
     parser.add_argument("--hang", type=float, default=0.0, help="fraction that hang")
     parser.add_argument("--refuse", type=float, default=0.0, help="fraction of nodes refusing")
-    parser.add_argument("--fault-service", default=SYS_EXPORTER.name, help="the port that fails")
+    parser.add_argument(
+        "--fault-service",
+        default=SYS_EXPORTER.name,
+        help="the service whose port fails, or 'all' for every port of the node",
+    )
     parser.add_argument(
         "--register", metavar="URL", help="master to register with, e.g. http://m:28080"
     )
     parser.add_argument("--token", default="", help="the master's join token (MAC_JOIN_TOKEN)")
     args = parser.parse_args(argv)
+    if args.fault_service != "all" and args.fault_service not in args.services.split(","):
+        parser.error(f"--fault-service {args.fault_service!r} is not one of --services")
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")
     try:
