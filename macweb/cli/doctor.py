@@ -38,8 +38,8 @@ def build_context(cfg: AgentConfig) -> CheckContext:
 
 
 def print_results(results: list[CheckResult]) -> None:
-    rows = [(output.styled(SYMBOLS[r.status].lower()), r.id, r.title, r.detail) for r in results]
-    output.table(["", "CHECK", "WHAT", "FOUND"], rows)
+    rows = [(output.styled(SYMBOLS[r.status].lower()), r.id, r.detail) for r in results]
+    output.table(["STATUS", "CHECK", "FOUND"], rows)
     failures = [r for r in results if r.status in (CheckStatus.FAIL, CheckStatus.WARN) and r.fix]
     console = output.out()
     for result in failures:

@@ -79,11 +79,23 @@ def print_error(error: CliError) -> None:
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str | Text]], title: str = "") -> None:
     grid = Table(title=title or None, title_justify="left", box=None, pad_edge=False)
-    for column in columns:
-        grid.add_column(column, no_wrap=True)
+    for index, column in enumerate(columns):
+        last = index == len(columns) - 1
+        # Only the last column (free text) may wrap; names and states never shrink.
+        grid.add_column(
+            column,
+            no_wrap=not last,
+            overflow="fold" if last else "ellipsis",
+            min_width=None if last else len(column) or 4,
+        )
     for row in rows:
         grid.add_row(*row)
-    out().print(grid)
+    console = out()
+    with console.capture() as captured:
+        console.print(grid)
+    # Rich pads every line to the full width; logs and greps want no trailing blanks.
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    sys.stdout.flush()
 
 
 STATE_STYLES = {

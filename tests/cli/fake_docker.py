@@ -1,0 +1,118 @@
+"""A stand-in `docker` executable for hosts without a Docker engine (tests only).
+
+It keeps a small container table in $FAKE_DOCKER_STATE and answers the calls `mac`
+makes: `docker info`, `docker ps -a --filter name=^/mac- --format ...`, `docker rm -f`,
+`docker inspect`, and `docker compose -p P -f FILE [--profile X] up -d|down|ps`. Like the
+real engine, `compose up` refuses a container name held by another project with
+Docker's own Conflict message. Every call is appended to calls.log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+STATE = Path(os.environ["FAKE_DOCKER_STATE"])
+TABLE = STATE / "containers.json"
+
+
+def load() -> list[dict]:
+    return json.loads(TABLE.read_text()) if TABLE.exists() else []
+
+
+def save(rows: list[dict]) -> None:
+    TABLE.write_text(json.dumps(rows))
+
+
+def compose(args: list[str]) -> int:
+    project, file, profiles = "", "", set()
+    rest = []
+    while args:
+        arg = args.pop(0)
+        if arg == "-p":
+            project = args.pop(0)
+        elif arg == "-f":
+            file = args.pop(0)
+        elif arg == "--profile":
+            profiles.add(args.pop(0))
+        else:
+            rest.append(arg)
+    services = yaml.safe_load(Path(file).read_text())["services"]
+    wanted = {
+        name: spec
+        for name, spec in services.items()
+        if not spec.get("profiles") or profiles & set(spec["profiles"])
+    }
+    rows = load()
+    if rest[0] == "up":
+        for spec in wanted.values():
+            cname = spec["container_name"]
+            for row in rows:
+                if row["name"] == cname and row["project"] != project:
+                    print(
+                        f'Error response from daemon: Conflict. The container name "/{cname}" is '
+                        f'already in use by container "{row["id"]}". You have to remove (or rename)'
+                        " that container to be able to reuse that name.",
+                        file=sys.stderr,
+                    )
+                    return 1
+        for name, spec in wanted.items():
+            cname = spec["container_name"]
+            if not any(row["name"] == cname for row in rows):
+                rows.append(
+                    {"id": f"id-{cname}", "name": cname, "project": project, "service": name}
+                )
+        save(rows)
+        return 0
+    if rest[0] == "down":
+        save([row for row in rows if row["project"] != project])
+        return 0
+    if rest[0] == "ps":
+        for row in rows:
+            if row["project"] == project:
+                state = {"Service": row["service"], "Name": row["name"], "State": "running"}
+                print(json.dumps({**state, "Status": "Up 2 minutes"}))
+        return 0
+    return 0
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    with (STATE / "calls.log").open("a") as log:
+        log.write(" ".join(args) + "\n")
+    if (STATE / "engine-down").exists():
+        print(
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+            "Is the docker daemon running?",
+            file=sys.stderr,
+        )
+        return 1
+    command = args[0]
+    if command == "info":
+        print("27.3.1")
+        return 0
+    if command == "ps":
+        for row in load():
+            if row["name"].startswith("mac-"):
+                print(f"{row['name']}\t{row['project']}")
+        return 0
+    if command == "rm":
+        names = set(args[2:])
+        save([row for row in load() if row["name"] not in names and row["id"] not in names])
+        return 0
+    if command == "inspect":
+        for name in args[3:]:
+            print(f"/{name} 2026-01-01T00:00:00.000000000Z")
+        return 0
+    if command == "compose":
+        return compose(args[1:])
+    print(f"fake docker: unsupported {args}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
