@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from healthcheck.live import broadcast_node_changes
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
 from inventory.choices import EventKind
@@ -128,6 +129,8 @@ class NodeAdmin(admin.ModelAdmin):
                 for name in form.changed_data
             }
             services.record_admin_edit(obj, changes, actor=actor)
+            if changes:
+                broadcast_node_changes([obj.summary()])
         else:
             services.record_event(obj, EventKind.REGISTERED, "added by an admin", actor=actor)
 
@@ -146,15 +149,20 @@ class NodeAdmin(admin.ModelAdmin):
             count += 1
         self.message_user(request, f"Deregistered {count} node(s).", messages.SUCCESS)
 
+    def _set_maintenance(self, request: HttpRequest, queryset: QuerySet, on: bool) -> None:
+        actor = _actor(request)
+        changed = [n for n in queryset if services.set_maintenance(n, on, actor=actor)]
+        broadcast_node_changes([n.summary() for n in changed])
+        state = "on" if on else "off"
+        self.message_user(request, f"Maintenance {state} for {len(changed)} node(s).")
+
     @admin.action(description="Maintenance on")
     def maintenance_on(self, request: HttpRequest, queryset: QuerySet) -> None:
-        changed = sum(services.set_maintenance(n, True, actor=_actor(request)) for n in queryset)
-        self.message_user(request, f"Maintenance on for {changed} node(s).", messages.SUCCESS)
+        self._set_maintenance(request, queryset, True)
 
     @admin.action(description="Maintenance off")
     def maintenance_off(self, request: HttpRequest, queryset: QuerySet) -> None:
-        changed = sum(services.set_maintenance(n, False, actor=_actor(request)) for n in queryset)
-        self.message_user(request, f"Maintenance off for {changed} node(s).", messages.SUCCESS)
+        self._set_maintenance(request, queryset, False)
 
     @admin.action(description="Reset node key (the next registration gets a new one)")
     def reset_node_key(self, request: HttpRequest, queryset: QuerySet) -> None:
