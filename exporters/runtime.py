@@ -13,6 +13,7 @@ backend (NVML, amdsmi, a BMC...) whether it is available and, if not, why.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import importlib.metadata
 import logging
 import os
@@ -32,6 +33,7 @@ log = logging.getLogger("exporters")
 DEFAULT_COLLECTOR_TIMEOUT = 5.0
 
 
+@functools.cache  # package metadata lookups cost ~2 ms: once per process is enough
 def mac_version() -> str:
     """The installed MAC version (the package metadata), for /health and info metrics."""
     try:
@@ -92,7 +94,14 @@ class BackendStatus:
 
 
 class Source(Protocol):
-    """One data source. ``collect`` yields fresh metric families on every call."""
+    """One data source. ``collect`` yields fresh metric families on every call.
+
+    A source may set ``inline = True`` when it only reads procfs files that the
+    kernel answers from memory (/proc/stat, /proc/meminfo...): those cannot block on
+    I/O, so they skip the thread hand-off, which is most of a scrape's cost on a busy
+    host. Everything that touches mounts, devices, commands or the network runs in
+    the pool under the deadline.
+    """
 
     name: str
 
@@ -186,9 +195,29 @@ class CollectorRunner:
                 state.future = self._pool.submit(self._run, source)
             return state.future
 
+    def _inline(self, source: Source) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            future.set_result(self._run(source))
+        except Exception as exc:  # recorded by _run; isolated here like a pool failure
+            future.set_exception(exc)
+        return future
+
     def collect(self) -> Iterator[Metric]:
-        futures = {source.name: self._submit(source) for source in self.sources}
-        done, _ = concurrent.futures.wait(futures.values(), timeout=self.timeout)
+        started = time.monotonic()
+        futures: dict[str, concurrent.futures.Future | None] = dict.fromkeys(
+            source.name for source in self.sources
+        )
+        # Sources that may block (mounts, devices, commands, the network) start first in
+        # the pool; in-memory procfs readers then run here, overlapping with them.
+        for source in self.sources:
+            if not getattr(source, "inline", False):
+                futures[source.name] = self._submit(source)
+        for source in self.sources:
+            if getattr(source, "inline", False):
+                futures[source.name] = self._inline(source)
+        remaining = max(0.0, self.timeout - (time.monotonic() - started))
+        done, _ = concurrent.futures.wait(futures.values(), timeout=remaining)
         success = GaugeMetricFamily(
             "mac_exporter_collector_success",
             "1 when the collector finished within its deadline without error.",
@@ -259,6 +288,7 @@ class BuildInfoSource:
     """``mac_exporter_build_info``: which service and MAC version answers here."""
 
     name = "build_info"
+    inline = True
 
     def __init__(self, service: str):
         self.service = service

@@ -65,6 +65,7 @@ class CpuSource:
     """node_cpu_seconds_total{cpu,mode} and node_cpu_guest_seconds_total{cpu,mode}."""
 
     name = "cpu"
+    inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots):
         self.path = roots.proc("stat")
@@ -97,6 +98,7 @@ class StatSource:
     """Boot time, context switches, forks, interrupts and runnable/blocked processes."""
 
     name = "stat"
+    inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots):
         self.path = roots.proc("stat")

@@ -122,6 +122,7 @@ class DiskstatsSource:
     """node_disk_* counters per whole block device."""
 
     name = "diskstats"
+    inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots, ignored: re.Pattern = IGNORED_DEVICES):
         self.path = roots.proc("diskstats")

@@ -43,6 +43,7 @@ class MeminfoSource:
     """node_memory_*_bytes, one gauge per /proc/meminfo line (swap included)."""
 
     name = "meminfo"
+    inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots):
         self.path = roots.proc("meminfo")
@@ -61,6 +62,7 @@ class LoadavgSource:
     """node_load1, node_load5, node_load15."""
 
     name = "loadavg"
+    inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots):
         self.path = roots.proc("loadavg")

@@ -31,6 +31,7 @@ class NetDevSource:
     """node_network_{receive,transmit}_*_total{device}."""
 
     name = "netdev"
+    inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots):
         self.path = roots.proc("net", "dev")

@@ -15,6 +15,7 @@ class TimeSource:
     """node_time_seconds: lets Prometheus spot a node whose clock drifts."""
 
     name = "time"
+    inline = True  # in-memory procfs: cannot block
 
     def collect(self) -> Iterable[Metric]:
         yield GaugeMetricFamily(
@@ -26,6 +27,7 @@ class UnameSource:
     """node_uname_info, read from /proc/sys/kernel so a fixture tree can stand in for it."""
 
     name = "uname"
+    inline = True  # in-memory procfs: cannot block
 
     FIELDS = (
         ("sysname", "ostype"),
