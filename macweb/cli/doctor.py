@@ -27,7 +27,10 @@ def build_context(cfg: AgentConfig) -> CheckContext:
         extra["rdma_interval"] = float(cfg.get("MAC_RDMA_INTERVAL") or 1)
     from macweb.cli.agent import agent_specs
 
-    extra["services"] = [spec.name for spec in agent_specs(cfg)]
+    specs = agent_specs(cfg)
+    extra["services"] = [spec.name for spec in specs]
+    if specs:  # where the agent's services listen (MAC_BIND), as `mac status` probes them
+        extra["service_host"] = specs[0].host
     return CheckContext(
         proc_root=cfg.get("MAC_PROC_ROOT") or "/proc",
         sys_root=cfg.get("MAC_SYS_ROOT") or "/sys",

@@ -1,0 +1,169 @@
+"""`mac doctor` inside the network-namespace reproduction of the ip_forward failure (root only).
+
+Recipe of ARCHITECTURE.md: namespaces master, agent and ctr; sys-exporter runs in ctr
+behind a DNAT of port 29101 on the agent (a bridge container), nic-exporter on the
+agent itself (host network). As under Docker, the agent reaches its own published
+port through an OUTPUT DNAT, so the exporters look fine locally while the master
+sees only nic-exporter. Doctor, run inside the agent namespace, must name the cause
+and the command; after that command the master reaches sys-exporter again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(
+        not (shutil.which("ip") and shutil.which("iptables") and shutil.which("curl")),
+        reason="iproute2, iptables or curl missing",
+    ),
+]
+
+MASTER_IP, AGENT_IP, AGENT_CTR_IP, CTR_IP = "198.18.0.1", "198.18.0.2", "198.19.0.1", "198.19.0.2"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sh(*args: str) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def http_code(ns: str, url: str) -> str:
+    done = subprocess.run(
+        ["ip", "netns", "exec", ns, "curl", "-s", "-m", "2", "-o", "/dev/null", "-w",
+         "%{http_code}", url],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    tag = f"h{os.getpid()}"
+    master, agent, ctr = f"mac{tag}m", f"mac{tag}a", f"mac{tag}c"
+    created: list[str] = []
+    children: list[subprocess.Popen] = []
+    try:
+        for ns in (master, agent, ctr):
+            sh("ip", "netns", "add", ns)
+            created.append(ns)
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "link", "add", f"{tag}m", "type", "veth", "peer", "name", f"{tag}a")
+        sh("ip", "link", "set", f"{tag}m", "netns", master)
+        sh("ip", "link", "set", f"{tag}a", "netns", agent)
+        sh("ip", "link", "add", f"{tag}b", "type", "veth", "peer", "name", f"{tag}c")
+        sh("ip", "link", "set", f"{tag}b", "netns", agent)
+        sh("ip", "link", "set", f"{tag}c", "netns", ctr)
+        for ns, dev, address in (
+            (master, f"{tag}m", f"{MASTER_IP}/24"),
+            (agent, f"{tag}a", f"{AGENT_IP}/24"),
+            (agent, f"{tag}b", f"{AGENT_CTR_IP}/24"),
+            (ctr, f"{tag}c", f"{CTR_IP}/24"),
+        ):
+            sh("ip", "-n", ns, "addr", "add", address, "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", ctr, "route", "add", "default", "via", AGENT_CTR_IP)
+        sh("ip", "netns", "exec", agent, "sysctl", "-qw", "net.ipv4.ip_forward=0")
+        for chain in ("PREROUTING", "OUTPUT"):
+            sh(
+                "ip", "netns", "exec", agent, "iptables", "-t", "nat", "-A", chain,
+                "-d", AGENT_IP, "-p", "tcp", "--dport", "29101",
+                "-j", "DNAT", "--to-destination", f"{CTR_IP}:29101",
+            )  # fmt: skip
+        for ns, address, service in (
+            (ctr, CTR_IP, "sys-exporter"),
+            (agent, AGENT_IP, "nic-exporter"),
+        ):
+            log = (tmp_path / f"{service}.log").open("wb")
+            children.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        sys.executable,
+                        "-m",
+                        "exporters",
+                        service,
+                        "--bind",
+                        address,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=REPO,
+                )
+            )
+        deadline = time.monotonic() + 30
+        while not (
+            http_code(ctr, f"http://{CTR_IP}:29101/metrics") == "200"
+            and http_code(agent, f"http://{AGENT_IP}:29500/metrics") == "200"
+        ):
+            assert time.monotonic() < deadline, "the exporters did not start in the namespaces"
+            time.sleep(0.3)
+        yield {"master": master, "agent": agent, "ctr": ctr}
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        for ns in created:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def doctor_in(ns: str, mac_env) -> tuple[int, dict[str, dict]]:
+    done = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "macweb.cli.main", "doctor", "--json"],
+        capture_output=True, text=True, env=mac_env.env, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    payload = json.loads(done.stdout)
+    return done.returncode, {check["id"]: check for check in payload["checks"]}
+
+
+def test_doctor_finds_forwarding_off_and_its_fix_brings_the_exporters_back(lab, mac_env):
+    mac_env.env.pop("MAC_PROC_ROOT")  # the namespace's own /proc/sys/net
+    mac_env.env.update(
+        {
+            "MAC_BIND": AGENT_IP,
+            "MAC_AGENT_SERVICES": "sys-exporter,nic-exporter",
+            "MAC_ETC_ROOT": str(mac_env.root / "etc"),
+            "MAC_RDMA_INTERVAL": "0",
+        }
+    )
+    # The master's view: the host-network exporter answers, the bridge one does not.
+    assert http_code(lab["master"], f"http://{AGENT_IP}:29500/metrics") == "200"
+    assert http_code(lab["master"], f"http://{AGENT_IP}:29101/metrics") == "000"
+
+    code, checks = doctor_in(lab["agent"], mac_env)
+    assert code == 1
+    assert checks["ip_forward"]["status"] == "fail"
+    assert "net.ipv4.ip_forward = 0" in checks["ip_forward"]["detail"]
+    assert checks["ip_forward"]["fix"] == "sudo sysctl -w net.ipv4.ip_forward=1"
+    # Locally everything answers: exactly the guide's confusing symptom.
+    assert checks["service:sys-exporter"]["status"] == "pass"
+    assert checks["service:nic-exporter"]["status"] == "pass"
+
+    # Apply the printed fix inside the agent (we are root: no sudo).
+    fix = checks["ip_forward"]["fix"].removeprefix("sudo ")
+    sh("ip", "netns", "exec", lab["agent"], "sh", "-c", fix)
+
+    _code, checks = doctor_in(lab["agent"], mac_env)
+    assert checks["ip_forward"]["status"] == "pass"
+    assert http_code(lab["master"], f"http://{AGENT_IP}:29101/metrics") == "200"
