@@ -74,6 +74,9 @@ class FilesystemSource:
     """node_filesystem_{size,free,avail}_bytes, files, files_free, readonly, device_error."""
 
     name = "filesystem"
+    # Only statvfs can block here, and it already runs in this source's own pool under
+    # mount_timeout; the runtime needs no second thread hand-off on top.
+    inline = True
 
     def __init__(
         self,
