@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -132,8 +133,16 @@ async def wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 60) -
     raise SystemExit(f"{base}/health did not answer 200 within {timeout:.0f} s")
 
 
-async def burst(name: str, requests: list[tuple[str, str, dict | None]], ok: set[int]) -> Burst:
-    """Send all requests at once (one connection each) and time every one."""
+Request = tuple[str, str, dict | None, dict[str, str]]  # method, url, JSON body, headers
+
+
+async def burst(
+    name: str, requests: list[Request], ok: set[int], keys: dict[str, str] | None = None
+) -> Burst:
+    """Send all requests at once (one connection each) and time every one.
+
+    Node keys found in the responses are collected into `keys` (hostname -> key).
+    """
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     timeout = aiohttp.ClientTimeout(total=120)
     latencies: list[float] = []
@@ -142,15 +151,18 @@ async def burst(name: str, requests: list[tuple[str, str, dict | None]], ok: set
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-        async def one(method: str, url: str, body: dict | None) -> None:
+        async def one(method: str, url: str, body: dict | None, headers: dict) -> None:
             await start_gate.wait()
-            headers = {"Authorization": f"Bearer {JOIN_TOKEN}"} if body is not None else {}
             began = time.perf_counter()
             try:
                 async with session.request(method, url, json=body, headers=headers) as resp:
-                    await resp.read()
+                    raw = await resp.read()
                     if resp.status in ok:
                         latencies.append((time.perf_counter() - began) * 1000)
+                        if keys is not None and body is not None:
+                            answer = json.loads(raw)
+                            if "node_key" in answer:
+                                keys[answer["hostname"]] = answer["node_key"]
                     else:
                         errors.append(f"{resp.status} {(await resp.text())[:200]}")
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -165,7 +177,9 @@ async def burst(name: str, requests: list[tuple[str, str, dict | None]], ok: set
     return Burst(name, latencies, errors, wall)
 
 
-def registrations(base: str, run: int, agents: int) -> list[tuple[str, str, dict]]:
+def registrations(
+    base: str, run: int, agents: int, keys: dict[str, str] | None = None
+) -> list[Request]:
     out = []
     for i in range(agents):
         body = {
@@ -177,7 +191,11 @@ def registrations(base: str, run: int, agents: int) -> list[tuple[str, str, dict
             "agent_version": "bench",
             "labels": {"run": str(run)},
         }
-        out.append(("POST", f"{base}/api/v1/register", body))
+        headers = {"Authorization": f"Bearer {JOIN_TOKEN}"}
+        if keys:
+            # The claimed address is not the source (127.0.0.1): the key proves identity.
+            headers["X-MAC-Node-Key"] = keys[body["hostname"]]
+        out.append(("POST", f"{base}/api/v1/register", body, headers))
     return out
 
 
@@ -191,13 +209,15 @@ def count_rows(db_url: str) -> tuple[int, int, int]:
 
 async def measure(base: str, agents: int, runs: int) -> tuple[list[tuple[str, Burst]], int]:
     results: list[tuple[str, Burst]] = []
+    first_keys: dict[str, str] = {}
     for run in range(1, runs + 1):
-        health = [("GET", f"{base}/health", None)] * agents
+        health: list[Request] = [("GET", f"{base}/health", None, {})] * agents
         results.append((str(run), await burst("GET /health", health, {200})))
         regs = registrations(base, run, agents)
-        results.append((str(run), await burst("POST /register (new)", regs, {201})))
-    again = registrations(base, 1, agents)
-    results.append(("re", await burst("POST /register (again)", again, {200})))
+        keys = first_keys if run == 1 else None
+        results.append((str(run), await burst("POST /register (new)", regs, {201}, keys)))
+    again = registrations(base, 1, agents, first_keys)
+    results.append(("re", await burst("POST /register (again, with key)", again, {200})))
     return results, agents * runs
 
 

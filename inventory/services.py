@@ -9,7 +9,10 @@ identity. The rules (flow 2 of the contract):
 - a node gets a random key at its first registration (only its sha256 is stored);
   re-registering a known hostname from another address, and deregistering, need it;
   a registration from the node's current address does not, and gets a fresh key when
-  an admin has reset the old one.
+  an admin has reset the old one;
+- "from the node's address" means the request's real source address: an address
+  claimed in the body (honoured with the join token) says where to probe, but anyone
+  holding the cluster-wide join token can claim anything, so it proves nothing.
 """
 
 from __future__ import annotations
@@ -152,16 +155,19 @@ def record_event(
 
 
 def register_node(
-    reg: Registration, *, node_key: str | None = None, actor: str = AGENT_ACTOR
+    reg: Registration, *, source: str, node_key: str | None = None, actor: str = AGENT_ACTOR
 ) -> RegistrationResult:
     """Create or update the node `reg` describes; see the module docstring for the rules.
 
+    `source` is the address the request really came from. Only a request from a node's
+    own address re-registers it without its key: a claimed address (reg.ip, vouched for
+    by the join token) says where to probe, it does not prove who is asking.
     Raises NodeKeyRequired, NodeLimitReached or AddressTaken.
     """
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         try:
             with transaction.atomic():
-                return _register_once(reg, node_key, actor)
+                return _register_once(reg, source, node_key, actor)
         except IntegrityError:
             # Another request inserted this hostname or ip between our lookup and our
             # insert; its row is committed now, so the next lookup finds it.
@@ -182,13 +188,15 @@ def _locked(**lookup) -> Node | None:
     return Node.objects.select_for_update().filter(**lookup).first()
 
 
-def _register_once(reg: Registration, node_key: str | None, actor: str) -> RegistrationResult:
+def _register_once(
+    reg: Registration, source: str, node_key: str | None, actor: str
+) -> RegistrationResult:
     node = _locked(hostname=reg.hostname)
     if node is not None:
-        return _update_by_hostname(node, reg, node_key, actor)
+        return _update_by_hostname(node, reg, source, node_key, actor)
     node = _locked(ip=reg.ip)
     if node is not None:
-        return _update_by_ip(node, reg, actor)
+        return _update_by_ip(node, reg, source, node_key, actor)
     return _create(reg, actor)
 
 
@@ -214,17 +222,19 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
 
 
 def _update_by_hostname(
-    node: Node, reg: Registration, node_key: str | None, actor: str
+    node: Node, reg: Registration, source: str, node_key: str | None, actor: str
 ) -> RegistrationResult:
     events: list[str] = []
+    at_home = node.ip == reg.ip == source
+    if not at_home and not node_key_matches(node, node_key):
+        # Anything but the node calling from its own address could be a takeover.
+        where = f"from {source}" + (f" on behalf of {reg.ip}" if reg.ip != source else "")
+        raise NodeKeyRequired(
+            f"{node.hostname} is registered at {node.ip}; re-registering it {where} needs "
+            "its node key (X-MAC-Node-Key). If the key is lost, an admin can reset it "
+            "(then register from the node's own address) or deregister the node."
+        )
     if node.ip != reg.ip:
-        # Moving a known hostname to another address could hijack it: prove ownership.
-        if not node_key_matches(node, node_key):
-            raise NodeKeyRequired(
-                f"{node.hostname} is registered from {node.ip}; re-registering it from "
-                f"{reg.ip} needs its node key (X-MAC-Node-Key). If the key is lost, an admin "
-                "can reset it, or deregister the node."
-            )
         holder = Node.objects.filter(ip=reg.ip).exclude(pk=node.pk).first()
         if holder is not None:
             raise AddressTaken(
@@ -243,9 +253,16 @@ def _update_by_hostname(
     return _refresh(node, reg, actor, events)
 
 
-def _update_by_ip(node: Node, reg: Registration, actor: str) -> RegistrationResult:
-    # The request comes from (or is vouched for by the join token as) the node's own
-    # address, which is the same proof a same-address re-registration relies on.
+def _update_by_ip(
+    node: Node, reg: Registration, source: str, node_key: str | None, actor: str
+) -> RegistrationResult:
+    # A renamed host calling from its own address proves it holds that address; from
+    # anywhere else only the node's key does.
+    if source != node.ip and not node_key_matches(node, node_key):
+        raise AddressTaken(
+            f"{reg.ip} is registered to {node.hostname}; deregister that node first, or "
+            f"register from {reg.ip} itself (or with its node key) to rename it."
+        )
     old = node.hostname
     node.hostname = reg.hostname
     record_event(

@@ -154,7 +154,11 @@ class RegisterView(AgentAPIView):
         except AddressRefused as exc:
             raise ValidationError({"ip": [str(exc)]}) from None
         try:
-            result = services.register_node(services.Registration(**data), node_key=self.node_key())
+            result = services.register_node(
+                services.Registration(**data),
+                source=source_address(request.META),
+                node_key=self.node_key(),
+            )
         except services.NodeKeyRequired as exc:
             return _error(str(exc), status.HTTP_403_FORBIDDEN)
         except services.AddressTaken as exc:

@@ -255,3 +255,49 @@ def test_form_encoded_body_is_unsupported_media_type():
 
     assert response.status_code == 415
     assert "multipart/form-data" in response.json()["detail"]
+
+
+# --- A claimed address says where to probe; it does not prove who is asking -----------
+
+
+def test_claiming_a_known_nodes_address_needs_its_key(register, join_token):
+    key = register("gpu-01", remote="10.0.0.5", token=join_token).json()["node_key"]
+
+    # Another token holder, at 10.0.0.66, pretends to be gpu-01 at its own address.
+    stolen = register("gpu-01", remote="10.0.0.66", ip="10.0.0.5", token=join_token)
+    owner = register("gpu-01", remote="10.0.0.66", ip="10.0.0.5", token=join_token, key=key)
+
+    assert stolen.status_code == 403
+    assert "on behalf of 10.0.0.5" in stolen.json()["detail"]
+    assert owner.status_code == 200  # the node itself, behind NAT, with its key
+
+
+def test_claimed_address_equal_to_the_source_counts_as_the_nodes_own(register, join_token):
+    register("gpu-01", remote="10.0.0.5", ip="10.0.0.5", token=join_token)
+
+    again = register("gpu-01", remote="10.0.0.5", ip="10.0.0.5", token=join_token)
+
+    assert again.status_code == 200
+
+
+def test_claiming_a_known_address_under_a_new_name_does_not_rename(register, join_token):
+    register("gpu-01", remote="10.0.0.5", token=join_token)
+
+    response = register("evil-01", remote="10.0.0.66", ip="10.0.0.5", token=join_token)
+
+    assert response.status_code == 409
+    assert "gpu-01" in response.json()["detail"]
+    assert list(Node.objects.values_list("hostname", flat=True)) == ["gpu-01"]
+
+
+def test_a_reset_key_cannot_be_collected_through_a_claimed_address(register, join_token):
+    from inventory.services import reset_node_key
+
+    register("gpu-01", remote="10.0.0.5", token=join_token)
+    reset_node_key(Node.objects.get(), actor="admin:root")
+
+    grab = register("gpu-01", remote="10.0.0.66", ip="10.0.0.5", token=join_token)
+    home = register("gpu-01", remote="10.0.0.5", token=join_token)
+
+    assert grab.status_code == 403
+    assert "node_key" in home.json()
