@@ -129,7 +129,7 @@ def exporter_rows(node: Node) -> list[dict]:
         elif port is not None:
             state, words = "unknown", "registered, not probed yet"
         else:
-            state, words = "absent", "not registered on this node"
+            state, words = "absent", "the agent did not register it"
         rows.append(
             {
                 "name": service.name,

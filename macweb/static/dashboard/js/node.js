@@ -16,14 +16,30 @@ function cssVar(name) {
 
 const SI = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
 
+function trim(value) {
+  const digits = Math.abs(value) >= 10 || Number.isInteger(value) ? 0 : 1;
+  return value.toFixed(digits);
+}
+
+// Legend values: the full unit ("38.2 GB/s", "61.5 GiB", "71 °C").
 function formatValue(value, unit) {
   if (value === null || value === undefined) return "–";
   if (unit === "B/s") {
-    for (const [size, prefix] of SI) if (Math.abs(value) >= size) return `${(value / size).toFixed(1)} ${prefix}B/s`;
-    return `${value.toFixed(0)} B/s`;
+    for (const [size, prefix] of SI) if (Math.abs(value) >= size) return `${trim(value / size)} ${prefix}B/s`;
+    return `${trim(value)} B/s`;
   }
-  const digits = Math.abs(value) >= 100 ? 0 : 1;
-  return `${value.toFixed(digits)} ${unit}`;
+  if (unit === "MiB" && Math.abs(value) >= 1024) return `${trim(value / 1024)} GiB`;
+  return `${trim(value)} ${unit}`;
+}
+
+// Axis ticks: short, the unit is in the chart's title ("40G", "60Gi", "75").
+function formatTick(value, unit) {
+  if (unit === "B/s") {
+    for (const [size, prefix] of SI) if (Math.abs(value) >= size) return `${trim(value / size)}${prefix}`;
+    return trim(value);
+  }
+  if (unit === "MiB" && Math.abs(value) >= 1024) return `${trim(value / 1024)}Gi`;
+  return trim(value);
 }
 
 function palette() {
@@ -35,6 +51,13 @@ function showEmpty(figure, reason) {
   empty.textContent = reason;
   empty.hidden = false;
   figure.classList.add("is-empty");
+}
+
+function lastFilledIndex(data) {
+  for (let i = data.timestamps.length - 1; i >= 0; i--) {
+    if (data.series.some((s) => s.values[i] !== null)) return i;
+  }
+  return data.timestamps.length - 1;
 }
 
 function draw(figure, data) {
@@ -49,6 +72,7 @@ function draw(figure, data) {
     return;
   }
   const colors = palette();
+  const lastIndex = lastFilledIndex(data);
   const axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--grid") }, ticks: { stroke: cssVar("--grid") } };
   const opts = {
     width: Math.max(240, body.clientWidth),
@@ -56,9 +80,13 @@ function draw(figure, data) {
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: true }, y: data.unit === "%" ? { range: [0, 100] } : { auto: true } },
-    axes: [axis, { ...axis, size: 64, values: (u, ticks) => ticks.map((v) => formatValue(v, data.unit)) }],
+    axes: [axis, { ...axis, size: 56, values: (u, ticks) => ticks.map((v) => formatTick(v, data.unit)) }],
+    hooks: {
+      // With no cursor on the chart, the legend shows the latest values.
+      setCursor: [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: lastIndex }); }],
+    },
     series: [
-      {},
+      { label: "Time", value: "{YYYY}-{MM}-{DD} {HH}:{mm}" },
       ...data.series.map((s, i) => ({
         label: s.label,
         stroke: colors[i % colors.length],
@@ -69,7 +97,9 @@ function draw(figure, data) {
       })),
     ],
   };
-  plots.set(figure, new uPlot(opts, [data.timestamps, ...data.series.map((s) => s.values)], body));
+  const plot = new uPlot(opts, [data.timestamps, ...data.series.map((s) => s.values)], body);
+  plot.setLegend({ idx: lastIndex });
+  plots.set(figure, plot);
 }
 
 async function load(figure) {
