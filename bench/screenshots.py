@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.webfleet import bench_database, make_operator, populate  # noqa: E402
+from bench.webfleet import OPERATOR, bench_database, make_operator, populate  # noqa: E402
 from tests.dashboard import servers  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -160,8 +160,8 @@ def take(out: Path) -> list[Path]:
                 light = browser.new_context(viewport={"width": 1440, "height": 980})
                 page = light.new_page()
                 page.goto(f"{url}/accounts/login/")
-                page.fill("#id_username", "bench")
-                page.fill("#id_password", "bench-pass")
+                page.fill("#id_username", OPERATOR[0])
+                page.fill("#id_password", OPERATOR[1])
                 page.click("button[type=submit]")
                 page.wait_for_url(f"{url}/")
                 page.wait_for_selector('#live[data-state="live"]')

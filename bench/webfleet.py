@@ -143,7 +143,12 @@ def populate(count: int, offline_every: int = 0, seed: int = 7) -> list[int]:
     return ids
 
 
-def make_operator(username: str = "bench", password: str = "bench-pass") -> None:
+# A throwaway staff user in a throwaway database, for the browser and the WebSocket clients.
+OPERATOR = ("bench", "bench-pass")
+
+
+def make_operator() -> None:
     from django.contrib.auth import get_user_model
 
+    username, password = OPERATOR
     get_user_model().objects.create_user(username, password=password, is_staff=True)
