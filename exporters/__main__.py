@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
@@ -73,6 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= port <= 65535:
         print(f"Error: --port {port} is not a TCP port (0-65535).", file=sys.stderr)
         return 2
+    for flag, path in (
+        ("--sys-root", args.sys_root),
+        ("--proc-root", args.proc_root),
+        ("--dev-root", args.dev_root),
+        ("--rootfs", args.rootfs),
+    ):
+        if not os.path.isdir(path):
+            print(
+                f"Error: {flag} {path} is not a directory. Point it at the host's tree "
+                "(inside a container: the bind-mounted host path).",
+                file=sys.stderr,
+            )
+            return 2
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
         format=f"%(asctime)s {args.service} %(levelname)s %(message)s",

@@ -199,6 +199,9 @@ class AmdGpuSource:
         # None: try to import amdsmi; False: never (sysfs only); a module: use it.
         self._amdsmi = _import_amdsmi() if amdsmi is None else (amdsmi or None)
         self._amdsmi_ready = False
+        self._amdsmi_reason = (
+            "amdsmi not importable: reading amdgpu sysfs" if self._amdsmi is None else ""
+        )
         self._backends: list[BackendStatus] = []
 
     def backends(self) -> list[BackendStatus]:
@@ -219,14 +222,19 @@ class AmdGpuSource:
 
     def gpus(self) -> list[AmdGpu]:
         """Current readings of every AMD GPU (the inventory API uses this too)."""
-        if self._amdsmi is not None:
+        if self._amdsmi is not None and not self._amdsmi_ready:
             try:
-                if not self._amdsmi_ready:
-                    self._amdsmi.amdsmi_init()
-                    self._amdsmi_ready = True
+                self._amdsmi.amdsmi_init()
+                self._amdsmi_ready = True
+            except Exception as exc:  # amdsmi raises its own types; sysfs still works
+                log.warning("amdsmi_init failed (%s); reading amdgpu sysfs from now on", exc)
+                self._amdsmi_reason = f"amdsmi_init failed: {exc}; reading amdgpu sysfs"
+                self._amdsmi = None
+        if self._amdsmi_ready:
+            try:
                 return read_amdsmi_gpus(self._amdsmi)
-            except Exception as exc:  # amdsmi raises its own types; fall back to sysfs
-                log.warning("amdsmi failed (%s); reading sysfs", exc)
+            except Exception as exc:  # one bad call must not lose the GPUs: use sysfs
+                log.warning("amdsmi failed (%s); reading amdgpu sysfs this scrape", exc)
         return read_sysfs_gpus(self.roots)
 
     def collect(self) -> Iterable[Metric]:
@@ -241,7 +249,7 @@ class AmdGpuSource:
             BackendStatus(
                 "amdsmi",
                 self._amdsmi_ready,
-                "" if self._amdsmi_ready else "amdsmi not importable: reading amdgpu sysfs",
+                "" if self._amdsmi_ready else self._amdsmi_reason,
             ),
         ]
         yield GaugeMetricFamily(

@@ -163,3 +163,19 @@ def test_rocm_exporter_on_this_machine_serves_and_says_why(tmp_path):
         assert registry.get_sample_value("gpu_nodes_total") >= 1
     else:
         assert backend.value == 0 and backend.labels["reason"]
+
+
+def test_a_failing_amdsmi_init_falls_back_to_sysfs_with_the_reason():
+    class BrokenInit(FakeAmdSmi):
+        def amdsmi_init(self):
+            raise self.AmdSmiException("AMDSMI_STATUS_DRIVER_NOT_LOADED")
+
+    registry = registry_for(AMD_ROOTS, amdsmi=BrokenInit())
+    assert registry.get_sample_value("gpu_gfx_activity", GPU0) == 98  # from sysfs
+    reason = "amdsmi_init failed: AMDSMI_STATUS_DRIVER_NOT_LOADED; reading amdgpu sysfs"
+    assert (
+        registry.get_sample_value(
+            "mac_exporter_backend_available", {"backend": "amdsmi", "reason": reason}
+        )
+        == 0
+    )

@@ -152,3 +152,9 @@ def test_sigterm_stops_the_exporter_cleanly():
     process = ExporterProcess("sys-exporter", *fixture_roots_args())
     process.wait_ready("/metrics")
     assert process.stop() == 0
+
+
+def test_a_missing_root_is_a_clear_error(tmp_path):
+    result = run_cli("sys-exporter", "--proc-root", str(tmp_path / "nope"))
+    assert result.returncode == 2
+    assert f"--proc-root {tmp_path / 'nope'} is not a directory" in result.stderr

@@ -76,3 +76,19 @@ def test_mango_sdk_agent_lists_rdma_devices(start_exporter):
     assert rdma["mlx5_0"]["ports"][0]["state"] == "ACTIVE"
     nics = {nic["name"]: nic for nic in process.json("/v1/nics")}
     assert nics["enp65s0"]["driver"] == "mango_gpuboost"
+
+
+@pytest.mark.parametrize("service", ["sys-exporter", "rocm-exporter"])
+def test_exporter_serves_this_machines_real_proc_and_sys(service, start_exporter):
+    process = start_exporter(service)  # default roots: the real /proc, /sys and /dev
+    _, metrics, _ = process.get("/metrics")
+    collectors = [
+        line for line in metrics.splitlines() if line.startswith("mac_exporter_collector_success")
+    ]
+    assert collectors and all(line.endswith(" 1.0") for line in collectors), collectors
+    if service == "sys-exporter":
+        assert 'node_cpu_seconds_total{cpu="0",mode="idle"}' in metrics
+        assert "node_memory_MemAvailable_bytes" in metrics
+    else:
+        assert "gpu_nodes_total" in metrics
+        assert 'mac_exporter_backend_available{backend="amdgpu"' in metrics
