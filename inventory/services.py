@@ -155,15 +155,22 @@ def record_event(
 
 
 def register_node(
-    reg: Registration, *, source: str, node_key: str | None = None, actor: str = AGENT_ACTOR
+    reg: Registration,
+    *,
+    source: str | None = None,
+    node_key: str | None = None,
+    actor: str = AGENT_ACTOR,
 ) -> RegistrationResult:
     """Create or update the node `reg` describes; see the module docstring for the rules.
 
-    `source` is the address the request really came from. Only a request from a node's
-    own address re-registers it without its key: a claimed address (reg.ip, vouched for
-    by the join token) says where to probe, it does not prove who is asking.
-    Raises NodeKeyRequired, NodeLimitReached or AddressTaken.
+    `source` is the address an HTTP request really came from (the API always passes
+    it). Only a request from a node's own address re-registers it without its key: a
+    claimed address (reg.ip, vouched for by the join token) says where to probe, it
+    does not prove who is asking. In-process callers (commands, tests) leave it None,
+    which stands for reg.ip. Raises NodeKeyRequired, NodeLimitReached or AddressTaken.
     """
+    if source is None:
+        source = reg.ip
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         try:
             with transaction.atomic():
