@@ -34,12 +34,14 @@ class NetDevSource:
     inline = True  # in-memory procfs: cannot block
 
     def __init__(self, roots: Roots):
-        self.path = roots.proc("net", "dev")
+        # /proc/net is /proc/self/net: inside a bridge-networked container that is the
+        # container's namespace. PID 1's view is the host's when the host /proc is mounted.
+        self.paths = (roots.proc("1", "net", "dev"), roots.proc("net", "dev"))
 
     def collect(self) -> Iterable[Metric]:
-        text = read_text(self.path)
+        text = read_text(self.paths[0]) or read_text(self.paths[1])
         if text is None:
-            raise FileNotFoundError(f"{self.path} is not readable")
+            raise FileNotFoundError(f"neither {self.paths[0]} nor {self.paths[1]} is readable")
         devices = parse_net_dev(text)
         keys = [f"receive_{k}" for k in RECEIVE_FIELDS] + [f"transmit_{k}" for k in TRANSMIT_FIELDS]
         for key in keys:
