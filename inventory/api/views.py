@@ -72,6 +72,9 @@ def _error(message: str, code: int, headers: dict | None = None) -> Response:
 
 
 def _agent_exception_handler(exc, context):
+    # Django raises RequestDataTooBig when the body is read through HttpRequest.body
+    # (as DRF does once anything has touched the stream); LimitedJSONParser covers the
+    # streamed path. Either way the agent gets a 400 naming the body, not a 500.
     if isinstance(exc, RequestDataTooBig):
         exc = body_too_large(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     return exception_handler(exc, context)
@@ -86,6 +89,16 @@ class AgentAPIView(APIView):
 
     def get_exception_handler(self):
         return _agent_exception_handler
+
+    def initial(self, request, *args, **kwargs):
+        meta = request.META
+        chunked = "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if chunked and not meta.get("CONTENT_LENGTH"):
+            # DRF would read such a body as empty and answer "hostname is required".
+            raise ValidationError(
+                {"body": ["chunked request bodies are not accepted; send a Content-Length."]}
+            )
+        super().initial(request, *args, **kwargs)
 
     def node_key(self) -> str | None:
         return self.request.headers.get(NODE_KEY_HEADER) or None

@@ -301,3 +301,17 @@ def test_a_reset_key_cannot_be_collected_through_a_claimed_address(register, joi
 
     assert grab.status_code == 403
     assert "node_key" in home.json()
+
+
+def test_chunked_body_without_length_answers_400_naming_the_body():
+    response = Client().post(
+        "/api/v1/register",
+        json.dumps({"hostname": "gpu-01"}),
+        content_type="application/json",
+        REMOTE_ADDR="10.0.0.5",
+        HTTP_TRANSFER_ENCODING="chunked",
+        CONTENT_LENGTH="",
+    )
+
+    assert response.status_code == 400
+    assert "Content-Length" in response.json()["body"][0]
