@@ -307,7 +307,12 @@ class NvmlSource:
                 return []
             nvml = self.nvml
             found = []
-            for index in range(nvml.nvmlDeviceGetCount()):
+            try:
+                count = nvml.nvmlDeviceGetCount()
+            except nvml.NVMLError as exc:
+                log.warning("nvmlDeviceGetCount: %s", exc)
+                return []
+            for index in range(count):
                 try:
                     found.append(self.identity(index, nvml.nvmlDeviceGetHandleByIndex(index)))
                 except nvml.NVMLError as exc:

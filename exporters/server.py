@@ -12,6 +12,7 @@ import json
 import logging
 import signal
 import socket
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -94,7 +95,7 @@ def serve_exporter(exporter: Exporter, sock: socket.socket) -> None:
         exporter.close()
 
 
-def serve_asgi(app, sock: socket.socket) -> None:
+def serve_asgi(app: Callable, sock: socket.socket) -> None:
     """Serve an ASGI app (mango-sdk-agent) with uvicorn on an already bound socket."""
     import uvicorn
 

@@ -10,6 +10,7 @@ check failed. ``/metrics`` exposes the latest results as
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -19,6 +20,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporters.checks import CheckContext, CheckResult, CheckStatus, run_checks
 from exporters.runtime import Exporter, Options, Roots
+
+log = logging.getLogger("exporters")
 
 METRICS_MAX_AGE_SECONDS = 30.0
 
@@ -79,12 +82,24 @@ class ChecksSource:
         yield family
 
 
-def build(options: Options) -> Exporter:
-    source = ChecksSource(check_context(options.roots))
+def diagnostics_answer(source: ChecksSource) -> tuple[int, dict]:
+    """(HTTP status, body) for /diagnostics; a crash of the checks is a 503 that says so."""
+    try:
+        return 200, diagnosis(source.run())
+    except Exception as exc:  # the master shows this text; a bare 500 would tell nothing
+        log.exception("the checks failed")
+        return 503, {"ok": False, "checks": [], "error": f"the checks failed: {exc!r}"}
+
+
+def build(
+    options: Options, runner: Callable[[CheckContext], list[CheckResult]] = run_checks
+) -> Exporter:
+    source = ChecksSource(check_context(options.roots), runner=runner)
 
     async def diagnostics(_request: web.Request) -> web.Response:
-        results = await asyncio.get_running_loop().run_in_executor(None, source.run)
-        return web.json_response(diagnosis(results))
+        loop = asyncio.get_running_loop()
+        status, body = await loop.run_in_executor(None, diagnostics_answer, source)
+        return web.json_response(body, status=status)
 
     return Exporter(
         "sys-manager",

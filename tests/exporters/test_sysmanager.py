@@ -1,0 +1,50 @@
+"""sys-manager: the checks' results as /diagnostics and as gauges."""
+
+from __future__ import annotations
+
+from exporters.checks import CheckContext, CheckResult, CheckStatus
+from exporters.runtime import Exporter, Roots
+from exporters.sysmanager import ChecksSource, check_context, diagnosis, diagnostics_answer
+
+RESULTS = [
+    CheckResult("master_ip", "MASTER_IP is set", CheckStatus.PASS, "10.0.0.1"),
+    CheckResult("ip_forward", "IPv4 forwarding", CheckStatus.FAIL, "0", "sudo sysctl -w ..."),
+    CheckResult("docker_enabled", "Docker at boot", CheckStatus.WARN, "disabled"),
+]
+
+
+def test_check_context_follows_the_roots():
+    ctx = check_context(Roots("/host/sys", "/host/proc", "/host/dev", "/host/root"))
+    assert (ctx.sys_root, ctx.proc_root, ctx.dev_root) == ("/host/sys", "/host/proc", "/host/dev")
+    assert ctx.etc_root == "/host/root/etc"
+
+
+def test_diagnosis_is_not_ok_when_a_check_fails_but_warnings_are_fine():
+    assert diagnosis(RESULTS)["ok"] is False
+    assert diagnosis([RESULTS[0], RESULTS[2]])["ok"] is True
+    assert diagnosis(RESULTS)["checks"][1]["fix"] == "sudo sysctl -w ..."
+
+
+def test_check_outcomes_are_gauges():
+    registry = Exporter("sys-manager", [ChecksSource(CheckContext(), lambda ctx: RESULTS)]).registry
+    assert (
+        registry.get_sample_value(
+            "mac_node_check_status", {"check": "ip_forward", "status": "fail"}
+        )
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "mac_node_check_status", {"check": "ip_forward", "status": "pass"}
+        )
+        == 0
+    )
+
+
+def test_a_crash_in_the_checks_is_a_503_that_says_so():
+    def broken(ctx):
+        raise RuntimeError("proc unreadable")
+
+    status, body = diagnostics_answer(ChecksSource(CheckContext(), broken))
+    assert status == 503
+    assert body["ok"] is False and "proc unreadable" in body["error"]
