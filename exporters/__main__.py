@@ -8,6 +8,7 @@ a service whose optional library is missing never stops the others from starting
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import logging
 import os
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {args.service}: {exc}", file=sys.stderr)
         return 1
     built = importlib.import_module(BUILDERS[args.service]).build(options)
+    # Everything imported so far lives for the whole process: keep the cyclic GC from
+    # rescanning it on every collection (shorter pauses, steadier scrape latency).
+    gc.collect()
+    gc.freeze()
     if isinstance(built, Exporter):
         serve_exporter(built, sock)
     else:
