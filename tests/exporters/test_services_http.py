@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from exporters.services import SERVICES
-from tests.exporters.conftest import fixture_roots_args
+from tests.exporters.conftest import GOLDEN, fixture_roots_args, normalise
 
 SYS_TREE = {
     "nic-exporter": "sysfs-ib",
@@ -92,3 +94,30 @@ def test_exporter_serves_this_machines_real_proc_and_sys(service, start_exporter
     else:
         assert "gpu_nodes_total" in metrics
         assert 'mac_exporter_backend_available{backend="amdgpu"' in metrics
+
+
+# statvfs of the fixture's mount points reads this machine's disks: not comparable.
+STATVFS_FAMILIES = re.compile(
+    r"^node_filesystem_(size_bytes|free_bytes|avail_bytes|files|files_free)\b"
+)
+
+
+def comparable(text: str) -> str:
+    return "".join(
+        line + "\n" for line in normalise(text).splitlines() if not STATVFS_FAMILIES.match(line)
+    )
+
+
+@pytest.mark.parametrize(
+    ("service", "sys_tree", "golden"),
+    [
+        ("sys-exporter", "sysfs-net", "sys-exporter"),
+        ("rocm-exporter", "sysfs-amd", "rocm-exporter"),
+    ],
+)
+def test_the_real_process_serves_the_golden_output(service, sys_tree, golden, start_exporter):
+    process = start_exporter(
+        service, *fixture_roots_args(sys_tree), env={"NODE_NAME": "gpu-node-17"}
+    )
+    _, metrics, _ = process.get("/metrics")
+    assert comparable(metrics) == comparable((GOLDEN / f"{golden}.prom").read_text())
