@@ -123,3 +123,14 @@ def test_no_rdma_device_is_reported_not_fatal(tmp_path):
         )
         == 0
     )
+
+
+def test_real_ethtool_failure_names_the_interface():
+    import shutil
+
+    from exporters.nic import run_ethtool
+
+    if shutil.which("ethtool") is None:
+        pytest.skip("ethtool is not installed (scripts/bootstrap installs it)")
+    with pytest.raises(RuntimeError, match="ethtool -S mac-no-such-if0"):
+        run_ethtool("mac-no-such-if0")
