@@ -152,10 +152,11 @@ def read_int(path: Path | str) -> int | None:
 class CollectorRunner:
     """The one collector registered in a service's registry: runs the sources.
 
-    Each source runs in its own pool thread; the scrape waits at most ``timeout``
-    seconds for all of them together. A source still running from an earlier scrape
-    is not started twice: later scrapes wait on the same run, so a hung source holds
-    one thread, not one per scrape.
+    Each source that may block runs in its own pool thread; the scrape waits at most
+    ``timeout`` seconds for all of them together. A source still running from an
+    earlier scrape is not started twice: later scrapes wait on the same run, so a hung
+    source holds one thread, not one per scrape. ``inline`` sources (in-memory procfs
+    readers) run in the scraping thread, timed and isolated all the same.
     """
 
     def __init__(self, sources: Iterable[Source], timeout: float = DEFAULT_COLLECTOR_TIMEOUT):
