@@ -210,7 +210,9 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     else:
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
-    host = cfg.get("MAC_PUBLIC_HOST") or _host_address()
+    bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
+    wildcard = bind in {"0.0.0.0", "::"}
+    host = cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
     api, prom = f"http://{host}:{cfg.master_port}", f"http://{host}:{prometheus_port(cfg)}"
     lines = [
         f"Dashboard:   {api}/",

@@ -140,7 +140,8 @@ class ProcessRuntime(Runtime):
 
     def _run_prestart(self, role: str, spec: ServiceSpec, command: list[str]) -> None:
         log = self.log_file(role, spec.name)
-        with spinner(f"{spec.name}: {' '.join(command[-3:])}"), log.open("ab") as handle:
+        words = command[3:] if command[1:3] == ["-m", "django"] else command
+        with spinner(f"{spec.name}: {' '.join(words[:2])}"), log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()
             try:
