@@ -18,6 +18,7 @@ from inventory.choices import EventKind
 from inventory.models import Node, NodeEvent
 from inventory.validators import normalize_hostname
 
+INLINE_EVENTS = 50
 # Fields the prober owns; an admin editing them would only be overwritten next sweep.
 PROBE_FIELDS = (
     "status",
@@ -63,8 +64,21 @@ class NodeAdminForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from None
 
 
+class RecentEventsFormSet(forms.BaseInlineFormSet):
+    """Only the most recent events: a flapping node collects thousands."""
+
+    def get_queryset(self):
+        if not hasattr(self, "_recent"):
+            self._recent = super().get_queryset()[:INLINE_EVENTS]
+        return self._recent
+
+
 class NodeEventInline(admin.TabularInline):
+    """The node's latest events (all of them: Inventory > Node events)."""
+
     model = NodeEvent
+    formset = RecentEventsFormSet
+    verbose_name_plural = "recent events"
     fields = ("created_at", "kind", "message", "actor")
     readonly_fields = fields
     extra = 0

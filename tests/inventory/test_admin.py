@@ -195,3 +195,21 @@ def test_event_text_is_escaped_in_the_change_form_and_event_list(admin_client, m
         assert "<script>alert" not in text
         assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
         assert "<b>mallory</b>" not in text
+
+
+def test_change_form_shows_the_latest_fifty_events_and_still_saves(admin_client, make_node):
+    node = make_node("gpu-01")
+    for i in range(60):
+        record_event(node, EventKind.ONLINE, f"probe event {i:02d}", actor="probe")
+
+    page = admin_client.get(change_url(node)).content.decode()
+    data = form_fields(page)
+    data["maintenance"] = "on"
+    response = admin_client.post(change_url(node), data)
+
+    assert "probe event 59" in page and "probe event 10" in page
+    assert "probe event 09" not in page
+    assert response.status_code == 302
+    node.refresh_from_db()
+    assert node.maintenance is True
+    assert NodeEvent.objects.filter(node=node, kind=EventKind.ONLINE).count() == 60

@@ -315,3 +315,17 @@ def test_chunked_body_without_length_answers_400_naming_the_body():
 
     assert response.status_code == 400
     assert "Content-Length" in response.json()["body"][0]
+
+
+def test_registration_keeps_working_when_the_rate_limit_cache_is_down(register, settings, caplog):
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+        }
+    }
+
+    response = register("gpu-01", remote="10.0.0.5")
+
+    assert response.status_code == 201
+    assert "rate limit not applied" in caplog.text
