@@ -83,6 +83,8 @@ class Target:
     # Service names the node reported (registration's `exporters` keys). Ports
     # are taken from exporters.services, never from the agent.
     exporters: tuple[str, ...] = ()
+    # The node was Online: a failed probe is repeated once before it counts.
+    confirm: bool = False
 
 
 @dataclass(slots=True)
@@ -138,6 +140,7 @@ class ProbeStats:
     probes: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     duration: float = 0.0
+    confirmed: int = 0  # nodes whose failures were probed a second time
 
 
 def services_to_probe(reported: Iterable[str]) -> list[Service]:
@@ -317,9 +320,18 @@ async def probe_targets(
     concurrency: int = DEFAULT_CONCURRENCY,
     stats: ProbeStats | None = None,
 ) -> list[NodeProbe]:
-    """Probe every target; one NodeProbe per target, in the targets' order."""
+    """Probe every target; one NodeProbe per target, in the targets' order.
+
+    Failures of targets marked `confirm` (nodes that were Online) are probed a
+    second time once the first round is over, and the second answer counts. The
+    first round can run thousands of probes at once on a busy machine; the
+    second is small and quiet, so a live node that merely answered while our own
+    event loop was starved is not declared Offline. A node that really died costs
+    one more timeout, once, in the sweep that notices it.
+    """
     started = time.monotonic()
     semaphore = asyncio.Semaphore(max(1, concurrency))
+    targets = list(targets)
     nodes: list[NodeProbe] = []
     jobs: list[tuple[NodeProbe, Service]] = []
     for target in targets:
@@ -332,15 +344,24 @@ async def probe_targets(
             node.results[service.name] = await probe_url(service, node.ip, timeout)
 
     await asyncio.gather(*(run(node, service) for node, service in jobs))
+    retry = [
+        (node, BY_NAME[name])
+        for node, target in zip(nodes, targets, strict=True)
+        if target.confirm and not node.sys.ok
+        for name, result in node.results.items()
+        if not result.ok
+    ]
+    if retry:
+        await asyncio.gather(*(run(node, service) for node, service in retry))
 
     if stats is not None:
-        stats.probes = len(jobs)
+        stats.probes = len(jobs) + len(retry)
+        stats.confirmed = len({id(node) for node, _ in retry})
         stats.duration = time.monotonic() - started
         for node in nodes:
             for result in node.results.values():
-                stats.outcomes[result.outcome.value] = (
-                    stats.outcomes.get(result.outcome.value, 0) + 1
-                )
+                key = result.outcome.value
+                stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
     return nodes
 
 
@@ -376,9 +397,19 @@ def run_probe(
 ) -> list[NodeProbe]:
     """Synchronous entry point for the sweep (a Celery task is not a coroutine)."""
     concurrency = usable_concurrency(concurrency)
-    return asyncio.run(
-        probe_targets(targets, timeout=timeout, concurrency=concurrency, stats=stats)
-    )
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(
+            probe_targets(targets, timeout=timeout, concurrency=concurrency, stats=stats)
+        )
+
+
+def loop_factory():
+    """uvloop's event loop when installed (about 40 % less CPU per probe), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
 
 
 def probes_to_json(nodes: list[NodeProbe]) -> list[dict]:

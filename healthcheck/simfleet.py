@@ -51,7 +51,7 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from exporters.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
-from healthcheck.probe import raise_nofile_limit
+from healthcheck.probe import loop_factory, raise_nofile_limit
 
 DEFAULT_BASE = "127.20.0.0"
 DEFAULT_SERVICES = (SYS_EXPORTER.name, NIC_EXPORTER.name)
@@ -306,7 +306,7 @@ class FleetThread:
     """
 
     def __init__(self, *args, **kwargs) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = loop_factory()()
         self.thread = threading.Thread(target=self.loop.run_forever, name="simfleet", daemon=True)
         self.fleet = SimFleet(*args, **kwargs)
 
@@ -480,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")
     try:
-        return asyncio.run(_serve(args))
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            return runner.run(_serve(args))
     except ValueError as exc:
         parser.error(str(exc))
     except OSError as exc:

@@ -10,17 +10,20 @@ the probe somewhere else (inside a network namespace) and bring the results back
 
 Costs at 10,000 nodes were designed for: nodes are loaded with `.values()` and
 only the needed columns; only nodes whose status, reason, detail, diagnosis or
-exporter health changed are written (bulk_update in batches), with one NodeEvent
-per status change (bulk_create); `last_seen` of every node that answered is set
-with one `UPDATE ... WHERE id IN (...)` per 5,000 ids; the targets files are
+exporter health changed are written (one UPDATE per group of identical new
+values), with one NodeEvent per status change (bulk_create); `last_seen` of
+every node that answered is set with one `UPDATE ... WHERE id IN (...)` per
+5,000 ids; the targets files are
 rewritten only when their content changes; and the dashboard gets one message
 carrying all the changes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,17 +59,8 @@ NODE_FIELDS = (
     "last_seen",
     "status_changed_at",
 )
-# The columns a sweep may change (bulk_update writes exactly these).
-STATUS_FIELDS = (
-    "status",
-    "status_reason",
-    "status_detail",
-    "diagnosis",
-    "exporter_health",
-    "status_changed_at",
-)
 WRITE_BATCH = 1000
-SEEN_CHUNK = 5000
+ID_CHUNK = 5000  # ids per `WHERE id IN (...)`, well under SQLite's 32,766 parameters
 
 ProbeFunction = Callable[[list[Target]], list[NodeProbe]]
 
@@ -91,10 +85,19 @@ def targets_for(rows: Iterable[dict]) -> list[Target]:
 
     A node that was Offline will probably time out again; starting those
     first lets their timeouts run while the live nodes answer, instead of
-    adding a full timeout at the end of the sweep.
+    adding a full timeout at the end of the sweep. Online nodes are marked
+    `confirm`: a failure is probed again before it takes them Offline.
     """
     ordered = sorted(rows, key=lambda row: row["status"] == NodeStatus.ONLINE)
-    return [Target(row["id"], row["ip"], tuple(row["exporters"] or ())) for row in ordered]
+    return [
+        Target(
+            row["id"],
+            row["ip"],
+            tuple(row["exporters"] or ()),
+            confirm=row["status"] == NodeStatus.ONLINE,
+        )
+        for row in ordered
+    ]
 
 
 def probe_nodes(rows: list[dict], probe: ProbeFunction | None = None) -> dict[int, NodeProbe]:
@@ -171,15 +174,45 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
     return result
 
 
+def _update_groups(changed: list[dict], now: datetime) -> dict[tuple, list[int]]:
+    """Changed rows grouped by the values they get: one UPDATE per group.
+
+    A sweep's changes are very repetitive (thousands of nodes going Online with the
+    same reason and health when a rack comes back), so grouping turns N row
+    updates into a handful of `UPDATE ... WHERE id IN (...)` statements. Django's
+    bulk_update builds a CASE expression per row instead, which measured at ~2 ms
+    of CPU per row: 20 s for a 10,000-node first sweep.
+    """
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for row in changed:
+        key = (
+            row["status"],
+            row["status_reason"],
+            row["status_detail"],
+            row["diagnosis"],
+            json.dumps(row["exporter_health"], sort_keys=True),
+            row["status_changed_at"] is now,
+        )
+        groups[key].append(row["id"])
+    return groups
+
+
 def save_changes(judgement: Judgement, now: datetime) -> None:
     """Write changed rows, their events and last_seen, in one transaction."""
     with transaction.atomic():
-        if judgement.changed:
-            nodes = [
-                Node(**{key: row[key] for key in ("id", *STATUS_FIELDS)})
-                for row in judgement.changed
-            ]
-            Node.objects.bulk_update(nodes, STATUS_FIELDS, batch_size=WRITE_BATCH)
+        for key, ids in _update_groups(judgement.changed, now).items():
+            status, reason, detail, diagnosis, health, status_changed = key
+            values = {
+                "status": status,
+                "status_reason": reason,
+                "status_detail": detail,
+                "diagnosis": diagnosis,
+                "exporter_health": json.loads(health),
+            }
+            if status_changed:
+                values["status_changed_at"] = now
+            for start in range(0, len(ids), ID_CHUNK):
+                Node.objects.filter(id__in=ids[start : start + ID_CHUNK]).update(**values)
         if judgement.events:
             # A node deregistered while we probed has no row to point at any more.
             ids = [event.node_id for event in judgement.events]
@@ -187,8 +220,8 @@ def save_changes(judgement: Judgement, now: datetime) -> None:
             events = [event for event in judgement.events if event.node_id in alive]
             NodeEvent.objects.bulk_create(events, batch_size=WRITE_BATCH)
         seen = judgement.seen_ids
-        for start in range(0, len(seen), SEEN_CHUNK):
-            Node.objects.filter(id__in=seen[start : start + SEEN_CHUNK]).update(last_seen=now)
+        for start in range(0, len(seen), ID_CHUNK):
+            Node.objects.filter(id__in=seen[start : start + ID_CHUNK]).update(last_seen=now)
 
 
 def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[str]:
