@@ -102,4 +102,8 @@ def serve_asgi(app: Callable, sock: socket.socket) -> None:
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = uvicorn.Server(config)
     sock.setblocking(True)
+    # uvicorn shuts down gracefully, then re-raises the signal against the handlers it
+    # found; with the default ones the process would die by SIGTERM instead of exiting 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
     server.run(sockets=[sock])

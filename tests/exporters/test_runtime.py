@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
 import time
 
+import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from exporters.runtime import BackendStatus, CollectorRunner, Exporter
@@ -148,10 +150,20 @@ def test_port_in_use_is_a_clear_error():
     assert "--port" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_sigterm_stops_the_exporter_cleanly():
-    process = ExporterProcess("sys-exporter", *fixture_roots_args())
-    process.wait_ready("/metrics")
-    assert process.stop() == 0
+@pytest.mark.parametrize(
+    ("service", "signum", "ready"),
+    [
+        ("sys-exporter", signal.SIGTERM, "/metrics"),
+        ("sys-exporter", signal.SIGINT, "/metrics"),
+        ("mango-sdk-agent", signal.SIGTERM, "/docs"),
+    ],
+)
+def test_a_stop_signal_exits_cleanly(service, signum, ready):
+    process = ExporterProcess(service, *fixture_roots_args())
+    process.wait_ready(ready)
+    process.proc.send_signal(signum)
+    assert process.proc.wait(timeout=10) == 0
+    assert "Traceback" not in process.output()
 
 
 def test_a_missing_root_is_a_clear_error(tmp_path):
