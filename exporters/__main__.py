@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 
 from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
 from exporters.server import PortInUseError, bind_socket, serve_asgi, serve_exporter
@@ -111,7 +112,25 @@ def main(argv: list[str] | None = None) -> int:
         serve_exporter(built, sock)
     else:
         serve_asgi(built, sock)
+    leave_past_stuck_threads()
     return 0
+
+
+def leave_past_stuck_threads() -> None:
+    """Exit 0 now if a collector thread is still stuck (dead NFS mount, wedged device).
+
+    Python joins pool threads at exit, and a thread blocked in the kernel never
+    returns: without this a stopped exporter would hang until SIGKILL.
+    """
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if stuck:
+        logging.getLogger("exporters").warning(
+            "leaving %d stuck collector thread(s) behind", len(stuck)
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -170,3 +171,23 @@ def test_a_missing_root_is_a_clear_error(tmp_path):
     result = run_cli("sys-exporter", "--proc-root", str(tmp_path / "nope"))
     assert result.returncode == 2
     assert f"--proc-root {tmp_path / 'nope'} is not a directory" in result.stderr
+
+
+def test_a_stuck_collector_neither_stalls_scrapes_nor_blocks_the_exit(tmp_path):
+    # A FIFO without a writer blocks open() in the kernel: a real hung sysfs read.
+    sys_root = tmp_path / "sys"
+    (sys_root / "class" / "net" / "eth0").mkdir(parents=True)
+    os.mkfifo(sys_root / "class" / "net" / "eth0" / "operstate")
+    args = fixture_roots_args()
+    args[args.index("--sys-root") + 1] = str(sys_root)
+    process = ExporterProcess("sys-exporter", *args, "--collector-timeout", "1")
+    process.wait_ready("/health")
+    for _ in range(2):
+        started = time.monotonic()
+        status, metrics, _ = process.get("/metrics")
+        assert status == 200 and time.monotonic() - started < 4
+        assert 'mac_exporter_collector_success{collector="netclass"} 0.0' in metrics
+        assert 'node_cpu_seconds_total{cpu="0",mode="idle"}' in metrics
+    assert process.json("/health")["collectors"]["netclass"]["error"].startswith("still running")
+    process.proc.send_signal(signal.SIGTERM)
+    assert process.proc.wait(timeout=10) == 0
