@@ -475,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--token", default="", help="the master's join token (MAC_JOIN_TOKEN)")
     args = parser.parse_args(argv)
-    if args.fault_service != "all" and args.fault_service not in args.services.split(","):
+    faulty = args.blackhole or args.hang or args.refuse
+    if faulty and args.fault_service not in ("all", *args.services.split(",")):
         parser.error(f"--fault-service {args.fault_service!r} is not one of --services")
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")

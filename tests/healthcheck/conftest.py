@@ -217,3 +217,15 @@ def master_procs(transactional_db, processes, sweep_redis, tmp_path):
 
     start.sd_dir = sd  # type: ignore[attr-defined]
     return start
+
+
+def wait_ready(child: subprocess.Popen, timeout: float = 30) -> None:
+    """Wait for a simulated fleet child to print READY; fail with its log if it died."""
+
+    def ready() -> bool:
+        text = Path(child.log_path).read_text(errors="replace")
+        if child.poll() is not None and "READY" not in text:
+            raise AssertionError(f"{child.args} exited with {child.returncode}:\n{text}")
+        return "READY" in text
+
+    wait_for(ready, timeout=timeout, interval=0.05)

@@ -9,7 +9,7 @@ import pytest
 
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
-from tests.healthcheck.conftest import PYTHON, loopback_base, wait_for
+from tests.healthcheck.conftest import PYTHON, loopback_base, wait_for, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ SLACK = 1.5
 
 def start_agent(processes, ip: str):
     agent = processes.start("agent", [PYTHON, "-m", "healthcheck.simfleet", "--ip", ip], env=None)
-    wait_for(lambda: "READY" in agent.log_path.read_text(), timeout=20)
+    wait_ready(agent)
     return agent
 
 

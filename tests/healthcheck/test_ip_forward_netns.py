@@ -22,7 +22,7 @@ from healthcheck.probe import probes_from_json
 from healthcheck.sweep import run_sweep
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
-from tests.healthcheck.conftest import PYTHON, REPO, wait_for
+from tests.healthcheck.conftest import PYTHON, REPO, wait_ready
 
 pytestmark = [
     pytest.mark.netns,
@@ -85,7 +85,7 @@ def namespaces(processes):
                  "--ip", ip, "--services", service],
                 env=None,
             )  # fmt: skip
-            wait_for(lambda child=child: "READY" in child.log_path.read_text(), timeout=20)
+            wait_ready(child)
         yield {"master": master, "agent": agent, "ctr": ctr}
     finally:
         processes.stop_all()

@@ -12,6 +12,7 @@ from healthcheck.probe import (
     READ_CAP,
     Outcome,
     ProbeResult,
+    ProbeStats,
     Target,
     looks_like_exposition,
     probe_targets,
@@ -158,3 +159,37 @@ def test_reported_services_add_probes_but_ports_come_from_the_table():
         29500,
         29101,
     }
+
+
+async def test_a_failure_of_an_online_node_is_confirmed_before_it_counts():
+    from tests.healthcheck.conftest import loopback_base
+
+    ip = loopback_base().rsplit(".", 1)[0] + ".1"
+    page = render_exposition("flaky")
+    connections = {29101: 0, 29500: 0}
+
+    def first_hangs_then_answers(port: int):
+        async def handle(reader, writer):
+            connections[port] += 1
+            await reader.readuntil(b"\r\n\r\n")
+            if connections[port] == 1:
+                await asyncio.sleep(5)  # past the deadline: the first probe times out
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+            await writer.drain()
+            writer.close()
+
+        return handle
+
+    servers = [await asyncio.start_server(first_hangs_then_answers(p), ip, p) for p in connections]
+    try:
+        stats = ProbeStats()
+        was_online = Target(1, ip, (), confirm=True)
+        [result] = await probe_targets([was_online], timeout=0.3, stats=stats)
+        assert result.sys.outcome is Outcome.OK
+        assert stats.confirmed == 1
+        connections.update({29101: 0, 29500: 0})
+        [result] = await probe_targets([Target(1, ip, ())], timeout=0.3)
+        assert result.sys.outcome is Outcome.TIMEOUT  # not Online before: no second chance
+    finally:
+        for server in servers:
+            server.close()

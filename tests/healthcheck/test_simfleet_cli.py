@@ -10,7 +10,7 @@ import pytest
 from healthcheck.simfleet import hostname_for, node_addresses, pick
 from healthcheck.sweep import run_sweep
 from inventory.models import Node
-from tests.healthcheck.conftest import PYTHON, REPO, loopback_base, wait_for
+from tests.healthcheck.conftest import PYTHON, REPO, loopback_base, wait_ready
 
 
 @pytest.mark.django_db(transaction=True)
@@ -25,7 +25,7 @@ def test_it_serves_and_registers_nodes_the_sweep_then_judges(
          "--register", live_server.url, "--token", "join-secret", "--refuse", "0.25"],
         env=None,
     )  # fmt: skip
-    wait_for(lambda: "READY" in fleet_proc.log_path.read_text(), timeout=30, interval=0.1)
+    wait_ready(fleet_proc)
     assert "registered 4 of 4 nodes" in fleet_proc.log_path.read_text()
 
     addresses = node_addresses(4, base)
