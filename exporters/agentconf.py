@@ -358,7 +358,8 @@ class AgentConfig:
             return Path(explicit).expanduser()
         if os.geteuid() == 0:
             return Path(DEFAULT_STATE_DIR_ROOT)
-        return Path(DEFAULT_STATE_DIR_USER).expanduser()
+        # Per host: a home on NFS must not mix the pid files of several nodes.
+        return Path(DEFAULT_STATE_DIR_USER).expanduser() / (socket.gethostname() or "localhost")
 
     # Shared home detection ---------------------------------------------------------------
     def shared_home(self) -> tuple[bool, str]:

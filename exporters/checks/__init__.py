@@ -55,7 +55,7 @@ def _registered() -> list:
     ]
 
 
-def _result_ids(results: CheckResult | list[CheckResult]) -> list[CheckResult]:
+def _as_list(results: CheckResult | list[CheckResult]) -> list[CheckResult]:
     return results if isinstance(results, list) else [results]
 
 
@@ -71,7 +71,7 @@ def run_checks(ctx: CheckContext | None = None) -> list[CheckResult]:
     results: list[CheckResult] = []
     for check in _registered():
         try:
-            found = _result_ids(check(ctx))
+            found = _as_list(check(ctx))
         except Exception as exc:  # a bug in one check must not blank the report
             name = check.__name__.removeprefix("check_")
             found = [CheckResult(name, name, CheckStatus.WARN, f"the check itself failed: {exc!r}")]

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from exporters.agentconf import (
     NODE_KEY,
-    PER_NODE_KEYS,
     SECRET_KEYS,
     AgentConfig,
     ConfigError,
@@ -135,7 +134,7 @@ def require_master_ip(cfg: AgentConfig) -> str:
 
 def resolve_node_name(cfg: AgentConfig) -> str:
     name, source = cfg.node_name()
-    if source == Source.USER and "NODE_NAME" in PER_NODE_KEYS:
+    if source == Source.USER:
         shared, why = cfg.shared_home()
         if shared:
             raise CliError(
@@ -404,8 +403,13 @@ def stop(runtime_name: str | None = None) -> int:
     elif not cfg.node_key:
         output.say("This node holds no node key: there is no registration to remove.")
     else:
+        client = _client(cfg, timeout=5)
+        # The name the master knows, in case NODE_NAME changed since the registration.
+        known = client.self_info()
+        if known.ok and isinstance(known.body, dict) and known.body.get("hostname"):
+            hostname = known.body["hostname"]
         with output.spinner(f"Deregistering {hostname} from {cfg.master_url} ..."):
-            reply = _client(cfg, timeout=5).deregister(hostname)
+            reply = client.deregister(hostname)
         if reply.ok:
             deregistered = True
         elif reply.status == 404:

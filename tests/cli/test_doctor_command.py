@@ -123,3 +123,24 @@ def test_a_healthy_registered_node_passes_everything(mac_env, live_master):
                      "ip_forward_persisted"):  # fmt: skip
         assert statuses[check_id] == "pass", (check_id, payload)
     assert set(statuses.values()) <= {"pass", "skip"}
+
+
+def test_docker_not_enabled_at_boot_is_reported_with_the_enable_command(mac_env):
+    roots = _roots(mac_env, "1")
+    bin_dir = mac_env.root / "empty-bin"
+    # A host whose Docker is installed but disabled: systemctl says so.
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text(
+        '#!/bin/sh\ncase "$1" in is-enabled) echo disabled; exit 1;; '
+        "--version) echo 'systemd 252 (252.39-1~deb12u2)';; *) echo inactive; exit 3;; esac\n"
+    )
+    systemctl.chmod(0o755)
+    unit = mac_env.root / "node/usr/lib/systemd/system/docker.service"
+    _write(unit, "[Unit]\nDescription=Docker Application Container Engine\n")
+    mac_env.env.update(roots)
+    result = mac_env.run("doctor")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("fail") and "docker.service is disabled" in line for line in lines)
+    assert "  sudo systemctl enable --now docker" in lines
+    assert "  mac status" in lines
