@@ -192,8 +192,9 @@ def check_networkd_forwarding(ctx: CheckContext) -> CheckResult:
     missing: list[tuple[str, str]] = []
     wrong_key: list[str] = []
     for name, path in sorted(networks.items()):
-        section = _effective_network(ctx, path).get("Network", {})
-        iface = (_effective_network(ctx, path).get("Match", {}).get("Name") or path.stem).split()[0]
+        unit = _effective_network(ctx, path)
+        section = unit.get("Network", {})
+        iface = (unit.get("Match", {}).get("Name") or path.stem).split()[0]
         accepted = [key] if version is not None else ["IPForward", "IPv4Forwarding"]
         if any(section.get(k, "").lower() in _TRUE for k in accepted):
             continue

@@ -378,10 +378,10 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     states = runtime.start(ROLE, specs)
     print_states(states, f"Agent services ({runtime.name} runtime)")
     node = register(cfg, hostname, ip, specs)
+    state = str(node.get("status", "unknown")).capitalize()
     output.say(
-        f"Node {node.get('hostname', hostname)} ({node.get('ip', ip)}) is "
-        f"{node.get('status', 'unknown')} on the master; the next probe (within "
-        f"{cfg.get('MAC_PROBE_INTERVAL') or 30} s) marks it Online."
+        f"Node {node.get('hostname', hostname)} ({node.get('ip', ip)}) is {state} on the "
+        "master; its next probe (every 30 s by default) marks it Online."
     )
     output.ok(f"Registered with master {master_ip}.")
     return 0

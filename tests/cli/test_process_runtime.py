@@ -129,4 +129,4 @@ def test_uptime_comes_from_the_process(tmp_path, script):
         assert state.uptime is not None and state.uptime >= 1
     finally:
         runtime.stop("agent", [spec])
-    assert os.listdir(runtime.role_dir("agent")) == ["logs"]
+    assert set(os.listdir(runtime.role_dir("agent"))) == {"logs", ".lock"}

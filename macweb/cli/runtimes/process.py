@@ -11,12 +11,13 @@ and never signalled.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -26,6 +27,8 @@ from macweb.cli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
 
 # A reused pid belongs to a process created after our recorded start; allow clock slack.
 _CREATE_SLACK = 2.0
+# Seconds a service without a liveness URL (celery worker, beat) must survive at start.
+NO_LIVENESS_SETTLE = 2.0
 
 
 class ProcessRuntime(Runtime):
@@ -109,6 +112,18 @@ class ProcessRuntime(Runtime):
         return proc, why or "running"
 
     # The interface ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self, role: str) -> Iterator[None]:
+        """One `mac start|stop|restart` per role at a time: pid files are never raced."""
+        path = self.role_dir(role) / ".lock"
+        with path.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                with spinner(f"Waiting for another mac command on the {role} ..."):
+                    fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
     def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
         directory = self.role_dir(role)
         try:
@@ -119,17 +134,18 @@ class ProcessRuntime(Runtime):
                 hint="Run as root, or point MAC_STATE_DIR at a writable directory:",
                 commands=[f"sudo mac start {role}", f"MAC_STATE_DIR=~/.mac/state mac start {role}"],
             ) from None
-        launched: dict[str, subprocess.Popen] = {}
-        for spec in specs:
-            proc, _ = self._running(role, spec)
-            if proc is not None:
-                continue
-            self.pid_file(role, spec.name).unlink(missing_ok=True)
-            for command in spec.prestart:
-                self._run_prestart(role, spec, command)
-            launched[spec.name] = self._spawn(role, spec)
-        if launched:
-            self._wait_ready(role, [s for s in specs if s.name in launched], launched)
+        with self._locked(role):
+            launched: dict[str, subprocess.Popen] = {}
+            for spec in specs:
+                proc, _ = self._running(role, spec)
+                if proc is not None:
+                    continue
+                self.pid_file(role, spec.name).unlink(missing_ok=True)
+                for command in spec.prestart:
+                    self._run_prestart(role, spec, command)
+                launched[spec.name] = self._spawn(role, spec)
+            if launched:
+                self._wait_ready(role, [s for s in specs if s.name in launched], launched)
         return self.status(role, specs)
 
     def _env(self, spec: ServiceSpec) -> dict[str, str]:
@@ -200,6 +216,7 @@ class ProcessRuntime(Runtime):
         self, role: str, specs: Sequence[ServiceSpec], popens: dict[str, subprocess.Popen]
     ) -> None:
         pending = {spec.name: spec for spec in specs}
+        started = time.monotonic()
         deadline = {spec.name: time.monotonic() + spec.ready_timeout for spec in specs}
         names = ", ".join(pending)
         with spinner(f"Starting {names} ..."):
@@ -214,7 +231,11 @@ class ProcessRuntime(Runtime):
                             hint=f"Last lines of {log}:\n{_tail(log)}\nFix the cause, then:",
                             commands=[f"tail -n 50 {log}", f"mac start {role}"],
                         )
-                    if spec.liveness_url is None or probe(spec.liveness_url, 1.0) == "ok":
+                    if spec.liveness_url is None:
+                        # Nothing to ask: alive for a few seconds counts as started.
+                        if time.monotonic() - started >= NO_LIVENESS_SETTLE:
+                            del pending[name]
+                    elif probe(spec.liveness_url, 1.0) == "ok":
                         del pending[name]
                     elif time.monotonic() > deadline[name]:
                         log = self.log_file(role, name)
@@ -228,6 +249,13 @@ class ProcessRuntime(Runtime):
                     time.sleep(self.poll)
 
     def stop(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        if not self.role_dir(role).is_dir():
+            return self.status(role, specs)
+        with self._locked(role):
+            self._stop(role, specs)
+        return self.status(role, specs)
+
+    def _stop(self, role: str, specs: Sequence[ServiceSpec]) -> None:
         victims: list[tuple[ServiceSpec, psutil.Process]] = []
         for spec in reversed(list(specs)):
             proc, _ = self._running(role, spec)
@@ -244,7 +272,6 @@ class ProcessRuntime(Runtime):
                         self._signal(proc, signal.SIGKILL)
                         self._wait_gone(proc, time.monotonic() + 5)
                     self.pid_file(role, spec.name).unlink(missing_ok=True)
-        return self.status(role, specs)
 
     def _signal(self, proc: psutil.Process, sig: signal.Signals) -> None:
         # The whole session: gunicorn and celery workers die with their master.
