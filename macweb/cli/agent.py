@@ -107,6 +107,10 @@ def runtime_and_specs(
     runtime = choose_runtime(cfg, ROLE, override, remove_stale=remove_stale)
     specs = agent_specs(cfg)
     if isinstance(runtime, DockerRuntime):
+        # Compose substitutes ${NODE_NAME}, ${MAC_<SERVICE>_PORT}... from its environment:
+        # give it the files' values too, as the process runtime gives them to its children.
+        for key, value in specs[0].env.items() if specs else ():
+            os.environ.setdefault(key, value)
         vendor, _ = _gpus(cfg)
         runtime.profiles = [vendor] if vendor in GPU_SERVICES else []
         keep = GPU_SERVICES.get(vendor)

@@ -148,6 +148,13 @@ def test_stop_with_the_master_down_stops_locally_and_keeps_the_node(agent, tmp_p
     hostname = mac_env.env["NODE_NAME"]
     assert mac_env.run("start", "agent").returncode == 0
     pid = _pids(mac_env)["sys-exporter"]
+    shown = mac_env.run("status", "--json")
+    assert shown.returncode == 0, shown.stdout
+    status = json.loads(shown.stdout)
+    assert status["ok"] is True and status["runtime"] == "process"
+    assert status["services"][0]["name"] == "sys-exporter"
+    assert status["services"][0]["state"] == "running" and status["services"][0]["pid"] == pid
+    assert status["master"]["hostname"] == hostname
 
     down = mac_env.run("stop", "agent", extra={"MAC_MASTER_PORT": str(free_port())})
     assert down.returncode == 1
