@@ -147,6 +147,9 @@ CHANNEL_LAYERS = {
                 {
                     "address": REDIS_URL,
                     "max_connections": env_int("MAC_CHANNEL_MAX_CONNECTIONS", 1000, minimum=10),
+                    # channels_redis blocks 5 s in BZPOPMIN; redis-py 8's default 5 s read
+                    # timeout would end every idle consumer just then.
+                    "socket_timeout": 15,
                 }
             ],
             "prefix": env_str("MAC_CHANNEL_PREFIX", "mac"),

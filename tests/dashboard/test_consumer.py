@@ -121,3 +121,17 @@ async def test_200_clients_get_every_batch_with_no_over_capacity_drops(session_c
     finally:
         await asyncio.gather(*(comm.disconnect() for comm in sockets))
     assert not [r for r in caplog.records if "over capacity" in r.getMessage()]
+
+
+async def test_a_quiet_page_stays_connected_past_the_layers_blocking_read(session_cookie):
+    """channels_redis waits 5 s per BZPOPMIN; a read timeout of 5 s (redis-py 8's default)
+    used to end every consumer that had nothing to receive for that long."""
+    node = await sync_to_async(make_node)()
+    comm = await open_socket(session_cookie)
+    try:
+        assert await comm.receive_nothing(timeout=6.5)  # no close frame either
+        await sync_to_async(broadcast_node_changes)([node.summary()])
+        message = await comm.receive_json_from(timeout=5)
+        assert message["changes"][0]["id"] == node.pk
+    finally:
+        await comm.disconnect()
