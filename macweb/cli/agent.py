@@ -9,6 +9,7 @@ the node registered, and `mac` says so.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from exporters.agentconf import (
@@ -37,8 +38,6 @@ ROLE = "agent"
 
 def agent_specs(cfg: AgentConfig) -> list[ServiceSpec]:
     """The agent services with this node's ports (MAC_<SERVICE>_PORT / MAC_PORT_OFFSET)."""
-    import sys
-
     bind = cfg.get("MAC_BIND") or "0.0.0.0"
     probe_host = "127.0.0.1" if bind in {"0.0.0.0", "::", ""} else bind
     wanted = {s.strip() for s in (cfg.get("MAC_AGENT_SERVICES") or "").split(",") if s.strip()}
@@ -397,23 +396,24 @@ def stop(runtime_name: str | None = None) -> int:
     hostname, _ = cfg.node_name()
     problem: CliError | None = None
     deregistered = False
-    if not cfg.master_ip:
+    if not cfg.node_key:
+        output.say("This node holds no node key: there is no registration to remove.")
+    elif not cfg.master_ip:
         problem = CliError(
             "MASTER_IP is required to deregister; the services were stopped but the node "
             "stays registered.",
             hint="Set it and run again:",
             commands=["mac env set MASTER_IP=<master-ip>", "mac stop agent"],
         )
-    elif not cfg.node_key:
-        output.say("This node holds no node key: there is no registration to remove.")
     else:
         client = _client(cfg, timeout=5)
-        # The name the master knows, in case NODE_NAME changed since the registration.
-        known = client.self_info()
-        if known.ok and isinstance(known.body, dict) and known.body.get("hostname"):
-            hostname = known.body["hostname"]
         with output.spinner(f"Deregistering {hostname} from {cfg.master_url} ..."):
-            reply = client.deregister(hostname)
+            # The name the master knows, in case NODE_NAME changed since the registration.
+            reply = known = client.self_info()
+            if known.ok and isinstance(known.body, dict) and known.body.get("hostname"):
+                hostname = known.body["hostname"]
+            if known.status != 0:
+                reply = client.deregister(hostname)
         if reply.ok:
             deregistered = True
         elif reply.status == 404:
