@@ -103,6 +103,7 @@ class SweepStats:
     went_online: int = 0
     went_offline: int = 0
     probes: int = 0
+    confirmed: int = 0  # Online nodes whose failed probes were repeated before judging
     outcomes: dict[str, int] = field(default_factory=dict)
     targets_rewritten: list[str] = field(default_factory=list)
 

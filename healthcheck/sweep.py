@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from healthcheck.diagnosis import describe, diagnose
 from healthcheck.live import broadcast_node_changes
-from healthcheck.probe import NodeProbe, Target, run_probe
+from healthcheck.probe import NodeProbe, ProbeStats, Target, run_probe
 from healthcheck.state import SweepStats, get_redis, record_sweep
 from healthcheck.targets import write_targets
 from inventory.choices import EventKind, NodeStatus, StatusReason
@@ -100,7 +100,9 @@ def targets_for(rows: Iterable[dict]) -> list[Target]:
     ]
 
 
-def probe_nodes(rows: list[dict], probe: ProbeFunction | None = None) -> dict[int, NodeProbe]:
+def probe_nodes(
+    rows: list[dict], probe: ProbeFunction | None = None, stats: ProbeStats | None = None
+) -> dict[int, NodeProbe]:
     """Run the probe over the rows' targets; results by node id."""
     targets = targets_for(rows)
     if probe is None:
@@ -108,6 +110,7 @@ def probe_nodes(rows: list[dict], probe: ProbeFunction | None = None) -> dict[in
             targets,
             timeout=settings.PROBE_TIMEOUT,
             concurrency=settings.PROBE_CONCURRENCY,
+            stats=stats,
         )
     else:
         results = probe(targets)
@@ -249,7 +252,9 @@ def run_sweep(
     stats = SweepStats(started_at=time.time())
     clock = time.monotonic()
     rows = load_nodes()
-    probes = probe_nodes(rows, probe)
+    probe_stats = ProbeStats()
+    probes = probe_nodes(rows, probe, probe_stats)
+    stats.confirmed = probe_stats.confirmed
     stats.probe_duration = time.monotonic() - clock
     on_step()
     now = timezone.now()
@@ -275,11 +280,12 @@ def run_sweep(
             stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
     record(stats)
     log.info(
-        "sweep: %d nodes, %d online, %d offline, %d changed in %.2f s",
+        "sweep: %d nodes, %d online, %d offline, %d changed, %d confirmed in %.2f s",
         stats.nodes,
         stats.online,
         stats.offline,
         stats.changed,
+        stats.confirmed,
         stats.duration,
     )
     return stats
