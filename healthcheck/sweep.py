@@ -53,11 +53,8 @@ NODE_FIELDS = (
     "diagnosis",
     "maintenance",
     "gpu_vendor",
-    "gpu_count",
     "exporters",
     "exporter_health",
-    "last_seen",
-    "status_changed_at",
 )
 WRITE_BATCH = 1000
 ID_CHUNK = 5000  # ids per `WHERE id IN (...)`, well under SQLite's 32,766 parameters
@@ -69,7 +66,8 @@ ProbeFunction = Callable[[list[Target]], list[NodeProbe]]
 class Judgement:
     """What one sweep decided: rows to write, events to add, nodes that answered."""
 
-    changed: list[dict] = field(default_factory=list)  # full rows with the new values
+    # Rows with their new values, plus "status_changed" (bool).
+    changed: list[dict] = field(default_factory=list)
     events: list[NodeEvent] = field(default_factory=list)
     seen_ids: list[int] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)  # every node after the sweep
@@ -150,9 +148,7 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
         status_changed = new["status"] != row["status"]
         if any(row[key] != value for key, value in new.items()):
             row = {**row, **new}
-            if status_changed:
-                row["status_changed_at"] = now
-            result.changed.append(row)
+            result.changed.append({**row, "status_changed": status_changed})
             if status_changed:
                 result.events.append(
                     NodeEvent(
@@ -171,20 +167,18 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
                         created_at=now,
                     )
                 )
-        if answered:
-            row = {**row, "last_seen": now}
         result.rows.append(row)
     return result
 
 
-def _update_groups(changed: list[dict], now: datetime) -> dict[tuple, list[int]]:
+def _update_groups(changed: list[dict]) -> dict[tuple, list[int]]:
     """Changed rows grouped by the values they get: one UPDATE per group.
 
     A sweep's changes are very repetitive (thousands of nodes going Online with the
     same reason and health when a rack comes back), so grouping turns N row
     updates into a handful of `UPDATE ... WHERE id IN (...)` statements. Django's
-    bulk_update builds a CASE expression per row instead, which measured at ~2 ms
-    of CPU per row: 20 s for a 10,000-node first sweep.
+    bulk_update builds a CASE expression per row instead: 10.8 s for 5,000
+    changed nodes under cProfile, against 0.96 s for this whole save step.
     """
     groups: dict[tuple, list[int]] = defaultdict(list)
     for row in changed:
@@ -194,7 +188,7 @@ def _update_groups(changed: list[dict], now: datetime) -> dict[tuple, list[int]]
             row["status_detail"],
             row["diagnosis"],
             json.dumps(row["exporter_health"], sort_keys=True),
-            row["status_changed_at"] is now,
+            row["status_changed"],
         )
         groups[key].append(row["id"])
     return groups
@@ -203,7 +197,7 @@ def _update_groups(changed: list[dict], now: datetime) -> dict[tuple, list[int]]
 def save_changes(judgement: Judgement, now: datetime) -> None:
     """Write changed rows, their events and last_seen, in one transaction."""
     with transaction.atomic():
-        for key, ids in _update_groups(judgement.changed, now).items():
+        for key, ids in _update_groups(judgement.changed).items():
             status, reason, detail, diagnosis, health, status_changed = key
             values = {
                 "status": status,
@@ -234,9 +228,14 @@ def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[
 
 
 def broadcast_changes(changed: list[dict]) -> None:
-    """One message for the whole sweep, in Node.summary()'s shape."""
-    if changed:
-        broadcast_node_changes([Node(**row).summary() for row in changed])
+    """One message for the whole sweep: Node.summary() of every changed node, as saved."""
+    if not changed:
+        return
+    ids = [row["id"] for row in changed]
+    nodes = []
+    for start in range(0, len(ids), ID_CHUNK):
+        nodes.extend(Node.objects.filter(id__in=ids[start : start + ID_CHUNK]))
+    broadcast_node_changes([node.summary() for node in nodes])
 
 
 def run_sweep(

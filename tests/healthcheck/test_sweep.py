@@ -135,6 +135,8 @@ def test_one_broadcast_carries_every_change(six_nodes):
     assert len(message["changes"]) == 6
     first = message["changes"][0]
     assert set(first) == set(Node.objects.first().summary())
+    [online] = [c for c in message["changes"] if c["status"] == "online"]
+    assert online["last_seen"] is not None and online["status_reason"] == "ok"
 
 
 def test_no_change_no_broadcast(six_nodes):
