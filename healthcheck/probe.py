@@ -183,10 +183,20 @@ def looks_like_exposition(body: bytes, truncated: bool) -> bool:
     return samples > 0 or headers > 0
 
 
-class _HttpExchange(asyncio.Protocol):
-    """Send one GET, collect at most READ_CAP bytes of the answer, report on close."""
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([0-9]+)", re.IGNORECASE)
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding:[ \t]*chunked", re.IGNORECASE)
 
-    __slots__ = ("buffer", "done", "request", "transport", "truncated")
+
+class _HttpExchange(asyncio.Protocol):
+    """Send one GET, collect at most READ_CAP bytes of the answer, report when complete.
+
+    Complete means: the server closed, READ_CAP bytes arrived, Content-Length
+    bytes of body arrived, or the last chunk of a chunked body arrived. The
+    request says `Connection: close`, but a server that keeps the connection
+    open anyway must not turn a full answer into a timeout.
+    """
+
+    __slots__ = ("buffer", "chunked", "done", "expected", "request", "transport", "truncated")
 
     def __init__(self, request: bytes, done: asyncio.Future) -> None:
         self.request = request
@@ -194,6 +204,8 @@ class _HttpExchange(asyncio.Protocol):
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.truncated = False
+        self.expected: int | None = None  # total bytes once the head says so
+        self.chunked = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -201,10 +213,31 @@ class _HttpExchange(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if len(self.buffer) >= READ_CAP and self.transport is not None:
+        if len(self.buffer) >= READ_CAP:
             # Enough to judge; the rest of a large page is not our business.
             self.truncated = True
             del self.buffer[READ_CAP:]
+            self._finish()
+            return
+        if self.expected is None and not self.chunked:
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = bytes(self.buffer[:head_end])
+            length = _CONTENT_LENGTH.search(head)
+            if length:
+                self.expected = head_end + 4 + int(length.group(1))
+            else:
+                self.chunked = _CHUNKED.search(head) is not None
+        if (self.expected is not None and len(self.buffer) >= self.expected) or (
+            self.chunked and self.buffer.endswith(b"\r\n0\r\n\r\n")
+        ):
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+        if self.transport is not None:
             self.transport.close()
 
     def eof_received(self) -> bool:
@@ -252,9 +285,9 @@ def _judge(service: Service, raw: bytes, truncated: bool) -> tuple[Outcome, int 
         return Outcome.ERROR, status, "incomplete HTTP response head"
     if not service.liveness_path.endswith("/metrics"):
         return Outcome.OK, status, ""
-    head = raw[:head_end].lower()
+    head = raw[:head_end]
     body = raw[head_end + 4 :]
-    if b"\r\ntransfer-encoding: chunked" in head:
+    if _CHUNKED.search(head):
         try:
             body, cut = _dechunk(body)
         except ValueError:
@@ -303,7 +336,7 @@ async def probe_url(service: Service, ip: str, timeout: float) -> ProbeResult:
     except TimeoutError:
         outcome, status, detail = Outcome.TIMEOUT, None, f"no answer within {timeout:g} s"
     except OSError as exc:
-        outcome, status = Outcome.ERROR, None
+        status = None
         outcome, detail = _classify_os_error(exc)
         detail = f"port {service.port}: {detail}"
     finally:

@@ -193,3 +193,25 @@ async def test_a_failure_of_an_online_node_is_confirmed_before_it_counts():
     finally:
         for server in servers:
             server.close()
+
+
+async def test_a_server_that_keeps_the_connection_open_still_gets_judged():
+    page = render_exposition("keepalive")
+    release = asyncio.Event()
+
+    async def answer_and_linger(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        await writer.drain()
+        await release.wait()  # ignores `Connection: close`
+        writer.close()
+
+    server = await asyncio.start_server(answer_and_linger, "127.0.0.1", 0)
+    service = Service("sys-exporter", server.sockets[0].getsockname()[1], "bridge", "/metrics", "")
+    try:
+        result = await probe_url(service, "127.0.0.1", 1.0)
+    finally:
+        release.set()
+        server.close()
+    assert result.outcome is Outcome.OK
+    assert result.elapsed < 0.5
