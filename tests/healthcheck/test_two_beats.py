@@ -41,5 +41,6 @@ def test_two_beats_give_one_sweep_per_interval(master_procs, sweep_redis, fleet,
         beat_log = (procs.log_dir / f"beat-{index}.log").read_text()
         assert beat_log.count("Sending due task probe-fleet") >= 3, logs
     assert "a sweep already ran in this interval" in logs
-    assert WINDOW - 1.5 <= len(started) <= WINDOW + 1, (started, logs)
+    # At most one per interval (the point); at least half of them even on a loaded machine.
+    assert WINDOW / 2 <= len(started) <= WINDOW + 1, (started, logs)
     assert min(gaps) >= 0.75, gaps
