@@ -1,0 +1,38 @@
+"""`manage.py probe_fleet`: one sweep on demand, refused while another runs."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from healthcheck.simfleet import Mode
+from healthcheck.state import SweepLock
+from inventory.models import Node
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_sweeps_now_and_reports(fleet, make_node, fast_probes, sd_dir, sweep_redis):
+    runner = fleet(2)
+    runner.set_node_mode(1, Mode.REFUSE)
+    for node in runner.nodes:
+        make_node(node.ip)
+    out = StringIO()
+
+    call_command("probe_fleet", stdout=out)
+
+    assert "Swept 2 nodes" in out.getvalue()
+    assert "1 online, 1 offline, 2 changed" in out.getvalue()
+    assert sorted(Node.objects.values_list("status", flat=True)) == ["offline", "online"]
+
+
+def test_it_refuses_while_a_sweep_runs(sweep_redis, fast_probes):
+    holder = SweepLock(sweep_redis, 5000)
+    assert holder.acquire()
+    try:
+        with pytest.raises(CommandError, match="already running"):
+            call_command("probe_fleet")
+    finally:
+        holder.release()
