@@ -38,7 +38,7 @@ def render_prometheus_config(
     master_targets: Iterable[str] = ("127.0.0.1:28080",),
     *,
     scrape_interval: str = "15s",
-    scrape_timeout: str = "10s",
+    scrape_timeout: str | None = None,
     sd_refresh_interval: str = "30s",
     services: Iterable[str] = SCRAPED_SERVICES,
 ) -> dict:
@@ -65,14 +65,11 @@ def render_prometheus_config(
                 ],
             }
         )
-    return {
-        "global": {
-            "scrape_interval": scrape_interval,
-            "scrape_timeout": scrape_timeout,
-            "evaluation_interval": scrape_interval,
-        },
-        "scrape_configs": scrape_configs,
-    }
+    # Without an explicit timeout Prometheus uses min(10s, scrape_interval).
+    global_config = {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval}
+    if scrape_timeout:
+        global_config["scrape_timeout"] = scrape_timeout
+    return {"global": global_config, "scrape_configs": scrape_configs}
 
 
 def render_prometheus_yaml(

@@ -39,10 +39,14 @@ def test_the_docker_file_is_the_rendered_config():
 
 
 @pytest.mark.skipif(not shutil.which("promtool"), reason="promtool (Debian's prometheus) missing")
-def test_the_command_writes_a_config_promtool_accepts(tmp_path):
+@pytest.mark.parametrize("interval", ["15s", "2s"])
+def test_the_command_writes_a_config_promtool_accepts(tmp_path, interval):
     out = tmp_path / "prometheus.yml"
     sd_dir = tmp_path / "targets"
-    call_command("prometheus_config", "--out", str(out), "--sd-dir", str(sd_dir))
+    call_command(
+        "prometheus_config", "--out", str(out), "--sd-dir", str(sd_dir),
+        "--scrape-interval", interval,
+    )  # fmt: skip
     assert sorted(p.name for p in sd_dir.iterdir()) == sorted(f"{s}.json" for s in SCRAPED_SERVICES)
     check = subprocess.run(
         ["promtool", "check", "config", str(out)], capture_output=True, text=True, check=False
