@@ -215,3 +215,34 @@ async def test_a_server_that_keeps_the_connection_open_still_gets_judged():
         server.close()
     assert result.outcome is Outcome.OK
     assert result.elapsed < 0.5
+
+
+async def test_no_more_probes_than_the_concurrency_are_in_flight():
+    from tests.healthcheck.conftest import loopback_base
+
+    prefix = loopback_base().rsplit(".", 1)[0]
+    page = render_exposition("slow")
+    in_flight = peak = 0
+
+    async def slow_answer(reader, writer):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        await writer.drain()
+        writer.close()
+        in_flight -= 1
+
+    ips = [f"{prefix}.{i}" for i in range(1, 9)]
+    servers = [
+        await asyncio.start_server(slow_answer, ip, port) for ip in ips for port in (29101, 29500)
+    ]
+    try:
+        results = await probe_targets([Target(i, ip) for i, ip in enumerate(ips)], concurrency=3)
+    finally:
+        for server in servers:
+            server.close()
+    assert all(result.sys.ok and result.nic.ok for result in results)
+    assert peak == 3
