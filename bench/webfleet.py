@@ -73,8 +73,8 @@ OFFLINE_CASES = [
 ]
 
 
-def populate(count: int, offline_every: int = 0, seed: int = 7) -> list[int]:
-    """`count` nodes named like racks (gpu-a01-03); returns their ids.
+def populate(count: int, offline_every: int = 0, seed: int = 7, start: int = 0) -> None:
+    """`count` nodes named like racks (node-a01-03), numbered from `start`.
 
     offline_every=N makes every Nth node Offline with one of the diagnoses, in turn.
     """
@@ -86,7 +86,7 @@ def populate(count: int, offline_every: int = 0, seed: int = 7) -> list[int]:
     rng = random.Random(seed)
     now = timezone.now()
     nodes = []
-    for i in range(count):
+    for i in range(start, start + count):
         rack, slot = divmod(i, 16)
         vendor = ("nvidia", "nvidia", "amd", "none")[rack % 4]
         exporters = {"sys-exporter": 29101, "nic-exporter": 29500, "sw-exporter": 29300}
@@ -122,10 +122,9 @@ def populate(count: int, offline_every: int = 0, seed: int = 7) -> list[int]:
         elif offline_every and i % (offline_every * 5) == 9:
             node.status, node.status_reason, node.last_seen = NodeStatus.UNKNOWN, "registered", None
         nodes.append(node)
-    Node.objects.bulk_create(nodes, batch_size=2000)
-    ids = list(Node.objects.order_by("id").values_list("id", flat=True))
+    created = Node.objects.bulk_create(nodes, batch_size=2000)
     events = []
-    for node in Node.objects.all():
+    for node in created:
         events += [
             NodeEvent(node=node, hostname=node.hostname, kind=EventKind.REGISTERED,
                       message=f"registered from {node.ip}", actor="agent",
@@ -140,7 +139,6 @@ def populate(count: int, offline_every: int = 0, seed: int = 7) -> list[int]:
                           created_at=node.last_seen)
             )  # fmt: skip
     NodeEvent.objects.bulk_create(events, batch_size=5000)
-    return ids
 
 
 # A throwaway staff user in a throwaway database, for the browser and the WebSocket clients.

@@ -55,6 +55,7 @@ async def open_socket(cookie: str) -> WebsocketCommunicator:
 async def test_it_refuses_anonymous_users_before_the_handshake():
     comm = communicator(None)
     connected, code = await comm.connect(timeout=10)
+    await comm.disconnect()  # what a server does after the refusal; lets the consumer end
     assert not connected
     assert code == UNAUTHORISED
 
@@ -62,6 +63,7 @@ async def test_it_refuses_anonymous_users_before_the_handshake():
 async def test_it_refuses_a_forged_session_cookie():
     comm = communicator("not-a-session")
     connected, code = await comm.connect(timeout=10)
+    await comm.disconnect()
     assert (connected, code) == (False, UNAUTHORISED)
 
 
