@@ -167,54 +167,41 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 def master_procs(transactional_db, processes, sweep_redis, tmp_path):
     """start(beats=1) -> starts a real Celery worker and `beats` beat processes.
 
-    They run against the test database and our Redis db with a 1 s probe
-    interval and a 0.5 s probe timeout; all are stopped at the end of the test.
+    They run against the test database and our Redis db, by default with a 1 s
+    probe interval and a 0.5 s probe timeout; all are stopped at the end of the
+    test. start.start_worker() starts another worker with the same settings.
     """
     sd = tmp_path / "targets"
-    env = subprocess_env(
-        MAC_PROBE_INTERVAL="1",
-        MAC_PROBE_TIMEOUT="0.5",
-        MAC_SD_DIR=str(sd),
-        MAC_LOG_LEVEL="INFO",
-    )
 
-    def start(beats: int = 1) -> Processes:
-        processes.start(
-            "worker",
-            [
-                CELERY,
-                "-A",
-                "macweb",
-                "worker",
-                "--pool=solo",
-                "-l",
-                "info",
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            env,
+    def start(beats: int = 1, worker: bool = True, interval: float = 1.0, timeout: float = 0.5):
+        env = subprocess_env(
+            MAC_PROBE_INTERVAL=str(interval),
+            MAC_PROBE_TIMEOUT=str(timeout),
+            MAC_SD_DIR=str(sd),
+            MAC_LOG_LEVEL="INFO",
         )
+        if worker:
+            start_worker(env)
         for index in range(beats):
             schedule = tmp_path / f"beat-{index}"
             processes.start(
                 f"beat-{index}",
-                [
-                    CELERY,
-                    "-A",
-                    "macweb",
-                    "beat",
-                    "-l",
-                    "info",
-                    "-s",
-                    str(schedule),
-                    "--pidfile",
-                    "",
-                ],
+                [CELERY, "-A", "macweb", "beat", "-l", "info", "-s", str(schedule),
+                 "--pidfile", ""],
                 env,
-            )
+            )  # fmt: skip
+        start.env = env  # type: ignore[attr-defined]
         return processes
 
+    def start_worker(env: dict | None = None, name: str = "worker") -> subprocess.Popen:
+        return processes.start(
+            name,
+            [CELERY, "-A", "macweb", "worker", "--pool=solo", "-l", "info",
+             "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            env or start.env,  # type: ignore[attr-defined]
+        )  # fmt: skip
+
+    start.start_worker = start_worker  # type: ignore[attr-defined]
     start.sd_dir = sd  # type: ignore[attr-defined]
     return start
 
