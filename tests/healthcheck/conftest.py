@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -97,9 +98,10 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
     env = dict(os.environ)
     db = connection.settings_dict
-    env["DATABASE_URL"] = (
-        f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    )
+    user = quote(db["USER"] or "", safe="")
+    password = f":{quote(db['PASSWORD'], safe='')}" if db.get("PASSWORD") else ""
+    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
+    env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
     env.pop("MAC_TEST_DB_NAME", None)
     env.update(extra)
     return env
@@ -171,6 +173,10 @@ def master_procs(transactional_db, processes, sweep_redis, tmp_path):
     probe interval and a 0.5 s probe timeout; all are stopped at the end of the
     test. start.start_worker() starts another worker with the same settings.
     """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("worker and beat processes share the test database: needs PostgreSQL")
     sd = tmp_path / "targets"
 
     def start(beats: int = 1, worker: bool = True, interval: float = 1.0, timeout: float = 0.5):
