@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,
+    # Also for sweeps queued by hand (probe_fleet.delay()): stale ones are dropped.
+    expires=settings.PROBE_INTERVAL * 0.9,
 )
 def probe_fleet(force: bool = False) -> dict:
     """Run one sweep unless one is running or already ran this interval.

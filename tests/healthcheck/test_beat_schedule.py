@@ -24,3 +24,4 @@ def test_the_task_acknowledges_late():
     task = app.tasks["healthcheck.tasks.probe_fleet"]
     assert task.acks_late is True
     assert task.reject_on_worker_lost is True
+    assert 0 < task.expires < task.app.conf.beat_schedule["probe-fleet"]["schedule"]
