@@ -94,7 +94,8 @@ def asgi_server(django_db_setup, django_db_blocker, chart_env, tmp_path_factory)
     server.stop()  # before the test database is dropped
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's loop must be gone before async tests elsewhere start theirs.
+@pytest.fixture(scope="module")
 def browser(django_db_setup):
     from playwright.sync_api import sync_playwright
 
