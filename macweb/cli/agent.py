@@ -287,6 +287,14 @@ def check_master(cfg: AgentConfig, client: MasterClient) -> None:
         reply = client.health()
     if reply.status == 200:
         return
+    if _only_sweeps_failing(reply):
+        # The API and its database answer, so registration works; the node will be
+        # probed as soon as the master's worker and beat run again.
+        output.warn(
+            "the master answers, but its sweeps have stopped (worker or beat down); "
+            "registering anyway. On the master: mac status master"
+        )
+        return
     reason = reply.reason()
     if reply.status:
         reason = f"the master answers but is not healthy: {reason}"
@@ -296,6 +304,11 @@ def check_master(cfg: AgentConfig, client: MasterClient) -> None:
         "200), then run again:",
         commands=[_health_command(cfg), "mac start agent"],
     )
+
+
+def _only_sweeps_failing(reply: Reply) -> bool:
+    body = reply.body if isinstance(reply.body, dict) else {}
+    return reply.status == 503 and body.get("failed") == ["sweeps"]
 
 
 def _registration_error(cfg: AgentConfig, reply: Reply) -> CliError:

@@ -73,6 +73,59 @@ def test_master_answering_unhealthy(mac_env):
     ) in result.stderr
 
 
+class _SweepsStopped(http.server.BaseHTTPRequestHandler):
+    """A master whose API and database answer while its worker and beat are down."""
+
+    registrations: list[tuple[str, dict]] = []
+
+    def _json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._json(503, {"status": "unhealthy", "failed": ["sweeps"]})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        payload = json.loads(self.rfile.read(length))
+        self.registrations.append((self.path, payload))
+        self._json(201, {"id": 1, "hostname": payload["hostname"], "node_key": "k" * 43})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_stopped_sweeps_do_not_stop_a_node_from_joining(mac_env):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _SweepsStopped)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    mac_env.env.update(
+        {
+            "MASTER_IP": "127.0.0.1",
+            "MAC_MASTER_PORT": str(server.server_address[1]),
+            "MAC_BIND": "127.0.0.1",
+            "MAC_AGENT_SERVICES": "sys-exporter",
+            "MAC_SYS_EXPORTER_PORT": str(free_port()),
+        }
+    )
+    try:
+        result = mac_env.run("start", "agent")
+    finally:
+        mac_env.run("stop", "agent")
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert "sweeps have stopped" in result.stderr
+    assert "Registered with master 127.0.0.1." in result.stdout + result.stderr
+    assert [path for path, _ in _SweepsStopped.registrations] == [
+        "/api/v1/register",
+        "/api/v1/deregister",
+    ]
+    _no_traceback(result)
+
+
 def test_empty_node_name(mac_env):
     mac_env.env.update({"MASTER_IP": "127.0.0.1", "NODE_NAME": ""})
     result = mac_env.run("start", "agent")
