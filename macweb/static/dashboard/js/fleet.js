@@ -6,7 +6,10 @@ import { connectLive, el, readJson, refreshTimes, setIndicator } from "./live.js
 const vocab = readJson("mac-vocabulary");
 const cfg = readJson("mac-live-config");
 const tbody = document.getElementById("node-rows");
+// Rows change at once from the push; the resync that fixes counts and filter membership
+// waits a little, spread out so that a wall of open dashboards does not ask all at once.
 const RESYNC_DELAY_MS = 300;
+const RESYNC_SPREAD_MS = 1500;
 let resyncTimer = null;
 
 function vendorWord(vendor) {
@@ -133,7 +136,9 @@ async function resync() {
 }
 
 function scheduleResync() {
-  if (resyncTimer === null) resyncTimer = setTimeout(resync, RESYNC_DELAY_MS);
+  if (resyncTimer === null) {
+    resyncTimer = setTimeout(resync, RESYNC_DELAY_MS + Math.random() * RESYNC_SPREAD_MS);
+  }
 }
 
 refreshTimes();
