@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = "/usr/bin/prometheus"
 NVIDIA_LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
 EXPORTER = [sys.executable, "-m", "exporters"]
-QUIET_LOOPBACK = ["--bind", "127.0.0.1", "--log-level", "WARNING"]
+QUIET = ["--log-level", "WARNING"]
 UVICORN = [sys.executable, "-m", "uvicorn", "macweb.asgi:application", "--host", "127.0.0.1"]
 AMD_LABELS = ["gpu_id", "serial_number", "card_model", "card_vendor", "hostname"]
 
@@ -100,17 +100,19 @@ def start_hardware_metrics(readings: HardwareReadings) -> tuple[object, str]:
     return server, f"127.0.0.1:{port}"
 
 
-def start_sys_exporter() -> tuple[subprocess.Popen, str]:
-    """The real sys-exporter of this machine on a free loopback port."""
-    port = free_port()
+def start_sys_exporter(
+    host: str = "127.0.0.1", port: int | None = None
+) -> tuple[subprocess.Popen, str]:
+    """The real sys-exporter of this machine on a loopback address (free port by default)."""
+    port = port or free_port(host)
     proc = subprocess.Popen(
-        [*EXPORTER, "sys-exporter", "--port", str(port), *QUIET_LOOPBACK],
+        [*EXPORTER, "sys-exporter", "--port", str(port), "--bind", host, *QUIET],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_http(f"http://127.0.0.1:{port}/metrics", proc=proc)
-    return proc, f"127.0.0.1:{port}"
+    wait_http(f"http://{host}:{port}/metrics", proc=proc)
+    return proc, f"{host}:{port}"
 
 
 @dataclass
@@ -152,7 +154,6 @@ class PrometheusServer:
 
 def start_prometheus(targets: list[Target], work: Path, interval: str = "1s") -> PrometheusServer:
     """Debian's prometheus on a free loopback port, scraping `targets`."""
-    work.mkdir(parents=True, exist_ok=True)
     jobs: dict[str, list[dict]] = {}
     for target in targets:
         jobs.setdefault(target.job, []).append(
@@ -164,6 +165,12 @@ def start_prometheus(targets: list[Target], work: Path, interval: str = "1s") ->
             {"job_name": job, "static_configs": groups} for job, groups in jobs.items()
         ],
     }
+    return start_prometheus_config(config, work)
+
+
+def start_prometheus_config(config: dict, work: Path) -> PrometheusServer:
+    """Debian's prometheus on a free loopback port with the given configuration."""
+    work.mkdir(parents=True, exist_ok=True)
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     proc = subprocess.Popen(
