@@ -276,3 +276,23 @@ def test_hostnames_are_text_not_markup(page, asgi_server, operator, tmp_path):
     page.wait_for_timeout(500)
     expect(row.locator(".reason")).to_contain_text("<img src=x")
     assert page.evaluate("window.__pwned") is None
+
+
+def test_a_page_whose_session_ended_says_logged_out(page, chart_env, operator, tmp_path):
+    from django.contrib.sessions.models import Session
+    from playwright.sync_api import expect
+
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}", port, server_env(chart_env, tmp_path))
+    server.start()
+    try:
+        log_in(page, server)
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        server.stop()
+        in_thread(lambda: Session.objects.all().delete())  # e.g. an admin ended the sessions
+        server.start()
+        expect(page.locator("#live .live-text")).to_have_text(
+            "logged out: reload to log in", timeout=20_000
+        )
+    finally:
+        server.stop()

@@ -83,8 +83,13 @@ function buildRow(raw) {
   return tr;
 }
 
+const FLASH_MS = 2500;
+const flashedAt = new Map();  // node id -> when its row last changed (kept across resyncs)
+
 function applyChanges(changes) {
+  const now = Date.now();
   for (const node of changes) {
+    flashedAt.set(Number(node.id), now);
     const old = tbody.querySelector(`tr[data-node-id="${Number(node.id)}"]`);
     if (!old) continue;
     const fresh = buildRow(node);
@@ -106,7 +111,12 @@ function renderCounts(counts) {
 
 function renderPage(data) {
   renderCounts(data.counts);
-  const rows = data.nodes.map(buildRow);
+  const now = Date.now();
+  const rows = data.nodes.map((node) => {
+    const tr = buildRow(node);
+    if (now - (flashedAt.get(Number(node.id)) || 0) < FLASH_MS) tr.classList.add("changed");
+    return tr;
+  });
   if (rows.length) {
     tbody.replaceChildren(...rows);
   } else {
@@ -143,4 +153,4 @@ function scheduleResync() {
 
 refreshTimes();
 setInterval(() => refreshTimes(tbody), 15000);
-connectLive({ path: cfg.ws_path, onChanges: applyChanges, onOpen: scheduleResync });
+connectLive({ path: cfg.ws_path, onChanges: applyChanges, onOpen: scheduleResync, authUrl: cfg.json_url });

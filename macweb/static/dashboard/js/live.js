@@ -18,14 +18,28 @@ export function setIndicator(state, text) {
   box.querySelector(".live-text").textContent = text;
 }
 
-export function connectLive({ path, onChanges, onOpen }) {
+// authUrl: a JSON endpoint that answers 401 to a logged-out browser. When the socket is
+// refused at the handshake, it tells "logged out" (stop, ask for a login) from "server
+// down" (keep retrying).
+export function connectLive({ path, onChanges, onOpen, authUrl }) {
   let attempt = 0;
   let pinger = null;
+
+  async function loggedOut() {
+    try {
+      const response = await fetch(authUrl, { credentials: "same-origin", redirect: "manual" });
+      return response.status === 401;
+    } catch (e) {
+      return false;  // the server is down: that is what the retry loop is for
+    }
+  }
 
   function open() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const socket = new WebSocket(`${scheme}//${location.host}${path}`);
+    let opened = false;
     socket.addEventListener("open", () => {
+      opened = true;
       attempt = 0;
       setIndicator("live", "live");
       pinger = setInterval(() => socket.send(JSON.stringify({ type: "ping" })), PING_MS);
@@ -36,8 +50,12 @@ export function connectLive({ path, onChanges, onOpen }) {
       try { msg = JSON.parse(event.data); } catch (e) { return; }
       if (msg && msg.type === "nodes.changed" && Array.isArray(msg.changes)) onChanges(msg.changes);
     });
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", async () => {
       clearInterval(pinger);
+      if (!opened && authUrl && (await loggedOut())) {
+        setIndicator("down", "logged out: reload to log in");
+        return;
+      }
       attempt += 1;
       const ceiling = Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** (attempt - 1));
       const delay = ceiling / 2 + Math.random() * (ceiling / 2);  // jitter: no thundering herd

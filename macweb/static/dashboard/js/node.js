@@ -167,5 +167,5 @@ function applyChanges(changes) {
 
 refreshTimes();
 loadAll();
-connectLive({ path: "/ws/fleet/", onChanges: applyChanges, onOpen: () => {} });
+connectLive({ path: "/ws/fleet/", onChanges: applyChanges, onOpen: () => {}, authUrl: "/fleet.json?page=1" });
 setInterval(loadAll, 60000);
