@@ -7,11 +7,14 @@ completes (close code 4401), so nothing about the fleet reaches them.
 
 from __future__ import annotations
 
+import time
+
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from healthcheck import live
 
 UNAUTHORISED = 4401  # the WebSocket mirror of HTTP 401
+REJOIN_SECONDS = 3600  # well inside channels_redis' default group_expiry of a day
 FRAME_KEY = "_dashboard_frame"  # the encoded frame, cached on the shared event
 
 
@@ -19,6 +22,7 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
     """One open dashboard page."""
 
     joined = False
+    joined_at = 0.0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -27,6 +31,7 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
             return
         await live.join_dashboard(self.channel_layer, self.channel_name)
         self.joined = True
+        self.joined_at = time.monotonic()
         await self.accept()
         await self.send_json({"type": "hello", "user": user.get_username()})
 
@@ -35,8 +40,13 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
             await live.leave_dashboard(self.channel_layer, self.channel_name)
 
     async def receive_json(self, content: dict, **kwargs) -> None:
-        # The page only listens; a ping keeps proxies from closing an idle socket.
+        # The page only listens; its ping keeps proxies from closing an idle socket and
+        # renews the group membership, which the Redis layer forgets after group_expiry
+        # (a day): a wall screen stays open far longer than that.
         if isinstance(content, dict) and content.get("type") == "ping":
+            if time.monotonic() - self.joined_at > REJOIN_SECONDS:
+                await live.join_dashboard(self.channel_layer, self.channel_name)
+                self.joined_at = time.monotonic()
             await self.send_json({"type": "pong"})
 
     async def nodes_changed(self, event: dict) -> None:

@@ -137,3 +137,25 @@ async def test_a_quiet_page_stays_connected_past_the_layers_blocking_read(sessio
         assert message["changes"][0]["id"] == node.pk
     finally:
         await comm.disconnect()
+
+
+async def test_pings_renew_the_group_membership(session_cookie, monkeypatch):
+    from healthcheck.live import DASHBOARD_GROUP  # only to look at the layer's own record
+    from macweb.dashboard import consumers
+
+    layer = get_channel_layer()
+    comm = await open_socket(session_cookie)
+    try:
+        key = layer._group_key(DASHBOARD_GROUP)
+        async with layer.connection(layer.consistent_hash(DASHBOARD_GROUP)) as redis:
+            before = {m: s for m, s in await redis.zrange(key, 0, -1, withscores=True)}
+        await asyncio.sleep(1.1)  # the layer stamps members in whole seconds
+        monkeypatch.setattr(consumers, "REJOIN_SECONDS", 0)
+        await comm.send_json_to({"type": "ping"})
+        assert (await comm.receive_json_from(timeout=5)) == {"type": "pong"}
+        async with layer.connection(layer.consistent_hash(DASHBOARD_GROUP)) as redis:
+            after = {m: s for m, s in await redis.zrange(key, 0, -1, withscores=True)}
+        renewed = [m for m in after if m in before and after[m] > before[m]]
+        assert len(renewed) == 1
+    finally:
+        await comm.disconnect()
