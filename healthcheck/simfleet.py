@@ -354,10 +354,12 @@ def pick(count: int, fraction: float, offset: float = 0.0) -> set[int]:
 async def register_fleet(
     fleet: SimFleet, master: str, token: str = "", concurrency: int = 20
 ) -> tuple[int, list[str]]:
-    """POST /api/v1/register for every node, claiming its loopback address.
+    """POST /api/v1/register for every node, from its own loopback address.
 
-    Claiming an address needs the join token (contract 1); 429 answers are
-    retried after their Retry-After.
+    Each request leaves from the node's address, as a real agent's does, so the
+    master records that address and a re-run re-registers the same rows without
+    node keys. The join token is sent when given; 429 answers are retried after
+    their Retry-After.
     """
     import aiohttp
 
@@ -367,7 +369,7 @@ async def register_fleet(
     errors: list[str] = []
     registered = 0
 
-    async def one(session: aiohttp.ClientSession, node: SimNode) -> None:
+    async def one(node: SimNode) -> None:
         nonlocal registered
         body = {
             "hostname": node.hostname,
@@ -380,7 +382,9 @@ async def register_fleet(
             "machine_id": hashlib.sha256(node.ip.encode()).hexdigest()[:32],
             "labels": {"simulated": "true"},
         }
-        async with semaphore:
+        async with semaphore, aiohttp.ClientSession(
+            timeout=timeout, connector=aiohttp.TCPConnector(local_addr=(node.ip, 0))
+        ) as session:
             for _attempt in range(20):
                 async with session.post(url, json=body, headers=headers) as response:
                     if response.status == 429:
@@ -396,8 +400,7 @@ async def register_fleet(
             errors.append(f"{node.hostname}: still rate-limited after 20 tries")
 
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-        await asyncio.gather(*(one(session, node) for node in fleet.nodes))
+    await asyncio.gather(*(one(node) for node in fleet.nodes))
     return registered, errors
 
 

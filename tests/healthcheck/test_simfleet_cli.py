@@ -42,6 +42,28 @@ def test_it_serves_and_registers_nodes_the_sweep_then_judges(
     assert {ip for ip, status in statuses.items() if status == "offline"} == refused
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_second_run_reregisters_the_same_rows_from_each_nodes_own_address(live_server):
+    base = loopback_base()
+    for run in range(2):
+        done = subprocess.run(
+            [PYTHON, "-c", (
+                "import asyncio, sys\n"
+                "from healthcheck.simfleet import SimFleet, register_fleet\n"
+                "async def main():\n"
+                f"    fleet = SimFleet(3, base={base!r})\n"
+                "    await fleet.start()\n"
+                f"    done, errors = await register_fleet(fleet, {live_server.url!r})\n"
+                "    await fleet.stop()\n"
+                "    print(done, errors)\n"
+                "asyncio.run(main())\n"
+            )],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.stdout.strip() == "3 []", (run, done.stdout, done.stderr)
+    assert sorted(Node.objects.values_list("ip", flat=True)) == sorted(node_addresses(3, base))
+
+
 def test_a_wrong_token_is_reported_with_the_next_step(live_server, settings, tmp_path):
     settings.JOIN_TOKEN = "right"
     done = subprocess.run(
