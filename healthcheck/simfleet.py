@@ -382,9 +382,12 @@ async def register_fleet(
             "machine_id": hashlib.sha256(node.ip.encode()).hexdigest()[:32],
             "labels": {"simulated": "true"},
         }
-        async with semaphore, aiohttp.ClientSession(
-            timeout=timeout, connector=aiohttp.TCPConnector(local_addr=(node.ip, 0))
-        ) as session:
+        async with (
+            semaphore,
+            aiohttp.ClientSession(
+                timeout=timeout, connector=aiohttp.TCPConnector(local_addr=(node.ip, 0))
+            ) as session,
+        ):
             for _attempt in range(20):
                 async with session.post(url, json=body, headers=headers) as response:
                     if response.status == 429:
