@@ -296,3 +296,29 @@ def test_a_page_whose_session_ended_says_logged_out(page, chart_env, operator, t
         )
     finally:
         server.stop()
+
+
+def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
+    page, asgi_server, operator, fleet, tmp_path
+):
+    """The guide's selective failure: nic-exporter (host network) answers, sys-exporter
+    behind the bridge times out; the row says IPv4 forwarding is off, with the fix."""
+    from django.test import override_settings
+    from playwright.sync_api import expect
+
+    node = fleet.nodes[1]
+    pk = in_thread(
+        make_node, hostname=node.hostname, ip=node.ip, exporters=node.exporters(), gpu_vendor="none"
+    ).pk
+    with override_settings(PROBE_TIMEOUT=0.5):
+        sweep(tmp_path)
+        log_in(page, asgi_server)
+        row = page.locator(f'tr[data-node-id="{pk}"]')
+        expect(row.locator(".badge")).to_have_text("Online")
+        fleet.set_mode(1, "sys-exporter", "blackhole")
+        sweep(tmp_path)
+    expect(row.locator(".badge")).to_have_text("Offline", timeout=3000)
+    expect(row.locator(".reason")).to_contain_text("timed out")
+    expect(row.locator(".diagnosis")).to_contain_text("ip_forward")
+    row.locator("details.fix summary").click()
+    expect(row.locator("details.fix pre")).to_contain_text("sudo sysctl -w net.ipv4.ip_forward=1")
