@@ -27,6 +27,7 @@ from exporters.runtime import (
     Exporter,
     Options,
     Roots,
+    list_dir,
     read_int,
     read_text,
     read_value,
@@ -72,7 +73,7 @@ def hwmon_temperatures(hwmon: str) -> dict[str, float]:
     """edge/junction/memory temperatures in C from an amdgpu hwmon directory."""
     names = {"edge": "edge", "junction": "junction", "mem": "memory"}
     temps = {}
-    for entry in sorted(_listdir(hwmon)):
+    for entry in sorted(list_dir(hwmon)):
         match = re.match(r"^temp(\d+)_input$", entry)
         if not match:
             continue
@@ -83,18 +84,11 @@ def hwmon_temperatures(hwmon: str) -> dict[str, float]:
     return temps
 
 
-def _listdir(path) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
 def read_sysfs_gpus(roots: Roots) -> list[AmdGpu]:
     """Every amdgpu card under <sys>/class/drm, in card order."""
     gpus = []
     drm = roots.sys("class", "drm")
-    cards = sorted((int(m.group(1)), name) for name in _listdir(drm) if (m := CARD.match(name)))
+    cards = sorted((int(m.group(1)), name) for name in list_dir(drm) if (m := CARD.match(name)))
     for _, card in cards:
         device = drm / card / "device"
         if read_value(device / "vendor") != AMD_PCI_VENDOR:
@@ -116,7 +110,7 @@ def read_sysfs_gpus(roots: Roots) -> list[AmdGpu]:
         )
         gpu.vram_used_mb = used / MB if used is not None else None
         gpu.vram_total_mb = total / MB if total is not None else None
-        for hwmon in _listdir(device / "hwmon"):
+        for hwmon in list_dir(device / "hwmon"):
             path = device / "hwmon" / hwmon
             gpu.temperatures.update(hwmon_temperatures(str(path)))
             average = read_int(path / "power1_average")  # microwatts

@@ -32,6 +32,7 @@ from exporters.runtime import (
     Exporter,
     Options,
     Roots,
+    list_dir,
     mac_version,
     read_int,
     read_value,
@@ -104,12 +105,8 @@ class Inventory(BaseModel):
 def list_nics(roots: Roots) -> list[Nic]:
     """Network interfaces from <sys>/class/net (loopback and virtual bridges included)."""
     base = roots.sys("class", "net")
-    try:
-        names = sorted(os.listdir(base))
-    except OSError:
-        return []
     nics = []
-    for name in names:
+    for name in list_dir(base):
         path = base / name
         try:
             driver = os.path.basename(os.readlink(path / "device" / "driver"))

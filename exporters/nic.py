@@ -27,7 +27,15 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporters.runtime import BackendStatus, Exporter, Options, Roots, read_int, read_value
+from exporters.runtime import (
+    BackendStatus,
+    Exporter,
+    Options,
+    Roots,
+    list_dir,
+    read_int,
+    read_value,
+)
 
 log = logging.getLogger("exporters")
 
@@ -147,25 +155,18 @@ def _vendor(driver: str, pci_vendor: str | None) -> str:
     return DRIVERS.get(driver) or PCI_VENDORS.get(pci_vendor or "", "unknown")
 
 
-def _listdir(path: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
 def discover_rdma_devices(roots: Roots) -> list[RdmaDevice]:
     """Every IB device under /sys/class/infiniband, plus ethtool-only MangoBoost NICs."""
     devices = []
     claimed_ifaces: set[str] = set()
     ib_root = roots.sys("class", "infiniband")
-    for name in _listdir(ib_root):
+    for name in list_dir(ib_root):
         base = ib_root / name
         pci = base / "device"
         driver = _link_name(pci / "driver")
-        ifaces = _listdir(pci / "net")
+        ifaces = list_dir(pci / "net")
         ports = []
-        for port in _listdir(base / "ports"):
+        for port in list_dir(base / "ports"):
             state = parse_ib_state(read_value(base / "ports" / port / "state") or "")
             ports.append(
                 RdmaPort(
@@ -194,7 +195,7 @@ def discover_rdma_devices(roots: Roots) -> list[RdmaDevice]:
         )
         claimed_ifaces.update(ifaces)
     net_root = roots.sys("class", "net")
-    for iface in _listdir(net_root):
+    for iface in list_dir(net_root):
         if iface in claimed_ifaces:
             continue
         driver = _link_name(net_root / iface / "device" / "driver")

@@ -129,6 +129,22 @@ def read_text(path: Path | str) -> str | None:
         return None
 
 
+def read_required(path: Path | str) -> str:
+    """The content of the file a source cannot do without; raises, naming it, otherwise."""
+    text = read_text(path)
+    if text is None:
+        raise FileNotFoundError(f"{path} is not readable")
+    return text
+
+
+def list_dir(path: Path | str) -> list[str]:
+    """The sorted names in a sysfs directory; empty when it is absent or unreadable."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 def read_value(path: Path | str) -> str | None:
     """A one-line sysfs attribute, stripped; None when absent or empty."""
     text = read_text(path)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporters.runtime import Roots, read_text
+from exporters.runtime import Roots, read_required
 
 # The kernel reports /proc/stat times in USER_HZ ticks (100 on every Linux ABI we run on).
 USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -71,9 +71,7 @@ class CpuSource:
         self.path = roots.proc("stat")
 
     def collect(self) -> Iterable[Metric]:
-        text = read_text(self.path)
-        if text is None:
-            raise FileNotFoundError(f"{self.path} is not readable")
+        text = read_required(self.path)
         stat = parse_stat(text)
         seconds = CounterMetricFamily(
             "node_cpu_seconds_total",
@@ -104,9 +102,7 @@ class StatSource:
         self.path = roots.proc("stat")
 
     def collect(self) -> Iterable[Metric]:
-        text = read_text(self.path)
-        if text is None:
-            raise FileNotFoundError(f"{self.path} is not readable")
+        text = read_required(self.path)
         stat = parse_stat(text)
         families = (
             (

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporters.runtime import Roots, read_text
+from exporters.runtime import Roots, read_required
 
 # node_exporter's default: partitions, loop and ram devices only repeat their parent.
 IGNORED_DEVICES = re.compile(r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$")
@@ -129,9 +129,7 @@ class DiskstatsSource:
         self.ignored = ignored
 
     def collect(self) -> Iterable[Metric]:
-        text = read_text(self.path)
-        if text is None:
-            raise FileNotFoundError(f"{self.path} is not readable")
+        text = read_required(self.path)
         devices = {
             name: values
             for name, values in parse_diskstats(text).items()

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from exporters.runtime import Roots, read_text
+from exporters.runtime import Roots, read_required
 
 
 def parse_meminfo(text: str) -> dict[str, float]:
@@ -49,9 +49,7 @@ class MeminfoSource:
         self.path = roots.proc("meminfo")
 
     def collect(self) -> Iterable[Metric]:
-        text = read_text(self.path)
-        if text is None:
-            raise FileNotFoundError(f"{self.path} is not readable")
+        text = read_required(self.path)
         for name, value in parse_meminfo(text).items():
             yield GaugeMetricFamily(
                 f"node_memory_{name}", f"Memory information field {name}.", value=value
@@ -68,8 +66,6 @@ class LoadavgSource:
         self.path = roots.proc("loadavg")
 
     def collect(self) -> Iterable[Metric]:
-        text = read_text(self.path)
-        if text is None:
-            raise FileNotFoundError(f"{self.path} is not readable")
+        text = read_required(self.path)
         for minutes, value in zip((1, 5, 15), parse_loadavg(text), strict=True):
             yield GaugeMetricFamily(f"node_load{minutes}", f"{minutes}m load average.", value=value)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporters.runtime import Roots, read_int, read_text, read_value
+from exporters.runtime import Roots, list_dir, read_int, read_text, read_value
 
 RECEIVE_FIELDS = ("bytes", "packets", "errs", "drop", "fifo", "frame", "compressed", "multicast")
 TRANSMIT_FIELDS = ("bytes", "packets", "errs", "drop", "fifo", "colls", "carrier", "compressed")
@@ -71,11 +70,7 @@ class NetClassSource:
         speed = GaugeMetricFamily(
             "node_network_speed_bytes", "Network device link speed.", labels=["device"]
         )
-        try:
-            devices = sorted(os.listdir(self.base))
-        except OSError:
-            devices = []
-        for device in devices:
+        for device in list_dir(self.base):
             path = self.base / device
             state = read_value(path / "operstate")
             if state is not None:
