@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
+from healthcheck.live import broadcast_node_changes
 from inventory.choices import EventKind, GpuVendor
 from inventory.models import Node, NodeEvent
 
@@ -313,9 +314,12 @@ def deregister_node(hostname: str, node_key: str | None, *, actor: str = AGENT_A
 
 
 def remove_node(node: Node, *, actor: str, message: str) -> None:
-    """Delete a node, leaving a 'deregistered' event that outlives it."""
+    """Delete a node, leaving a 'deregistered' event that outlives it; open
+    dashboards drop its row once the deletion is committed."""
     record_event(node, EventKind.DEREGISTERED, message, actor=actor, data={"ip": node.ip})
+    node_id = node.pk
     node.delete()
+    transaction.on_commit(lambda: broadcast_node_changes([], removed=[node_id]))
 
 
 def set_maintenance(node: Node, on: bool, *, actor: str) -> bool:

@@ -58,6 +58,12 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
         """
         frame = event.get(FRAME_KEY)
         if frame is None:
-            frame = await self.encode_json({"type": "nodes.changed", "changes": event["changes"]})
+            frame = await self.encode_json(
+                {
+                    "type": "nodes.changed",
+                    "changes": event["changes"],
+                    "removed": event.get("removed", []),
+                }
+            )
             event[FRAME_KEY] = frame
         await self.send(text_data=frame)

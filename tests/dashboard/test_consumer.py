@@ -81,6 +81,16 @@ async def test_a_broadcast_batch_arrives_as_one_message(session_cookie):
         await comm.disconnect()
 
 
+async def test_removed_nodes_reach_the_page_by_id(session_cookie):
+    comm = await open_socket(session_cookie)
+    try:
+        await sync_to_async(broadcast_node_changes)([], removed=[42, 7])
+        message = await comm.receive_json_from(timeout=5)
+        assert message == {"type": "nodes.changed", "changes": [], "removed": [7, 42]}
+    finally:
+        await comm.disconnect()
+
+
 async def test_a_closed_page_leaves_the_group(session_cookie):
     layer = get_channel_layer()
     comm = await open_socket(session_cookie)

@@ -50,3 +50,25 @@ def test_admin_maintenance_action_pushes_the_change(client, staff, make_node, da
     [change] = dashboard()["changes"]
     assert change["hostname"] == "gpu-01"
     assert change["maintenance"] is True
+
+
+def test_deregistration_pushes_the_removed_node_id(
+    api_client, register, dashboard, django_capture_on_commit_callbacks
+):
+    body = register("gpu-01", remote="10.0.0.5").json()
+    dashboard()  # the registration's own push
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api_client.post(
+            "/api/v1/deregister",
+            {"hostname": "gpu-01"},
+            format="json",
+            HTTP_X_MAC_NODE_KEY=body["node_key"],
+            REMOTE_ADDR="10.0.0.5",
+        )
+    assert response.status_code == 200
+
+    message = dashboard()
+    assert message["type"] == "nodes.changed"
+    assert message["changes"] == []
+    assert message["removed"] == [body["id"]]

@@ -86,7 +86,10 @@ function buildRow(raw) {
 const FLASH_MS = 2500;
 const flashedAt = new Map();  // node id -> when its row last changed (kept across resyncs)
 
-function applyChanges(changes) {
+function applyChanges(changes, removed = []) {
+  for (const id of removed) {
+    tbody.querySelector(`tr[data-node-id="${Number(id)}"]`)?.remove();
+  }
   const now = Date.now();
   for (const node of changes) {
     flashedAt.set(Number(node.id), now);

@@ -48,7 +48,9 @@ export function connectLive({ path, onChanges, onOpen, authUrl }) {
     socket.addEventListener("message", (event) => {
       let msg;
       try { msg = JSON.parse(event.data); } catch (e) { return; }
-      if (msg && msg.type === "nodes.changed" && Array.isArray(msg.changes)) onChanges(msg.changes);
+      if (msg && msg.type === "nodes.changed" && Array.isArray(msg.changes)) {
+        onChanges(msg.changes, Array.isArray(msg.removed) ? msg.removed : []);
+      }
     });
     socket.addEventListener("close", async () => {
       clearInterval(pinger);

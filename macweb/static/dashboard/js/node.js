@@ -150,7 +150,14 @@ new ResizeObserver(() => {
 window.addEventListener("mac-theme", redrawAll);
 window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", redrawAll);
 
-function applyChanges(changes) {
+function applyChanges(changes, removed = []) {
+  if (removed.some((id) => Number(id) === Number(node.id))) {
+    const badge = document.getElementById("node-status");
+    badge.className = "badge badge-offline";
+    badge.textContent = "Deregistered";
+    document.getElementById("node-status-text").textContent = "Deregistered: this node left the inventory.";
+    return;
+  }
   const mine = changes.find((c) => Number(c.id) === Number(node.id));
   if (!mine) return;
   const badge = document.getElementById("node-status");
