@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
+
 pytestmark = [
     pytest.mark.netns,
     pytest.mark.slow,
@@ -30,15 +32,7 @@ pytestmark = [
     ),
 ]
 
-MASTER_IP, AGENT_IP, AGENT_CTR_IP, CTR_IP = "198.18.0.1", "198.18.0.2", "198.19.0.1", "198.19.0.2"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def sh(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
 
 
 def http_code(ns: str, url: str) -> str:
@@ -52,80 +46,40 @@ def http_code(ns: str, url: str) -> str:
 
 @pytest.fixture
 def lab(tmp_path):
-    tag = f"h{os.getpid()}"
-    master, agent, ctr = f"mac{tag}m", f"mac{tag}a", f"mac{tag}c"
-    created: list[str] = []
     children: list[subprocess.Popen] = []
-    try:
-        for ns in (master, agent, ctr):
-            sh("ip", "netns", "add", ns)
-            created.append(ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "link", "add", f"{tag}m", "type", "veth", "peer", "name", f"{tag}a")
-        sh("ip", "link", "set", f"{tag}m", "netns", master)
-        sh("ip", "link", "set", f"{tag}a", "netns", agent)
-        sh("ip", "link", "add", f"{tag}b", "type", "veth", "peer", "name", f"{tag}c")
-        sh("ip", "link", "set", f"{tag}b", "netns", agent)
-        sh("ip", "link", "set", f"{tag}c", "netns", ctr)
-        for ns, dev, address in (
-            (master, f"{tag}m", f"{MASTER_IP}/24"),
-            (agent, f"{tag}a", f"{AGENT_IP}/24"),
-            (agent, f"{tag}b", f"{AGENT_CTR_IP}/24"),
-            (ctr, f"{tag}c", f"{CTR_IP}/24"),
-        ):
-            sh("ip", "-n", ns, "addr", "add", address, "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("ip", "-n", ctr, "route", "add", "default", "via", AGENT_CTR_IP)
-        sh("ip", "netns", "exec", agent, "sysctl", "-qw", "net.ipv4.ip_forward=0")
-        for chain in ("PREROUTING", "OUTPUT"):
-            sh(
-                "ip", "netns", "exec", agent, "iptables", "-t", "nat", "-A", chain,
-                "-d", AGENT_IP, "-p", "tcp", "--dport", "29101",
-                "-j", "DNAT", "--to-destination", f"{CTR_IP}:29101",
-            )  # fmt: skip
-        for ns, address, service in (
-            (ctr, CTR_IP, "sys-exporter"),
-            (agent, AGENT_IP, "nic-exporter"),
-        ):
-            log = (tmp_path / f"{service}.log").open("wb")
-            children.append(
-                subprocess.Popen(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        ns,
-                        sys.executable,
-                        "-m",
-                        "exporters",
-                        service,
-                        "--bind",
-                        address,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=REPO,
+    with forwarding_off_lab("h") as names:
+        try:
+            for ns, address, service in (
+                (names["ctr"], CTR_IP, "sys-exporter"),
+                (names["agent"], AGENT_IP, "nic-exporter"),
+            ):
+                command = [sys.executable, "-m", "exporters", service, "--bind", address]
+                log = (tmp_path / f"{service}.log").open("wb")
+                children.append(
+                    subprocess.Popen(
+                        ["ip", "netns", "exec", ns, *command],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=REPO,
+                    )
                 )
-            )
-        deadline = time.monotonic() + 30
-        while not (
-            http_code(ctr, f"http://{CTR_IP}:29101/metrics") == "200"
-            and http_code(agent, f"http://{AGENT_IP}:29500/metrics") == "200"
-        ):
-            assert time.monotonic() < deadline, "the exporters did not start in the namespaces"
-            time.sleep(0.3)
-        yield {"master": master, "agent": agent, "ctr": ctr}
-    finally:
-        for child in children:
-            child.terminate()
-        for child in children:
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        for ns in created:
-            subprocess.run(["ip", "netns", "del", ns], check=False)
+            deadline = time.monotonic() + 30
+            while not (
+                http_code(names["ctr"], f"http://{CTR_IP}:29101/metrics") == "200"
+                and http_code(names["agent"], f"http://{AGENT_IP}:29500/metrics") == "200"
+            ):
+                assert time.monotonic() < deadline, "the exporters did not start in the namespaces"
+                time.sleep(0.3)
+            yield names
+        finally:
+            for child in children:
+                child.terminate()
+            for child in children:
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
 
 
 def doctor_in(ns: str, mac_env) -> tuple[int, dict[str, dict]]:

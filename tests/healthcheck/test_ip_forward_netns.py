@@ -23,6 +23,7 @@ from healthcheck.sweep import run_sweep
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
 from tests.healthcheck.conftest import PYTHON, REPO, wait_ready
+from tests.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
 
 pytestmark = [
     pytest.mark.netns,
@@ -33,64 +34,27 @@ pytestmark = [
     ),
 ]
 
-AGENT_IP, MASTER_IP, CTR_IP, AGENT_CTR_IP = "198.18.0.2", "198.18.0.1", "198.19.0.2", "198.19.0.1"
-
-
-def sh(*args: str) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
-
 
 @pytest.fixture
 def namespaces(processes):
-    """master, agent and ctr namespaces named after our pid; deleted afterwards."""
-    tag = str(os.getpid())
-    master, agent, ctr = f"mac{tag}m", f"mac{tag}a", f"mac{tag}c"
-    created: list[str] = []
-    try:
-        for ns in (master, agent, ctr):
-            sh("ip", "netns", "add", ns)
-            created.append(ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "link", "add", f"v{tag}m", "type", "veth", "peer", "name", f"v{tag}a")
-        sh("ip", "link", "set", f"v{tag}m", "netns", master)
-        sh("ip", "link", "set", f"v{tag}a", "netns", agent)
-        sh("ip", "link", "add", f"w{tag}a", "type", "veth", "peer", "name", f"w{tag}c")
-        sh("ip", "link", "set", f"w{tag}a", "netns", agent)
-        sh("ip", "link", "set", f"w{tag}c", "netns", ctr)
-        for ns, dev, address in (
-            (master, f"v{tag}m", f"{MASTER_IP}/24"),
-            (agent, f"v{tag}a", f"{AGENT_IP}/24"),
-            (agent, f"w{tag}a", f"{AGENT_CTR_IP}/24"),
-            (ctr, f"w{tag}c", f"{CTR_IP}/24"),
-        ):
-            sh("ip", "-n", ns, "addr", "add", address, "dev", dev)
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("ip", "-n", ctr, "route", "add", "default", "via", AGENT_CTR_IP)
-        sh("ip", "netns", "exec", agent, "sysctl", "-qw", "net.ipv4.ip_forward=0")
-        sh(
-            "ip", "netns", "exec", agent, "iptables", "-t", "nat", "-A", "PREROUTING",
-            "-p", "tcp", "--dport", "29101", "-j", "DNAT", "--to-destination", f"{CTR_IP}:29101",
-        )  # fmt: skip
-        servers = [
-            (ctr, CTR_IP, "sys-exporter"),  # the bridge exporter, behind DNAT
-            (agent, AGENT_IP, "nic-exporter"),  # host network
-        ]
-        for ns, ip, service in servers:
-            child = processes.start(
-                f"{service}-{ns}",
-                ["ip", "netns", "exec", ns, PYTHON, "-m", "healthcheck.simfleet",
-                 "--ip", ip, "--services", service],
-                env=None,
-            )  # fmt: skip
-            wait_ready(child)
-        yield {"master": master, "agent": agent, "ctr": ctr}
-    finally:
-        processes.stop_all()
-        for ns in created:
-            subprocess.run(["ip", "netns", "del", ns], check=False)
+    """The lab of tests/netns.py with the two exporters of the simulated fleet in it."""
+    with forwarding_off_lab("s") as names:
+        try:
+            servers = [
+                (names["ctr"], CTR_IP, "sys-exporter"),  # the bridge exporter, behind DNAT
+                (names["agent"], AGENT_IP, "nic-exporter"),  # host network
+            ]
+            for ns, ip, service in servers:
+                child = processes.start(
+                    f"{service}-{ns}",
+                    ["ip", "netns", "exec", ns, PYTHON, "-m", "healthcheck.simfleet",
+                     "--ip", ip, "--services", service],
+                    env=None,
+                )  # fmt: skip
+                wait_ready(child)
+            yield names
+        finally:
+            processes.stop_all()
 
 
 def probe_in(namespace: str):
