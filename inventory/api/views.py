@@ -61,6 +61,9 @@ NODE_KEY_PARAMETER = OpenApiParameter(
     required=False,
     description="The per-node key returned as node_key by the node's first registration.",
 )
+NODE_KEY_REQUIRED = OpenApiParameter(
+    NODE_KEY_HEADER, location=OpenApiParameter.HEADER, required=True, description="The node's key."
+)
 BAD_REQUEST = OpenApiResponse(
     {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
     description='{"<field>": ["message"]}: the field at fault ("body" for the body itself).',
@@ -199,14 +202,7 @@ class DeregisterView(AgentAPIView):
         operation_id="deregister",
         summary="Deregister a node (what `mac stop agent` does)",
         request=DeregistrationSerializer,
-        parameters=[
-            OpenApiParameter(
-                NODE_KEY_HEADER,
-                location=OpenApiParameter.HEADER,
-                required=True,
-                description="The node's key.",
-            )
-        ],
+        parameters=[NODE_KEY_REQUIRED],
         responses={
             200: DeregistrationResponseSerializer,
             400: BAD_REQUEST,
@@ -232,14 +228,7 @@ class SelfView(AgentAPIView):
     @extend_schema(
         operation_id="self",
         summary="What the master thinks of the calling node",
-        parameters=[
-            OpenApiParameter(
-                NODE_KEY_HEADER,
-                location=OpenApiParameter.HEADER,
-                required=True,
-                description="The node's key.",
-            )
-        ],
+        parameters=[NODE_KEY_REQUIRED],
         responses={
             200: NodeDetailSerializer,
             403: OpenApiResponse(ErrorSerializer, description="node key missing or wrong"),
