@@ -21,7 +21,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from healthcheck.state import last_sweep
+from healthcheck.state import get_redis, last_sweep
 from macweb import __version__
 
 PROCESS_STARTED = time.time()
@@ -38,23 +38,17 @@ def check_database() -> tuple[bool, str]:
     return True, connection.vendor
 
 
-def check_redis() -> tuple[bool, str]:
+def check_redis(client: redis.Redis) -> tuple[bool, str]:
     try:
-        client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
-        )
         client.ping()
     except Exception as exc:
         return False, f"redis unavailable at {settings.REDIS_URL}: {exc}"[:300]
     return True, "pong"
 
 
-def check_sweeps() -> tuple[bool, str]:
+def check_sweeps(client: redis.Redis) -> tuple[bool, str]:
     """Sweeps finished recently enough (see the module docstring)."""
     try:
-        client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
-        )
         last = last_sweep(client)
     except Exception:
         # The redis check already fails and names the cause; do not blame sweeps too.
@@ -80,32 +74,27 @@ def check_sweeps() -> tuple[bool, str]:
     )
 
 
-CHECKS = {"database": check_database, "redis": check_redis, "sweeps": check_sweeps}
-
-
 def run_health_checks() -> dict:
-    checks = {}
-    failed = []
-    for name, check in CHECKS.items():
-        ok, detail = check()
-        checks[name] = {"ok": ok, "detail": detail}
-        if not ok:
-            failed.append(name)
+    client = get_redis(timeout=2)  # one connection for the whole report
+    results = {
+        "database": check_database(),
+        "redis": check_redis(client),
+        "sweeps": check_sweeps(client),
+    }
+    checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
+    failed = [name for name, (ok, _detail) in results.items() if not ok]
     return {
         "status": "ok" if not failed else "unhealthy",
         "failed": failed,
         "checks": checks,
         "version": __version__,
-        "last_sweep": _last_sweep_summary(),
+        "last_sweep": _last_sweep_summary(client),
     }
 
 
-def _last_sweep_summary() -> dict | None:
+def _last_sweep_summary(client: redis.Redis) -> dict | None:
     """When the last sweep finished and how long it took (None when unknown)."""
     try:
-        client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
-        )
         last = last_sweep(client)
     except Exception:
         return None

@@ -42,8 +42,11 @@ _EXTEND = (
 )
 
 
-def get_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+def get_redis(timeout: float = 5) -> redis.Redis:
+    """A client of the master's Redis (settings.REDIS_URL) that gives up after `timeout` s."""
+    return redis.Redis.from_url(
+        settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
 
 
 def lock_ttl_ms(interval: float) -> int:
