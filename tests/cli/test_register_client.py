@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,37 +10,28 @@ from exporters.agentconf import AgentConfig
 from macweb.cli.agent import build_payload, list_nics, parse_labels
 from macweb.cli.output import CliError
 from macweb.cli.register import MasterClient, route_address
+from tests.fakehttp import JsonHandler, serving
 
 
-class _Recorder(http.server.BaseHTTPRequestHandler):
+class _Recorder(JsonHandler):
     seen: list = []
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self.read_json()
         self.seen.append((self.path, dict(self.headers), body, self.client_address[0]))
-        answer = json.dumps({"hostname": body.get("hostname"), "node_key": "k-123"}).encode()
-        self.send_response(201)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(201, {"hostname": body.get("hostname"), "node_key": "k-123"})
 
 
 @pytest.fixture
 def recorder():
     _Recorder.seen = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Recorder)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
+    with serving(_Recorder) as url:
+        yield url
 
 
 def test_register_sends_bearer_token_node_key_and_leaves_from_the_reported_address(recorder):
     client = MasterClient(
-        f"http://127.0.0.1:{recorder.server_address[1]}",
+        recorder,
         join_token="join-abc",
         node_key="key-xyz",
         source_ip="127.0.0.9",
@@ -59,7 +47,7 @@ def test_register_sends_bearer_token_node_key_and_leaves_from_the_reported_addre
 
 
 def test_no_token_no_header(recorder):
-    MasterClient(f"http://127.0.0.1:{recorder.server_address[1]}").deregister("gpu-01")
+    MasterClient(recorder).deregister("gpu-01")
     path, headers, body, _ = _Recorder.seen[0]
     assert path == "/api/v1/deregister" and body == {"hostname": "gpu-01"}
     assert "Authorization" not in headers and "X-MAC-Node-Key" not in headers

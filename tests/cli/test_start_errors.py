@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
-import threading
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.conftest import free_port
+from tests.fakehttp import JsonHandler, serving
 
 
 def _no_traceback(result) -> None:
@@ -43,29 +42,19 @@ def test_master_unreachable(mac_env):
     _no_traceback(result)
 
 
-class _Unhealthy(http.server.BaseHTTPRequestHandler):
+class _Unhealthy(JsonHandler):
     def do_GET(self):
-        body = json.dumps({"status": "unhealthy", "failed": ["redis"]}).encode()
-        self.send_response(503)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self.send_json(503, {"status": "unhealthy", "failed": ["redis"]})
 
-    def log_message(self, *args):
-        pass
+
+def _port(url: str) -> str:
+    return str(urlsplit(url).port)
 
 
 def test_master_answering_unhealthy(mac_env):
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Unhealthy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        mac_env.env.update(
-            {"MASTER_IP": "127.0.0.1", "MAC_MASTER_PORT": str(server.server_address[1])}
-        )
+    with serving(_Unhealthy) as url:
+        mac_env.env.update({"MASTER_IP": "127.0.0.1", "MAC_MASTER_PORT": _port(url)})
         result = mac_env.run("start", "agent")
-    finally:
-        server.shutdown()
     assert result.returncode == 1
     assert (
         "Error: could not register with master at 127.0.0.1: the master answers but is not "
@@ -73,49 +62,35 @@ def test_master_answering_unhealthy(mac_env):
     ) in result.stderr
 
 
-class _SweepsStopped(http.server.BaseHTTPRequestHandler):
+class _SweepsStopped(JsonHandler):
     """A master whose API and database answer while its worker and beat are down."""
 
     registrations: list[tuple[str, dict]] = []
 
-    def _json(self, status: int, payload: dict) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
     def do_GET(self):
-        self._json(503, {"status": "unhealthy", "failed": ["sweeps"]})
+        self.send_json(503, {"status": "unhealthy", "failed": ["sweeps"]})
 
     def do_POST(self):
-        length = int(self.headers.get("Content-Length", 0))
-        payload = json.loads(self.rfile.read(length))
+        payload = self.read_json()
         self.registrations.append((self.path, payload))
-        self._json(201, {"id": 1, "hostname": payload["hostname"], "node_key": "k" * 43})
-
-    def log_message(self, *args):
-        pass
+        self.send_json(201, {"id": 1, "hostname": payload["hostname"], "node_key": "k" * 43})
 
 
 def test_stopped_sweeps_do_not_stop_a_node_from_joining(mac_env):
-    server = http.server.HTTPServer(("127.0.0.1", 0), _SweepsStopped)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    mac_env.env.update(
-        {
-            "MASTER_IP": "127.0.0.1",
-            "MAC_MASTER_PORT": str(server.server_address[1]),
-            "MAC_BIND": "127.0.0.1",
-            "MAC_AGENT_SERVICES": "sys-exporter",
-            "MAC_SYS_EXPORTER_PORT": str(free_port()),
-        }
-    )
-    try:
-        result = mac_env.run("start", "agent")
-    finally:
-        mac_env.run("stop", "agent")
-        server.shutdown()
+    with serving(_SweepsStopped) as url:
+        mac_env.env.update(
+            {
+                "MASTER_IP": "127.0.0.1",
+                "MAC_MASTER_PORT": _port(url),
+                "MAC_BIND": "127.0.0.1",
+                "MAC_AGENT_SERVICES": "sys-exporter",
+                "MAC_SYS_EXPORTER_PORT": str(free_port()),
+            }
+        )
+        try:
+            result = mac_env.run("start", "agent")
+        finally:
+            mac_env.run("stop", "agent")
     assert result.returncode == 0, result.stderr
     assert "sweeps have stopped" in result.stderr
     assert "Registered with master 127.0.0.1." in result.stdout + result.stderr

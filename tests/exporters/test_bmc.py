@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -21,6 +19,7 @@ from exporters.bmc import (
 )
 from exporters.runtime import Exporter
 from tests.exporters.conftest import FIXTURES, assert_golden, fixture_roots_args, scrape_text
+from tests.fakehttp import JsonHandler, serving
 
 IPMI = FIXTURES / "ipmitool"
 REDFISH = FIXTURES / "redfish"
@@ -36,7 +35,7 @@ def recorded_ipmitool(args: list[str]) -> str:
     return COMMANDS[tuple(args)].read_text()
 
 
-class FakeBmc(BaseHTTPRequestHandler):
+class FakeBmc(JsonHandler):
     """Serves recorded Redfish JSON (tests/fixtures/redfish/<path>/index.json) with basic auth."""
 
     def do_GET(self):
@@ -48,25 +47,13 @@ class FakeBmc(BaseHTTPRequestHandler):
         if not path.resolve().is_relative_to(REDFISH.resolve()) or not path.exists():
             self.send_error(404)
             return
-        body = path.read_bytes()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(200, path.read_bytes())
 
 
 @pytest.fixture
 def fake_bmc():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeBmc)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(FakeBmc) as url:
+        yield url
 
 
 def test_parse_sdr_elist_types_values_and_states():
