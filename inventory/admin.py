@@ -31,6 +31,8 @@ PROBE_FIELDS = (
     "registered_at",
     "updated_at",
 )
+OPERATOR_FIELDS = ("hostname", "ip", "maintenance", "labels")
+AGENT_FIELDS = ("gpu_vendor", "gpu_count", "nics", "exporters", "agent_version", "machine_id")
 
 
 class NodeAdminForm(forms.ModelForm):
@@ -38,18 +40,7 @@ class NodeAdminForm(forms.ModelForm):
 
     class Meta:
         model = Node
-        fields = (
-            "hostname",
-            "ip",
-            "maintenance",
-            "labels",
-            "gpu_vendor",
-            "gpu_count",
-            "nics",
-            "exporters",
-            "agent_version",
-            "machine_id",
-        )
+        fields = (*OPERATOR_FIELDS, *AGENT_FIELDS)
 
     def clean_hostname(self) -> str:
         try:
@@ -117,21 +108,9 @@ class NodeAdmin(admin.ModelAdmin):
     actions = ("deregister", "maintenance_on", "maintenance_off", "reset_node_key")
     list_per_page = 100
     fieldsets = (
-        (None, {"fields": ("hostname", "ip", "maintenance", "labels")}),
+        (None, {"fields": OPERATOR_FIELDS}),
         ("Status (set by the probe)", {"fields": PROBE_FIELDS}),
-        (
-            "Reported by the agent",
-            {
-                "fields": (
-                    "gpu_vendor",
-                    "gpu_count",
-                    "nics",
-                    "exporters",
-                    "agent_version",
-                    "machine_id",
-                )
-            },
-        ),
+        ("Reported by the agent", {"fields": AGENT_FIELDS}),
     )
 
     def save_model(self, request: HttpRequest, obj: Node, form, change: bool) -> None:
