@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.report import median, percentile, update_section
+from bench.report import free_port, median, percentile, update_section
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
@@ -34,14 +34,6 @@ SAME_COLLECTORS = (
     "time", "uname",
 )  # fmt: skip
 RSS_TARGET_MB = 60
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from bench.report import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY = (
@@ -36,12 +37,6 @@ LIVE = {
     "DCGM_FI_DEV_SM_CLOCK": ("clocks.sm", 300.0),
     "DCGM_FI_DEV_MEM_CLOCK": ("clocks.mem", 300.0),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def nvidia_smi() -> dict[str, dict[str, str]]:

@@ -20,7 +20,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import psycopg
 
-from bench.report import median, percentile, update_section
+from bench.report import free_port, median, percentile, update_section
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN_TOKEN = "bench-join-token-" + os.urandom(8).hex()
@@ -55,12 +54,6 @@ class Burst:
             f"| {run} | {self.name} | {len(lat) + len(self.errors)} | {len(self.errors)} | "
             f"{median(lat):.1f} | {percentile(lat, 99):.1f} | {self.rate:.0f} |"
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def admin_url(db_url: str) -> tuple[str, str]:
