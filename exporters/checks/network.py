@@ -13,10 +13,13 @@ from pathlib import Path
 
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import runner
+from exporters.services import SERVICES
 
 SYSCTL_FILE = "/etc/sysctl.d/99-mac-ipforward.conf"
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=
 _TRUE = {"1", "yes", "true", "on", "ipv4", "both"}
+_BRIDGE_PORTS = ", ".join(str(s.port) for s in SERVICES if s.network == "bridge")
+_HOST_SERVICES = ", ".join(f"{s.name} ({s.port})" for s in SERVICES if s.network == "host")
 
 
 def _roots(ctx: CheckContext) -> tuple[Path, Path, Path]:
@@ -40,8 +43,8 @@ def check_ip_forward(ctx: CheckContext) -> CheckResult:
         "ip_forward",
         title,
         CheckStatus.FAIL,
-        f"net.ipv4.ip_forward = {value}: the bridge exporters (29101, 29102, 29150, 29200, "
-        "29300) are unreachable from the master, only nic-exporter (29500) answers.",
+        f"net.ipv4.ip_forward = {value}: the bridge services ({_BRIDGE_PORTS}) are "
+        f"unreachable from the master, only {_HOST_SERVICES} answers.",
         "sudo sysctl -w net.ipv4.ip_forward=1",
     )
 
