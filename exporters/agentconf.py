@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from exporters.services import MASTER_API_PORT
+
 DEFAULT_NODE_ENV_FILE = "/etc/mango/mac/env"
 DEFAULT_USER_ENV_FILE = "~/.mac/env"
 DEFAULT_STATE_DIR_ROOT = "/var/lib/mac"
@@ -62,7 +64,7 @@ SECRET_KEYS = frozenset({"MAC_JOIN_TOKEN", "MAC_NODE_KEY"})
 NODE_KEY = "MAC_NODE_KEY"
 
 DEFAULTS: dict[str, str] = {
-    "MAC_MASTER_PORT": "28080",
+    "MAC_MASTER_PORT": str(MASTER_API_PORT),
     "MAC_RUNTIME": "auto",
     "MAC_BIND": "0.0.0.0",
     "MAC_PORT_OFFSET": "0",
@@ -312,7 +314,7 @@ class AgentConfig:
 
     @property
     def master_port(self) -> int:
-        port = self.int_value("MAC_MASTER_PORT", 28080)
+        port = self.int_value("MAC_MASTER_PORT", MASTER_API_PORT)
         if not 1 <= port <= 65535:
             raise ConfigError(f"MAC_MASTER_PORT={port} is not a TCP port.")
         return port

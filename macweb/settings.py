@@ -13,6 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from exporters.services import MASTER_PROMETHEUS_PORT
 from macweb.envconf import (
     env_bool,
     env_float,
@@ -180,7 +181,7 @@ PROBE_INTERVAL = env_float("MAC_PROBE_INTERVAL", 30.0, minimum=0.5)
 PROBE_TIMEOUT = env_float("MAC_PROBE_TIMEOUT", 3.0, minimum=0.1)
 PROBE_CONCURRENCY = env_int("MAC_PROBE_CONCURRENCY", 1000, minimum=1)
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
-PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", "http://127.0.0.1:29090")
+PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMETHEUS_PORT}")
 
 # --- Dashboard (macweb.dashboard): how long a chart waits for Prometheus' query_range.
 DASHBOARD_PROMETHEUS_TIMEOUT = env_float("MAC_DASHBOARD_PROMETHEUS_TIMEOUT", 5.0, minimum=0.1)

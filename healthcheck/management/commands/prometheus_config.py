@@ -7,7 +7,12 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from healthcheck.promconfig import DOCKER_MASTER, DOCKER_SD_DIR, render_prometheus_yaml
+from healthcheck.promconfig import (
+    DOCKER_MASTER,
+    DOCKER_SD_DIR,
+    LOCAL_MASTER,
+    render_prometheus_yaml,
+)
 from healthcheck.targets import ensure_target_files
 
 
@@ -22,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--sd-dir", help="directory of the targets files (default: MAC_SD_DIR)")
         parser.add_argument(
             "--master",
-            default="127.0.0.1:28080",
+            default=LOCAL_MASTER,
             help="HOST:PORT of the master's API, scraped for /metrics (comma-separated)",
         )
         parser.add_argument("--scrape-interval", default="15s", help="e.g. 15s")
@@ -43,7 +48,7 @@ class Command(BaseCommand):
         for master in masters:
             host, _, port = master.rpartition(":")
             if not host or not port.isdigit():
-                raise CommandError(f"--master {master!r} is not HOST:PORT (e.g. 127.0.0.1:28080).")
+                raise CommandError(f"--master {master!r} is not HOST:PORT (e.g. {LOCAL_MASTER}).")
         try:
             ensure_target_files(sd_dir)  # Prometheus starts cleanly with "[]" files
         except OSError as exc:
