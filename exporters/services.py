@@ -34,3 +34,5 @@ SYS_EXPORTER = BY_NAME["sys-exporter"]
 NIC_EXPORTER = BY_NAME["nic-exporter"]
 MASTER_API_PORT = 28080
 MASTER_PROMETHEUS_PORT = 29090
+# The header in which an agent shows the master its per-node key.
+NODE_KEY_HEADER = "X-MAC-Node-Key"

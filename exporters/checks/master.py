@@ -6,6 +6,7 @@ import json
 
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import config, http_status, timeout
+from exporters.services import NODE_KEY_HEADER
 
 
 def check_master_reachable(ctx: CheckContext) -> CheckResult:
@@ -38,7 +39,7 @@ def check_node_registered(ctx: CheckContext) -> CheckResult:
             "node_registered", title, CheckStatus.FAIL, detail + ".", "sudo mac start agent"
         )
     url = f"{cfg.master_url}/api/v1/self"
-    status, body = http_status(url, timeout(ctx), {"X-MAC-Node-Key": cfg.node_key})
+    status, body = http_status(url, timeout(ctx), {NODE_KEY_HEADER: cfg.node_key})
     if status == 200:
         try:
             node = json.loads(body)

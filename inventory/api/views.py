@@ -27,6 +27,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
+from exporters.services import NODE_KEY_HEADER
 from healthcheck.live import broadcast_node_changes
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address, source_address
@@ -51,7 +52,6 @@ from inventory.models import Node
 
 log = logging.getLogger(__name__)
 
-NODE_KEY_HEADER = "X-MAC-Node-Key"
 # A full inventory does not empty itself soon; tell clients to come back much later.
 NODE_CAP_RETRY_AFTER = 300
 

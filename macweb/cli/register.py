@@ -13,6 +13,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from exporters.services import NODE_KEY_HEADER
+
 
 @dataclass
 class Reply:
@@ -86,7 +88,7 @@ class MasterClient:
         if self.join_token:
             headers["Authorization"] = f"Bearer {self.join_token}"
         if self.node_key:
-            headers["X-MAC-Node-Key"] = self.node_key
+            headers[NODE_KEY_HEADER] = self.node_key
         for bind in (True, False):
             conn = self._connection(bind)
             try:
