@@ -24,7 +24,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -105,34 +105,39 @@ def _health(status: Mapping | None) -> float | None:
     return REDFISH_HEALTH.get(status.get("Health"))
 
 
+def _present(members: Iterable[Mapping]) -> Iterator[tuple[int, Mapping]]:
+    """(index, member) of a Redfish collection, leaving out members that are Absent."""
+    for index, item in enumerate(members):
+        if (item.get("Status") or {}).get("State") != "Absent":
+            yield index, item
+
+
+def _redfish_sensor(index: int, item: Mapping, name: str, kind: str, value) -> Sensor:
+    return Sensor(
+        id=str(item.get("MemberId", index)),
+        name=name,
+        type=kind,
+        value=value,
+        state=_health(item.get("Status")),
+    )
+
+
 def parse_redfish_thermal(doc: Mapping) -> list[Sensor]:
     """Temperatures and fans of a Redfish ``Thermal`` resource."""
-    sensors = []
-    for index, item in enumerate(doc.get("Temperatures", [])):
-        if (item.get("Status") or {}).get("State") == "Absent":
-            continue
-        sensors.append(
-            Sensor(
-                id=str(item.get("MemberId", index)),
-                name=item.get("Name", f"Temperature {index}"),
-                type="temperature",
-                value=item.get("ReadingCelsius"),
-                state=_health(item.get("Status")),
-            )
+    sensors = [
+        _redfish_sensor(
+            index,
+            item,
+            item.get("Name", f"Temperature {index}"),
+            "temperature",
+            item.get("ReadingCelsius"),
         )
-    for index, item in enumerate(doc.get("Fans", [])):
-        if (item.get("Status") or {}).get("State") == "Absent":
-            continue
-        units = item.get("ReadingUnits", "RPM")
-        sensors.append(
-            Sensor(
-                id=str(item.get("MemberId", index)),
-                name=item.get("Name") or item.get("FanName") or f"Fan {index}",
-                type="fan" if units == "RPM" else "other",
-                value=item.get("Reading"),
-                state=_health(item.get("Status")),
-            )
-        )
+        for index, item in _present(doc.get("Temperatures", []))
+    ]
+    for index, item in _present(doc.get("Fans", [])):
+        name = item.get("Name") or item.get("FanName") or f"Fan {index}"
+        kind = "fan" if item.get("ReadingUnits", "RPM") == "RPM" else "other"
+        sensors.append(_redfish_sensor(index, item, name, kind, item.get("Reading")))
     return sensors
 
 
@@ -144,39 +149,15 @@ def parse_redfish_power(doc: Mapping) -> tuple[list[Sensor], float | None]:
         watts = item.get("PowerConsumedWatts")
         if watts is not None:
             consumed = (consumed or 0.0) + float(watts)
-            sensors.append(
-                Sensor(
-                    id=str(item.get("MemberId", index)),
-                    name=item.get("Name", f"Power Control {index}"),
-                    type="power",
-                    value=float(watts),
-                    state=_health(item.get("Status")),
-                )
-            )
-    for index, item in enumerate(doc.get("Voltages", [])):
-        if (item.get("Status") or {}).get("State") == "Absent":
-            continue
-        sensors.append(
-            Sensor(
-                id=str(item.get("MemberId", index)),
-                name=item.get("Name", f"Voltage {index}"),
-                type="voltage",
-                value=item.get("ReadingVolts"),
-                state=_health(item.get("Status")),
-            )
-        )
-    for index, item in enumerate(doc.get("PowerSupplies", [])):
-        if (item.get("Status") or {}).get("State") == "Absent":
-            continue
-        sensors.append(
-            Sensor(
-                id=str(item.get("MemberId", index)),
-                name=item.get("Name", f"PSU {index}"),
-                type="power_supply",
-                value=item.get("PowerOutputWatts") or item.get("LastPowerOutputWatts"),
-                state=_health(item.get("Status")),
-            )
-        )
+            name = item.get("Name", f"Power Control {index}")
+            sensors.append(_redfish_sensor(index, item, name, "power", float(watts)))
+    for index, item in _present(doc.get("Voltages", [])):
+        name = item.get("Name", f"Voltage {index}")
+        sensors.append(_redfish_sensor(index, item, name, "voltage", item.get("ReadingVolts")))
+    for index, item in _present(doc.get("PowerSupplies", [])):
+        name = item.get("Name", f"PSU {index}")
+        watts = item.get("PowerOutputWatts") or item.get("LastPowerOutputWatts")
+        sensors.append(_redfish_sensor(index, item, name, "power_supply", watts))
     return sensors, consumed
 
 
