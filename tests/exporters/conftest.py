@@ -43,6 +43,12 @@ def scrape_text(registry) -> str:
     return generate_latest(registry).decode()
 
 
+def backend_available(registry, backend: str, reason: str = "") -> float | None:
+    """The sample of mac_exporter_backend_available{backend, reason}; None when absent."""
+    labels = {"backend": backend, "reason": reason}
+    return registry.get_sample_value("mac_exporter_backend_available", labels)
+
+
 def normalise(text: str) -> str:
     return "".join(line + "\n" for line in text.splitlines() if not VOLATILE.match(line))
 

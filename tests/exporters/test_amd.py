@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from exporters.amd import AmdGpuSource, parse_modules, read_sysfs_gpus
 from exporters.runtime import Exporter, Roots
-from tests.exporters.conftest import FIXTURES, assert_golden, scrape_text
+from tests.exporters.conftest import FIXTURES, assert_golden, backend_available, scrape_text
 
 AMD_ROOTS = Roots(
     sys_root=str(FIXTURES / "sysfs-amd"),
@@ -48,12 +48,7 @@ def test_device_metrics_exporter_names_and_units():
     assert registry.get_sample_value("gpu_junction_temperature", GPU0) == 52
     assert registry.get_sample_value("gpu_power_usage", GPU0) == 298
     assert registry.get_sample_value("gpu_nodes_total") == 2
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "amdgpu", "reason": ""}
-        )
-        == 1
-    )
+    assert backend_available(registry, "amdgpu") == 1
 
 
 def test_rocm_exporter_golden_output():
@@ -65,12 +60,7 @@ def test_missing_kfd_is_reported_with_the_reason(tmp_path):
     (dev / "dri").mkdir(parents=True)
     registry = registry_for(Roots(AMD_ROOTS.sys_root, AMD_ROOTS.proc_root, str(dev)))
     reason = f"{dev}/kfd missing (pass --device=/dev/kfd to the container)"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "amdgpu", "reason": reason}
-        )
-        == 0
-    )
+    assert backend_available(registry, "amdgpu", reason) == 0
     assert registry.get_sample_value("gpu_gfx_activity", GPU0) == 98  # sysfs still readable
 
 
@@ -80,23 +70,13 @@ def test_missing_dri_and_missing_module_are_reported(tmp_path):
     (dev / "kfd").touch()
     registry = registry_for(Roots(AMD_ROOTS.sys_root, AMD_ROOTS.proc_root, str(dev)))
     reason = f"{dev}/dri missing (pass --device=/dev/dri to the container)"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "amdgpu", "reason": reason}
-        )
-        == 0
-    )
+    assert backend_available(registry, "amdgpu", reason) == 0
     proc = tmp_path / "proc"
     proc.mkdir()
     (proc / "modules").write_text("mlx5_core 2519040 1 mlx5_ib, Live 0x0\n")
     registry = registry_for(Roots(AMD_ROOTS.sys_root, str(proc), AMD_ROOTS.dev_root))
     reason = "amdgpu kernel module not loaded (sudo modprobe amdgpu)"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "amdgpu", "reason": reason}
-        )
-        == 0
-    )
+    assert backend_available(registry, "amdgpu", reason) == 0
 
 
 class FakeAmdSmi:
@@ -144,12 +124,7 @@ def test_amdsmi_is_used_when_it_imports():
     assert registry.get_sample_value("gpu_junction_temperature", labels) == 55
     assert registry.get_sample_value("gpu_package_power", labels) == 301
     assert registry.get_sample_value("gpu_average_package_power", labels) is None  # "N/A"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "amdsmi", "reason": ""}
-        )
-        == 1
-    )
+    assert backend_available(registry, "amdsmi") == 1
 
 
 def test_rocm_exporter_on_this_machine_serves_and_says_why(tmp_path):
@@ -173,9 +148,4 @@ def test_a_failing_amdsmi_init_falls_back_to_sysfs_with_the_reason():
     registry = registry_for(AMD_ROOTS, amdsmi=BrokenInit())
     assert registry.get_sample_value("gpu_gfx_activity", GPU0) == 98  # from sysfs
     reason = "amdsmi_init failed: AMDSMI_STATUS_DRIVER_NOT_LOADED; reading amdgpu sysfs"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "amdsmi", "reason": reason}
-        )
-        == 0
-    )
+    assert backend_available(registry, "amdsmi", reason) == 0

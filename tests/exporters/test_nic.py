@@ -13,7 +13,13 @@ from exporters.nic import (
     rdma_bytes_from_ethtool,
 )
 from exporters.runtime import Exporter, Roots
-from tests.exporters.conftest import FIXTURES, assert_golden, fixture_ethtool, scrape_text
+from tests.exporters.conftest import (
+    FIXTURES,
+    assert_golden,
+    backend_available,
+    fixture_ethtool,
+    scrape_text,
+)
 
 IB_ROOTS = Roots(sys_root=str(FIXTURES / "sysfs-ib"))
 
@@ -117,12 +123,7 @@ def test_nic_exporter_golden_output():
 def test_no_rdma_device_is_reported_not_fatal(tmp_path):
     registry = Exporter("nic-exporter", [RdmaSource(Roots(sys_root=str(tmp_path)))]).registry
     reason = f"no RDMA devices under {tmp_path}/class/infiniband"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "rdma", "reason": reason}
-        )
-        == 0
-    )
+    assert backend_available(registry, "rdma", reason) == 0
 
 
 def test_real_ethtool_failure_names_the_interface():

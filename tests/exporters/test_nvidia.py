@@ -6,7 +6,7 @@ import pynvml
 
 from exporters.nvidia import NvmlSource
 from exporters.runtime import Exporter
-from tests.exporters.conftest import assert_golden, scrape_text
+from tests.exporters.conftest import assert_golden, backend_available, scrape_text
 from tests.exporters.fake_nvml import FakeGpu, FakeNvml
 
 UUID0 = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
@@ -89,12 +89,7 @@ def test_no_driver_keeps_serving_with_the_reason():
     registry = registry_for(FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
     assert registry.get_sample_value("mac_gpu_count") == 0
     reason = "libnvidia-ml.so.1 not found (no NVIDIA driver in this host or container)"
-    assert (
-        registry.get_sample_value(
-            "mac_exporter_backend_available", {"backend": "nvml", "reason": reason}
-        )
-        == 0
-    )
+    assert backend_available(registry, "nvml", reason) == 0
     assert registry.get_sample_value("mac_exporter_collector_success", {"collector": "nvml"}) == 1
 
 
