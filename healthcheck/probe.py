@@ -40,7 +40,6 @@ import json
 import re
 import resource
 import sys
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -135,11 +134,8 @@ class NodeProbe:
 
 @dataclass(slots=True)
 class ProbeStats:
-    """Totals of one probe run, for /metrics and the benchmark."""
+    """What only the probe run knows (outcome counts can be read off the results)."""
 
-    probes: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    duration: float = 0.0
     confirmed: int = 0  # nodes whose failures were probed a second time
 
 
@@ -362,7 +358,6 @@ async def probe_targets(
     event loop was starved is not declared Offline. A node that really died costs
     one more timeout, once, in the sweep that notices it.
     """
-    started = time.monotonic()
     semaphore = asyncio.Semaphore(max(1, concurrency))
     targets = list(targets)
     nodes: list[NodeProbe] = []
@@ -388,13 +383,7 @@ async def probe_targets(
         await asyncio.gather(*(run(node, service) for node, service in retry))
 
     if stats is not None:
-        stats.probes = len(jobs) + len(retry)
         stats.confirmed = len({id(node) for node, _ in retry})
-        stats.duration = time.monotonic() - started
-        for node in nodes:
-            for result in node.results.values():
-                key = result.outcome.value
-                stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
     return nodes
 
 
