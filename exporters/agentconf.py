@@ -62,6 +62,8 @@ PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
 # Values nobody but root should read: shown masked by `mac env list`.
 SECRET_KEYS = frozenset({"MAC_JOIN_TOKEN", "MAC_NODE_KEY"})
 NODE_KEY = "MAC_NODE_KEY"
+# Both env files may hold the join token, the per-node one the node key: owner only.
+ENV_FILE_MODE = 0o600
 
 DEFAULTS: dict[str, str] = {
     "MAC_MASTER_PORT": str(MASTER_API_PORT),
@@ -166,7 +168,9 @@ def read_env_file(path: Path) -> dict[str, str]:
         return {}
 
 
-def write_env_file(path: Path, updates: Mapping[str, str | None], *, mode: int) -> None:
+def write_env_file(
+    path: Path, updates: Mapping[str, str | None], *, mode: int = ENV_FILE_MODE
+) -> None:
     """Set (or, with None, remove) keys, keeping other lines and comments; atomic rename."""
     try:
         lines = path.read_text().splitlines()
@@ -386,11 +390,6 @@ class AgentConfig:
         if found and found[1] in NETWORK_FILESYSTEMS:
             return True, f"{probe} is on {found[1]} (mounted at {found[0]})"
         return False, ""
-
-
-def node_key_file_mode() -> int:
-    """The per-node file holds the node key and join token: root (owner) only."""
-    return 0o600
 
 
 def mask(value: str) -> str:

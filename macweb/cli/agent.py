@@ -356,7 +356,7 @@ def register(cfg: AgentConfig, hostname: str, ip: str, specs: list[ServiceSpec])
         raise _registration_error(cfg, reply)
     key = reply.body.get("node_key")
     if key:
-        write_env_file(cfg.node_file, {NODE_KEY: key}, mode=0o600)
+        write_env_file(cfg.node_file, {NODE_KEY: key})
     return reply.body
 
 
@@ -442,7 +442,7 @@ def stop(runtime_name: str | None = None) -> int:
             )
     states = runtime.stop(ROLE, specs)
     if deregistered:
-        write_env_file(cfg.node_file, {NODE_KEY: None}, mode=0o600)
+        write_env_file(cfg.node_file, {NODE_KEY: None})
         output.ok(f"Deregistered {hostname} from master {cfg.master_ip}.")
     still = [s.name for s in states if s.running]
     if still:

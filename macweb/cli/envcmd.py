@@ -22,8 +22,6 @@ from exporters.agentconf import (
 from macweb.cli import output
 from macweb.cli.output import CliError
 
-FILE_MODE = 0o600  # both files may hold the join token
-
 
 def _split(assignment: str) -> tuple[str, str]:
     key, sep, value = assignment.partition("=")
@@ -77,7 +75,7 @@ def env_set(assignment: str, node: bool = False, force: bool = False) -> int:
             output.warn(f"{key} saved in {cfg.user_file}, which every node reads ({why}).")
     _writable_or_error(cfg, node, f"mac env set{flag} {key}={value}")
     path = cfg.node_file if node else cfg.user_file
-    write_env_file(path, {key: value}, mode=FILE_MODE)
+    write_env_file(path, {key: value})
     scope = "per-node" if node else "per-user"
     shown = mask(value) if key in SECRET_KEYS else value
     output.ok(f"Saved {key}={shown} to {path} ({scope}).")
@@ -113,7 +111,7 @@ def env_unset(key: str, node: bool = False) -> int:
         output.say(f"{key} is not set in {path}; nothing to do.")
     else:
         _writable_or_error(cfg, node, f"mac env unset{' --node' if node else ''} {key}")
-        write_env_file(path, {key: None}, mode=FILE_MODE)
+        write_env_file(path, {key: None})
         output.ok(f"Removed {key} from {path}.")
     value, source = AgentConfig.load().lookup(key)
     if value is not None and source != Source.DEFAULT:
