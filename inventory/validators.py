@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-from django.core.exceptions import ValidationError
-
 MAX_HOSTNAME = 253
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
@@ -27,11 +25,3 @@ def normalize_hostname(value: object) -> str:
                 "or hyphens, and do not start or end with a hyphen."
             )
     return name
-
-
-def validate_hostname(value: str) -> None:
-    """Django validator form of normalize_hostname, for model forms (the admin)."""
-    try:
-        normalize_hostname(value)
-    except ValueError as exc:
-        raise ValidationError(f"Hostname {exc}") from None
