@@ -186,6 +186,27 @@ def test_the_fleet_page_follows_sweeps_live(page, asgi_server, operator, fleet, 
     assert page.evaluate("window.__sameDocument") is True  # never reloaded
 
 
+def test_a_deregistered_node_leaves_the_page_live(page, asgi_server, operator):
+    from playwright.sync_api import expect
+
+    from inventory.services import remove_node
+
+    staying = in_thread(make_node, hostname="gpu-stays")
+    leaving = in_thread(make_node, hostname="gpu-leaves")
+    log_in(page, asgi_server)
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(page.locator(f'tr[data-node-id="{leaving.pk}"]')).to_have_count(1)
+    expect(page.locator('[data-count="total"]')).to_have_text("2")
+    page.evaluate("window.__sameDocument = true")
+
+    in_thread(remove_node, leaving, actor="agent", message="deregistered by the agent")
+
+    expect(page.locator(f'tr[data-node-id="{leaving.pk}"]')).to_have_count(0, timeout=3000)
+    expect(page.locator(f'tr[data-node-id="{staying.pk}"]')).to_have_count(1)
+    expect(page.locator('[data-count="total"]')).to_have_text("1")
+    assert page.evaluate("window.__sameDocument") is True
+
+
 def test_the_page_reconnects_after_a_restart_and_shows_what_it_missed(
     page, chart_env, operator, tmp_path
 ):
