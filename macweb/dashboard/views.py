@@ -29,13 +29,22 @@ def _json_error(field: str, message: str, status: int) -> JsonResponse:
     return JsonResponse({field: [message]}, status=status)
 
 
+def _login_first() -> JsonResponse:
+    return _json_error("detail", "log in first (/accounts/login/)", 401)
+
+
+def _url_template(viewname: str) -> str:
+    """The URL of `viewname` for a node, with "{id}" in place of the node's id."""
+    return reverse(viewname, args=[_ID_PLACEHOLDER]).replace(str(_ID_PLACEHOLDER), "{id}")
+
+
 def json_login_required(view: Callable) -> Callable:
     """401 JSON for anonymous callers of a sync JSON endpoint."""
 
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if not request.user.is_authenticated:
-            return _json_error("detail", "log in first (/accounts/login/)", 401)
+            return _login_first()
         return view(request, *args, **kwargs)
 
     return wrapper
@@ -44,10 +53,9 @@ def json_login_required(view: Callable) -> Callable:
 def admin_change_url_template() -> str:
     """The Django admin's change URL for a node with "{id}" in place of the id ("" if none)."""
     try:
-        url = reverse("admin:inventory_node_change", args=[_ID_PLACEHOLDER])
+        return _url_template("admin:inventory_node_change")
     except NoReverseMatch:  # the inventory admin is not registered
         return ""
-    return url.replace(str(_ID_PLACEHOLDER), "{id}")
 
 
 def _fleet_context(flt: queries.FleetFilter) -> dict:
@@ -80,9 +88,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "live_config": {
                 "ws_path": "/ws/fleet/",
                 "json_url": reverse("dashboard:fleet-json"),
-                "node_url": reverse("dashboard:node", args=[_ID_PLACEHOLDER]).replace(
-                    str(_ID_PLACEHOLDER), "{id}"
-                ),
+                "node_url": _url_template("dashboard:node"),
                 "admin_url": admin_change_url_template() if request.user.is_staff else "",
             },
             "prev_query": flt.as_query(page=context["page"].number - 1),
@@ -172,7 +178,7 @@ async def node_chart(request: HttpRequest, pk: int, chart: str) -> JsonResponse:
     """One chart's data from Prometheus' query_range, or why there is none."""
     user = await request.auser()
     if not user.is_authenticated:
-        return _json_error("detail", "log in first (/accounts/login/)", 401)
+        return _login_first()
     if request.method != "GET":
         return _json_error("detail", "only GET is allowed here", 405)
     try:
