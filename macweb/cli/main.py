@@ -20,6 +20,9 @@ examples:
   mac doctor                               every check of the troubleshooting guide
   mac stop agent                           deregister and stop
   mac start master                         api-server, worker, beat, prometheus
+  mac logs api-server | grep /api/v1/register   (master) which agents registered
+  mac logs sys-exporter -n 50 -f           the end of a service's log, then follow it
+  mac probe 10.0.0.17                      what the master's probe sees of a node, and why
 """
 
 
@@ -79,11 +82,53 @@ def parser() -> argparse.ArgumentParser:
 
     doc = sub.add_parser("doctor", help="run the troubleshooting guide's checks")
     doc.add_argument("--json", action="store_true", help='{"ok": ..., "checks": [...]}')
+
+    logs = sub.add_parser(
+        "logs",
+        help="a service's log (docker logs mac-<service>, or its log file)",
+        description="Print a service's log: `docker logs mac-<service>` under the docker "
+        "runtime, the service's log file under the process runtime.",
+    )
+    logs.add_argument("service", help="e.g. sys-exporter, nic-exporter, api-server, worker")
+    logs.add_argument(
+        "--role", choices=["agent", "master"], help="default: the role the service belongs to"
+    )
+    logs.add_argument(
+        "-n", "--lines", type=_count, metavar="N", help="only the last N lines (default: all)"
+    )
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C"
+    )
+    _add_runtime(logs)
+
+    probe = sub.add_parser(
+        "probe",
+        help="probe a node as the master does: each service, then the diagnosis",
+        description="Probe every agent service on ADDRESS with the master's own probe, print "
+        "what answered, and judge the node as the master would (Online or Offline, why, and "
+        "the fix). Exit 0 when sys-exporter answers.",
+    )
+    probe.add_argument("address", help="the agent's address or host name")
+    probe.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds per probe (default: MAC_PROBE_TIMEOUT, else 3, as the master)",
+    )
+    probe.add_argument("--json", action="store_true", help="results and diagnosis as JSON")
     return ap
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of lines (0 or more)")
+    return int(text)
 
 
 def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     from macweb.cli import agent, doctor, envcmd, master
+    from macweb.cli import logs as logscmd
+    from macweb.cli import probe as probecmd
 
     if args.command == "env":
         if args.env_command == "set":
@@ -97,6 +142,10 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         raise CliError("mac env needs an action.", commands=["mac env list", "mac env --help"])
     if args.command == "doctor":
         return doctor.doctor(as_json=args.json)
+    if args.command == "logs":
+        return logscmd.logs(args.service, args.role, args.lines, args.follow, args.runtime)
+    if args.command == "probe":
+        return probecmd.probe(args.address, timeout=args.timeout, as_json=args.json)
     if args.command == "status":
         if args.role == "master":
             return master.status(args.runtime)

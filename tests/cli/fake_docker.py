@@ -2,8 +2,8 @@
 
 It keeps a small container table in $FAKE_DOCKER_STATE and answers the calls `mac`
 makes: `docker info`, `docker ps -a --filter name=^/mac- --format ...`, `docker rm -f`,
-`docker inspect`, and `docker compose -p P -f FILE [--profile X] up -d|down|ps`. Like the
-real engine, `compose up` refuses a container name held by another project with
+`docker inspect`, `docker logs` and `docker compose -p P -f FILE [--profile X] up -d|down|ps`.
+Like the real engine, `compose up` refuses a container name held by another project with
 Docker's own Conflict message. Every call is appended to calls.log.
 """
 
@@ -80,6 +80,20 @@ def compose(args: list[str]) -> int:
     return 0
 
 
+def logs(args: list[str]) -> int:
+    """`docker logs [--tail N] [-f] NAME`: three stdout lines and one stderr line per container."""
+    tail = int(args[args.index("--tail") + 1]) if "--tail" in args else None
+    name = args[-1]
+    if not any(row["name"] == name for row in load()):
+        print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
+        return 1
+    lines = [f"{name} stdout line {n}" for n in (1, 2, 3)]
+    for line in lines if tail is None else lines[len(lines) - tail :]:
+        print(line)
+    print(f"{name} stderr line", file=sys.stderr)
+    return 0
+
+
 def main() -> int:
     args = sys.argv[1:]
     with (STATE / "calls.log").open("a") as log:
@@ -110,6 +124,8 @@ def main() -> int:
         return 0
     if command == "compose":
         return compose(args[1:])
+    if command == "logs":
+        return logs(args[1:])
     print(f"fake docker: unsupported {args}", file=sys.stderr)
     return 2
 
