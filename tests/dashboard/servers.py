@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -131,8 +132,6 @@ class PrometheusServer:
     def query(self, expr: str) -> list[dict]:
         query = urllib.parse.urlencode({"query": expr})
         with urllib.request.urlopen(f"{self.url}/api/v1/query?{query}", timeout=5) as resp:
-            import json
-
             return json.load(resp)["data"]["result"]
 
     def wait_for(self, expr: str, timeout: float = 30) -> None:
