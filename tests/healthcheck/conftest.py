@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from healthcheck.simfleet import FleetThread
+from healthcheck.state import get_redis
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -64,7 +65,7 @@ def make_node():
 @pytest.fixture
 def sweep_redis(settings) -> Iterator[redis.Redis]:
     """Our Redis db with the sweep's keys (and Celery's queue) cleared before and after."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
+    client = get_redis()
 
     def clear() -> None:
         for key in client.scan_iter(match="mac:sweep:*"):
