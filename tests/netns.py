@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from exporters.services import SYS_EXPORTER
 
 MASTER_IP, AGENT_IP, AGENT_CTR_IP, CTR_IP = "198.18.0.1", "198.18.0.2", "198.19.0.1", "198.19.0.2"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def sh(*args: str) -> str:
@@ -70,3 +74,54 @@ def forwarding_off_lab(prefix: str) -> Iterator[dict[str, str]]:
     finally:
         for ns in created:
             subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def http_code(ns: str, url: str) -> str:
+    """The HTTP status curl gets for `url` from inside `ns` ("000" when nothing answers)."""
+    done = subprocess.run(
+        ["ip", "netns", "exec", ns, "curl", "-s", "-m", "2", "-o", "/dev/null", "-w",
+         "%{http_code}", url],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@contextmanager
+def real_exporters(names: dict[str, str], log_dir: Path) -> Iterator[None]:
+    """The real sys-exporter in ctr (behind the DNAT) and nic-exporter on the agent.
+
+    Returns once both answer inside their namespaces (needs curl); stops them on exit.
+    """
+    children: list[subprocess.Popen] = []
+    try:
+        for ns, address, service in (
+            (names["ctr"], CTR_IP, "sys-exporter"),
+            (names["agent"], AGENT_IP, "nic-exporter"),
+        ):
+            command = [sys.executable, "-m", "exporters", service, "--bind", address]
+            log = (log_dir / f"{service}.log").open("wb")
+            children.append(
+                subprocess.Popen(
+                    ["ip", "netns", "exec", ns, *command],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=REPO,
+                )
+            )
+        deadline = time.monotonic() + 30
+        while not (
+            http_code(names["ctr"], f"http://{CTR_IP}:29101/metrics") == "200"
+            and http_code(names["agent"], f"http://{AGENT_IP}:29500/metrics") == "200"
+        ):
+            assert time.monotonic() < deadline, "the exporters did not start in the namespaces"
+            time.sleep(0.2)
+        yield
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

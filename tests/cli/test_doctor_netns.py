@@ -15,12 +15,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-from tests.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
+from tests.netns import AGENT_IP, REPO, forwarding_off_lab, http_code, real_exporters, sh
 
 pytestmark = [
     pytest.mark.netns,
@@ -32,54 +30,11 @@ pytestmark = [
     ),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def http_code(ns: str, url: str) -> str:
-    done = subprocess.run(
-        ["ip", "netns", "exec", ns, "curl", "-s", "-m", "2", "-o", "/dev/null", "-w",
-         "%{http_code}", url],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    return done.stdout.strip()
-
 
 @pytest.fixture
 def lab(tmp_path):
-    children: list[subprocess.Popen] = []
-    with forwarding_off_lab("h") as names:
-        try:
-            for ns, address, service in (
-                (names["ctr"], CTR_IP, "sys-exporter"),
-                (names["agent"], AGENT_IP, "nic-exporter"),
-            ):
-                command = [sys.executable, "-m", "exporters", service, "--bind", address]
-                log = (tmp_path / f"{service}.log").open("wb")
-                children.append(
-                    subprocess.Popen(
-                        ["ip", "netns", "exec", ns, *command],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        cwd=REPO,
-                    )
-                )
-            deadline = time.monotonic() + 30
-            while not (
-                http_code(names["ctr"], f"http://{CTR_IP}:29101/metrics") == "200"
-                and http_code(names["agent"], f"http://{AGENT_IP}:29500/metrics") == "200"
-            ):
-                assert time.monotonic() < deadline, "the exporters did not start in the namespaces"
-                time.sleep(0.3)
-            yield names
-        finally:
-            for child in children:
-                child.terminate()
-            for child in children:
-                try:
-                    child.wait(10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
+    with forwarding_off_lab("h") as names, real_exporters(names, tmp_path):
+        yield names
 
 
 def doctor_in(ns: str, mac_env) -> tuple[int, dict[str, dict]]:

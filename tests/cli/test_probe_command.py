@@ -154,15 +154,6 @@ def test_names_and_bracketed_addresses_resolve():
 # --- the network-namespace reproduction (root) ---------------------------------------------
 
 
-def _code(ns: str, url: str) -> str:
-    done = subprocess.run(
-        ["ip", "netns", "exec", ns, "curl", "-s", "-m", "2", "-o", "/dev/null", "-w",
-         "%{http_code}", url],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    return done.stdout.strip()
-
-
 @pytest.mark.netns
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.skipif(
@@ -170,50 +161,17 @@ def _code(ns: str, url: str) -> str:
     reason="iproute2, iptables or curl missing",
 )
 def test_probe_from_the_master_namespace_sees_forwarding_off(mac_env, tmp_path):
-    from tests.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
+    from tests.netns import AGENT_IP, forwarding_off_lab, real_exporters, sh
 
-    children: list[subprocess.Popen] = []
-    with forwarding_off_lab("p") as names:
-        try:
-            for ns, address, service in (
-                (names["ctr"], CTR_IP, "sys-exporter"),
-                (names["agent"], AGENT_IP, "nic-exporter"),
-            ):
-                log = (tmp_path / f"{service}.log").open("wb")
-                command = [sys.executable, "-m", "exporters", service, "--bind", address]
-                children.append(
-                    subprocess.Popen(
-                        ["ip", "netns", "exec", ns, *command],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        cwd=REPO,
-                    )
-                )
-            deadline = time.monotonic() + 30
-            while not (
-                _code(names["ctr"], f"http://{CTR_IP}:29101/metrics") == "200"
-                and _code(names["agent"], f"http://{AGENT_IP}:29500/metrics") == "200"
-            ):
-                assert time.monotonic() < deadline, "the exporters did not start"
-                time.sleep(0.2)
+    with forwarding_off_lab("p") as names, real_exporters(names, tmp_path):
+        off = probe(mac_env, AGENT_IP, "--timeout", "1", netns=names["master"])
+        assert off.returncode == 1, off.stdout + off.stderr
+        table = rows(off.stdout)
+        assert table["sys-exporter"][4] == "timeout" and table["nic-exporter"][4] == "ok"
+        assert "Diagnosis: IPv4 forwarding is off on the agent." in off.stdout
+        assert SYSCTL_FIX in off.stdout
 
-            off = probe(mac_env, AGENT_IP, "--timeout", "1", netns=names["master"])
-            assert off.returncode == 1, off.stdout + off.stderr
-            table = rows(off.stdout)
-            assert table["sys-exporter"][4] == "timeout" and table["nic-exporter"][4] == "ok"
-            assert "Diagnosis: IPv4 forwarding is off on the agent." in off.stdout
-            assert SYSCTL_FIX in off.stdout
-
-            sh("ip", "netns", "exec", names["agent"], "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            on = probe(mac_env, AGENT_IP, "--timeout", "1", netns=names["master"])
-            assert on.returncode == 0, on.stdout + on.stderr
-            assert f"the master marks {AGENT_IP} Online" in on.stdout
-        finally:
-            for child in children:
-                child.terminate()
-            for child in children:
-                try:
-                    child.wait(10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-                    child.wait()
+        sh("ip", "netns", "exec", names["agent"], "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        on = probe(mac_env, AGENT_IP, "--timeout", "1", netns=names["master"])
+        assert on.returncode == 0, on.stdout + on.stderr
+        assert f"the master marks {AGENT_IP} Online" in on.stdout
