@@ -51,6 +51,24 @@ def _port(url: str) -> str:
     return str(urlsplit(url).port)
 
 
+def _start_and_stop_agent(mac_env, master_port: str, **env: str):
+    """`mac start agent` (sys-exporter only, on loopback) against 127.0.0.1:master_port."""
+    mac_env.env.update(
+        {
+            "MASTER_IP": "127.0.0.1",
+            "MAC_MASTER_PORT": master_port,
+            "MAC_BIND": "127.0.0.1",
+            "MAC_AGENT_SERVICES": "sys-exporter",
+            "MAC_SYS_EXPORTER_PORT": str(free_port()),
+            **env,
+        }
+    )
+    try:
+        return mac_env.run("start", "agent")
+    finally:
+        mac_env.run("stop", "agent")
+
+
 def test_master_answering_unhealthy(mac_env):
     with serving(_Unhealthy) as url:
         mac_env.env.update({"MASTER_IP": "127.0.0.1", "MAC_MASTER_PORT": _port(url)})
@@ -78,19 +96,7 @@ class _SweepsStopped(JsonHandler):
 
 def test_stopped_sweeps_do_not_stop_a_node_from_joining(mac_env):
     with serving(_SweepsStopped) as url:
-        mac_env.env.update(
-            {
-                "MASTER_IP": "127.0.0.1",
-                "MAC_MASTER_PORT": _port(url),
-                "MAC_BIND": "127.0.0.1",
-                "MAC_AGENT_SERVICES": "sys-exporter",
-                "MAC_SYS_EXPORTER_PORT": str(free_port()),
-            }
-        )
-        try:
-            result = mac_env.run("start", "agent")
-        finally:
-            mac_env.run("stop", "agent")
+        result = _start_and_stop_agent(mac_env, _port(url))
     assert result.returncode == 0, result.stderr
     assert "sweeps have stopped" in result.stderr
     assert "Registered with master 127.0.0.1." in result.stdout + result.stderr
@@ -142,20 +148,7 @@ def test_registration_refused_by_the_master_names_the_reason(mac_env, live_maste
 
     hostname = f"taken-{os.getpid()}"
     Node.objects.create(hostname=hostname, ip="127.77.250.250", node_key_hash="0" * 64)
-    mac_env.env.update(
-        {
-            "MASTER_IP": "127.0.0.1",
-            "MAC_MASTER_PORT": str(live_master.port),
-            "NODE_NAME": hostname,
-            "MAC_BIND": "127.0.0.1",
-            "MAC_AGENT_SERVICES": "sys-exporter",
-            "MAC_SYS_EXPORTER_PORT": str(free_port()),
-        }
-    )
-    try:
-        result = mac_env.run("start", "agent")
-    finally:
-        mac_env.run("stop", "agent")
+    result = _start_and_stop_agent(mac_env, str(live_master.port), NODE_NAME=hostname)
     assert result.returncode == 1
     assert "Error: could not register with master at 127.0.0.1: HTTP 403" in result.stderr
     assert "node key" in result.stderr.lower()
