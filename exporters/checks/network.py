@@ -30,6 +30,35 @@ def _roots(ctx: CheckContext) -> tuple[Path, Path, Path]:
     )
 
 
+_BRIDGE_PORT_SET = {str(s.port) for s in SERVICES if s.network == "bridge"}
+_DPORT = re.compile(r"--dport (\d+)\b")
+_NOT_NEEDED = (
+    "; harmless for now: no exporter port is DNAT'd here (no Docker-published ports), "
+    "but the agent's containers will need it."
+)
+
+
+def exporter_ports_dnatted(ctx: CheckContext) -> bool | None:
+    """Whether the nat table DNATs an exporter port (Docker's published ports, or a rule
+    made by hand): only then must the kernel forward for the master to reach it.
+    None when the rules cannot be read (no iptables, not root): assume they are."""
+    result = runner(ctx)(["iptables", "-t", "nat", "-S"])
+    if result.returncode != 0:
+        return None
+    for line in result.stdout.splitlines():
+        match = _DPORT.search(line)
+        if "DNAT" in line and match and match.group(1) in _BRIDGE_PORT_SET:
+            return True
+    return False
+
+
+def _off_status(ctx: CheckContext) -> tuple[CheckStatus, str]:
+    """FAIL where forwarding carries the exporters' traffic, WARN where nothing needs it yet."""
+    if exporter_ports_dnatted(ctx) is False:
+        return CheckStatus.WARN, _NOT_NEEDED
+    return CheckStatus.FAIL, ""
+
+
 def check_ip_forward(ctx: CheckContext) -> CheckResult:
     path = Path(ctx.proc_root, "sys/net/ipv4/ip_forward")
     title = "IPv4 forwarding is on"
@@ -39,14 +68,15 @@ def check_ip_forward(ctx: CheckContext) -> CheckResult:
         return CheckResult("ip_forward", title, CheckStatus.SKIP, f"cannot read {path}: {exc}")
     if value == "1":
         return CheckResult("ip_forward", title, CheckStatus.PASS, "net.ipv4.ip_forward = 1")
-    return CheckResult(
-        "ip_forward",
-        title,
-        CheckStatus.FAIL,
-        f"net.ipv4.ip_forward = {value}: the bridge services ({_BRIDGE_PORTS}) are "
-        f"unreachable from the master, only {_HOST_SERVICES} answers.",
-        "sudo sysctl -w net.ipv4.ip_forward=1",
-    )
+    status, note = _off_status(ctx)
+    if note:
+        detail = f"net.ipv4.ip_forward = {value}{note}"
+    else:
+        detail = (
+            f"net.ipv4.ip_forward = {value}: the bridge services ({_BRIDGE_PORTS}) are "
+            f"unreachable from the master, only {_HOST_SERVICES} answers."
+        )
+    return CheckResult("ip_forward", title, status, detail, "sudo sysctl -w net.ipv4.ip_forward=1")
 
 
 # --- sysctl.d -----------------------------------------------------------------------------
@@ -93,14 +123,15 @@ def check_ip_forward_persisted(ctx: CheckContext) -> CheckResult:
             "ip_forward_persisted", title, CheckStatus.PASS, f"net.ipv4.ip_forward = 1 ({where})"
         )
     if effective is None:
-        detail = "no sysctl.d file sets net.ipv4.ip_forward, so it is 0 after a reboot."
+        detail = "no sysctl.d file sets net.ipv4.ip_forward, so it is 0 after a reboot"
     else:
-        detail = f"{where} sets net.ipv4.ip_forward = {effective}, so it is off after a reboot."
+        detail = f"{where} sets net.ipv4.ip_forward = {effective}, so it is off after a reboot"
         fix = (
             f"sudo sed -i 's/^[[:space:]]*net.ipv4.ip_forward[[:space:]]*=.*/"
             f"net.ipv4.ip_forward = 1/' {where}\nsudo sysctl --system"
         )
-    return CheckResult("ip_forward_persisted", title, CheckStatus.FAIL, detail, fix)
+    status, note = _off_status(ctx)
+    return CheckResult("ip_forward_persisted", title, status, detail + (note or "."), fix)
 
 
 # --- systemd-networkd ---------------------------------------------------------------------

@@ -43,13 +43,16 @@ def build_context(cfg: AgentConfig) -> CheckContext:
 def print_results(results: list[CheckResult]) -> None:
     rows = [(output.styled(SYMBOLS[r.status].lower()), r.id, r.detail) for r in results]
     output.table(["STATUS", "CHECK", "FOUND"], rows)
-    failures = [r for r in results if r.status in (CheckStatus.FAIL, CheckStatus.WARN) and r.fix]
     console = output.out()
-    for result in failures:
+    for (status, fix), group in _by_fix(results).items():
         console.print()
-        label = "Fix" if result.status == CheckStatus.FAIL else "To do"
-        console.print(f"{label} for {result.id}: {result.detail}", markup=False, highlight=False)
-        for line in result.fix.splitlines():
+        label = "Fix" if status == CheckStatus.FAIL else "To do"
+        if len(group) == 1:
+            heading = f"{label} for {group[0].id}: {group[0].detail}"
+        else:  # e.g. every service down: one fix, not eight copies of it
+            heading = f"{label} for {', '.join(r.id for r in group)}:"
+        console.print(heading, markup=False, highlight=False)
+        for line in fix.splitlines():
             console.print(f"  {line}", style="cyan", markup=False, highlight=False)
     counts = {status: sum(r.status == status for r in results) for status in CheckStatus}
     console.print()
@@ -59,6 +62,15 @@ def print_results(results: list[CheckResult]) -> None:
         markup=False,
         highlight=False,
     )
+
+
+def _by_fix(results: list[CheckResult]) -> dict[tuple[CheckStatus, str], list[CheckResult]]:
+    """Failures and warnings that have a fix, grouped by that fix, in check order."""
+    groups: dict[tuple[CheckStatus, str], list[CheckResult]] = {}
+    for result in results:
+        if result.status in (CheckStatus.FAIL, CheckStatus.WARN) and result.fix:
+            groups.setdefault((result.status, result.fix), []).append(result)
+    return groups
 
 
 def doctor(as_json: bool = False, ctx: CheckContext | None = None) -> int:

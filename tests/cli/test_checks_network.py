@@ -130,3 +130,49 @@ def test_systemd_version_comes_from_systemctl(tmp_path):
     result = check_networkd_forwarding(ctx)
     assert result.status == CheckStatus.FAIL and "systemd 256" in result.detail
     assert "IPv4Forwarding=yes" in result.fix
+
+
+def _ctx_with_nat(tmp_path: Path, nat_rules: str) -> CheckContext:
+    """A node whose `iptables -t nat -S` prints nat_rules."""
+
+    def run(argv):
+        if argv[:3] == ["iptables", "-t", "nat"]:
+            return CommandResult(0, nat_rules)
+        return CommandResult(1, "", "unexpected")
+
+    return CheckContext(
+        proc_root=str(tmp_path / "proc"),
+        etc_root=str(tmp_path / "etc"),
+        extra={"run": run, "run_root": str(tmp_path / "run"), "usr_root": str(tmp_path / "usr")},
+    )
+
+
+DOCKER_NAT = """-P PREROUTING ACCEPT
+-N DOCKER
+-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
+-A DOCKER ! -i docker0 -p tcp -m tcp --dport 29101 -j DNAT --to-destination 172.17.0.2:29101
+-A DOCKER ! -i docker0 -p tcp -m tcp --dport 29150 -j DNAT --to-destination 172.17.0.3:29150
+"""
+UNRELATED_NAT = """-P PREROUTING ACCEPT
+-A PREROUTING -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.9:80
+"""
+
+
+def test_forwarding_off_fails_where_docker_dnats_the_exporter_ports(tmp_path):
+    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    result = check_ip_forward(_ctx_with_nat(tmp_path, DOCKER_NAT))
+    assert result.status == CheckStatus.FAIL
+    assert "unreachable from the master" in result.detail
+    persisted = check_ip_forward_persisted(_ctx_with_nat(tmp_path, DOCKER_NAT))
+    assert persisted.status == CheckStatus.FAIL
+
+
+def test_forwarding_off_only_warns_where_no_exporter_port_is_dnatted(tmp_path):
+    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    result = check_ip_forward(_ctx_with_nat(tmp_path, UNRELATED_NAT))
+    assert result.status == CheckStatus.WARN
+    assert "no exporter port is DNAT'd" in result.detail
+    assert result.fix == "sudo sysctl -w net.ipv4.ip_forward=1"
+    persisted = check_ip_forward_persisted(_ctx_with_nat(tmp_path, UNRELATED_NAT))
+    assert persisted.status == CheckStatus.WARN
+    assert "sysctl.d" in persisted.fix

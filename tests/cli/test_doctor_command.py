@@ -144,3 +144,18 @@ def test_docker_not_enabled_at_boot_is_reported_with_the_enable_command(mac_env)
     assert any(line.startswith("fail") and "docker.service is disabled" in line for line in lines)
     assert "  sudo systemctl enable --now docker" in lines
     assert "  mac status" in lines
+
+
+def test_services_down_together_get_their_shared_fix_once(mac_env):
+    mac_env.env.update(_roots(mac_env, "1"))
+    # Nothing listens on this address: every service check fails the same way.
+    mac_env.env.update({"MAC_BIND": "127.254.1.1"})
+    result = mac_env.run("doctor")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    failed_services = [line for line in lines if line.startswith("fail") and "service:" in line]
+    assert len(failed_services) == 8
+    headings = [line for line in lines if line.startswith("Fix for service:")]
+    assert len(headings) == 1
+    assert all(f"service:{name}" in headings[0] for name in ("sys-exporter", "mango-sdk-agent"))
+    assert lines.count("  mac restart agent") == 1
