@@ -46,13 +46,8 @@ def check_redis(client: redis.Redis) -> tuple[bool, str]:
     return True, "pong"
 
 
-def check_sweeps(client: redis.Redis) -> tuple[bool, str]:
-    """Sweeps finished recently enough (see the module docstring)."""
-    try:
-        last = last_sweep(client)
-    except Exception:
-        # The redis check already fails and names the cause; do not blame sweeps too.
-        return True, "unknown while redis is unavailable"
+def check_sweeps(last: dict | None) -> tuple[bool, str]:
+    """Sweeps finished recently enough (see the module docstring), given the last one."""
     now = time.time()
     allowance = STALE_INTERVALS * settings.PROBE_INTERVAL + settings.PROBE_TIMEOUT
     finished = last["finished_at"] if last else 0.0
@@ -75,12 +70,16 @@ def check_sweeps(client: redis.Redis) -> tuple[bool, str]:
 
 
 def run_health_checks() -> dict:
-    client = get_redis(timeout=2)  # one connection for the whole report
-    results = {
-        "database": check_database(),
-        "redis": check_redis(client),
-        "sweeps": check_sweeps(client),
-    }
+    client = get_redis(timeout=2)  # shared by the process; its pool keeps the connection
+    redis_result = check_redis(client)
+    try:
+        last = last_sweep(client)
+    except Exception:
+        # The redis check already fails and names the cause; do not blame sweeps too.
+        sweeps_result, summary = (True, "unknown while redis is unavailable"), None
+    else:
+        sweeps_result, summary = check_sweeps(last), _last_sweep_summary(last)
+    results = {"database": check_database(), "redis": redis_result, "sweeps": sweeps_result}
     checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
     failed = [name for name, (ok, _detail) in results.items() if not ok]
     return {
@@ -88,16 +87,12 @@ def run_health_checks() -> dict:
         "failed": failed,
         "checks": checks,
         "version": __version__,
-        "last_sweep": _last_sweep_summary(client),
+        "last_sweep": summary,
     }
 
 
-def _last_sweep_summary(client: redis.Redis) -> dict | None:
+def _last_sweep_summary(last: dict | None) -> dict | None:
     """When the last sweep finished and how long it took (None when unknown)."""
-    try:
-        last = last_sweep(client)
-    except Exception:
-        return None
     if not last:
         return None
     return {

@@ -42,11 +42,31 @@ _EXTEND = (
 )
 
 
+REDIS_POOL_SIZE = 20  # connections per process and timeout; requests hold one briefly
+_clients: dict[tuple[str, float], redis.Redis] = {}
+
+
 def get_redis(timeout: float = 5) -> redis.Redis:
-    """A client of the master's Redis (settings.REDIS_URL) that gives up after `timeout` s."""
-    return redis.Redis.from_url(
-        settings.REDIS_URL, socket_timeout=timeout, socket_connect_timeout=timeout
-    )
+    """A client of the master's Redis (settings.REDIS_URL) that gives up after `timeout` s.
+
+    One client per URL and timeout per process: its pool keeps connections open, where a
+    client per call paid a TCP connect and redis-py's handshake on every /health request.
+    The pool is thread-safe and reconnects after a fork or a Redis restart. Under ASGI
+    every request runs in a thread of its own, so a burst of requests can want more
+    connections than the pool holds: they wait for one (up to `timeout`) rather than fail.
+    """
+    key = (settings.REDIS_URL, timeout)
+    client = _clients.get(key)
+    if client is None:
+        pool = redis.BlockingConnectionPool.from_url(
+            settings.REDIS_URL,
+            max_connections=REDIS_POOL_SIZE,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
+        client = _clients.setdefault(key, redis.Redis(connection_pool=pool))
+    return client
 
 
 def lock_ttl_ms(interval: float) -> int:
