@@ -105,6 +105,9 @@ class RegistrationResult:
     created: bool
     node_key: str | None = None  # the plain key, only when one was issued now
     events: list[str] = field(default_factory=list)
+    # A new node's whole history (its 'registered' event), so that the response needs
+    # no query for it; None for an existing node, whose history goes further back.
+    history: list[NodeEvent] | None = None
 
 
 # --- Node keys -------------------------------------------------------------------------
@@ -209,11 +212,6 @@ def _register_once(
 
 
 def _create(reg: Registration, actor: str) -> RegistrationResult:
-    if Node.objects.count() >= settings.MAX_NODES:
-        raise NodeLimitReached(
-            f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
-            "deregister unused nodes or raise the limit."
-        )
     key, key_hash = new_node_key()
     now = timezone.now()
     node = Node(
@@ -225,8 +223,18 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
         **reg.reported(),
     )
     node.save(force_insert=True)  # an IntegrityError here goes to register_node's retry
-    record_event(node, EventKind.REGISTERED, f"registered from {reg.ip}", actor=actor)
-    return RegistrationResult(node, True, key, [EventKind.REGISTERED])
+    # Ids are distinct positive integers, so the table never holds more rows than its
+    # largest id, and every node whose id is past the cap was counted when it came: while
+    # ids stay within the cap (a young inventory) counting, a query per new node, can be
+    # skipped. Past that the insert is counted and, over the cap, undone with the
+    # transaction.
+    if node.pk > settings.MAX_NODES and Node.objects.count() > settings.MAX_NODES:
+        raise NodeLimitReached(
+            f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
+            "deregister unused nodes or raise the limit."
+        )
+    event = record_event(node, EventKind.REGISTERED, f"registered from {reg.ip}", actor=actor)
+    return RegistrationResult(node, True, key, [EventKind.REGISTERED], history=[event])
 
 
 def _update_by_hostname(

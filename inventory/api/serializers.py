@@ -197,7 +197,10 @@ class NodeDetailSerializer(NodeSerializer):
 
     @extend_schema_field(NodeEventSerializer(many=True))
     def get_events(self, node: Node) -> list[dict]:
-        recent = node.events.all()[:RECENT_EVENTS]
+        # The caller may already hold them (a node registered just now): no query then.
+        recent = self.context.get("recent_events")
+        if recent is None:
+            recent = node.events.all()[:RECENT_EVENTS]
         return NodeEventSerializer(recent, many=True).data
 
 

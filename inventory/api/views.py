@@ -188,7 +188,8 @@ class RegisterView(AgentAPIView):
         except services.RegistrationError as exc:
             return _error(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE, {"Retry-After": "5"})
         broadcast_node_changes([result.node.summary()])
-        body = NodeDetailSerializer(result.node).data
+        context = {"recent_events": result.history} if result.history is not None else {}
+        body = NodeDetailSerializer(result.node, context=context).data
         if result.node_key:
             body["node_key"] = result.node_key
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK

@@ -152,3 +152,14 @@ def test_events_keep_the_hostname_after_deregistration(register, api_client):
     kinds_left = NodeEvent.objects.filter(hostname="gpu-01").values_list("kind", flat=True)
     assert set(kinds_left) == {EventKind.REGISTERED, EventKind.DEREGISTERED}
     assert not Node.objects.exists()
+
+
+def test_node_cap_refusal_leaves_no_row_and_no_event(register, settings, make_node):
+    settings.MAX_NODES = 2
+    make_node()
+    make_node()
+
+    assert register("gpu-03", remote="10.0.0.7").status_code == 429
+
+    assert Node.objects.count() == 2
+    assert not NodeEvent.objects.filter(hostname="gpu-03").exists()
