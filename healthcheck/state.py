@@ -42,7 +42,7 @@ _EXTEND = (
 )
 
 
-REDIS_POOL_SIZE = 20  # connections per process and timeout; requests hold one briefly
+REDIS_POOL_SIZE = 100  # per process and timeout: redis-py's own cap, waited for, not refused
 _clients: dict[tuple[str, float], redis.Redis] = {}
 
 

@@ -164,6 +164,16 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": env_str("MAC_CACHE_PREFIX", "mac"),
+        # The rate limit shares one cache per process (inventory.api.throttles): past
+        # max_connections a burst's threads wait up to `timeout` s for a connection
+        # instead of failing (redis-py's plain pool refuses past 100).
+        "OPTIONS": {
+            "pool_class": "redis.BlockingConnectionPool",
+            "max_connections": 100,
+            "timeout": 5,
+            "socket_timeout": 5,
+            "socket_connect_timeout": 5,
+        },
     }
 }
 

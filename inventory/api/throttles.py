@@ -5,17 +5,39 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.core.cache import DEFAULT_CACHE_ALIAS, BaseCache, caches
 from rest_framework.throttling import SimpleRateThrottle
 
 from inventory.addresses import source_address
 
 log = logging.getLogger(__name__)
 
+_caches: dict[str, BaseCache] = {}
+
+
+def shared_cache() -> BaseCache:
+    """The default cache, one instance for all of the process's threads.
+
+    Django keeps a cache per thread, and under ASGI every request runs in a thread of its
+    own: each request built a Redis pool, connected and shook hands, and threw it away.
+    RedisCache's pool is thread-safe, so one instance reuses its connections. Keyed by the
+    settings so that a changed CACHES (tests) takes effect.
+    """
+    config = repr(settings.CACHES[DEFAULT_CACHE_ALIAS])
+    cache = _caches.get(config)
+    if cache is None:
+        cache = _caches.setdefault(config, caches.create_connection(DEFAULT_CACHE_ALIAS))
+    return cache
+
 
 class RegisterRateThrottle(SimpleRateThrottle):
     """settings.REGISTER_RATE (MAC_REGISTER_RATE, e.g. "600/min") per source address."""
 
     scope = "register"
+
+    def __init__(self) -> None:
+        self.cache = shared_cache()
+        super().__init__()
 
     def get_rate(self) -> str:
         # Read per request so that a changed setting (and tests) take effect at once.
