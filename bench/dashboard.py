@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import sys
 import time
@@ -228,9 +229,10 @@ async def run(args: argparse.Namespace) -> str:
             f"Target p99 < 1 s at 200 clients: {verdict} ({p99:.0f} ms with one change, "
             f"{p99_big:.0f} ms with {BIG_BATCH} changes in the sweep's message). The clients "
             "find their marker with a regular expression instead of parsing each frame (a "
-            "browser parses in its own process; here all clients share one). The machine "
-            "has two cores shared with other engineers' test runs while this ran, so absolute "
-            "figures are pessimistic; the 1-client row is the baseline from the same run.",
+            "browser parses in its own process; here all clients share one). Load average "
+            f"at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs, which the "
+            "clients, the server, PostgreSQL and Redis all share, so absolute figures are "
+            "pessimistic; the 1-client row is the baseline from the same run.",
         ]
     )
 

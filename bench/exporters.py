@@ -147,8 +147,8 @@ def report(targets: list[Target], scrapes: int, elapsed: float) -> str:
         [
             f"{scrapes} scrapes per exporter over one kept-alive connection each, alternating "
             f"between exporters; {elapsed:.0f} s in all. Load average during the run: "
-            f"{load:.2f} on {psutil.cpu_count()} CPUs (other engineers' jobs share the "
-            "machine, so absolute numbers are noisy; the comparison is same-run).",
+            f"{load:.2f} on {psutil.cpu_count()} CPUs (the scraping client shares them with "
+            "both exporters, so absolute numbers are noisy; the comparison is same-run).",
             "",
             *rows,
             "",

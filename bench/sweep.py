@@ -311,8 +311,8 @@ def report(results: list[dict], check: dict | None, args, load: tuple[float, ...
     lines += ["", *verdicts, ""]
     lines.append(
         f"Load average before the run: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-        "(1/5/15 min). Other engineers share these 2 cores; the fleet's own processes "
-        "run on them too, so walls above the timeout are CPU contention, not waiting."
+        "(1/5/15 min). The simulated fleet's processes share these cores with the master, "
+        "so walls above the timeout are CPU contention, not waiting."
     )
     return "\n".join(lines)
 
