@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.report import median, percentile, update_section  # noqa: E402
 from bench.webfleet import OPERATOR, bench_database, make_operator, populate  # noqa: E402
-from tests.dashboard import servers  # noqa: E402
+from testkit import dashboard_servers as servers  # noqa: E402
 
 PAGE_RUNS = 15
 WS_ROUNDS = 40
@@ -104,7 +104,7 @@ async def measure_pages(base: str, label: str) -> list[str]:
 
 def change_and_broadcast(node_ids: list[int], marker: str) -> None:
     """What a sweep does with its changed nodes: UPDATE the rows, then one broadcast."""
-    from healthcheck.live import broadcast_node_changes
+    from inventory.live import broadcast_node_changes
     from inventory.models import Node
 
     Node.objects.filter(pk__in=node_ids).update(status_detail=marker)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.report import free_port, median, percentile, update_section
+from bench.report import median, percentile, update_section
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.report import free_port
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY = (

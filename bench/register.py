@@ -31,7 +31,8 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import psycopg
 
-from bench.report import free_port, median, percentile, update_section
+from bench.report import median, percentile, update_section
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN_TOKEN = "bench-join-token-" + os.urandom(8).hex()

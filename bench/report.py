@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import platform
 import re
-import socket
 import statistics
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,13 +21,6 @@ HEADER = (
     "and sockets, several runs, with a baseline measured in the same run. Rerun with\n"
     "`.venv/bin/python -m bench.<name>`.\n"
 )
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now, for a server under benchmark."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def percentile(values: list[float], pct: float) -> float:

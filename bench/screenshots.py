@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.webfleet import OPERATOR, bench_database, make_operator, populate  # noqa: E402
-from tests.dashboard import servers  # noqa: E402
+from testkit import dashboard_servers as servers  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 PROMTOOL = "/usr/bin/promtool"

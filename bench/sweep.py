@@ -1,13 +1,13 @@
 """Benchmark of the fleet sweep: 1,000, 5,000 and 10,000 simulated nodes, 10 % black-holed.
 
-What runs: the simulated fleet (healthcheck.simfleet) in child processes, 5,000
+What runs: the simulated fleet (testkit.simfleet) in child processes, 5,000
 nodes each, every node serving sys-exporter and nic-exporter on its own loopback
 address, every tenth node black-holed on both ports (SYNs dropped: the probe can
 only time out). The master side runs here, against a PostgreSQL database created
 for the run and dropped after it.
 
 For each size, alternating runs of:
-- bare: healthcheck.probe.run_probe over the same targets, no database: the
+- bare: contract.liveness.run_probe over the same targets, no database: the
   baseline, measured in the same run;
 - sweep: healthcheck.sweep.run_sweep, everything included (load the nodes, probe,
   judge, write changes and last_seen, targets files, broadcast, statistics);
@@ -59,7 +59,7 @@ def start_fleet(total: int) -> list[subprocess.Popen]:
     children = []
     for base, count in fleet_bases(total):
         child = subprocess.Popen(
-            [sys.executable, "-m", "healthcheck.simfleet", "--nodes", str(count), "--base", base,
+            [sys.executable, "-m", "testkit.simfleet", "--nodes", str(count), "--base", base,
              "--blackhole", "0.1", "--fault-service", "all"],
             cwd=REPO, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -75,7 +75,7 @@ def start_fleet(total: int) -> list[subprocess.Popen]:
 
 def fleet_layout(total: int) -> tuple[list[str], set[str]]:
     """Every address in order, and the black-holed ones (same rule as the fleet CLI)."""
-    from healthcheck.simfleet import node_addresses, pick
+    from testkit.simfleet import node_addresses, pick
 
     addresses: list[str] = []
     dead: set[str] = set()
@@ -127,7 +127,7 @@ def aiohttp_probe(targets, timeout: float, concurrency: int) -> int:
     """The alternative design: aiohttp.ClientSession + semaphore, same probes, same deadline."""
     import aiohttp
 
-    from healthcheck.probe import services_to_probe
+    from contract.liveness import services_to_probe
 
     async def run() -> int:
         semaphore = asyncio.Semaphore(concurrency)
@@ -190,7 +190,7 @@ def false_offline(dead: set[str]) -> tuple[int, int]:
 def bench_size(size: int, addresses: list[str], dead: set[str], runs: int, args) -> dict:
     from django.conf import settings
 
-    from healthcheck.probe import run_probe
+    from contract.liveness import run_probe
     from healthcheck.sweep import load_nodes, run_sweep, targets_for
 
     nodes = addresses[:size]
@@ -257,7 +257,7 @@ def report(results: list[dict], check: dict | None, args, load: tuple[float, ...
 
     timeout = args.timeout
     lines = [
-        f"Simulated fleet (`healthcheck.simfleet`, {CHUNK:,} nodes per process) on loopback, "
+        f"Simulated fleet (`testkit.simfleet`, {CHUNK:,} nodes per process) on loopback, "
         "two probes per node (sys-exporter and nic-exporter), 10 % of the nodes black-holed "
         f"on both ports. Probe timeout {timeout:g} s, concurrency {args.concurrency}. "
         "PostgreSQL database created for the run. CPU is this process only (the master); "

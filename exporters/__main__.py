@@ -1,7 +1,7 @@
 """Run one agent service: ``python -m exporters <service> [--port P] [--bind ADDR] ...``.
 
 Also installed as the ``mac-exporter`` console script. Ports and names come from
-``exporters.services``; each service's builder is imported only when it runs, so
+``contract.services``; each service's builder is imported only when it runs, so
 a service whose optional library is missing never stops the others from starting.
 """
 
@@ -15,9 +15,9 @@ import os
 import sys
 import threading
 
+from contract.services import BY_NAME, SERVICES
 from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
 from exporters.server import PortInUseError, bind_socket, serve_asgi, serve_exporter
-from exporters.services import BY_NAME, SERVICES
 
 # service name -> module with build(options) returning an Exporter or an ASGI app
 BUILDERS: dict[str, str] = {

@@ -13,8 +13,6 @@ backend (NVML, amdsmi, a BMC...) whether it is available and, if not, why.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
-import importlib.metadata
 import logging
 import os
 import socket
@@ -28,18 +26,16 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 
+from contract import __version__
+
 log = logging.getLogger("exporters")
 
 DEFAULT_COLLECTOR_TIMEOUT = 5.0
 
 
-@functools.cache  # package metadata lookups cost ~2 ms: once per process is enough
 def mac_version() -> str:
-    """The installed MAC version (the package metadata), for /health and info metrics."""
-    try:
-        return importlib.metadata.version("mac-monitor")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
+    """MAC's version (contract.__version__, which the package metadata is built from)."""
+    return __version__
 
 
 def node_hostname() -> str:

@@ -21,8 +21,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from contract import __version__
 from healthcheck.state import get_redis, last_sweep
-from macweb import __version__
 
 PROCESS_STARTED = time.time()
 STALE_INTERVALS = 3

@@ -20,7 +20,7 @@ from pathlib import PurePosixPath
 
 import yaml
 
-from exporters.services import MASTER_API_PORT, MASTER_PROMETHEUS_PORT
+from contract.services import MASTER_API_PORT, MASTER_PROMETHEUS_PORT
 from healthcheck.targets import SCRAPED_SERVICES
 
 DOCKER_SD_DIR = "/etc/prometheus/targets"

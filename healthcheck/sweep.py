@@ -3,7 +3,7 @@
     load_nodes -> probe_nodes -> judge -> save_changes -> write_targets_for
     -> broadcast_changes -> record
 
-Only `probe_nodes` touches the network (through healthcheck.probe, plain
+Only `probe_nodes` touches the network (through contract.liveness, plain
 asyncio); the rest reads and writes the inventory. The step functions take and
 return plain values so a test can feed `judge` hand-made probe results, or run
 the probe somewhere else (inside a network namespace) and bring the results back.
@@ -33,12 +33,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from healthcheck.diagnosis import describe, diagnose
-from healthcheck.live import broadcast_node_changes
-from healthcheck.probe import NodeProbe, ProbeStats, Target, run_probe
+from contract.diagnosis import describe, diagnose
+from contract.liveness import NodeProbe, ProbeStats, Target, run_probe
 from healthcheck.state import SweepStats, get_redis, record_sweep
 from healthcheck.targets import write_targets
 from inventory.choices import EventKind, NodeStatus, StatusReason
+from inventory.live import broadcast_node_changes
 from inventory.models import Node, NodeEvent
 
 log = logging.getLogger(__name__)

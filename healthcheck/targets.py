@@ -23,14 +23,12 @@ content changes, holds `[]` when there are no targets, and is never deleted.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from exporters.services import BY_NAME, SYS_EXPORTER
+from contract.atomicfile import write_atomically
+from contract.services import BY_NAME, SYS_EXPORTER
 
 # mango-sdk-agent is an HTTP API, not an exporter: it has no /metrics to scrape.
 SCRAPED_SERVICES: tuple[str, ...] = tuple(name for name in BY_NAME if name != "mango-sdk-agent")
@@ -75,28 +73,6 @@ def _dump(lines: list[str]) -> bytes:
         return b"[]\n"
     # One target group per line: diffable, and still one JSON document.
     return ("[\n" + ",\n".join(lines) + "\n]\n").encode()
-
-
-def write_atomically(path: Path, content: bytes) -> None:
-    """Replace `path` with `content` so that no reader ever sees a partial file."""
-    directory = path.parent
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)  # mkstemp makes 0600; Prometheus may run as another user
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
 
 
 def write_targets(nodes: Iterable[Mapping], sd_dir: Path) -> list[str]:

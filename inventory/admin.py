@@ -11,10 +11,10 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from healthcheck.live import broadcast_node_changes
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
 from inventory.choices import EventKind
+from inventory.live import broadcast_node_changes
 from inventory.models import Node, NodeEvent
 from inventory.validators import normalize_hostname
 

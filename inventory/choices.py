@@ -1,9 +1,14 @@
 """Choices for node status, reasons, diagnoses, GPU vendors and event kinds.
 
 Every status value and reason in MAC is one of these; nothing compares bare strings.
+Probe outcomes and diagnoses are the contract's values (contract.outcomes), so the
+agent's `mac probe` and the master's sweep speak the same words as the database.
 """
 
 from django.db import models
+
+from contract import outcomes
+from contract.outcomes import OUTCOME_LABELS, Outcome
 
 
 class NodeStatus(models.TextChoices):
@@ -16,24 +21,22 @@ class StatusReason(models.TextChoices):
     """Why the last probe of a node's sys-exporter (29101) ended as it did."""
 
     NONE = "", "-"
-    OK = "ok", "sys-exporter answered"
+    OK = Outcome.OK.value, OUTCOME_LABELS[Outcome.OK]
     REGISTERED = "registered", "registered, waiting for the first probe"
-    TIMEOUT = "timeout", "sys-exporter timed out"
-    REFUSED = "refused", "connection refused"
-    UNREACHABLE = "unreachable", "host unreachable"
-    HTTP_STATUS = "http_status", "unexpected HTTP status"
-    BAD_BODY = "bad_body", "not a Prometheus exposition"
-    ERROR = "error", "probe error"
+    TIMEOUT = Outcome.TIMEOUT.value, OUTCOME_LABELS[Outcome.TIMEOUT]
+    REFUSED = Outcome.REFUSED.value, OUTCOME_LABELS[Outcome.REFUSED]
+    UNREACHABLE = Outcome.UNREACHABLE.value, OUTCOME_LABELS[Outcome.UNREACHABLE]
+    HTTP_STATUS = Outcome.HTTP_STATUS.value, OUTCOME_LABELS[Outcome.HTTP_STATUS]
+    BAD_BODY = Outcome.BAD_BODY.value, OUTCOME_LABELS[Outcome.BAD_BODY]
+    ERROR = Outcome.ERROR.value, OUTCOME_LABELS[Outcome.ERROR]
 
 
-class Diagnosis(models.TextChoices):
-    """What the probes say about why a node is offline (flow 5 of the contract)."""
-
-    NONE = "", "-"
-    IP_FORWARD_OFF = "ip_forward_off", "IPv4 forwarding is off on the agent"
-    SERVICE_DOWN = "service_down", "the exporter service is down"
-    HOST_DOWN = "host_down", "host down or network cut"
-    EXPORTER_BROKEN = "exporter_broken", "the exporter answers but is broken"
+# What the probes say about why a node is offline (flow 5): the contract's
+# diagnoses as Django choices, member for member.
+Diagnosis = models.TextChoices(
+    "Diagnosis",
+    [(code.name, (code.value, outcomes.DIAGNOSIS_LABELS[code])) for code in outcomes.Diagnosis],
+)
 
 
 class GpuVendor(models.TextChoices):

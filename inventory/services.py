@@ -28,8 +28,8 @@ from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
-from healthcheck.live import broadcast_node_changes
 from inventory.choices import EventKind, GpuVendor
+from inventory.live import broadcast_node_changes
 from inventory.models import Node, NodeEvent
 
 log = logging.getLogger(__name__)

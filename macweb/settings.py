@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from exporters.services import MASTER_PROMETHEUS_PORT
+from contract.services import MASTER_PROMETHEUS_PORT
 from macweb.envconf import (
     env_bool,
     env_float,

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import socket
+from collections.abc import Callable, Iterator
 
 import pytest
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (tests start real servers on it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+from testkit.simfleet import FleetThread, loopback_base
 
 
 @pytest.fixture
@@ -35,3 +30,19 @@ def api_client():
 def auth_client(api_client, user):
     api_client.force_authenticate(user)
     return api_client
+
+
+@pytest.fixture
+def fleet() -> Iterator[Callable[..., FleetThread]]:
+    """start_fleet(count, **kwargs) -> a running FleetThread, stopped after the test."""
+    started: list[FleetThread] = []
+
+    def start_fleet(count: int, **kwargs) -> FleetThread:
+        kwargs.setdefault("base", loopback_base())
+        runner = FleetThread(count, **kwargs).start()
+        started.append(runner)
+        return runner
+
+    yield start_fleet
+    for runner in started:
+        runner.stop()

@@ -14,8 +14,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from exporters.agentconf import AgentConfig
 from exporters.checks import CheckContext
+from exporters.nodeconfig import NodeConfig
 
 
 @dataclass
@@ -52,10 +52,10 @@ def which(ctx: CheckContext, program: str) -> str | None:
     return shutil.which(program, path=ctx.extra.get("path"))
 
 
-def config(ctx: CheckContext) -> AgentConfig:
+def config(ctx: CheckContext) -> NodeConfig:
     cfg = ctx.extra.get("config")
     if cfg is None:
-        cfg = AgentConfig.load()
+        cfg = NodeConfig.load()
         ctx.extra["config"] = cfg
     return cfg
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporters.agentconf import Source, valid_hostname
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import config
+from exporters.nodeconfig import Source, valid_hostname
 
 
 def check_master_ip(ctx: CheckContext) -> CheckResult:

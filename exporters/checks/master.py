@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from contract.services import NODE_KEY_HEADER
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import config, http_status, timeout
-from exporters.services import NODE_KEY_HEADER
 
 
 def check_master_reachable(ctx: CheckContext) -> CheckResult:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from contract.services import SERVICES
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import runner
-from exporters.services import SERVICES
 
 SYSCTL_FILE = "/etc/sysctl.d/99-mac-ipforward.conf"
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=

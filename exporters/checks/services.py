@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from contract.services import SERVICES
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import config, http_status
-from exporters.services import SERVICES
 
 
 def service_checks(ctx: CheckContext) -> list[CheckResult]:

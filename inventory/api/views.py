@@ -27,8 +27,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView, exception_handler
 
-from exporters.services import NODE_KEY_HEADER
-from healthcheck.live import broadcast_node_changes
+from contract.services import NODE_KEY_HEADER
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address, source_address
 from inventory.api.filters import NodeFilterSet
@@ -48,6 +47,7 @@ from inventory.api.serializers import (
     RegistrationSerializer,
 )
 from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
+from inventory.live import broadcast_node_changes
 from inventory.models import Node
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The dashboard's live feed: a WebSocket that forwards each batch of node changes.
 
-The sweep sends one message per sweep through healthcheck.live; this consumer only
+The sweep sends one message per sweep through inventory.live; this consumer only
 relays it to the browser. Anonymous users are refused before the handshake
 completes (close code 4401), so nothing about the fleet reaches them.
 """
@@ -11,7 +11,7 @@ import time
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from healthcheck import live
+from inventory import live
 
 UNAUTHORISED = 4401  # the WebSocket mirror of HTTP 401
 REJOIN_SECONDS = 3600  # well inside channels_redis' default group_expiry of a day

@@ -14,7 +14,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 
-from healthcheck.diagnosis import describe
+from contract.diagnosis import describe
 from inventory.choices import Diagnosis, GpuVendor, NodeStatus, StatusReason
 from inventory.models import Node
 

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
-from exporters.services import SERVICES
+from contract.services import SERVICES
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 from macweb.dashboard import charts, queries

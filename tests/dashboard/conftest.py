@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from tests.dashboard import servers
-from tests.dashboard.servers import PrometheusServer
+from testkit import dashboard_servers as servers
+from testkit.dashboard_servers import PrometheusServer
 
 
 @pytest.fixture

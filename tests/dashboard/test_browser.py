@@ -20,8 +20,8 @@ from django.db import connection, connections
 
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
-from tests.conftest import free_port
-from tests.dashboard import servers
+from testkit import dashboard_servers as servers
+from testkit.ports import free_port
 from tests.dashboard.factories import make_node
 
 CHROMIUM = "/usr/bin/chromium"
@@ -137,7 +137,7 @@ def log_in(page, server: Server) -> None:
 
 @pytest.fixture
 def fleet():
-    from healthcheck.simfleet import FleetThread
+    from testkit.simfleet import FleetThread
 
     # Loopback addresses of our own, so parallel runs of other suites never collide.
     base = f"127.55.{os.getpid() % 250}.0"
@@ -291,7 +291,7 @@ def test_hostnames_are_text_not_markup(page, asgi_server, operator, tmp_path):
     log_in(page, asgi_server)
     row = page.locator(f'tr[data-node-id="{node.pk}"]')
     expect(row.locator(".reason")).to_contain_text("<img src=x")
-    from healthcheck.live import broadcast_node_changes
+    from inventory.live import broadcast_node_changes
 
     in_thread(broadcast_node_changes, [in_thread(Node.objects.get, pk=node.pk).summary()])
     page.wait_for_timeout(500)

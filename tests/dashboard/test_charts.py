@@ -7,7 +7,7 @@ from django.test import Client, override_settings
 
 from inventory.choices import GpuVendor, NodeStatus, StatusReason
 from macweb.dashboard import charts
-from tests.conftest import free_port
+from testkit.ports import free_port
 from tests.dashboard.factories import make_node
 
 pytestmark = [pytest.mark.django_db, pytest.mark.prometheus]

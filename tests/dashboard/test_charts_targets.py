@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 
-from exporters.services import SYS_EXPORTER
+from contract.services import SYS_EXPORTER
 from healthcheck.promconfig import render_prometheus_config
 from healthcheck.targets import write_targets
 from inventory.choices import GpuVendor
-from tests.dashboard import servers
+from testkit import dashboard_servers as servers
 from tests.dashboard.factories import make_node
 
 pytestmark = [

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connections
 from django.test import Client
 
-from healthcheck.live import broadcast_node_changes
+from inventory.live import broadcast_node_changes
 from macweb.asgi import application
 from macweb.dashboard.consumers import UNAUTHORISED
 from tests.dashboard.factories import make_node, make_offline
@@ -94,7 +94,7 @@ async def test_removed_nodes_reach_the_page_by_id(session_cookie):
 async def test_a_closed_page_leaves_the_group(session_cookie):
     layer = get_channel_layer()
     comm = await open_socket(session_cookie)
-    from healthcheck.live import DASHBOARD_GROUP  # only to look at the layer's own record
+    from inventory.live import DASHBOARD_GROUP  # only to look at the layer's own record
 
     key = layer._group_key(DASHBOARD_GROUP)
     async with layer.connection(layer.consistent_hash(DASHBOARD_GROUP)) as redis:
@@ -150,7 +150,7 @@ async def test_a_quiet_page_stays_connected_past_the_layers_blocking_read(sessio
 
 
 async def test_pings_renew_the_group_membership(session_cookie, monkeypatch):
-    from healthcheck.live import DASHBOARD_GROUP  # only to look at the layer's own record
+    from inventory.live import DASHBOARD_GROUP  # only to look at the layer's own record
     from macweb.dashboard import consumers
 
     layer = get_channel_layer()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.exposition import generate_latest
 
-from tests.conftest import free_port
+from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

@@ -18,8 +18,8 @@ from exporters.bmc import (
     parse_sdr_elist,
 )
 from exporters.runtime import Exporter
+from testkit.fakehttp import JsonHandler, serving
 from tests.exporters.conftest import FIXTURES, assert_golden, fixture_roots_args, scrape_text
-from tests.fakehttp import JsonHandler, serving
 
 IPMI = FIXTURES / "ipmitool"
 REDFISH = FIXTURES / "redfish"

@@ -12,8 +12,8 @@ import urllib.parse
 import pytest
 import yaml
 
-from exporters.services import SERVICES
-from tests.conftest import free_port
+from contract.services import SERVICES
+from testkit.ports import free_port
 from tests.exporters.conftest import fixture_roots_args, http_get
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

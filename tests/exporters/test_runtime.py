@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.core import GaugeMetricFamily
 
 from exporters.runtime import BackendStatus, CollectorRunner, Exporter
-from tests.conftest import free_port
+from testkit.ports import free_port
 from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args
 
 

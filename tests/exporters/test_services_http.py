@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from exporters.services import SERVICES
+from contract.services import SERVICES
 from tests.exporters.conftest import GOLDEN, fixture_roots_args, normalise
 
 SYS_TREE = {

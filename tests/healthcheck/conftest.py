@@ -18,35 +18,10 @@ from urllib.parse import quote
 import pytest
 import redis
 
-from healthcheck.simfleet import FleetThread
 from healthcheck.state import get_redis
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-_counter = iter(range(1, 10_000))
-
-
-def loopback_base() -> str:
-    """A fresh 127.A.B.0 block for one fleet: A from our pid, B from a counter."""
-    return f"127.{100 + os.getpid() % 150}.{next(_counter) % 250}.0"
-
-
-@pytest.fixture
-def fleet() -> Iterator[Callable[..., FleetThread]]:
-    """start_fleet(count, **kwargs) -> a running FleetThread, stopped after the test."""
-    started: list[FleetThread] = []
-
-    def start_fleet(count: int, **kwargs) -> FleetThread:
-        kwargs.setdefault("base", loopback_base())
-        runner = FleetThread(count, **kwargs).start()
-        started.append(runner)
-        return runner
-
-    yield start_fleet
-    for runner in started:
-        runner.stop()
-
 
 @pytest.fixture
 def make_node():

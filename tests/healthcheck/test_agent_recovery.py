@@ -9,7 +9,8 @@ import pytest
 
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
-from tests.healthcheck.conftest import PYTHON, loopback_base, wait_for, wait_ready
+from testkit.simfleet import loopback_base
+from tests.healthcheck.conftest import PYTHON, wait_for, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +20,7 @@ SLACK = 2.0
 
 
 def start_agent(processes, ip: str):
-    agent = processes.start("agent", [PYTHON, "-m", "healthcheck.simfleet", "--ip", ip], env=None)
+    agent = processes.start("agent", [PYTHON, "-m", "testkit.simfleet", "--ip", ip], env=None)
     wait_ready(agent)
     return agent
 

@@ -5,7 +5,7 @@ Recipe of ARCHITECTURE.md: namespaces master, agent and ctr; veth master<->agent
 default route in ctr via the agent); in agent, port 29101 is DNAT'd to the
 "container" 198.19.0.2 where sys-exporter listens, while nic-exporter listens on
 the agent itself (host network). The sweep's probe runs inside the master
-namespace (`ip netns exec ... python -m healthcheck.probe`); its results are
+namespace (`ip netns exec ... python -m testkit.probe_runner`); its results are
 judged and saved by the ordinary sweep in the test process.
 """
 
@@ -18,12 +18,12 @@ import subprocess
 
 import pytest
 
-from healthcheck.probe import probes_from_json
 from healthcheck.sweep import run_sweep
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
+from testkit.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
+from testkit.probe_runner import probes_from_json
 from tests.healthcheck.conftest import PYTHON, REPO, wait_ready
-from tests.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
 
 pytestmark = [
     pytest.mark.netns,
@@ -47,7 +47,7 @@ def namespaces(processes):
             for ns, ip, service in servers:
                 child = processes.start(
                     f"{service}-{ns}",
-                    ["ip", "netns", "exec", ns, PYTHON, "-m", "healthcheck.simfleet",
+                    ["ip", "netns", "exec", ns, PYTHON, "-m", "testkit.simfleet",
                      "--ip", ip, "--services", service],
                     env=None,
                 )  # fmt: skip
@@ -62,7 +62,7 @@ def probe_in(namespace: str):
 
     def probe(targets):
         out = subprocess.run(
-            ["ip", "netns", "exec", namespace, PYTHON, "-m", "healthcheck.probe",
+            ["ip", "netns", "exec", namespace, PYTHON, "-m", "testkit.probe_runner",
              "--timeout", "1", *[t.ip for t in targets]],
             cwd=REPO, capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip

@@ -7,9 +7,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from healthcheck.simfleet import Mode
 from healthcheck.state import SweepLock
 from inventory.models import Node
+from testkit.simfleet import Mode
 
 pytestmark = pytest.mark.django_db
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from healthcheck.promconfig import render_prometheus_config
-from healthcheck.simfleet import Mode
 from healthcheck.sweep import run_sweep
 from healthcheck.targets import write_targets
 from inventory.models import Node
-from tests.conftest import free_port
+from testkit.ports import free_port
+from testkit.simfleet import Mode
 from tests.healthcheck.conftest import wait_for
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"

@@ -1,4 +1,4 @@
-"""`python -m healthcheck.simfleet`: serve a fleet, register it with a real master, fail clearly."""
+"""`python -m testkit.simfleet`: serve a fleet, register it with a real master, fail clearly."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import urllib.request
 
 import pytest
 
-from healthcheck.simfleet import hostname_for, node_addresses, pick
 from healthcheck.sweep import run_sweep
 from inventory.models import Node
-from tests.healthcheck.conftest import PYTHON, REPO, loopback_base, wait_ready
+from testkit.simfleet import hostname_for, loopback_base, node_addresses, pick
+from tests.healthcheck.conftest import PYTHON, REPO, wait_ready
 
 
 @pytest.mark.django_db(transaction=True)
@@ -21,7 +21,7 @@ def test_it_serves_and_registers_nodes_the_sweep_then_judges(
     base = loopback_base()
     fleet_proc = processes.start(
         "simfleet",
-        [PYTHON, "-m", "healthcheck.simfleet", "--nodes", "4", "--base", base,
+        [PYTHON, "-m", "testkit.simfleet", "--nodes", "4", "--base", base,
          "--register", live_server.url, "--token", "join-secret", "--refuse", "0.25"],
         env=None,
     )  # fmt: skip
@@ -49,7 +49,7 @@ def test_a_second_run_reregisters_the_same_rows_from_each_nodes_own_address(live
         done = subprocess.run(
             [PYTHON, "-c", (
                 "import asyncio, sys\n"
-                "from healthcheck.simfleet import SimFleet, register_fleet\n"
+                "from testkit.simfleet import SimFleet, register_fleet\n"
                 "async def main():\n"
                 f"    fleet = SimFleet(3, base={base!r})\n"
                 "    await fleet.start()\n"
@@ -67,7 +67,7 @@ def test_a_second_run_reregisters_the_same_rows_from_each_nodes_own_address(live
 def test_a_wrong_token_is_reported_with_the_next_step(live_server, settings, tmp_path):
     settings.JOIN_TOKEN = "right"
     done = subprocess.run(
-        [PYTHON, "-m", "healthcheck.simfleet", "--nodes", "1", "--base", loopback_base(),
+        [PYTHON, "-m", "testkit.simfleet", "--nodes", "1", "--base", loopback_base(),
          "--register", live_server.url, "--token", "wrong"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -78,7 +78,7 @@ def test_a_wrong_token_is_reported_with_the_next_step(live_server, settings, tmp
 
 def test_a_base_outside_loopback_is_refused():
     done = subprocess.run(
-        [PYTHON, "-m", "healthcheck.simfleet", "--nodes", "1", "--base", "10.0.0.0"],
+        [PYTHON, "-m", "testkit.simfleet", "--nodes", "1", "--base", "10.0.0.0"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 2

@@ -10,12 +10,12 @@ from channels.layers import get_channel_layer
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from healthcheck.live import join_dashboard, leave_dashboard
-from healthcheck.simfleet import Mode
 from healthcheck.state import last_sweep
 from healthcheck.sweep import run_sweep
 from inventory.choices import Diagnosis, EventKind, NodeStatus, StatusReason
+from inventory.live import join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
+from testkit.simfleet import Mode
 
 pytestmark = pytest.mark.django_db
 
@@ -189,7 +189,7 @@ def test_a_node_deleted_during_the_sweep_does_not_break_it(six_nodes):
     _runner, nodes = six_nodes
 
     def probe_then_delete(targets):
-        from healthcheck.probe import run_probe
+        from contract.liveness import run_probe
 
         results = run_probe(targets, timeout=0.5)
         Node.objects.filter(pk=nodes[0].pk).delete()

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
-from healthcheck import targets as targets_module
 from healthcheck.targets import (
     SCRAPED_SERVICES,
     ensure_target_files,
     render_targets,
-    write_atomically,
     write_targets,
 )
 
@@ -93,19 +89,6 @@ def test_ensure_creates_missing_files_and_keeps_existing_ones(tmp_path):
     assert ensure_target_files(tmp_path) == ["bmc-agent"]
     assert json.loads((tmp_path / "sys-exporter.json").read_text()) != []
 
-
-def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    path = tmp_path / "sys-exporter.json"
-    write_atomically(path, b"[]\n")
-
-    def broken_replace(src, dst):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(targets_module.os, "replace", broken_replace)
-    with pytest.raises(OSError):
-        write_atomically(path, b'[{"targets": []}]\n')
-    assert path.read_text() == "[]\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["sys-exporter.json"]
 
 
 def test_files_are_readable_by_another_user(tmp_path):

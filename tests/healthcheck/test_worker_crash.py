@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from healthcheck.simfleet import Mode
 from healthcheck.state import lock_ttl_ms, sweep_count
 from inventory.choices import NodeStatus
 from inventory.models import Node
+from testkit.simfleet import Mode
 from tests.healthcheck.conftest import wait_for
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from healthcheck.live import DASHBOARD_GROUP
+from inventory.live import DASHBOARD_GROUP
 
 pytestmark = pytest.mark.django_db
 

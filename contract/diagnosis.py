@@ -1,0 +1,101 @@
+"""Why is a node offline? Read the answer off one sweep's probe results.
+
+The master cannot log into a node, but the pattern of what answers says a lot:
+nic-exporter runs on the host network while the other exporters sit behind
+Docker's bridge and DNAT, so "the host network answers, the bridge times out" is
+the signature of IPv4 forwarding switched off on the agent. `describe()` turns
+each code into a sentence and the commands that fix it; the dashboard, the API
+and `mac status` all show the same text.
+"""
+
+from __future__ import annotations
+
+from contract.liveness import NodeProbe
+from contract.outcomes import Diagnosis, Outcome
+from contract.services import BY_NAME, NIC_EXPORTER
+
+BRIDGE_SERVICES = frozenset(
+    name for name, service in BY_NAME.items() if service.network == "bridge"
+)
+
+
+def diagnose(probe: NodeProbe) -> str:
+    """The Diagnosis code for one node's probes ("" while its sys-exporter answers)."""
+    sys_result = probe.sys
+    if sys_result.outcome is Outcome.OK:
+        return Diagnosis.NONE
+    if sys_result.outcome in (Outcome.HTTP_STATUS, Outcome.BAD_BODY, Outcome.ERROR):
+        return Diagnosis.EXPORTER_BROKEN
+    if sys_result.outcome is Outcome.REFUSED:
+        return Diagnosis.SERVICE_DOWN
+    if sys_result.outcome is Outcome.UNREACHABLE:
+        return Diagnosis.HOST_DOWN
+    # sys-exporter timed out: who else answered?
+    bridge = [r for name, r in probe.results.items() if name in BRIDGE_SERVICES]
+    if any(r.host_answered for r in bridge):
+        # Another bridge exporter gets through, so forwarding works: this one hangs.
+        return Diagnosis.EXPORTER_BROKEN
+    nic = probe.results.get(NIC_EXPORTER.name)
+    if nic is not None and nic.host_answered:
+        # The host's own stack answers on its network; only DNAT'd ports are dead.
+        return Diagnosis.IP_FORWARD_OFF
+    return Diagnosis.HOST_DOWN
+
+
+_IFACE = "<iface>"  # the node's primary interface, see `networkctl list`
+
+DESCRIPTIONS: dict[str, tuple[str, str]] = {
+    Diagnosis.NONE: ("", ""),
+    Diagnosis.IP_FORWARD_OFF: (
+        "The node's host-network exporter (nic-exporter, port 29500) answers, but every "
+        "exporter behind the Docker bridge times out. The kernel is not "
+        "forwarding the DNAT'd packets: net.ipv4.ip_forward is 0 on the agent, typically "
+        "reset at boot or by a network reconfiguration when a NIC gains carrier.",
+        "On the agent, turn forwarding back on (the node returns on the next sweep):\n"
+        "  sudo sysctl -w net.ipv4.ip_forward=1\n"
+        "Keep it on across reboots:\n"
+        "  echo 'net.ipv4.ip_forward = 1' | sudo tee /etc/sysctl.d/99-mac-ipforward.conf\n"
+        "  sudo sysctl --system\n"
+        "Keep it on when systemd-networkd reconfigures a link (it only ever switches "
+        "forwarding on), with a drop-in for the primary interface:\n"
+        f"  sudo mkdir -p /etc/systemd/network/10-netplan-{_IFACE}.network.d\n"
+        "  printf '[Network]\\nIPForward=yes\\n' | sudo tee "
+        f"/etc/systemd/network/10-netplan-{_IFACE}.network.d/ipforward.conf\n"
+        f"  sudo networkctl reconfigure {_IFACE}\n"
+        "(systemd 256 and later spell the key IPv4Forwarding=yes.)",
+    ),
+    Diagnosis.SERVICE_DOWN: (
+        "The node is up, but nothing listens on the sys-exporter port (29101): the connection "
+        "is refused, so the exporter service is stopped or crashed.",
+        "On the agent, see which services run and start them again:\n"
+        "  mac status\n"
+        "  mac restart agent",
+    ),
+    Diagnosis.HOST_DOWN: (
+        "Nothing on the node answers, not even the host-network nic-exporter: the host is "
+        "down, or the network between the master and the node is cut (cable, switch, "
+        "firewall, routing).",
+        "From the master, check the path to the node:\n"
+        "  ping -c3 <node-ip>\n"
+        "  curl -m4 -o /dev/null -w '%{http_code}\\n' http://<node-ip>:29500/metrics\n"
+        "Then power the node on or repair the network; it returns on the next sweep. "
+        "A node that is gone for good leaves the inventory with `mac stop agent` on it.",
+    ),
+    Diagnosis.EXPORTER_BROKEN: (
+        "The node answers, but its sys-exporter does not serve a Prometheus page: an HTTP "
+        "error, a page that is not metrics, a reset connection, or a hang while other "
+        "exporters on the same bridge respond.",
+        "On the agent, look at the exporter and restart it:\n"
+        "  curl -s http://127.0.0.1:29101/metrics | head\n"
+        "  mac status\n"
+        "  mac restart agent",
+    ),
+}
+
+
+def describe(code: str) -> tuple[str, str]:
+    """(what it means, how to fix it) for any Diagnosis value; unknown codes say so."""
+    try:
+        return DESCRIPTIONS[Diagnosis(code)]
+    except ValueError:
+        return (f"Unknown diagnosis {code!r}.", "")

@@ -1,0 +1,134 @@
+"""HTTP client of the master's node API: /health, register, deregister and self.
+
+Plain http.client so the agent needs nothing beyond the standard library, and so the
+connection can leave from the address the agent reports (the master then sees the
+same address whether or not a join token lets it trust the claimed one).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from contract.services import NODE_KEY_HEADER
+
+
+@dataclass
+class Reply:
+    status: int  # 0 when no HTTP answer came back
+    body: dict | list | str
+    headers: dict[str, str]
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def reason(self) -> str:
+        """Why it failed, in one line a person can act on."""
+        if self.status == 0:
+            return self.error
+        if isinstance(self.body, dict):
+            parts = []
+            for key, value in self.body.items():
+                text = "; ".join(map(str, value)) if isinstance(value, list) else str(value)
+                parts.append(text if key == "detail" else f"{key}: {text}")
+            detail = ", ".join(parts)
+        else:
+            detail = str(self.body).strip().splitlines()[0][:200] if str(self.body).strip() else ""
+        return f"HTTP {self.status}" + (f" ({detail})" if detail else "")
+
+
+def route_address(master_host: str, port: int) -> str:
+    """This host's address on the route to the master (UDP connect sends no packet)."""
+    family = socket.AF_INET6 if ":" in master_host else socket.AF_INET
+    try:
+        infos = socket.getaddrinfo(master_host, port, family, socket.SOCK_DGRAM)
+    except socket.gaierror:
+        infos = socket.getaddrinfo(master_host, port, 0, socket.SOCK_DGRAM)
+    fam, _, _, _, addr = infos[0]
+    with socket.socket(fam, socket.SOCK_DGRAM) as sock:
+        sock.connect(addr)
+        return sock.getsockname()[0]
+
+
+class MasterClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        join_token: str = "",
+        node_key: str = "",
+        source_ip: str | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        self.host = parts.hostname or ""
+        self.port = parts.port or 80
+        self.timeout = timeout
+        self.join_token = join_token
+        self.node_key = node_key
+        self.source_ip = source_ip
+
+    def _connection(self, bind: bool) -> http.client.HTTPConnection:
+        source = (self.source_ip, 0) if bind and self.source_ip else None
+        return http.client.HTTPConnection(
+            self.host, self.port, timeout=self.timeout, source_address=source
+        )
+
+    def request(self, method: str, path: str, payload: dict | None = None) -> Reply:
+        headers = {"Accept": "application/json", "User-Agent": "mac-cli"}
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode()
+            headers["Content-Type"] = "application/json"
+        if self.join_token:
+            headers["Authorization"] = f"Bearer {self.join_token}"
+        if self.node_key:
+            headers[NODE_KEY_HEADER] = self.node_key
+        for bind in (True, False):
+            conn = self._connection(bind)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                raw = response.read(1 << 20).decode("utf-8", "replace")
+            except OSError as exc:
+                # The reported address may not be bindable (NAT): retry unbound once.
+                if bind and self.source_ip and getattr(exc, "errno", None) in (99, 49):
+                    continue
+                return Reply(0, "", {}, _describe(exc, self.timeout))
+            except http.client.HTTPException as exc:
+                return Reply(0, "", {}, f"bad HTTP answer: {exc!r}")
+            finally:
+                conn.close()
+            try:
+                parsed: dict | list | str = json.loads(raw) if raw else ""
+            except ValueError:
+                parsed = raw
+            return Reply(response.status, parsed, {k.lower(): v for k, v in response.getheaders()})
+        return Reply(0, "", {}, "no route")
+
+    def health(self) -> Reply:
+        return self.request("GET", "/health")
+
+    def register(self, payload: dict) -> Reply:
+        return self.request("POST", "/api/v1/register", payload)
+
+    def deregister(self, hostname: str) -> Reply:
+        return self.request("POST", "/api/v1/deregister", {"hostname": hostname})
+
+    def self_info(self) -> Reply:
+        return self.request("GET", "/api/v1/self")
+
+
+def _describe(exc: OSError, timeout: float) -> str:
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"no answer within {timeout:g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    return exc.strerror or str(exc)

@@ -1,0 +1,280 @@
+"""The agent's layered configuration: what `mac env` writes and every agent command reads.
+
+Precedence, highest first: the process environment, the per-node file
+(/etc/mango/mac/env), the per-user file (~/.mac/env), then built-in defaults. On
+clusters whose home directories live on a network filesystem every node reads the
+same ~/.mac/env, so values that differ per node (NODE_NAME above all) belong in the
+per-node file; this module knows how to tell such a home apart.
+
+Every path has an override variable (MAC_NODE_ENV_FILE, MAC_USER_ENV_FILE,
+MAC_STATE_DIR, MAC_PROC_ROOT, MAC_SHARED_HOME) so tests work in a temporary directory.
+No Django here: this runs on agents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from contract.services import MASTER_API_PORT
+from exporters.envfile import read_env_file
+
+DEFAULT_NODE_ENV_FILE = "/etc/mango/mac/env"
+DEFAULT_USER_ENV_FILE = "~/.mac/env"
+DEFAULT_STATE_DIR_ROOT = "/var/lib/mac"
+DEFAULT_STATE_DIR_USER = "~/.mac/state"
+
+# Filesystem types whose content every node of a cluster may see at once.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "fuse.sshfs",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "ceph",
+        "fuse.ceph",
+        "glusterfs",
+        "fuse.glusterfs",
+        "9p",
+        "afs",
+        "ocfs2",
+        "gfs2",
+        "fuse.s3fs",
+        "fuse.juicefs",
+        "wekafs",
+    }
+)
+
+# Values that differ from node to node: never in a shared home.
+PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
+# Values nobody but root should read: shown masked by `mac env list`.
+SECRET_KEYS = frozenset({"MAC_JOIN_TOKEN", "MAC_NODE_KEY"})
+NODE_KEY = "MAC_NODE_KEY"
+
+DEFAULTS: dict[str, str] = {
+    "MAC_MASTER_PORT": str(MASTER_API_PORT),
+    "MAC_RUNTIME": "auto",
+    "MAC_BIND": "0.0.0.0",
+    "MAC_PORT_OFFSET": "0",
+}
+
+_LABEL_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+class Source(StrEnum):
+    PROCESS = "environment"
+    NODE = "per-node file"
+    USER = "per-user file"
+    DEFAULT = "default"
+
+
+class ConfigError(ValueError):
+    """A key or value that cannot be stored; the message names it and says why."""
+
+
+def valid_hostname(name: str) -> bool:
+    """RFC 1123 host name (labels of letters, digits and hyphens, at most 253 chars)."""
+    if not name or len(name) > 253:
+        return False
+    return all(_LABEL_RE.match(label) for label in name.lower().rstrip(".").split("."))
+
+
+# --- network filesystem detection ------------------------------------------------------
+
+
+def _unescape_mount(field_: str) -> str:
+    # /proc/mounts escapes spaces, tabs, newlines and backslashes as octal.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
+
+
+def filesystem_of(path: Path, proc_root: str = "/proc") -> tuple[str, str] | None:
+    """(mount point, filesystem type) of the mount holding path, from <proc_root>/mounts."""
+    try:
+        text = Path(proc_root, "mounts").read_text()
+    except OSError:
+        return None
+    target = str(path)
+    best: tuple[str, str] | None = None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mount_point, fstype = _unescape_mount(parts[1]), parts[2]
+        prefix = mount_point.rstrip("/") + "/"
+        inside = target == mount_point or target.startswith(prefix) or mount_point == "/"
+        # The last matching entry of equal length wins: later mounts hide earlier ones.
+        if inside and (best is None or len(mount_point) >= len(best[0])):
+            best = (mount_point, fstype)
+    return best
+
+
+# --- the configuration ------------------------------------------------------------------
+
+
+@dataclass
+class NodeConfig:
+    """The merged configuration and where each value came from."""
+
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    node_values: dict[str, str] = field(default_factory=dict)
+    user_values: dict[str, str] = field(default_factory=dict)
+    node_file: Path = Path(DEFAULT_NODE_ENV_FILE)
+    user_file: Path = Path(DEFAULT_USER_ENV_FILE)
+    # Set when the per-node file exists but this user cannot read it (not root).
+    node_file_unreadable: bool = False
+    proc_root: str = "/proc"
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> NodeConfig:
+        environ = dict(os.environ if environ is None else environ)
+        node_file = Path(environ.get("MAC_NODE_ENV_FILE") or DEFAULT_NODE_ENV_FILE).expanduser()
+        user_file = Path(environ.get("MAC_USER_ENV_FILE") or DEFAULT_USER_ENV_FILE).expanduser()
+        unreadable = False
+        try:
+            node_values = read_env_file(node_file)
+        except PermissionError:
+            node_values, unreadable = {}, True
+        try:
+            user_values = read_env_file(user_file)
+        except PermissionError:
+            user_values = {}
+        return cls(
+            environ=environ,
+            node_values=node_values,
+            user_values=user_values,
+            node_file=node_file,
+            user_file=user_file,
+            node_file_unreadable=unreadable,
+            proc_root=environ.get("MAC_PROC_ROOT") or "/proc",
+        )
+
+    # Lookups ---------------------------------------------------------------------------
+    def lookup(self, key: str) -> tuple[str | None, Source | None]:
+        """(value, source) by precedence; (None, None) when nothing sets it."""
+        for values, source in (
+            (self.environ, Source.PROCESS),
+            (self.node_values, Source.NODE),
+            (self.user_values, Source.USER),
+            (DEFAULTS, Source.DEFAULT),
+        ):
+            if key in values:
+                return values[key], source
+        return None, None
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        value, _ = self.lookup(key)
+        return default if value is None else value
+
+    def source_of(self, key: str) -> Source | None:
+        return self.lookup(key)[1]
+
+    def merged(self) -> dict[str, tuple[str, Source]]:
+        """Every MAC-related key with its winning value and source (for `mac env list`)."""
+        keys = set(DEFAULTS) | set(self.user_values) | set(self.node_values)
+        keys |= {k for k in self.environ if k.startswith("MAC_") or k in PER_NODE_KEYS}
+        result: dict[str, tuple[str, Source]] = {}
+        for key in sorted(keys):
+            value, source = self.lookup(key)
+            if value is not None and source is not None:
+                result[key] = (value, source)
+        return result
+
+    def int_value(self, key: str, default: int) -> int:
+        value = self.get(key)
+        if value is None or value.strip() == "":
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{key}={value!r} is not an integer.") from None
+
+    # Typed accessors -------------------------------------------------------------------
+    @property
+    def master_ip(self) -> str:
+        return (self.get("MASTER_IP") or "").strip()
+
+    @property
+    def master_port(self) -> int:
+        port = self.int_value("MAC_MASTER_PORT", MASTER_API_PORT)
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"MAC_MASTER_PORT={port} is not a TCP port.")
+        return port
+
+    @property
+    def master_url(self) -> str:
+        host = self.master_ip
+        if ":" in host:  # a bare IPv6 address needs brackets in a URL
+            host = f"[{host}]"
+        return f"http://{host}:{self.master_port}"
+
+    @property
+    def join_token(self) -> str:
+        return (self.get("MAC_JOIN_TOKEN") or "").strip()
+
+    @property
+    def node_key(self) -> str:
+        return (self.get(NODE_KEY) or "").strip()
+
+    def node_name(self, hostname: str | None = None) -> tuple[str, Source | None]:
+        """The name this node registers under: NODE_NAME, else the host name (lower-cased).
+
+        An explicitly empty NODE_NAME stays empty so the caller can say so instead of
+        silently registering under the host name.
+        """
+        value, source = self.lookup("NODE_NAME")
+        if value is not None:
+            return value.strip().lower(), source
+        name = socket.gethostname() if hostname is None else hostname
+        return name.strip().lower(), None
+
+    def service_port(self, name: str, default: int) -> int:
+        """MAC_<SERVICE>_PORT, else the table's port shifted by MAC_PORT_OFFSET."""
+        specific = self.get(f"MAC_{name.upper().replace('-', '_')}_PORT")
+        if specific:
+            return self.int_value(f"MAC_{name.upper().replace('-', '_')}_PORT", default)
+        return default + self.int_value("MAC_PORT_OFFSET", 0)
+
+    @property
+    def state_dir(self) -> Path:
+        explicit = self.get("MAC_STATE_DIR")
+        if explicit:
+            return Path(explicit).expanduser()
+        if os.geteuid() == 0:
+            return Path(DEFAULT_STATE_DIR_ROOT)
+        # Per host: a home on NFS must not mix the pid files of several nodes.
+        return Path(DEFAULT_STATE_DIR_USER).expanduser() / (socket.gethostname() or "localhost")
+
+    # Shared home detection ---------------------------------------------------------------
+    def shared_home(self) -> tuple[bool, str]:
+        """Whether the per-user file lives on a network filesystem, and what says so.
+
+        MAC_SHARED_HOME=1/0 decides outright (for sites whose mounts look local);
+        otherwise the mount holding the per-user file's directory is looked up.
+        """
+        forced = (self.environ.get("MAC_SHARED_HOME") or "").strip().lower()
+        if forced in {"1", "yes", "true"}:
+            return True, "MAC_SHARED_HOME=1"
+        if forced in {"0", "no", "false"}:
+            return False, "MAC_SHARED_HOME=0"
+        directory = self.user_file.parent
+        # The directory may not exist yet: look at its closest existing ancestor.
+        probe = directory
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        with contextlib.suppress(OSError):
+            probe = probe.resolve()
+        found = filesystem_of(probe, self.proc_root)
+        if found and found[1] in NETWORK_FILESYSTEMS:
+            return True, f"{probe} is on {found[1]} (mounted at {found[0]})"
+        return False, ""

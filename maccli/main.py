@@ -1,0 +1,180 @@
+"""`mac`: argument parsing and dispatch; expected failures end as messages, not tracebacks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from contract import __version__
+from exporters.nodeconfig import ConfigError
+from maccli import output
+from maccli.output import CliError
+
+EXAMPLES = """\
+examples:
+  mac env set MASTER_IP=10.0.0.5          join this master (per-user ~/.mac/env)
+  sudo mac env set --node MASTER_IP=10.0.0.5   per-node /etc/mango/mac/env (shared homes)
+  mac start agent                          start the exporters and register
+  mac status                               services, health, and what the master says
+  mac doctor                               every check of the troubleshooting guide
+  mac stop agent                           deregister and stop
+  mac start master                         api-server, worker, beat, prometheus
+  mac logs api-server | grep /api/v1/register   (master) which agents registered
+  mac logs sys-exporter -n 50 -f           the end of a service's log, then follow it
+  mac probe 10.0.0.17                      what the master's probe sees of a node, and why
+"""
+
+
+def _add_runtime(parser: argparse.ArgumentParser, stale: bool = False) -> None:
+    parser.add_argument(
+        "--runtime",
+        choices=["auto", "docker", "process"],
+        help="docker (Compose project mac) or process; default: MAC_RUNTIME, else auto",
+    )
+    if stale:
+        parser.add_argument(
+            "--remove-stale",
+            action="store_true",
+            help="remove mac-* containers of another Compose project instead of stopping",
+        )
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mac",
+        description="MAC on this node: configuration, agent and master services, diagnosis.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--version", action="version", version=f"mac {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    env = sub.add_parser("env", help="show or change the configuration files")
+    env_sub = env.add_subparsers(dest="env_command", metavar="ACTION")
+    env_set = env_sub.add_parser("set", help="save KEY=VALUE (per-user file unless --node)")
+    env_set.add_argument("assignment", metavar="KEY=VALUE")
+    env_set.add_argument("--node", action="store_true", help="write /etc/mango/mac/env (root)")
+    env_set.add_argument(
+        "--force", action="store_true", help="allow MASTER_IP in a shared per-user file"
+    )
+    env_get = env_sub.add_parser("get", help="print the value in effect")
+    env_get.add_argument("key")
+    env_unset = env_sub.add_parser("unset", help="remove a key from the per-user file")
+    env_unset.add_argument("key")
+    env_unset.add_argument("--node", action="store_true", help="from the per-node file")
+    env_list = env_sub.add_parser("list", help="every value in effect and where it comes from")
+    env_list.add_argument("--json", action="store_true")
+
+    for verb, text in (
+        ("start", "start the services (agent: and register with the master)"),
+        ("stop", "stop the services (agent: deregister first)"),
+        ("restart", "restart the services, keeping the registration"),
+    ):
+        cmd = sub.add_parser(verb, help=text)
+        cmd.add_argument("role", choices=["agent", "master"])
+        _add_runtime(cmd, stale=verb != "stop")
+
+    st = sub.add_parser("status", help="services, their health, and the master's view")
+    st.add_argument("role", nargs="?", choices=["agent", "master"], default="agent")
+    st.add_argument("--json", action="store_true")
+    _add_runtime(st)
+
+    doc = sub.add_parser("doctor", help="run the troubleshooting guide's checks")
+    doc.add_argument("--json", action="store_true", help='{"ok": ..., "checks": [...]}')
+
+    logs = sub.add_parser(
+        "logs",
+        help="a service's log (docker logs mac-<service>, or its log file)",
+        description="Print a service's log: `docker logs mac-<service>` under the docker "
+        "runtime, the service's log file under the process runtime.",
+    )
+    logs.add_argument("service", help="e.g. sys-exporter, nic-exporter, api-server, worker")
+    logs.add_argument(
+        "--role", choices=["agent", "master"], help="default: the role the service belongs to"
+    )
+    logs.add_argument(
+        "-n", "--lines", type=_count, metavar="N", help="only the last N lines (default: all)"
+    )
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines until Ctrl-C"
+    )
+    _add_runtime(logs)
+
+    probe = sub.add_parser(
+        "probe",
+        help="probe a node as the master does: each service, then the diagnosis",
+        description="Probe every agent service on ADDRESS with the master's own probe, print "
+        "what answered, and judge the node as the master would (Online or Offline, why, and "
+        "the fix). Exit 0 when sys-exporter answers.",
+    )
+    probe.add_argument("address", help="the agent's address or host name")
+    probe.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds per probe (default: MAC_PROBE_TIMEOUT, else 3, as the master)",
+    )
+    probe.add_argument("--json", action="store_true", help="results and diagnosis as JSON")
+    return ap
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of lines (0 or more)")
+    return int(text)
+
+
+def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
+    from maccli import agent, doctor, envcmd, master
+    from maccli import logs as logscmd
+    from maccli import probe as probecmd
+
+    if args.command == "env":
+        if args.env_command == "set":
+            return envcmd.env_set(args.assignment, node=args.node, force=args.force)
+        if args.env_command == "get":
+            return envcmd.env_get(args.key)
+        if args.env_command == "unset":
+            return envcmd.env_unset(args.key, node=args.node)
+        if args.env_command == "list":
+            return envcmd.env_list(as_json=args.json)
+        raise CliError("mac env needs an action.", commands=["mac env list", "mac env --help"])
+    if args.command == "doctor":
+        return doctor.doctor(as_json=args.json)
+    if args.command == "logs":
+        return logscmd.logs(args.service, args.role, args.lines, args.follow, args.runtime)
+    if args.command == "probe":
+        return probecmd.probe(args.address, timeout=args.timeout, as_json=args.json)
+    if args.command == "status":
+        if args.role == "master":
+            return master.status(args.runtime)
+        return agent.status(args.runtime, as_json=args.json)
+    if args.command in {"start", "stop", "restart"}:
+        module = agent if args.role == "agent" else master
+        if args.command == "stop":
+            return module.stop(args.runtime)
+        action = module.start if args.command == "start" else module.restart
+        return action(args.runtime, remove_stale=args.remove_stale)
+    ap.print_help()
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = parser()
+    args = ap.parse_args(argv)
+    try:
+        return dispatch(args, ap)
+    except CliError as exc:
+        output.print_error(exc)
+        return exc.code
+    except ConfigError as exc:
+        output.print_error(CliError(str(exc), commands=["mac env list"]))
+        return 1
+    except KeyboardInterrupt:
+        output.err().print("Interrupted.")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

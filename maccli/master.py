@@ -1,0 +1,259 @@
+"""`mac start|stop|restart|status master`: api-server, worker, beat and Prometheus.
+
+Under the process runtime the master's set-up runs first (migrate, collectstatic,
+the admin user, Prometheus's configuration); under Docker the images do it.
+These commands run on the master, but they still start Django only in child
+processes: `mac` itself never loads the settings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from contract.services import MASTER_PROMETHEUS_PORT
+from exporters.nodeconfig import NodeConfig
+from maccli import output
+from maccli.agent import print_states
+from maccli.output import CliError
+from maccli.runtimes import ServiceSpec, choose_runtime
+from maccli.runtimes.process import ProcessRuntime
+
+ROLE = "master"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def data_dir(cfg: NodeConfig) -> Path:
+    # The same default as macweb.settings.DATA_DIR (./var of the checkout).
+    return Path(cfg.get("MAC_DATA_DIR") or REPO_ROOT / "var").expanduser().resolve()
+
+
+def _has_command(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def prometheus_port(cfg: NodeConfig) -> int:
+    return cfg.int_value("MAC_PROMETHEUS_PORT", MASTER_PROMETHEUS_PORT)
+
+
+def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
+    py = sys.executable
+    data = data_dir(cfg)
+    bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
+    probe_host = "127.0.0.1" if bind in {"0.0.0.0", "::"} else bind
+    api_port, prom_port = cfg.master_port, prometheus_port(cfg)
+    env = {
+        "DJANGO_SETTINGS_MODULE": "macweb.settings",
+        "MAC_DATA_DIR": str(data),
+        "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{probe_host}:{prom_port}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    django = [py, "-m", "django"]
+    api_prestart = [
+        [*django, "migrate", "--noinput"],
+        [*django, "collectstatic", "--noinput"],
+    ]
+    prom_dir = data / "prometheus"
+    prom_config = prom_dir / "prometheus.yml"
+    prom_prestart = []
+    if _has_command("healthcheck.management.commands.prometheus_config"):
+        prom_prestart.append(
+            [
+                *django, "prometheus_config", "--out", str(prom_config),
+                "--master", f"{probe_host}:{api_port}",
+            ]
+        )  # fmt: skip
+    return [
+        ServiceSpec(
+            "api-server",
+            [
+                py,
+                "-m",
+                "gunicorn",
+                "macweb.asgi:application",
+                "-k",
+                "uvicorn_worker.UvicornWorker",
+                "--bind",
+                f"{bind}:{api_port}",
+                "--workers",
+                cfg.get("MAC_API_WORKERS") or "2",
+                "--access-logfile",
+                "-",
+            ],
+            port=api_port,
+            liveness_path="/health",
+            env=env,
+            prestart=api_prestart,
+            ready_timeout=90,
+            host=probe_host,
+        ),
+        ServiceSpec(
+            "worker",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "macweb",
+                "worker",
+                "-l",
+                "INFO",
+                "--concurrency",
+                cfg.get("MAC_WORKER_CONCURRENCY") or "2",
+                "-n",
+                "mac-worker@%h",
+            ],
+            env=env,
+        ),
+        ServiceSpec(
+            "beat",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "macweb",
+                "beat",
+                "-l",
+                "INFO",
+                "-s",
+                str(data / "celerybeat-schedule"),
+                "--pidfile=",
+            ],
+            env=env,
+        ),
+        ServiceSpec(
+            "prometheus",
+            [
+                cfg.get("MAC_PROMETHEUS_BIN") or "/usr/bin/prometheus",
+                f"--config.file={prom_config}",
+                f"--web.listen-address={bind}:{prom_port}",
+                f"--storage.tsdb.path={prom_dir / 'data'}",
+                "--web.enable-lifecycle",
+            ],
+            port=prom_port,
+            liveness_path="/-/ready",
+            env=env,
+            prestart=prom_prestart,
+            ready_timeout=60,
+            host=probe_host,
+        ),
+    ]
+
+
+def _redis_answers(url: str) -> tuple[bool, str]:
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    try:
+        with socket.create_connection((host, port), timeout=3) as sock:
+            sock.sendall(b"PING\r\n")
+            answer = sock.recv(64)
+    except OSError as exc:
+        return False, f"{host}:{port}: {exc.strerror or exc}"
+    return answer.startswith((b"+PONG", b"-NOAUTH")), f"{host}:{port}"
+
+
+def _create_admin(cfg: NodeConfig, specs: list[ServiceSpec]) -> str:
+    if not _has_command("inventory.management.commands.createadmin"):
+        return ""
+    env = {**os.environ, **specs[0].env}
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "createadmin"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise CliError(
+            f"createadmin failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}",
+            commands=["python -m django createadmin"],
+        )
+    return result.stdout.strip()
+
+
+def _host_address() -> str:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent
+            return sock.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+    cfg = NodeConfig.load()
+    specs = master_specs(cfg)
+    runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    admin = ""
+    if isinstance(runtime, ProcessRuntime):
+        redis_url = cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
+        ok, where = _redis_answers(redis_url)
+        if not ok:
+            raise CliError(
+                f"Redis does not answer at {where} (MAC_REDIS_URL): the worker and the live "
+                "dashboard need it.",
+                hint="Start Redis (scripts/bootstrap does it), then run again:",
+                commands=["sudo systemctl start redis-server", "mac start master"],
+            )
+        states = runtime.start(ROLE, specs)
+        admin = _create_admin(cfg, specs)
+    else:
+        states = runtime.start(ROLE, specs)
+    print_states(states, f"Master services ({runtime.name} runtime)")
+    bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
+    wildcard = bind in {"0.0.0.0", "::"}
+    host = cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
+    api, prom = f"http://{host}:{cfg.master_port}", f"http://{host}:{prometheus_port(cfg)}"
+    lines = [
+        f"Dashboard:   {api}/",
+        f"API docs:    {api}/api/v1/docs/",
+        f"Health:      curl {api}/health",
+        f"Prometheus:  {prom}/targets",
+    ]
+    if admin:
+        lines.append(f"Admin:       {admin}")
+    elif runtime.name == "docker":
+        lines.append("Admin:       docker logs mac-api-server 2>&1 | grep -i 'admin user'")
+    lines.append(f"Agents join: mac env set MASTER_IP={host} && mac start agent")
+    for line in lines:
+        output.say(line)
+    output.ok("Master started.")
+    return 0
+
+
+def stop(runtime_name: str | None = None) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name)
+    states = runtime.stop(ROLE, master_specs(cfg))
+    still = [s.name for s in states if s.running]
+    if still:
+        raise CliError(f"still running: {', '.join(still)}", commands=["mac status master"])
+    output.ok(f"Stopped the master ({runtime.name} runtime).")
+    return 0
+
+
+def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    states = runtime.restart(ROLE, master_specs(cfg))
+    print_states(states, f"Master services ({runtime.name} runtime)")
+    return 0
+
+
+def status(runtime_name: str | None = None) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name)
+    states = runtime.status(ROLE, master_specs(cfg))
+    print_states(states, f"Master services ({runtime.name} runtime)")
+    healthy = all(s.running and s.health in ("ok", "-") for s in states)
+    return 0 if healthy else 1

@@ -1,0 +1,186 @@
+"""`mac probe <agent>`: probe a node the way the master's sweep does, and say what it sees.
+
+It runs the master's own code (contract.liveness: plain asyncio, no Django settings)
+against every service of the contract table on that address, then judges the node with
+contract.diagnosis: Online exactly when sys-exporter answers, and otherwise the
+diagnosis and fix the dashboard would show. Useful on the master (what does the sweep
+see?) and anywhere else on the path to the node.
+
+The master probes sys-exporter, nic-exporter and the services the node registered. A
+service that refuses the connection is not running there, so a node would not have
+registered it: the diagnosis leaves such services out, as the master's would.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+
+from contract.diagnosis import describe, diagnose
+from contract.liveness import DEFAULT_TIMEOUT, NodeProbe, Target, run_probe
+from contract.outcomes import DIAGNOSIS_LABELS, Diagnosis, Outcome
+from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER
+from exporters.nodeconfig import NodeConfig, valid_hostname
+from maccli import output
+from maccli.output import CliError
+
+MAX_TIMEOUT = 60.0
+
+
+def _usage(message: str) -> CliError:
+    return CliError(
+        message,
+        hint="Give the agent's address or host name (ports come from the contract table):",
+        commands=["mac probe 10.0.0.17", "mac probe gpu-07 --timeout 4"],
+        code=2,
+    )
+
+
+def resolve(target: str) -> str:
+    """The IP address the probes go to, from an address or a host name; CliError otherwise."""
+    text = target.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if "://" in text or "/" in text or (text.count(":") == 1 and not valid_hostname(text)):
+        raise _usage(f"{target!r} is not an address or host name (no scheme, port or path).")
+    if not valid_hostname(text):
+        raise _usage(f"{target!r} is not an address or host name.")
+    try:
+        infos = socket.getaddrinfo(text, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise CliError(
+            f"cannot resolve {text!r}: {getattr(exc, 'strerror', None) or exc}.",
+            hint="Check the name, or give the node's address instead:",
+            commands=[f"getent hosts {text}", "mac probe <agent-ip>"],
+        ) from None
+    # The master probes the address it stored; prefer IPv4 as a registration reports.
+    addresses = [info[4][0] for info in infos]
+    ipv4 = [a for a in addresses if ":" not in a]
+    return (ipv4 or addresses)[0]
+
+
+def _timeout(cfg: NodeConfig, given: float | None) -> float:
+    if given is None:
+        # The sweep's own timeout (MAC_PROBE_TIMEOUT) where this node knows it.
+        try:
+            given = float(cfg.get("MAC_PROBE_TIMEOUT") or DEFAULT_TIMEOUT)
+        except ValueError:
+            given = DEFAULT_TIMEOUT
+    if not 0 < given <= MAX_TIMEOUT:
+        raise _usage(f"--timeout {given:g} is out of range (0 < S <= {MAX_TIMEOUT:g} seconds).")
+    return given
+
+
+def outcome_words(result) -> str:
+    words = {
+        Outcome.OK: "ok",
+        Outcome.TIMEOUT: "timeout",
+        Outcome.REFUSED: "refused",
+        Outcome.UNREACHABLE: "unreachable",
+        Outcome.BAD_BODY: "bad body",
+    }
+    if result.outcome is Outcome.HTTP_STATUS:
+        return f"HTTP {result.http_status}"
+    if result.outcome in words:
+        return words[result.outcome]
+    return f"error: {result.detail}" if result.detail else "error"
+
+
+def judged(results: dict) -> dict:
+    """The results the master's diagnosis would have: refusing extras are not running."""
+    keep = {SYS_EXPORTER.name, NIC_EXPORTER.name}
+    return {
+        name: result
+        for name, result in results.items()
+        if name in keep or result.outcome is not Outcome.REFUSED
+    }
+
+
+def probe(target: str, timeout: float | None = None, as_json: bool = False) -> int:
+
+    ip = resolve(target)
+    seconds = _timeout(NodeConfig.load(), timeout)
+    names = tuple(service.name for service in SERVICES)
+    if not as_json:
+        output.err().print(f"Probing {len(names)} services of {ip} (timeout {seconds:g} s) ...")
+    [node] = run_probe([Target(0, ip, names)], timeout=seconds, concurrency=len(names))
+    host = f"[{ip}]" if ":" in ip else ip
+    rows = []
+    for service in SERVICES:
+        result = node.results[service.name]
+        rows.append(
+            {
+                "service": service.name,
+                "port": service.port,
+                "network": service.network,
+                "url": f"http://{host}:{service.port}{service.liveness_path}",
+                "outcome": str(result.outcome),
+                "words": outcome_words(result),
+                "http_status": result.http_status,
+                "detail": result.detail,
+                "ms": round(result.elapsed * 1000, 1),
+            }
+        )
+    basis = judged(node.results)
+    code = diagnose(NodeProbe(node.node_id, ip, basis))
+    meaning, fix = describe(code)
+    online = node.sys.ok
+    label = DIAGNOSIS_LABELS[Diagnosis(code)] if code else ""
+    if as_json:
+        output.out().print_json(
+            json.dumps(
+                {
+                    "address": target,
+                    "ip": ip,
+                    "timeout": seconds,
+                    "online": online,
+                    "results": rows,
+                    "judged_on": sorted(basis),
+                    "diagnosis": {
+                        "code": str(code),
+                        "label": label,
+                        "meaning": meaning,
+                        "fix": fix,
+                    },
+                }
+            )
+        )
+        return 0 if online else 1
+    output.table(
+        ["SERVICE", "PORT", "NETWORK", "URL", "OUTCOME", "TIME"],
+        [
+            (
+                row["service"],
+                str(row["port"]),
+                row["network"],
+                row["url"],
+                output.styled(row["words"]),
+                f"{row['ms']:.1f} ms" if row["ms"] < 10 else f"{row['ms']:.0f} ms",
+            )
+            for row in rows
+        ],
+    )
+    sys_row = rows[[s.name for s in SERVICES].index(SYS_EXPORTER.name)]
+    if online:
+        output.ok(f"sys-exporter answers: the master marks {ip} Online.")
+        return 0
+    output.say(
+        f"sys-exporter ({sys_row['words']}) does not answer: the master marks {ip} Offline.",
+        "red",
+    )
+    others = ", ".join(sorted(set(BY_NAME) - set(basis)))
+    if others and node.sys.outcome is Outcome.TIMEOUT:
+        output.say(
+            f"Not counted in the diagnosis (refused, so not running there; the master probes "
+            f"only the services a node registered): {others}."
+        )
+    output.say(f"Diagnosis: {label}.", "bold")
+    output.say(meaning)
+    if fix:
+        output.say(fix)
+    return 1

@@ -1,0 +1,43 @@
+"""Which runtime runs the services here: MAC_RUNTIME / --runtime, else what the host offers."""
+
+from __future__ import annotations
+
+from exporters.checks.base import Runner, run_command
+from exporters.nodeconfig import NodeConfig
+from maccli.output import CliError
+from maccli.runtimes.base import Runtime
+from maccli.runtimes.docker import DockerRuntime
+from maccli.runtimes.process import ProcessRuntime
+
+
+def docker_answers(run: Runner = run_command) -> bool:
+    """A working engine, not merely a client: `docker info` must succeed."""
+    return run(["docker", "info", "--format", "{{.ServerVersion}}"]).returncode == 0
+
+
+def choose_runtime(
+    cfg: NodeConfig,
+    role: str,
+    override: str | None = None,
+    *,
+    remove_stale: bool = False,
+    run: Runner = run_command,
+) -> Runtime:
+    choice = (override or cfg.get("MAC_RUNTIME") or "auto").strip().lower()
+    process = ProcessRuntime(cfg.state_dir, grace=float(cfg.get("MAC_STOP_GRACE") or 10))
+    if choice == "process":
+        return process
+    if choice == "docker":
+        return DockerRuntime(run=run, remove_stale=remove_stale)
+    if choice != "auto":
+        raise CliError(
+            f"unknown runtime {choice!r}.",
+            hint="Use docker, process or auto:",
+            commands=["mac env set MAC_RUNTIME=auto"],
+        )
+    # Services this runtime already runs stay with it (stop and status find them).
+    if process.has_state(role):
+        return process
+    if docker_answers(run):
+        return DockerRuntime(run=run, remove_stale=remove_stale)
+    return process

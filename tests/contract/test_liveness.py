@@ -1,0 +1,248 @@
+"""contract.liveness against real HTTP servers on loopback: every outcome, deadlines, caps."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from contract.liveness import (
+    READ_CAP,
+    Outcome,
+    ProbeResult,
+    ProbeStats,
+    Target,
+    looks_like_exposition,
+    probe_targets,
+    probe_url,
+    run_probe,
+    services_to_probe,
+)
+from contract.services import Service
+from testkit.simfleet import Mode, render_exposition
+
+BOTH = ("sys-exporter", "nic-exporter")
+
+
+def test_it_classifies_each_failure_mode(fleet):
+    modes = [Mode.ANSWER, Mode.REFUSE, Mode.HANG, Mode.BLACKHOLE, Mode.BAD_BODY, Mode.HTTP_500]
+    runner = fleet(len(modes))
+    for index, mode in enumerate(modes):
+        runner.set_mode(index, "sys-exporter", mode)
+    targets = [Target(i, node.ip, BOTH) for i, node in enumerate(runner.nodes)]
+
+    results = run_probe(targets, timeout=0.5, concurrency=50)
+
+    outcomes = [result.sys.outcome for result in results]
+    assert outcomes == [
+        Outcome.OK,
+        Outcome.REFUSED,
+        Outcome.TIMEOUT,
+        Outcome.TIMEOUT,
+        Outcome.BAD_BODY,
+        Outcome.HTTP_STATUS,
+    ]
+    assert results[5].sys.http_status == 500
+    assert "within 0.5 s" in results[2].sys.detail
+    assert all(result.nic.outcome is Outcome.OK for result in results)
+
+
+def test_black_holed_port_drops_syns_instead_of_refusing(fleet):
+    runner = fleet(1)
+    runner.set_mode(0, "sys-exporter", Mode.BLACKHOLE)
+    ip = runner.nodes[0].ip
+    with socket.socket() as client:
+        client.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            client.connect((ip, 29101))  # no RST comes back: the SYN was dropped
+
+
+def test_deadline_starts_when_the_probe_gets_its_slot(fleet):
+    # One slot, the first target hangs for the whole deadline: the live ones
+    # behind it waited, but that wait does not count against their deadline.
+    runner = fleet(4)
+    runner.set_mode(0, "sys-exporter", Mode.HANG)
+    targets = [Target(i, node.ip, ()) for i, node in enumerate(runner.nodes)]
+
+    results = asyncio.run(probe_targets(targets, timeout=0.4, concurrency=1))
+
+    assert results[0].sys.outcome is Outcome.TIMEOUT
+    assert [r.sys.outcome for r in results[1:]] == [Outcome.OK] * 3
+
+
+async def _serve_raw(answer: bytes) -> tuple[asyncio.base_events.Server, int]:
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _probe_raw(answer: bytes) -> ProbeResult:
+    """Probe a one-off server that sends `answer` (on a free port, sys-exporter's path)."""
+    server, port = await _serve_raw(answer)
+    service = Service("sys-exporter", port, "bridge", "/metrics", "test")
+    async with server:
+        return await probe_url(service, "127.0.0.1", 1.0)
+
+
+async def test_redirects_are_not_followed():
+    answer = b"HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/\r\nContent-Length: 0\r\n\r\n"
+    result = await _probe_raw(answer)
+    assert result.outcome is Outcome.HTTP_STATUS
+    assert result.http_status == 302
+
+
+async def test_a_huge_body_is_read_only_up_to_the_cap():
+    # The server offers 200 MB; the probe judges the first lines and hangs up,
+    # so the server cannot push more than what fits in the socket buffers.
+    total = 200 * 1024 * 1024
+    sent = 0
+
+    async def handle(reader, writer):
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n".encode())
+        chunk = render_exposition("big") + b"node_filler_bytes 1\n" * 3000
+        try:
+            while sent < total:
+                writer.write(chunk)
+                await writer.drain()
+                sent += len(chunk)
+        except (ConnectionError, OSError):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    service = Service("sys-exporter", server.sockets[0].getsockname()[1], "bridge", "/metrics", "")
+    async with server:
+        result = await probe_url(service, "127.0.0.1", 2.0)
+        await asyncio.sleep(0.2)
+    assert result.outcome is Outcome.OK
+    assert READ_CAP <= 16 * 1024
+    assert sent < total / 4
+
+
+async def test_a_chunked_exposition_is_understood():
+    body = render_exposition("chunky")
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    result = await _probe_raw(head + chunked)
+    assert result.outcome is Outcome.OK
+
+
+async def test_garbage_instead_of_http_is_an_error():
+    result = await _probe_raw(b"SSH-2.0-OpenSSH_9.2\r\n")
+    assert result.outcome is Outcome.ERROR
+    assert "not an HTTP response" in result.detail
+
+
+def test_the_exposition_check_accepts_real_pages_and_rejects_others():
+    assert looks_like_exposition(render_exposition("n1"), truncated=False)
+    assert looks_like_exposition(b'up{job="x"} 1\nnode_load1 0.5 1700000000000\n', False)
+    assert not looks_like_exposition(b"<html><body>login</body></html>\n", False)
+    assert not looks_like_exposition(b"", False)
+    assert not looks_like_exposition(b'{"status": "ok"}', False)
+    # A cut line at the end of a capped read is ignored, not held against the page.
+    assert looks_like_exposition(b'# TYPE a gauge\na 1\nb{x="tru', truncated=True)
+
+
+def test_reported_services_add_probes_but_ports_come_from_the_table():
+    names = [service.name for service in services_to_probe(["dcgm-exporter", "evil-service"])]
+    assert names == ["dcgm-exporter", "nic-exporter", "sys-exporter"]
+    assert {service.port for service in services_to_probe(["dcgm-exporter"])} == {
+        29150,
+        29500,
+        29101,
+    }
+
+
+async def test_a_failure_of_an_online_node_is_confirmed_before_it_counts():
+    from testkit.simfleet import loopback_base
+
+    ip = loopback_base().rsplit(".", 1)[0] + ".1"
+    page = render_exposition("flaky")
+    connections = {29101: 0, 29500: 0}
+
+    def first_hangs_then_answers(port: int):
+        async def handle(reader, writer):
+            connections[port] += 1
+            await reader.readuntil(b"\r\n\r\n")
+            if connections[port] == 1:
+                await asyncio.sleep(5)  # past the deadline: the first probe times out
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+            await writer.drain()
+            writer.close()
+
+        return handle
+
+    servers = [await asyncio.start_server(first_hangs_then_answers(p), ip, p) for p in connections]
+    try:
+        stats = ProbeStats()
+        was_online = Target(1, ip, (), confirm=True)
+        [result] = await probe_targets([was_online], timeout=0.3, stats=stats)
+        assert result.sys.outcome is Outcome.OK
+        assert stats.confirmed == 1
+        connections.update({29101: 0, 29500: 0})
+        [result] = await probe_targets([Target(1, ip, ())], timeout=0.3)
+        assert result.sys.outcome is Outcome.TIMEOUT  # not Online before: no second chance
+    finally:
+        for server in servers:
+            server.close()
+
+
+async def test_a_server_that_keeps_the_connection_open_still_gets_judged():
+    page = render_exposition("keepalive")
+    release = asyncio.Event()
+
+    async def answer_and_linger(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        await writer.drain()
+        await release.wait()  # ignores `Connection: close`
+        writer.close()
+
+    server = await asyncio.start_server(answer_and_linger, "127.0.0.1", 0)
+    service = Service("sys-exporter", server.sockets[0].getsockname()[1], "bridge", "/metrics", "")
+    try:
+        result = await probe_url(service, "127.0.0.1", 1.0)
+    finally:
+        release.set()
+        server.close()
+    assert result.outcome is Outcome.OK
+    assert result.elapsed < 0.5
+
+
+async def test_no_more_probes_than_the_concurrency_are_in_flight():
+    from testkit.simfleet import loopback_base
+
+    prefix = loopback_base().rsplit(".", 1)[0]
+    page = render_exposition("slow")
+    in_flight = peak = 0
+
+    async def slow_answer(reader, writer):
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        await writer.drain()
+        writer.close()
+        in_flight -= 1
+
+    ips = [f"{prefix}.{i}" for i in range(1, 9)]
+    servers = [
+        await asyncio.start_server(slow_answer, ip, port) for ip in ips for port in (29101, 29500)
+    ]
+    try:
+        results = await probe_targets([Target(i, ip) for i, ip in enumerate(ips)], concurrency=3)
+    finally:
+        for server in servers:
+            server.close()
+    assert all(result.sys.ok and result.nic.ok for result in results)
+    assert peak == 3

@@ -1,0 +1,140 @@
+"""The docker runtime with a stand-in `docker` on PATH: stale containers, profiles, auto choice.
+
+These machines have a Docker client but no engine, so `docker` here is
+tests/maccli/fake_docker.py: a small program that keeps a container table and answers
+like the engine, Conflict message included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from exporters.checks.docker import REMOVE_STALE_COMMAND
+from exporters.nodeconfig import NodeConfig
+from maccli.runtimes.docker import DockerRuntime
+from maccli.runtimes.process import ProcessRuntime
+from maccli.runtimes.select import choose_runtime
+
+FAKE = os.path.join(os.path.dirname(__file__), "fake_docker.py")
+CONFLICT = 'Conflict. The container name "/mac-...'
+
+
+@pytest.fixture
+def docker(mac_env, tmp_path):
+    """Put the stand-in docker first on PATH, with two leftovers of project `deploy`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    state = tmp_path / "docker-state"
+    state.mkdir()
+    wrapper = bin_dir / "docker"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    wrapper.chmod(0o755)
+    (state / "containers.json").write_text(
+        json.dumps(
+            [
+                {"id": "a1", "name": "mac-sys-exporter", "project": "deploy", "service": "x"},
+                {"id": "a2", "name": "mac-nic-exporter", "project": "deploy", "service": "y"},
+            ]
+        )
+    )
+    mac_env.env.update(
+        {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_DOCKER_STATE": str(state),
+            "MAC_RUNTIME": "auto",
+        }
+    )
+    return state
+
+
+def _calls(state) -> list[str]:
+    return (state / "calls.log").read_text().splitlines()
+
+
+def test_doctor_finds_the_stale_containers_and_prints_the_removal_command(mac_env, docker):
+    result = mac_env.run("doctor", "--json")
+    assert result.returncode == 1
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    stale = checks["stale_containers"]
+    assert stale["status"] == "fail"
+    assert "mac-sys-exporter (project deploy)" in stale["detail"]
+    assert stale["fix"].splitlines()[0] == "docker rm -f $(docker ps -aq --filter 'name=^/mac-')"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_start_agent_refuses_stale_containers_then_removes_them_on_request(
+    mac_env, docker, live_master
+):
+    from inventory.models import Node
+
+    mac_env.env.update(
+        {
+            "MASTER_IP": "127.0.0.1",
+            "MAC_MASTER_PORT": str(live_master.port),
+            "NODE_NAME": f"docker-{os.getpid()}",
+        }
+    )
+    refused = mac_env.run("start", "agent")
+    assert refused.returncode == 1
+    assert "Error: containers left by another Compose project hold MAC's names: " in refused.stderr
+    assert "mac-sys-exporter (project deploy), mac-nic-exporter (project deploy)" in refused.stderr
+    assert CONFLICT in refused.stderr
+    assert f"  {REMOVE_STALE_COMMAND}\n  mac start agent" in refused.stderr
+    assert not any(call.startswith("compose") for call in _calls(docker))
+    assert not Node.objects.exists()
+
+    started = mac_env.run("start", "agent", "--remove-stale")
+    assert started.returncode == 0, started.stderr
+    assert "rm -f mac-sys-exporter mac-nic-exporter" in _calls(docker)
+    up = [c for c in _calls(docker) if c.startswith("compose") and c.endswith("up -d")]
+    assert len(up) == 1 and "-p mac -f " in up[0] and "docker-compose.agent.yml" in up[0]
+    assert "--profile" not in up[0]  # no GPU here: no dcgm-exporter, no rocm-exporter
+    assert started.stdout.strip().endswith("Registered with master 127.0.0.1.")
+    containers = json.loads((docker / "containers.json").read_text())
+    assert {c["project"] for c in containers} == {"mac"}
+    assert "mac-dcgm-exporter" not in {c["name"] for c in containers}
+
+    stopped = mac_env.run("stop", "agent")
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads((docker / "containers.json").read_text()) == []
+    assert not Node.objects.exists()
+
+
+def test_a_conflict_from_compose_itself_gets_the_same_advice(docker, monkeypatch, tmp_path):
+    # Nothing stale at check time, but `up` hits a leftover (created in between).
+    from exporters.checks.base import run_command
+
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
+    runtime = DockerRuntime()
+    original = runtime.run
+    seen = {"ps": 0}
+
+    def racing(argv):
+        if argv[:2] == ["docker", "ps"] and not seen["ps"]:
+            seen["ps"] += 1
+            return run_command(["true"])  # the check saw nothing
+        return original(argv)
+
+    runtime.run = racing
+    from maccli.output import CliError
+
+    with pytest.raises(CliError) as caught:
+        runtime.start("agent", [])
+    assert caught.value.commands[0] == REMOVE_STALE_COMMAND
+    assert "already in use" in caught.value.message
+
+
+def test_auto_runtime_is_docker_when_the_engine_answers_else_process(docker, mac_env, monkeypatch):
+    monkeypatch.setenv("PATH", mac_env.env["PATH"])
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
+    cfg = NodeConfig.load({"MAC_STATE_DIR": str(mac_env.state_dir)})
+    assert isinstance(choose_runtime(cfg, "agent"), DockerRuntime)
+    (docker / "engine-down").write_text("")
+    assert isinstance(choose_runtime(cfg, "agent"), ProcessRuntime)
+    # An explicit choice wins even where the engine is down.
+    assert isinstance(choose_runtime(cfg, "agent", "docker"), DockerRuntime)

@@ -1,0 +1,223 @@
+"""`mac logs <service>`: real services under the process runtime, the stand-in docker otherwise.
+
+Under the process runtime the agent's sys-exporter and the master's api-server (its real
+command line from maccli/master.py) run as `mac` runs them, so what `mac logs` prints
+is what those processes wrote: the api-server's access log shows an agent's
+registration, as the troubleshooting guide's `docker logs mac-api-server | grep` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testkit.ports import free_port
+from tests.maccli.conftest import loopback_address
+
+FAKE = os.path.join(os.path.dirname(__file__), "fake_docker.py")
+
+
+def _agent_env(mac_env, address: str = "127.0.0.1") -> None:
+    mac_env.env.update(
+        {
+            "MAC_BIND": address,
+            "MAC_AGENT_SERVICES": "sys-exporter",
+            "MAC_SYS_EXPORTER_PORT": str(free_port(address)),
+            "MAC_START_TIMEOUT": "30",
+            "MAC_STOP_GRACE": "5",
+        }
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
+    from exporters.nodeconfig import NodeConfig
+    from maccli.master import master_specs
+    from maccli.runtimes.process import ProcessRuntime
+    from tests.maccli.conftest import _test_database_url
+
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        pytest.skip("the api-server runs on the test PostgreSQL database: set DATABASE_URL")
+    api_port, address = free_port(), loopback_address(7)
+    mac_env.env.update(
+        {
+            "MAC_DATA_DIR": str(mac_env.root / "data"),
+            "MAC_MASTER_PORT": str(api_port),
+            "MAC_MASTER_BIND": "127.0.0.1",
+            "MAC_API_WORKERS": "1",
+        }
+    )
+    # The api-server exactly as `mac start master` runs it, on the test database; its
+    # set-up commands (migrate, collectstatic) are already done for the test database.
+    [api] = [s for s in master_specs(NodeConfig.load(mac_env.env)) if s.name == "api-server"]
+    api.prestart = []
+    api.env.update(
+        {
+            "DATABASE_URL": _test_database_url(),
+            "MAC_PROBE_INTERVAL": "3600",
+            "MAC_REGISTER_RATE": "100000/min",
+            "MAC_JOIN_TOKEN": "",
+        }
+    )
+    master = ProcessRuntime(mac_env.state_dir, grace=5)
+    _agent_env(mac_env, address)
+    mac_env.env.update(
+        {
+            "MASTER_IP": "127.0.0.1",
+            "NODE_NAME": f"logs-{address.replace('.', '-')}",
+            "MAC_AGENT_IP": address,
+        }
+    )
+    try:
+        master.start("master", [api])
+        started = mac_env.run("start", "agent")
+        assert started.returncode == 0, started.stdout + started.stderr
+
+        shown = mac_env.run("logs", "sys-exporter")
+        assert shown.returncode == 0, shown.stderr
+        log = mac_env.state_dir / "agent" / "logs" / "sys-exporter.log"
+        assert shown.stdout == log.read_text()
+        assert "-m exporters sys-exporter --port" in shown.stdout  # the runtime's start line
+
+        last = mac_env.run("logs", "sys-exporter", "-n", "1")
+        assert last.returncode == 0
+        assert last.stdout == log.read_text().splitlines(keepends=True)[-1]
+
+        # The master's side of the guide's check: the registration is in the access log.
+        access = mac_env.run("logs", "api-server")
+        assert access.returncode == 0, access.stderr
+        registrations = [line for line in access.stdout.splitlines() if "/api/v1/register" in line]
+        assert registrations, access.stdout[-2000:]
+        assert "POST" in registrations[-1] and address in registrations[-1], registrations
+        assert "Traceback" not in access.stderr + shown.stderr + last.stderr
+    finally:
+        mac_env.run("stop", "agent")
+        master.stop("master", [api])
+
+
+def test_follow_prints_new_lines_until_ctrl_c(mac_env):
+    _agent_env(mac_env)
+    first = mac_env.run("restart", "agent")  # starts sys-exporter, no master needed
+    assert first.returncode == 0, first.stdout + first.stderr
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "maccli.main", "logs", "sys-exporter", "-n", "0", "-f"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=mac_env.env,
+    )
+    try:
+        time.sleep(1)  # the follower has printed its (empty) tail and polls the file
+        again = mac_env.run("restart", "agent")  # the runtime appends a new start line
+        assert again.returncode == 0, again.stderr
+        time.sleep(1)
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=10)
+        log = (mac_env.state_dir / "agent" / "logs" / "sys-exporter.log").read_text()
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        mac_env.run("stop", "agent")
+    assert follower.returncode == 0, err
+    assert b"Traceback" not in err
+    # Only what the restart appended (-n 0): the old service's last words, the new start.
+    starts = [line for line in out.decode().splitlines() if line.startswith("==> ")]
+    assert log.count("\n==> ") == 2 and len(starts) == 1, out.decode()
+    assert "-m exporters sys-exporter" in starts[0]
+    assert log.endswith(out.decode())
+
+
+def test_unknown_service_never_ran_and_a_closed_pipe(mac_env):
+    unknown = mac_env.run("logs", "sys-exproter")
+    assert unknown.returncode == 2
+    assert "unknown service 'sys-exproter'" in unknown.stderr
+    assert "sys-exporter, bmc-agent" in unknown.stderr and "api-server, worker" in unknown.stderr
+
+    wrong = mac_env.run("logs", "api-server", "--role", "agent")
+    assert wrong.returncode == 2
+    assert "api-server is a master service, not an agent one." in wrong.stderr
+
+    never = mac_env.run("logs", "mac-bmc-agent")  # the container's name works too
+    assert never.returncode == 1
+    assert "bmc-agent has not run under the process runtime here" in never.stderr
+    assert "mac start agent" in never.stderr
+
+    bad = mac_env.run("logs", "worker", "-n", "-3")
+    assert bad.returncode == 2 and "not a number of lines" in bad.stderr
+
+    # A reader that stops early (| head) ends `mac logs` quietly.
+    log = mac_env.state_dir / "master" / "logs" / "worker.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"worker line {n}\n" for n in range(200_000)))
+    mac = subprocess.Popen(
+        [sys.executable, "-m", "maccli.main", "logs", "worker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=mac_env.env,
+    )
+    head = subprocess.run(
+        ["head", "-n", "2"], stdin=mac.stdout, capture_output=True, text=True, check=False
+    )
+    mac.stdout.close()
+    assert mac.wait(30) == 0
+    assert head.stdout == "worker line 0\nworker line 1\n"
+    assert mac.stderr.read() == b""
+    tail = mac_env.run("logs", "worker", "--lines", "2")
+    assert tail.stdout == "worker line 199998\nworker line 199999\n"
+    assert mac_env.run("logs", "worker", "-n", "0").stdout == ""
+
+
+@pytest.fixture
+def docker(mac_env, tmp_path):
+    """The stand-in docker first on PATH, with two containers of project mac."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "docker-state"
+    bin_dir.mkdir()
+    state.mkdir()
+    wrapper = bin_dir / "docker"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    wrapper.chmod(0o755)
+    rows = [
+        {"id": "c1", "name": "mac-sys-exporter", "project": "mac", "service": "sys-exporter"},
+        {"id": "c2", "name": "mac-api-server", "project": "mac", "service": "api-server"},
+    ]
+    (state / "containers.json").write_text(json.dumps(rows))
+    mac_env.env.update(
+        {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_DOCKER_STATE": str(state),
+            "MAC_RUNTIME": "docker",
+        }
+    )
+    return state
+
+
+def test_docker_logs_pass_through_with_tail_and_follow(mac_env, docker):
+    shown = mac_env.run("logs", "sys-exporter", "-n", "2", "-f")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == "mac-sys-exporter stdout line 2\nmac-sys-exporter stdout line 3\n"
+    assert shown.stderr == "mac-sys-exporter stderr line\n"
+
+    api = mac_env.run("logs", "api-server")
+    assert api.returncode == 0
+    assert api.stdout.splitlines()[0] == "mac-api-server stdout line 1"
+    calls = (docker / "calls.log").read_text().splitlines()
+    assert calls == ["logs --tail 2 -f mac-sys-exporter", "logs mac-api-server"]
+
+    missing = mac_env.run("logs", "bmc-agent")
+    assert missing.returncode == 1
+    assert "there is no container mac-bmc-agent" in missing.stderr
+    assert "bmc-agent has not run under the docker runtime here" in missing.stderr
+    assert "mac start agent" in missing.stderr
+    assert "Error response from daemon" not in missing.stderr
+
+    (docker / "engine-down").touch()
+    down = mac_env.run("logs", "api-server")
+    assert down.returncode == 1
+    assert "the Docker engine does not answer: Cannot connect" in down.stderr
+    assert "sudo systemctl enable --now docker" in down.stderr
+    assert "Traceback" not in shown.stderr + api.stderr + missing.stderr + down.stderr

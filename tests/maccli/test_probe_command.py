@@ -1,0 +1,176 @@
+"""`mac probe <agent>`: the master's probe and diagnosis, run by `mac`, against real servers.
+
+The nodes are a simulated fleet on loopback addresses private to this run (one that
+answers, one whose services refuse, one whose sys-exporter drops or swallows
+connections while the host-network nic-exporter answers: the ip_forward pattern). As
+root, the network-namespace reproduction of ip_forward = 0 is probed too. `mac` runs
+without DJANGO_SETTINGS_MODULE: the probe and the diagnosis need no Django settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testkit.simfleet import FleetThread, Mode, loopback_base
+
+REPO = Path(__file__).resolve().parents[2]
+SYSCTL_FIX = "sudo sysctl -w net.ipv4.ip_forward=1"
+
+
+@pytest.fixture
+def fleet():
+    with FleetThread(4, base=loopback_base()) as running:
+        running.set_node_mode(1, Mode.REFUSE)
+        running.set_mode(2, "sys-exporter", Mode.BLACKHOLE)
+        running.set_mode(3, "sys-exporter", Mode.HANG)
+        yield running
+
+
+def probe(mac_env, *args: str, netns: str = "") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in mac_env.env.items() if k != "DJANGO_SETTINGS_MODULE"}
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "maccli.main", "probe", *args],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def rows(stdout: str) -> dict[str, list[str]]:
+    lines = stdout.splitlines()
+    assert lines[0].split() == ["SERVICE", "PORT", "NETWORK", "URL", "OUTCOME", "TIME"]
+    return {line.split()[0]: line.split() for line in lines[1:9]}
+
+
+def test_an_answering_node_is_online(mac_env, fleet):
+    ip = fleet.nodes[0].ip
+    done = probe(mac_env, ip, "--timeout", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = rows(done.stdout)
+    assert table["sys-exporter"][:5] == [
+        "sys-exporter", "29101", "bridge", f"http://{ip}:29101/metrics", "ok",
+    ]  # fmt: skip
+    assert table["nic-exporter"][2:5] == ["host", f"http://{ip}:29500/metrics", "ok"]
+    assert table["bmc-agent"][4] == "refused"  # the simulated node runs two services
+    assert table["mango-sdk-agent"][3] == f"http://{ip}:28000/docs"
+    assert table["sys-exporter"][-1] == "ms"
+    assert f"sys-exporter answers: the master marks {ip} Online." in done.stdout
+    assert "Diagnosis" not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_a_refusing_node_has_its_service_down(mac_env, fleet):
+    ip = fleet.nodes[1].ip
+    done = probe(mac_env, ip, "--timeout", "1")
+    assert done.returncode == 1
+    assert {row[4] for row in rows(done.stdout).values()} == {"refused"}
+    assert f"does not answer: the master marks {ip} Offline." in done.stdout
+    assert "Diagnosis: the exporter service is down." in done.stdout
+    assert "mac restart agent" in done.stdout
+
+
+@pytest.mark.parametrize("node", [2, 3], ids=["blackholed", "hanging"])
+def test_bridge_timing_out_while_nic_answers_is_ip_forwarding(mac_env, fleet, node):
+    ip = fleet.nodes[node].ip
+    started = time.monotonic()
+    done = probe(mac_env, ip, "--timeout", "0.5")
+    assert time.monotonic() - started < 10
+    assert done.returncode == 1, done.stdout + done.stderr
+    table = rows(done.stdout)
+    assert table["sys-exporter"][4:] == ["timeout", "500", "ms"]
+    assert table["nic-exporter"][4] == "ok"
+    assert "Diagnosis: IPv4 forwarding is off on the agent." in done.stdout
+    # The services that refuse do not run there; the master would not probe them.
+    assert "Not counted in the diagnosis" in done.stdout and "bmc-agent" in done.stdout
+    assert f"  {SYSCTL_FIX}" in done.stdout.splitlines()
+    assert "/etc/sysctl.d/99-mac-ipforward.conf" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_json_has_every_service_and_the_diagnosis(mac_env, fleet):
+    online = probe(mac_env, fleet.nodes[0].ip, "--json", "--timeout", "1")
+    assert online.returncode == 0
+    body = json.loads(online.stdout)
+    assert set(body) == {
+        "address", "ip", "timeout", "online", "results", "judged_on", "diagnosis",
+    }  # fmt: skip
+    assert body["online"] is True and body["timeout"] == 1.0
+    assert body["diagnosis"] == {"code": "", "label": "", "meaning": "", "fix": ""}
+    assert len(body["results"]) == 8
+    first = body["results"][0]
+    assert set(first) == {
+        "service", "port", "network", "url", "outcome", "words", "http_status", "detail", "ms",
+    }  # fmt: skip
+    assert (first["service"], first["outcome"], first["http_status"]) == ("sys-exporter", "ok", 200)
+
+    offline = probe(mac_env, fleet.nodes[2].ip, "--json", "--timeout", "0.5")
+    assert offline.returncode == 1
+    body = json.loads(offline.stdout)
+    assert body["online"] is False
+    assert body["judged_on"] == ["nic-exporter", "sys-exporter"]
+    assert body["diagnosis"]["code"] == "ip_forward_off"
+    assert body["diagnosis"]["label"] == "IPv4 forwarding is off on the agent"
+    assert SYSCTL_FIX in body["diagnosis"]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("target", "says"),
+    [
+        ("http://10.0.0.5/", "is not an address or host name (no scheme, port or path)"),
+        ("10.0.0.5:29101", "is not an address or host name (no scheme, port or path)"),
+        ("not a host", "is not an address or host name"),
+        ("gpu_07", "is not an address or host name"),
+    ],
+)
+def test_a_non_address_is_refused(mac_env, target, says):
+    done = probe(mac_env, target)
+    assert done.returncode == 2
+    assert says in done.stderr
+    assert "mac probe 10.0.0.17" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_a_timeout_out_of_range_is_refused(mac_env):
+    done = probe(mac_env, "127.0.0.1", "--timeout", "0")
+    assert done.returncode == 2 and "--timeout 0 is out of range" in done.stderr
+
+
+def test_names_and_bracketed_addresses_resolve():
+    from maccli.probe import resolve
+
+    assert resolve("localhost") in {"127.0.0.1", "::1"}
+    assert resolve("[::1]") == "::1"
+    assert resolve(" 10.0.0.17 ") == "10.0.0.17"
+
+
+# --- the network-namespace reproduction (root) ---------------------------------------------
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+@pytest.mark.skipif(
+    not (shutil.which("ip") and shutil.which("iptables") and shutil.which("curl")),
+    reason="iproute2, iptables or curl missing",
+)
+def test_probe_from_the_master_namespace_sees_forwarding_off(mac_env, tmp_path):
+    from testkit.netns import AGENT_IP, forwarding_off_lab, real_exporters, sh
+
+    with forwarding_off_lab("p") as names, real_exporters(names, tmp_path):
+        off = probe(mac_env, AGENT_IP, "--timeout", "1", netns=names["master"])
+        assert off.returncode == 1, off.stdout + off.stderr
+        table = rows(off.stdout)
+        assert table["sys-exporter"][4] == "timeout" and table["nic-exporter"][4] == "ok"
+        assert "Diagnosis: IPv4 forwarding is off on the agent." in off.stdout
+        assert SYSCTL_FIX in off.stdout
+
+        sh("ip", "netns", "exec", names["agent"], "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        on = probe(mac_env, AGENT_IP, "--timeout", "1", netns=names["master"])
+        assert on.returncode == 0, on.stdout + on.stderr
+        assert f"the master marks {AGENT_IP} Online" in on.stdout

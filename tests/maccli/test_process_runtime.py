@@ -1,0 +1,132 @@
+"""The process runtime: detached services with pid and log files, stale pid files, stop grace."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from maccli.output import CliError
+from maccli.runtimes.base import ServiceSpec
+from maccli.runtimes.process import ProcessRuntime
+from testkit.ports import free_port
+
+SERVER = """
+import http.server, signal, sys
+port = int(sys.argv[1])
+if len(sys.argv) > 2 and sys.argv[2] == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a):
+        print("request", self.path, flush=True)
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "server.py"
+    path.write_text(SERVER)
+    return path
+
+
+def _spec(script, name="svc", *extra, port=None):
+    port = port or free_port()
+    argv = [sys.executable, str(script), str(port), *extra]
+    return ServiceSpec(name, argv, port=port, liveness_path="/health", ready_timeout=15)
+
+
+def test_start_status_stop_leaves_no_process(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state", grace=5)
+    spec = _spec(script)
+    [state] = runtime.start("agent", [spec])
+    assert state.running and state.health == "ok" and state.port == spec.port
+    record = json.loads(runtime.pid_file("agent", "svc").read_text())
+    assert record["argv"] == spec.argv
+    assert runtime.log_file("agent", "svc").exists()
+    # Idempotent: a second start keeps the same process.
+    [again] = runtime.start("agent", [spec])
+    assert again.pid == state.pid
+    [stopped] = runtime.stop("agent", [spec])
+    assert stopped.state == "stopped"
+    assert not runtime.pid_file("agent", "svc").exists()
+    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
+
+
+def test_a_service_ignoring_sigterm_is_killed_after_the_grace(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state", grace=0.5)
+    spec = _spec(script, "stubborn", "ignore-term")
+    [state] = runtime.start("agent", [spec])
+    started = time.monotonic()
+    runtime.stop("agent", [spec])
+    assert time.monotonic() - started < 5
+    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
+
+
+def test_dead_pid_file_is_reported_exited_and_replaced_on_start(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state")
+    spec = _spec(script)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    runtime.role_dir("agent").mkdir(parents=True)
+    runtime.pid_file("agent", "svc").write_text(
+        json.dumps({"pid": gone.pid, "argv": spec.argv, "started": time.time()})
+    )
+    [state] = runtime.status("agent", [spec])
+    assert state.state == "exited"
+    [state] = runtime.start("agent", [spec])
+    assert state.running and state.pid != gone.pid
+    runtime.stop("agent", [spec])
+
+
+def test_reused_pid_is_stale_and_never_signalled(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state")
+    spec = _spec(script)
+    # Our pid file names a live process that is not our service (e.g. after a reboot).
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        runtime.role_dir("agent").mkdir(parents=True)
+        runtime.pid_file("agent", "svc").write_text(
+            json.dumps({"pid": bystander.pid, "argv": spec.argv, "started": time.time() - 3600})
+        )
+        [state] = runtime.status("agent", [spec])
+        assert state.state == "stale"
+        runtime.stop("agent", [spec])
+        assert bystander.poll() is None, "a reused pid must never be signalled"
+        assert not runtime.pid_file("agent", "svc").exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_service_that_dies_at_start_shows_its_log(tmp_path):
+    runtime = ProcessRuntime(tmp_path / "state")
+    argv = [sys.executable, "-c", "import sys; print('bad config: no such file'); sys.exit(3)"]
+    spec = ServiceSpec("broken", argv, port=free_port(), liveness_path="/health")
+    with pytest.raises(CliError) as caught:
+        runtime.start("agent", [spec])
+    assert "broken exited during start-up (exit code 3)" in caught.value.message
+    assert "bad config: no such file" in caught.value.hint
+    assert caught.value.commands[-1] == "mac start agent"
+
+
+def test_uptime_comes_from_the_process(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state")
+    spec = _spec(script)
+    runtime.start("agent", [spec])
+    try:
+        time.sleep(1.1)
+        [state] = runtime.status("agent", [spec])
+        assert state.uptime is not None and state.uptime >= 1
+    finally:
+        runtime.stop("agent", [spec])
+    assert set(os.listdir(runtime.role_dir("agent"))) == {"logs", ".lock"}
