@@ -43,6 +43,28 @@ def test_it_sets_the_password_from_the_environment_each_run(monkeypatch, client)
     assert client.get("/admin/").status_code == 200
 
 
+def test_an_unchanged_password_keeps_every_admin_logged_in(monkeypatch, client):
+    run(monkeypatch, MAC_ADMIN_USER="ops", MAC_ADMIN_PASSWORD="steady-password")
+    assert client.login(username="ops", password="steady-password")
+    stored = get_user_model().objects.get(username="ops").password
+
+    out = run(monkeypatch, MAC_ADMIN_USER="ops", MAC_ADMIN_PASSWORD="steady-password")
+
+    assert "already is MAC_ADMIN_PASSWORD" in out
+    assert get_user_model().objects.get(username="ops").password == stored
+    # The session made before the rerun is still good: the hash it was bound to is unchanged.
+    assert client.get("/admin/").status_code == 200
+
+
+def test_a_changed_password_ends_the_old_sessions(monkeypatch, client):
+    run(monkeypatch, MAC_ADMIN_USER="ops", MAC_ADMIN_PASSWORD="first-password")
+    assert client.login(username="ops", password="first-password")
+
+    run(monkeypatch, MAC_ADMIN_USER="ops", MAC_ADMIN_PASSWORD="second-password")
+
+    assert client.get("/admin/").status_code == 302  # back to the login page
+
+
 def test_it_refuses_a_short_password(monkeypatch):
     with pytest.raises(CommandError, match="MAC_ADMIN_PASSWORD"):
         run(monkeypatch, MAC_ADMIN_PASSWORD="short")

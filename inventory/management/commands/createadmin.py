@@ -1,8 +1,13 @@
 """`manage.py createadmin`: make sure an admin can log in, without prompts.
 
 Idempotent: creates or updates the superuser named by MAC_ADMIN_USER (default
-"admin"). With MAC_ADMIN_PASSWORD the password is set to it on every run; without,
-a new user gets a generated password printed once, and an existing one keeps its own.
+"admin"). With MAC_ADMIN_PASSWORD the password is set to it when it differs from
+the stored one; without, a new user gets a generated password printed once, and an
+existing one keeps its own.
+
+`mac start master` runs this on every start. Setting the same password again would
+store a new salted hash, and Django ends every session whose hash no longer matches:
+each restart would log out every admin. So an unchanged password is left alone.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ class Command(BaseCommand):
             **{users.USERNAME_FIELD: username}, defaults={"is_staff": True, "is_superuser": True}
         )
         generated = None
-        if password:
+        changed = bool(password) and (created or not user.check_password(password))
+        if changed:
             user.set_password(password)
         elif created:
             generated = secrets.token_urlsafe(12)
@@ -42,8 +48,12 @@ class Command(BaseCommand):
                 "It is shown only now; change it at /admin/password_change/ "
                 "or set MAC_ADMIN_PASSWORD and rerun `manage.py createadmin`."
             )
-        elif password:
+        elif changed:
             state = "Created" if created else "Updated"
             self.stdout.write(f"{state} admin user {username!r}; password from MAC_ADMIN_PASSWORD.")
+        elif password:
+            self.stdout.write(
+                f"Admin user {username!r} exists; its password already is MAC_ADMIN_PASSWORD."
+            )
         else:
             self.stdout.write(f"Admin user {username!r} exists; password unchanged.")
