@@ -32,6 +32,7 @@ import aiohttp
 import psycopg
 
 from bench.report import median, percentile, update_section
+from contract.master_api import registration_body
 from testkit.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,15 +177,15 @@ def registrations(
 ) -> list[Request]:
     out = []
     for i in range(agents):
-        body = {
-            "hostname": f"bench-r{run}-{i:05d}",
-            "ip": f"127.{run + 1}.{i // 250}.{i % 250 + 1}",
-            "gpu_vendor": "nvidia",
-            "gpu_count": 8,
-            "exporters": {"sys-exporter": 29101, "dcgm-exporter": 29150},
-            "agent_version": "bench",
-            "labels": {"run": str(run)},
-        }
+        body = registration_body(
+            f"bench-r{run}-{i:05d}",
+            f"127.{run + 1}.{i // 250}.{i % 250 + 1}",
+            {"sys-exporter": 29101, "dcgm-exporter": 29150},
+            gpu_vendor="nvidia",
+            gpu_count=8,
+            agent_version="bench",
+            labels={"run": str(run)},
+        )
         headers = {"Authorization": f"Bearer {JOIN_TOKEN}"}
         if keys:
             # The claimed address is not the source (127.0.0.1): the key proves identity.
@@ -291,12 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="mac-bench-") as data_dir:
             env = server_env(db_url, redis_url, data_dir)
-            subprocess.run(
-                [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
-                cwd=ROOT,
-                env=env,
-                check=True,
-            )
+            for step in (["prepare_master", "-v0"], ["migrate", "--noinput", "-v0"]):
+                subprocess.run([sys.executable, "manage.py", *step], cwd=ROOT, env=env, check=True)
             port = free_port()
             base = f"http://127.0.0.1:{port}"
             proc = start_server(env, port, args.workers)

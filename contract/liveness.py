@@ -26,6 +26,10 @@ Why it is built this way:
 - Probes run in the order given; the sweep puts nodes that were offline
   first, so their timeouts overlap with the live nodes' quick answers.
 
+`check_url` runs the same exchange once, blocking, for `mac status` and the node's
+checks, and `outcome_words` says a result in a few words: one way to judge a
+liveness URL on both sides.
+
 `python -m testkit.probe_runner ADDR...` runs one probe from the command line and
 prints JSON; the network-namespace tests run it inside the master namespace.
 """
@@ -325,6 +329,34 @@ async def probe_url(service: Service, ip: str, timeout: float) -> ProbeResult:
             transport.abort()
     elapsed = timeout if outcome is Outcome.TIMEOUT else loop.time() - started
     return ProbeResult(service.name, outcome, status, detail[:200], elapsed)
+
+
+def check_url(host: str, port: int, path: str, timeout: float = DEFAULT_TIMEOUT) -> ProbeResult:
+    """One blocking GET of one liveness URL, judged exactly as the sweep judges it.
+
+    For synchronous callers (`mac status`, the checks of `mac doctor` and
+    sys-manager), never from inside a running event loop.
+    """
+    service = Service(f"{host}:{port}", port, "", path, "")
+    return asyncio.run(probe_url(service, host, timeout))
+
+
+_WORDS = {
+    Outcome.OK: "ok",
+    Outcome.TIMEOUT: "timeout",
+    Outcome.REFUSED: "refused",
+    Outcome.UNREACHABLE: "unreachable",
+    Outcome.BAD_BODY: "bad body",
+}
+
+
+def outcome_words(result: ProbeResult) -> str:
+    """A probe's result in a few words for a table cell: "ok", "HTTP 503", "timeout"..."""
+    if result.outcome is Outcome.HTTP_STATUS:
+        return f"HTTP {result.http_status}"
+    if result.outcome in _WORDS:
+        return _WORDS[result.outcome]
+    return f"error: {result.detail}" if result.detail else "error"
 
 
 async def probe_targets(

@@ -1,5 +1,8 @@
 """HTTP client of the master's node API: /health, register, deregister and self.
 
+Also the one builder of a registration body, for `mac start agent` and the
+simulated fleets of the tests and benchmarks alike.
+
 Plain http.client so the agent needs nothing beyond the standard library, and so the
 connection can leave from the address the agent reports (the master then sees the
 same address whether or not a join token lets it trust the claimed one).
@@ -10,9 +13,11 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from contract import __version__
 from contract.services import NODE_KEY_HEADER
 
 
@@ -40,6 +45,32 @@ class Reply:
         else:
             detail = str(self.body).strip().splitlines()[0][:200] if str(self.body).strip() else ""
         return f"HTTP {self.status}" + (f" ({detail})" if detail else "")
+
+
+def registration_body(
+    hostname: str,
+    ip: str,
+    exporters: Mapping[str, int],
+    *,
+    gpu_vendor: str = "none",
+    gpu_count: int = 0,
+    nics: Sequence[Mapping] = (),
+    labels: Mapping[str, str] | None = None,
+    agent_version: str = __version__,
+    machine_id: str = "",
+) -> dict:
+    """The JSON body of POST /api/v1/register (inventory.api.serializers reads it)."""
+    return {
+        "hostname": hostname,
+        "ip": ip,
+        "gpu_vendor": gpu_vendor,
+        "gpu_count": gpu_count,
+        "nics": [dict(nic) for nic in nics],
+        "exporters": dict(exporters),
+        "agent_version": agent_version,
+        "machine_id": machine_id,
+        "labels": dict(labels or {}),
+    }
 
 
 def route_address(master_host: str, port: int) -> str:

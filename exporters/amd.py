@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import ModuleType
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -84,15 +85,26 @@ def hwmon_temperatures(hwmon: str) -> dict[str, float]:
     return temps
 
 
+def amd_cards(roots: Roots) -> list[tuple[str, Path]]:
+    """(card, its PCI device directory) of every AMD card under <sys>/class/drm, in card order.
+
+    The one walk of the DRM cards: the exporter reads its metrics under these
+    devices, and `mac doctor` and the registration count the GPUs from them.
+    """
+    drm = roots.sys("class", "drm")
+    cards = sorted((int(m.group(1)), name) for name in list_dir(drm) if (m := CARD.match(name)))
+    found = []
+    for _, card in cards:
+        device = drm / card / "device"
+        if (read_value(device / "vendor") or "").lower() == AMD_PCI_VENDOR:
+            found.append((card, device))
+    return found
+
+
 def read_sysfs_gpus(roots: Roots) -> list[AmdGpu]:
     """Every amdgpu card under <sys>/class/drm, in card order."""
     gpus = []
-    drm = roots.sys("class", "drm")
-    cards = sorted((int(m.group(1)), name) for name in list_dir(drm) if (m := CARD.match(name)))
-    for _, card in cards:
-        device = drm / card / "device"
-        if read_value(device / "vendor") != AMD_PCI_VENDOR:
-            continue
+    for card, device in amd_cards(roots):
         gpu = AmdGpu(gpu_id=str(len(gpus)), card=card)
         try:
             gpu.pci_address = os.path.basename(os.readlink(device))

@@ -25,17 +25,14 @@ from pydantic import BaseModel, Field
 
 from exporters.amd import AmdGpuSource
 from exporters.bmc import BmcSource, client_from_env
-from exporters.nic import discover_rdma_devices
+from exporters.nic import discover_interfaces, discover_rdma_devices
 from exporters.nvidia import NvmlSource
 from exporters.runtime import (
     BackendStatus,
     Exporter,
     Options,
     Roots,
-    list_dir,
     mac_version,
-    read_int,
-    read_value,
 )
 from exporters.sw import SoftwareSource
 
@@ -104,26 +101,17 @@ class Inventory(BaseModel):
 
 def list_nics(roots: Roots) -> list[Nic]:
     """Network interfaces from <sys>/class/net (loopback and virtual bridges included)."""
-    base = roots.sys("class", "net")
-    nics = []
-    for name in list_dir(base):
-        path = base / name
-        try:
-            driver = os.path.basename(os.readlink(path / "device" / "driver"))
-        except OSError:
-            driver = ""
-        speed = read_int(path / "speed")
-        nics.append(
-            Nic(
-                name=name,
-                mac_address=read_value(path / "address") or "",
-                operstate=read_value(path / "operstate") or "",
-                mtu=read_int(path / "mtu"),
-                speed_mbps=speed if speed is not None and speed >= 0 else None,
-                driver=driver,
-            )
+    return [
+        Nic(
+            name=nic.name,
+            mac_address=nic.mac_address,
+            operstate=nic.operstate,
+            mtu=nic.mtu,
+            speed_mbps=nic.speed_mbps,
+            driver=nic.driver,
         )
-    return nics
+        for nic in discover_interfaces(roots)
+    ]
 
 
 class DeviceInventory:

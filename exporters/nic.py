@@ -12,6 +12,11 @@ Where the bytes come from depends on the NIC:
 All of it lands in ``rdma_{rx,tx}_bytes_total{device,port,vendor,iface}``, with the
 link state and rate beside it. Each device is read on its own: one odd device
 never hides the others.
+
+The discovery here (RDMA devices, network interfaces, a port's sysfs counters) is
+the node's only walk of /sys/class/infiniband and /sys/class/net for devices:
+mango-sdk-agent's inventory, `mac doctor`'s RDMA check and the registration's
+``nics`` read them through these functions.
 """
 
 from __future__ import annotations
@@ -137,9 +142,36 @@ class RdmaDevice:
     firmware: str = ""
     node_guid: str = ""
     ports: list[RdmaPort] = field(default_factory=list)
+    # Every interface of the device's PCI function (``iface`` is the first); empty for
+    # a NIC found through its driver alone.
+    netdevs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class NetInterface:
+    """One network interface under /sys/class/net, for the inventory and the registration."""
+
+    name: str
+    mac_address: str = ""
+    operstate: str = ""
+    mtu: int | None = None
+    speed_mbps: int | None = None  # None when the link reports no speed
+    driver: str = ""
+    physical: bool = False  # backed by a device (not loopback, a bridge or a veth)
+    ibdev: str = ""  # the RDMA device on the same PCI function, if any
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    """A port's RDMA byte counters as sysfs keeps them, already converted to bytes."""
+
+    rx_file: str  # relative to the port directory, e.g. hw_counters/rx_bytes
+    tx_file: str
+    rx_bytes: int
+    tx_bytes: int
 
 
 def _link_name(path: Path) -> str:
@@ -191,6 +223,7 @@ def discover_rdma_devices(roots: Roots) -> list[RdmaDevice]:
                 firmware=read_value(base / "fw_ver") or "",
                 node_guid=read_value(base / "node_guid") or "",
                 ports=ports,
+                netdevs=ifaces,
             )
         )
         claimed_ifaces.update(ifaces)
@@ -211,6 +244,51 @@ def discover_rdma_devices(roots: Roots) -> list[RdmaDevice]:
                 )
             )
     return devices
+
+
+# Where sysfs keeps a port's byte counters, best first, and the bytes each unit holds:
+# Thor2's hw_counters count bytes, the standard IB counters 4-byte words (IBTA
+# PortCounters).
+SYSFS_COUNTERS = (
+    ("hw_counters/rx_bytes", "hw_counters/tx_bytes", 1),
+    ("counters/port_rcv_data", "counters/port_xmit_data", 4),
+)
+
+
+def read_port_counters(roots: Roots, device: str, port: str) -> PortCounters | None:
+    """The port's sysfs RDMA byte counters; None when it has none."""
+    port_dir = roots.sys("class", "infiniband", device, "ports", port)
+    for rx_file, tx_file, unit in SYSFS_COUNTERS:
+        rx, tx = read_int(port_dir / rx_file), read_int(port_dir / tx_file)
+        if rx is not None and tx is not None:
+            return PortCounters(rx_file, tx_file, rx * unit, tx * unit)
+    return None
+
+
+def discover_interfaces(roots: Roots) -> list[NetInterface]:
+    """Every interface under <sys>/class/net (loopback and virtual ones too), by name."""
+    ibdev_of: dict[str, str] = {}
+    for dev in discover_rdma_devices(roots):
+        for netdev in dev.netdevs:
+            ibdev_of.setdefault(netdev, dev.device)  # devices come sorted: the first wins
+    base = roots.sys("class", "net")
+    interfaces = []
+    for name in list_dir(base):
+        path = base / name
+        speed = read_int(path / "speed")
+        interfaces.append(
+            NetInterface(
+                name=name,
+                mac_address=read_value(path / "address") or "",
+                operstate=read_value(path / "operstate") or "",
+                mtu=read_int(path / "mtu"),
+                speed_mbps=speed if speed is not None and speed >= 0 else None,
+                driver=_link_name(path / "device" / "driver"),
+                physical=name != "lo" and (path / "device").exists(),
+                ibdev=ibdev_of.get(name, ""),
+            )
+        )
+    return interfaces
 
 
 class RdmaSource:
@@ -239,20 +317,9 @@ class RdmaSource:
                 found = rdma_bytes_from_ethtool(dev.vendor, stats)
                 if found is not None:
                     return found["rx"], found["tx"]
-        port_dir = self.roots.sys("class", "infiniband", dev.device, "ports", port.port)
-        rx, tx = (
-            read_int(port_dir / "hw_counters" / "rx_bytes"),
-            read_int(port_dir / "hw_counters" / "tx_bytes"),
-        )
-        if rx is not None and tx is not None:
-            return rx, tx
-        # Standard IB counters are in units of 4-byte words (IBTA PortCounters).
-        rx, tx = (
-            read_int(port_dir / "counters" / "port_rcv_data"),
-            read_int(port_dir / "counters" / "port_xmit_data"),
-        )
-        if rx is not None and tx is not None:
-            return rx * 4, tx * 4
+        counters = read_port_counters(self.roots, dev.device, port.port)
+        if counters is not None:
+            return counters.rx_bytes, counters.tx_bytes
         raise LookupError(f"{dev.device} port {port.port}: no RDMA byte counters found")
 
     def collect(self) -> Iterable[Metric]:

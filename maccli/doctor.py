@@ -25,7 +25,7 @@ def build_context(cfg: NodeConfig) -> CheckContext:
         extra["usr_root"] = cfg.get("MAC_USR_ROOT")
     if cfg.get("MAC_RDMA_INTERVAL"):
         extra["rdma_interval"] = float(cfg.get("MAC_RDMA_INTERVAL") or 1)
-    from maccli.agent import agent_specs
+    from maccli.agent.specs import agent_specs
 
     specs = agent_specs(cfg)
     extra["services"] = [spec.name for spec in specs]

@@ -18,7 +18,7 @@ import json
 import socket
 
 from contract.diagnosis import describe, diagnose
-from contract.liveness import DEFAULT_TIMEOUT, NodeProbe, Target, run_probe
+from contract.liveness import DEFAULT_TIMEOUT, NodeProbe, Target, outcome_words, run_probe
 from contract.outcomes import DIAGNOSIS_LABELS, Diagnosis, Outcome
 from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER
 from exporters.nodeconfig import NodeConfig, valid_hostname
@@ -74,21 +74,6 @@ def _timeout(cfg: NodeConfig, given: float | None) -> float:
     if not 0 < given <= MAX_TIMEOUT:
         raise _usage(f"--timeout {given:g} is out of range (0 < S <= {MAX_TIMEOUT:g} seconds).")
     return given
-
-
-def outcome_words(result) -> str:
-    words = {
-        Outcome.OK: "ok",
-        Outcome.TIMEOUT: "timeout",
-        Outcome.REFUSED: "refused",
-        Outcome.UNREACHABLE: "unreachable",
-        Outcome.BAD_BODY: "bad body",
-    }
-    if result.outcome is Outcome.HTTP_STATUS:
-        return f"HTTP {result.http_status}"
-    if result.outcome in words:
-        return words[result.outcome]
-    return f"error: {result.detail}" if result.detail else "error"
 
 
 def judged(results: dict) -> dict:

@@ -52,6 +52,7 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from contract.liveness import loop_factory, raise_nofile_limit
+from contract.master_api import registration_body
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
 
 DEFAULT_BASE = "127.20.0.0"
@@ -383,17 +384,14 @@ async def register_fleet(
 
     async def one(node: SimNode) -> None:
         nonlocal registered
-        body = {
-            "hostname": node.hostname,
-            "ip": node.ip,
-            "gpu_vendor": "none",
-            "gpu_count": 0,
-            "nics": [],
-            "exporters": node.exporters(),
-            "agent_version": "simfleet",
-            "machine_id": hashlib.sha256(node.ip.encode()).hexdigest()[:32],
-            "labels": {"simulated": "true"},
-        }
+        body = registration_body(
+            node.hostname,
+            node.ip,
+            node.exporters(),
+            agent_version="simfleet",
+            machine_id=hashlib.sha256(node.ip.encode()).hexdigest()[:32],
+            labels={"simulated": "true"},
+        )
         async with (
             semaphore,
             aiohttp.ClientSession(

@@ -1,16 +1,16 @@
-"""What every check shares: the command runner, HTTP probing and the context's settings.
+"""What every check shares: the command runner and the context's settings.
 
-Checks never call subprocess or urllib directly; they go through these helpers,
-which read their stand-ins from CheckContext.extra, so a test can point any check
-at a prepared directory, a fake command or a local server.
+Checks never call subprocess directly; they go through these helpers, which read
+their stand-ins from CheckContext.extra, so a test can point any check at a
+prepared directory, a fake command or a local server. Over HTTP they use what the
+contract gives both sides: contract.master_api.MasterClient for the master's API
+and contract.liveness.check_url for a service's liveness URL.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -58,19 +58,6 @@ def config(ctx: CheckContext) -> NodeConfig:
         cfg = NodeConfig.load()
         ctx.extra["config"] = cfg
     return cfg
-
-
-def http_status(url: str, timeout: float, headers: dict[str, str] | None = None) -> tuple[int, str]:
-    """(HTTP status, body or error text); status 0 means no HTTP answer at all."""
-    request = urllib.request.Request(url, headers=headers or {})  # noqa: S310 (http only)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return response.status, response.read(65536).decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read(65536).decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return 0, str(reason)
 
 
 def timeout(ctx: CheckContext) -> float:

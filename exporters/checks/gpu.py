@@ -1,7 +1,8 @@
 """GPU plumbing the exporters need: NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu.
 
 Detection reads sysfs and procfs only (no driver library), so it also serves the
-registration payload's gpu_vendor and gpu_count on nodes whose driver is broken.
+registration payload's gpu_vendor and gpu_count on nodes whose driver is broken. AMD
+cards are found by rocm-exporter's own walk (exporters.amd.amd_cards).
 """
 
 from __future__ import annotations
@@ -9,12 +10,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from exporters.amd import AMD_PCI_VENDOR, amd_cards
 from exporters.checks import CheckContext, CheckResult, CheckStatus
 from exporters.checks.base import which
+from exporters.runtime import Roots
 
-AMD_PCI_VENDOR = "0x1002"
 NVIDIA_PCI_VENDOR = "0x10de"
-_CARD_RE = re.compile(r"^card\d+$")
 
 
 def _pci_display_devices(sys_root: str, vendor: str) -> set[str]:
@@ -34,16 +35,8 @@ def _pci_display_devices(sys_root: str, vendor: str) -> set[str]:
 
 
 def amd_gpu_count(sys_root: str) -> int:
-    cards = set()
-    drm = Path(sys_root, "class/drm")
-    for card in drm.glob("card*") if drm.is_dir() else []:
-        if not _CARD_RE.match(card.name):
-            continue
-        try:
-            if (card / "device/vendor").read_text().strip().lower() == AMD_PCI_VENDOR:
-                cards.add((card / "device").resolve().name)
-        except OSError:
-            continue
+    """The DRM cards rocm-exporter reads, plus AMD display devices the driver never bound."""
+    cards = {device.resolve().name for _, device in amd_cards(Roots(sys_root=sys_root))}
     return len(cards | _pci_display_devices(sys_root, AMD_PCI_VENDOR))
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
-from contract.services import NODE_KEY_HEADER
+from contract.master_api import MasterClient
 from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import config, http_status, timeout
+from exporters.checks.base import config, timeout
+from exporters.nodeconfig import NodeConfig
+
+
+def _client(ctx: CheckContext, cfg: NodeConfig) -> MasterClient:
+    return MasterClient(cfg.master_url, timeout=timeout(ctx), node_key=cfg.node_key)
 
 
 def check_master_reachable(ctx: CheckContext) -> CheckResult:
@@ -15,10 +18,10 @@ def check_master_reachable(ctx: CheckContext) -> CheckResult:
     if not cfg.master_ip:
         return CheckResult("master_reachable", title, CheckStatus.SKIP, "MASTER_IP is not set.")
     url = f"{cfg.master_url}/health"
-    status, body = http_status(url, timeout(ctx))
-    if status == 200:
+    reply = _client(ctx, cfg).health()
+    if reply.status == 200:
         return CheckResult("master_reachable", title, CheckStatus.PASS, f"{url} answered 200")
-    found = f"HTTP {status}: {body.strip()[:200]}" if status else f"no answer: {body}"
+    found = reply.reason() if reply.status else f"no answer: {reply.error}"
     fix = (
         f"curl -m5 {url}\n# open TCP {cfg.master_port} from this node to the master, "
         "and on the master check: mac status master"
@@ -39,12 +42,10 @@ def check_node_registered(ctx: CheckContext) -> CheckResult:
             "node_registered", title, CheckStatus.FAIL, detail + ".", "sudo mac start agent"
         )
     url = f"{cfg.master_url}/api/v1/self"
-    status, body = http_status(url, timeout(ctx), {NODE_KEY_HEADER: cfg.node_key})
+    reply = _client(ctx, cfg).self_info()
+    status = reply.status
     if status == 200:
-        try:
-            node = json.loads(body)
-        except ValueError:
-            node = {}
+        node = reply.body if isinstance(reply.body, dict) else {}
         state = node.get("status", "?")
         reason = node.get("status_reason") or ""
         detail = f"registered as {node.get('hostname', '?')}: {state}"
@@ -62,7 +63,7 @@ def check_node_registered(ctx: CheckContext) -> CheckResult:
         )
     if status == 0:
         return CheckResult(
-            "node_registered", title, CheckStatus.SKIP, f"the master did not answer: {body}"
+            "node_registered", title, CheckStatus.SKIP, f"the master did not answer: {reply.error}"
         )
     return CheckResult(
         "node_registered",

@@ -1,38 +1,31 @@
 """RDMA byte counters move: the NIC bandwidth chart is flat when they never change.
 
-Reads /sys/class/infiniband/<ibdev>/ports/<n>/hw_counters/{rx,tx}_bytes (Broadcom
-Thor2) and counters/port_{rcv,xmit}_data (mlx5 and other verbs devices) twice, a
-short interval apart. An idle fabric legitimately shows no movement, so that is a
-warning that says to look again under load, not a failure.
+Reads each RDMA port's sysfs byte counters twice, a short interval apart, through
+nic-exporter's own discovery (exporters.nic): hw_counters/{rx,tx}_bytes (Broadcom
+Thor2) or counters/port_{rcv,xmit}_data (mlx5 and other verbs devices). An idle
+fabric legitimately shows no movement, so that is a warning that says to look again
+under load, not a failure.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from exporters.checks import CheckContext, CheckResult, CheckStatus
-
-COUNTER_FILES = (
-    "hw_counters/rx_bytes",
-    "hw_counters/tx_bytes",
-    "counters/port_rcv_data",
-    "counters/port_xmit_data",
-)
+from exporters.nic import discover_rdma_devices, read_port_counters
+from exporters.runtime import Roots
 
 
 def read_counters(sys_root: str) -> dict[str, int]:
+    """{"<ibdev>/<port>/<counter file>": bytes} of every port that has sysfs counters."""
+    roots = Roots(sys_root=sys_root)
     values = {}
-    base = Path(sys_root, "class/infiniband")
-    for port in sorted(base.glob("*/ports/*")) if base.is_dir() else []:
-        for name in COUNTER_FILES:
-            path = port / name
-            try:
-                values[f"{port.parent.parent.name}/{port.name}/{name}"] = int(
-                    path.read_text().strip()
-                )
-            except (OSError, ValueError):
-                continue
+    for dev in discover_rdma_devices(roots):
+        for port in dev.ports:
+            counters = read_port_counters(roots, dev.device, port.port)
+            if counters is not None:
+                values[f"{dev.device}/{port.port}/{counters.rx_file}"] = counters.rx_bytes
+                values[f"{dev.device}/{port.port}/{counters.tx_file}"] = counters.tx_bytes
     return values
 
 

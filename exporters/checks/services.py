@@ -1,10 +1,15 @@
-"""Each agent service answers its liveness URL on this node (the table in services.py)."""
+"""Each agent service answers its liveness URL on this node (the table in services.py).
+
+Judged by the master's own probe code (contract.liveness), so a service the check
+passes is one the sweep counts as up.
+"""
 
 from __future__ import annotations
 
+from contract.liveness import check_url, outcome_words
 from contract.services import SERVICES
 from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import config, http_status
+from exporters.checks.base import config
 
 
 def service_checks(ctx: CheckContext) -> list[CheckResult]:
@@ -17,13 +22,16 @@ def service_checks(ctx: CheckContext) -> list[CheckResult]:
             continue
         port = cfg.service_port(service.name, service.port)
         url = f"http://{host}:{port}{service.liveness_path}"
-        status, body = http_status(url, float(ctx.extra.get("service_timeout", 3.0)))
+        result = check_url(
+            host, port, service.liveness_path, float(ctx.extra.get("service_timeout", 3.0))
+        )
         check_id = f"service:{service.name}"
         title = f"{service.name} answers on :{port}"
-        if status == 200:
+        if result.ok:
             results.append(CheckResult(check_id, title, CheckStatus.PASS, f"{url} answered 200"))
             continue
-        found = f"HTTP {status}" if status else f"no answer ({body})"
+        words = outcome_words(result)
+        found = words if result.http_status else f"no answer ({words})"
         results.append(
             CheckResult(
                 check_id,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from contract.liveness import check_url, outcome_words
 
 
 @dataclass
@@ -47,21 +48,14 @@ class ServiceState:
 
 
 def probe(url: str | None, timeout: float = 2.0) -> str:
-    """'ok' when the liveness URL answers 200, else a short reason; '-' without a URL."""
+    """How the liveness URL answers: "ok", "HTTP 503", "timeout", "refused"...; '-' without one.
+
+    Judged by the master's own probe code, so `mac status` and the sweep agree.
+    """
     if url is None:
         return "-"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http only)
-            return "ok" if response.status == 200 else f"HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-            return "timeout"
-        if isinstance(reason, ConnectionRefusedError):
-            return "refused"
-        return str(reason)[:40]
+    parts = urlsplit(url)
+    return outcome_words(check_url(parts.hostname or "", parts.port or 80, parts.path, timeout))
 
 
 class Runtime(ABC):

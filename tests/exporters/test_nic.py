@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from exporters.nic import (
+    PortCounters,
     RdmaSource,
+    discover_interfaces,
     discover_rdma_devices,
     parse_ethtool_stats,
     parse_ib_rate,
     parse_ib_state,
     rdma_bytes_from_ethtool,
+    read_port_counters,
 )
 from exporters.runtime import Exporter, Roots
 from tests.exporters.conftest import (
@@ -75,6 +78,27 @@ def test_vendors_are_told_apart_from_sysfs_drivers_and_ids():
     assert found["bnxt_re0"].vendor == "broadcom" and found["bnxt_re0"].pci_id == "0x14e4:0x1760"
     assert found["irdma0"].vendor == "intel"
     assert found["enp65s0"].vendor == "mangoboost"  # no IB device: found through its driver
+
+
+def test_interfaces_know_their_rdma_device_from_the_one_ib_walk():
+    found = {nic.name: nic for nic in discover_interfaces(IB_ROOTS)}
+    assert sorted(found) == ["enp65s0", "ens1f0np0", "ens1f1np1", "ens2f0np0", "ens3f0"]
+    assert found["ens1f0np0"].ibdev == "mlx5_0" and found["ens2f0np0"].ibdev == "bnxt_re0"
+    # GPUBoost has no IB device: it is found through its driver, not given an ibdev.
+    mango = found["enp65s0"]
+    assert (mango.ibdev, mango.physical, mango.speed_mbps) == ("", True, 200000)
+    assert (mango.operstate, mango.driver) == ("up", "mango_gpuboost")
+
+
+def test_port_counters_come_from_the_best_source_in_bytes():
+    assert read_port_counters(IB_ROOTS, "bnxt_re0", "1") == PortCounters(
+        "hw_counters/rx_bytes", "hw_counters/tx_bytes", 37384362467952, 37294508603607
+    )
+    # Standard IB counters count 4-byte words.
+    assert read_port_counters(IB_ROOTS, "irdma0", "1") == PortCounters(
+        "counters/port_rcv_data", "counters/port_xmit_data", 2500000000 * 4, 1250000000 * 4
+    )
+    assert read_port_counters(IB_ROOTS, "mlx5_1", "1") is None
 
 
 def test_every_vendor_lands_in_one_family():

@@ -8,7 +8,8 @@ import pytest
 
 from contract.master_api import MasterClient, route_address
 from exporters.nodeconfig import NodeConfig
-from maccli.agent import build_payload, list_nics, parse_labels
+from maccli.agent.hardware import nics
+from maccli.agent.payload import build_payload, parse_labels
 from maccli.output import CliError
 from testkit.fakehttp import JsonHandler, serving
 
@@ -57,44 +58,64 @@ def test_route_address_is_the_local_end_towards_the_master():
     assert route_address("127.0.0.1", 28080) == "127.0.0.1"
 
 
+def _pci_nic(sys_root: Path, pci: str, iface: str, ibdev: str = "", driver: str = "") -> None:
+    """A NIC laid out as the kernel does: a PCI device with net/ (and infiniband/) children."""
+    device = sys_root / "devices/pci0000:00" / pci
+    (device / "net" / iface).mkdir(parents=True)
+    (sys_root / "class/net").mkdir(parents=True, exist_ok=True)
+    (sys_root / "class/net" / iface).symlink_to(device / "net" / iface)
+    (device / "net" / iface / "device").symlink_to(device)
+    if driver:
+        (sys_root / "bus/pci/drivers" / driver).mkdir(parents=True, exist_ok=True)
+        (device / "driver").symlink_to(sys_root / "bus/pci/drivers" / driver)
+    if ibdev:
+        (device / "infiniband" / ibdev / "ports/1").mkdir(parents=True)
+        (sys_root / "class/infiniband").mkdir(parents=True, exist_ok=True)
+        (sys_root / "class/infiniband" / ibdev).symlink_to(device / "infiniband" / ibdev)
+        (device / "infiniband" / ibdev / "device").symlink_to(device)
+
+
+def _node_config(tmp_path: Path, root: Path, **settings: str) -> NodeConfig:
+    """A node whose sys, proc, dev and etc trees are under `root`."""
+    trees = {f"MAC_{tree.upper()}_ROOT": str(root / tree) for tree in ("sys", "proc", "dev", "etc")}
+    files = {"MAC_NODE_ENV_FILE": str(tmp_path / "n"), "MAC_USER_ENV_FILE": str(tmp_path / "u")}
+    return NodeConfig.load({**trees, **files, **settings})
+
+
 def test_payload_describes_the_node_from_its_trees(tmp_path: Path):
     sys_root = tmp_path / "sys"
-    nic = sys_root / "class/net/enp1s0"
-    (sys_root / "bus/pci/drivers/mlx5_core").mkdir(parents=True)
-    (nic / "device").mkdir(parents=True)
-    (nic / "device/driver").symlink_to(sys_root / "bus/pci/drivers/mlx5_core")
-    (nic / "device/infiniband/mlx5_0").mkdir(parents=True)
-    (nic / "address").write_text("0c:42:a1:00:00:01\n")
-    (nic / "speed").write_text("200000\n")
+    _pci_nic(sys_root, "0000:17:00.0", "enp1s0", ibdev="mlx5_0", driver="mlx5_core")
+    (sys_root / "class/net/enp1s0/address").write_text("0c:42:a1:00:00:01\n")
+    (sys_root / "class/net/enp1s0/speed").write_text("200000\n")
+    _pci_nic(sys_root, "0000:18:00.0", "eno1")
+    (sys_root / "class/net/eno1/speed").write_text("-1\n")  # no link: no speed reported
     (sys_root / "class/net/lo").mkdir(parents=True)
+    (sys_root / "class/net/docker0").mkdir(parents=True)  # a bridge: no device behind it
     (tmp_path / "proc/driver/nvidia/gpus/0000:3b:00.0").mkdir(parents=True)
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/machine-id").write_text("3d1219c7c4c5404aaa1f6d2a48adfda4\n")
-    cfg = NodeConfig.load(
-        {
-            "MAC_SYS_ROOT": str(sys_root),
-            "MAC_PROC_ROOT": str(tmp_path / "proc"),
-            "MAC_DEV_ROOT": str(tmp_path / "dev"),
-            "MAC_ETC_ROOT": str(tmp_path / "etc"),
-            "MAC_LABELS": "rack=a1, role=gpu",
-            "MAC_NODE_ENV_FILE": str(tmp_path / "n"),
-            "MAC_USER_ENV_FILE": str(tmp_path / "u"),
-        }
-    )
+    cfg = _node_config(tmp_path, tmp_path, MAC_LABELS="rack=a1, role=gpu")
     payload = build_payload(cfg, "gpu-01", "10.0.0.17", [])
     assert payload["gpu_vendor"] == "nvidia" and payload["gpu_count"] == 1
     assert payload["machine_id"] == "3d1219c7c4c5404aaa1f6d2a48adfda4"
     assert payload["labels"] == {"rack": "a1", "role": "gpu"}
     assert payload["nics"] == [
+        {"name": "eno1", "mac": ""},
         {
             "name": "enp1s0",
             "mac": "0c:42:a1:00:00:01",
             "driver": "mlx5_core",
             "ibdev": "mlx5_0",
             "speed_mbps": 200000,
-        }
+        },
     ]
-    assert list_nics(str(tmp_path / "nothing")) == []
+
+
+def test_a_node_without_sysfs_reports_no_nics_and_no_machine_id(tmp_path: Path):
+    cfg = _node_config(tmp_path, tmp_path / "nothing")
+    assert nics(cfg) == []
+    payload = build_payload(cfg, "vm-01", "10.0.0.18", [])
+    assert (payload["nics"], payload["machine_id"], payload["gpu_vendor"]) == ([], "", "none")
 
 
 def test_bad_labels_name_the_item():

@@ -1,0 +1,111 @@
+"""The four agent commands: start, stop, restart and status, over the modules beside them."""
+
+from __future__ import annotations
+
+import json
+
+from exporters.nodeconfig import NodeConfig
+from maccli import output
+from maccli.agent import guards
+from maccli.agent.registration import (
+    agent_ip,
+    check_master,
+    client,
+    deregister,
+    forget_registration,
+    master_view,
+    register,
+)
+from maccli.agent.specs import ROLE, runtime_and_specs
+from maccli.output import CliError
+from maccli.runtimes import ServiceState
+
+
+def print_states(states: list[ServiceState], title: str = "") -> None:
+    rows = [
+        (
+            s.name,
+            output.styled(s.state),
+            output.styled(s.health) if s.state == "running" else output.styled("-"),
+            str(s.port or "-"),
+            output.format_duration(s.uptime),
+            str(s.pid or "-"),
+        )
+        for s in states
+    ]
+    output.table(["SERVICE", "STATE", "HEALTH", "PORT", "UPTIME", "PID"], rows, title=title)
+
+
+def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+    cfg = NodeConfig.load()
+    master_ip = guards.require_master_ip(cfg)
+    guards.warn_shared_master_ip(cfg)
+    hostname = guards.resolve_node_name(cfg)
+    guards.require_node_file_writable(cfg)
+    guards.require_valid_master_port(cfg)
+    ip = agent_ip(cfg)
+    check_master(cfg, client(cfg, source_ip=ip, timeout=5))
+    runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
+    states = runtime.start(ROLE, specs)
+    print_states(states, f"Agent services ({runtime.name} runtime)")
+    node = register(cfg, hostname, ip, specs)
+    state = str(node.get("status", "unknown")).capitalize()
+    output.say(
+        f"Node {node.get('hostname', hostname)} ({node.get('ip', ip)}) is {state} on the "
+        "master; its next probe (every 30 s by default) marks it Online."
+    )
+    output.ok(f"Registered with master {master_ip}.")
+    return 0
+
+
+def stop(runtime_name: str | None = None) -> int:
+    cfg = NodeConfig.load()
+    runtime, specs = runtime_and_specs(cfg, runtime_name)
+    hostname, deregistered, problem = deregister(cfg, cfg.node_name()[0])
+    states = runtime.stop(ROLE, specs)
+    if deregistered:
+        forget_registration(cfg)
+        output.ok(f"Deregistered {hostname} from master {cfg.master_ip}.")
+    still = [s.name for s in states if s.running]
+    if still:
+        raise CliError(f"still running: {', '.join(still)}", commands=["mac status"])
+    output.say(f"Stopped {len(states)} agent services ({runtime.name} runtime).")
+    if problem:
+        raise problem
+    return 0
+
+
+def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+    cfg = NodeConfig.load()
+    runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
+    states = runtime.restart(ROLE, specs)
+    print_states(states, f"Agent services ({runtime.name} runtime)")
+    if cfg.node_key:
+        output.ok("Restarted; the node stays registered.")
+    else:
+        output.say("Restarted. This node is not registered yet: run `mac start agent`.")
+    return 0
+
+
+def status(runtime_name: str | None = None, as_json: bool = False) -> int:
+    cfg = NodeConfig.load()
+    runtime, specs = runtime_and_specs(cfg, runtime_name)
+    states = runtime.status(ROLE, specs)
+    line, node = master_view(cfg)
+    healthy = all(s.running and s.health in ("ok", "-") for s in states)
+    if as_json:
+        output.out().print_json(
+            json.dumps(
+                {
+                    "runtime": runtime.name,
+                    "services": [s.__dict__ for s in states],
+                    "master": node,
+                    "master_line": line,
+                    "ok": healthy,
+                }
+            )
+        )
+        return 0 if healthy else 1
+    print_states(states, f"Agent services ({runtime.name} runtime)")
+    output.say(line)
+    return 0 if healthy else 1

@@ -1,0 +1,52 @@
+"""What this node has, as the registration reports it: GPUs, NICs and its machine id.
+
+Nothing is discovered here: GPUs come from the checks' sysfs/procfs detection (the
+same that `mac doctor` runs) and NICs from nic-exporter's discovery, so the master's
+inventory, mango-sdk-agent and the exporters all see one node. The trees are the
+MAC_*_ROOT overrides, so tests point them at a prepared directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from exporters.checks.gpu import detect_gpus
+from exporters.nic import NetInterface, discover_interfaces
+from exporters.nodeconfig import NodeConfig
+from exporters.runtime import Roots
+
+
+def gpus(cfg: NodeConfig) -> tuple[str, int]:
+    """("nvidia"|"amd"|"none", count)."""
+    return detect_gpus(
+        cfg.get("MAC_PROC_ROOT") or "/proc",
+        cfg.get("MAC_SYS_ROOT") or "/sys",
+        cfg.get("MAC_DEV_ROOT") or "/dev",
+    )
+
+
+def registration_nic(nic: NetInterface) -> dict:
+    """One NIC in the shape the master stores (name, mac, and driver, ibdev, speed if known)."""
+    entry: dict = {"name": nic.name, "mac": nic.mac_address}
+    if nic.driver:
+        entry["driver"] = nic.driver
+    if nic.ibdev:
+        entry["ibdev"] = nic.ibdev
+    if nic.speed_mbps:
+        entry["speed_mbps"] = nic.speed_mbps
+    return entry
+
+
+def nics(cfg: NodeConfig) -> list[dict]:
+    """The physical network interfaces (those backed by a device), for the registration."""
+    roots = Roots(sys_root=cfg.get("MAC_SYS_ROOT") or "/sys")
+    return [registration_nic(nic) for nic in discover_interfaces(roots) if nic.physical]
+
+
+def machine_id(cfg: NodeConfig) -> str:
+    """/etc/machine-id (under MAC_ETC_ROOT), or "" where the node has none."""
+    try:
+        text = Path(cfg.get("MAC_ETC_ROOT") or "/etc", "machine-id").read_text()
+    except OSError:
+        return ""
+    return text.strip()[:64]

@@ -1,0 +1,38 @@
+"""The registration body of this node, built by the contract's one builder."""
+
+from __future__ import annotations
+
+from contract.master_api import registration_body
+from exporters.nodeconfig import NodeConfig
+from maccli.agent import hardware
+from maccli.output import CliError
+from maccli.runtimes import ServiceSpec
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """MAC_LABELS ("rack=a1,role=gpu") as a dict; CliError naming the item that is not key=value."""
+    labels = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(
+                f"MAC_LABELS item {item!r} is not key=value.",
+                commands=["mac env set MAC_LABELS=rack=a1,role=gpu"],
+            )
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def build_payload(cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSpec]) -> dict:
+    """What POST /api/v1/register gets from this node: its hardware, services and labels."""
+    vendor, count = hardware.gpus(cfg)
+    return registration_body(
+        hostname,
+        ip,
+        {spec.name: spec.port for spec in specs if spec.port is not None},
+        gpu_vendor=vendor,
+        gpu_count=count,
+        nics=hardware.nics(cfg),
+        labels=parse_labels(cfg.get("MAC_LABELS") or ""),
+        machine_id=hardware.machine_id(cfg),
+    )

@@ -1,0 +1,135 @@
+"""The agent's conversation with its master: /health, register, deregister and self.
+
+All of it goes through the contract's MasterClient (contract.master_api), leaving
+from the address the node reports, so the master sees the same address whether or
+not a join token lets it trust the claimed one.
+"""
+
+from __future__ import annotations
+
+from contract.master_api import MasterClient, Reply, route_address
+from exporters.envfile import write_env_file
+from exporters.nodeconfig import NODE_KEY, NodeConfig
+from maccli import output
+from maccli.agent import errors
+from maccli.agent.payload import build_payload
+from maccli.output import CliError
+from maccli.runtimes import ServiceSpec
+
+
+def client(cfg: NodeConfig, source_ip: str | None = None, timeout: float = 10.0) -> MasterClient:
+    return MasterClient(
+        cfg.master_url,
+        timeout=float(cfg.get("MAC_MASTER_TIMEOUT") or timeout),
+        join_token=cfg.join_token,
+        node_key=cfg.node_key,
+        source_ip=source_ip,
+    )
+
+
+def agent_ip(cfg: NodeConfig) -> str:
+    """MAC_AGENT_IP, else this node's address on the route to the master."""
+    explicit = (cfg.get("MAC_AGENT_IP") or "").strip()
+    if explicit:
+        return explicit
+    try:
+        return route_address(cfg.master_ip, cfg.master_port)
+    except OSError as exc:
+        raise errors.no_route_error(cfg, exc) from None
+
+
+def check_master(cfg: NodeConfig, master: MasterClient) -> None:
+    """Return when the master can take a registration; CliError otherwise."""
+    with output.spinner(f"Checking {cfg.master_url}/health ..."):
+        reply = master.health()
+    if reply.status == 200:
+        return
+    if _only_sweeps_failing(reply):
+        # The API and its database answer, so registration works; the node will be
+        # probed as soon as the master's worker and beat run again.
+        output.warn(
+            "the master answers, but its sweeps have stopped (worker or beat down); "
+            "registering anyway. On the master: mac status master"
+        )
+        return
+    raise errors.unhealthy_master_error(cfg, reply)
+
+
+def _only_sweeps_failing(reply: Reply) -> bool:
+    body = reply.body if isinstance(reply.body, dict) else {}
+    return reply.status == 503 and body.get("failed") == ["sweeps"]
+
+
+def register(cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSpec]) -> dict:
+    """Register (or re-register) this node; its node key goes to the per-node file."""
+    master = client(cfg, source_ip=ip)
+    payload = build_payload(cfg, hostname, ip, specs)
+    with output.spinner(f"Registering {hostname} ({ip}) with {cfg.master_url} ..."):
+        reply = master.register(payload)
+    if not reply.ok or not isinstance(reply.body, dict):
+        raise errors.registration_error(cfg, reply)
+    key = reply.body.get("node_key")
+    if key:
+        write_env_file(cfg.node_file, {NODE_KEY: key})
+    return reply.body
+
+
+def deregister(cfg: NodeConfig, hostname: str) -> tuple[str, bool, CliError | None]:
+    """(the name the master knew, whether the node is off the inventory, the problem if not).
+
+    The problem is returned, not raised: the services stop either way.
+    """
+    if not cfg.node_key:
+        output.say("This node holds no node key: there is no registration to remove.")
+        return hostname, False, None
+    if not cfg.master_ip:
+        return hostname, False, errors.no_master_ip_to_deregister()
+    master = client(cfg, timeout=5)
+    with output.spinner(f"Deregistering {hostname} from {cfg.master_url} ..."):
+        # The name the master knows, in case NODE_NAME changed since the registration.
+        reply = known = master.self_info()
+        if known.ok and isinstance(known.body, dict) and known.body.get("hostname"):
+            hostname = known.body["hostname"]
+        if known.status != 0:
+            reply = master.deregister(hostname)
+    if reply.ok:
+        return hostname, True, None
+    if reply.status == 404:
+        output.say(f"The master does not know {hostname}: nothing to deregister.")
+        return hostname, True, None
+    return hostname, False, errors.deregistration_error(cfg, reply)
+
+
+def forget_registration(cfg: NodeConfig) -> None:
+    """Drop the node key once the master no longer knows this node."""
+    write_env_file(cfg.node_file, {NODE_KEY: None})
+
+
+def master_view(cfg: NodeConfig) -> tuple[str, dict | None]:
+    """One line on what the master says of this node, and the node JSON when it answered."""
+    if not cfg.master_ip:
+        return "Master: MASTER_IP is not set (mac env set MASTER_IP=<master-ip>).", None
+    if not cfg.node_key:
+        return f"Master {cfg.master_ip}: this node is not registered (run: mac start agent).", None
+    reply = client(cfg, timeout=5).self_info()
+    if reply.ok and isinstance(reply.body, dict):
+        node = reply.body
+        line = (
+            f"Master {cfg.master_ip}: {node.get('hostname')} ({node.get('ip')}) is "
+            f"{str(node.get('status', '?')).capitalize()}"
+        )
+        reason = node.get("status_detail") or node.get("status_reason")
+        if reason:
+            line += f" ({reason})"
+        if node.get("diagnosis"):
+            line += f"; diagnosis: {node['diagnosis']}"
+        if node.get("last_seen"):
+            line += f"; last seen {node['last_seen']}"
+        return line, node
+    if reply.status in (403, 404):
+        return (
+            f"Master {cfg.master_ip}: does not know this node's key ({reply.reason()}); "
+            "run: sudo mac start agent",
+            None,
+        )
+    return f"Master {cfg.master_ip}: no answer ({reply.reason()}).", None
