@@ -1,16 +1,23 @@
-"""dcgm-exporter: NVIDIA GPUs through NVML, under NVIDIA dcgm-exporter's names and labels.
+"""dcgm-exporter: NVIDIA GPUs through NVML, under NVIDIA dcgm-exporter's names, types and labels.
 
-Names and units follow dcgm-exporter's default counters (``DCGM_FI_DEV_FB_USED`` in
-MiB, ``DCGM_FI_DEV_POWER_USAGE`` in W, ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` in
-mJ...) and every sample carries its labels ``gpu``, ``UUID``, ``pci_bus_id``,
-``device``, ``modelName``, ``Hostname`` and ``DCGM_FI_DRIVER_VERSION``, so the
-usual DCGM Grafana dashboards work against this exporter.
+Every field of dcgm-exporter's default counters that NVML can supply is here
+(``exporters.nvidia_fields`` lists them with their units and types), and every sample
+carries dcgm-exporter's labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
+``modelName``, ``Hostname`` and ``DCGM_FI_DRIVER_VERSION``, so the DCGM Grafana
+dashboards work against this exporter unchanged. ``Hostname`` keeps its capital H:
+MAC's scrape targets carry their own ``hostname`` (the registered node name), and
+the two never collide into ``exported_*`` labels (exporters/README.md).
+
+Counters are exposed as dcgm-exporter exposes them: ``# TYPE <name> counter`` under
+the DCGM name itself, with no ``_total`` (``generate_dcgm_latest``).
 
 NVML comes from nvidia-ml-py (``pynvml``); the module object is injected so tests
 hand in a fake at exactly that hardware boundary. A field the GPU does not support
 (``NVML_ERROR_NOT_SUPPORTED``) or a blank value is skipped, never reported as a
 number. A GPU that fell off the bus (``NVML_ERROR_GPU_IS_LOST``) is reported by
-``mac_gpu_lost 1`` with the identity it had when it was last seen.
+``mac_gpu_lost 1`` with the identity it had when it was last seen. The profiling
+fields come from NVML's GPM metrics where the GPU has them;
+``mac_gpu_profiling_available`` says, per GPU, why they are absent elsewhere.
 """
 
 from __future__ import annotations
@@ -18,26 +25,30 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from types import ModuleType
 
-from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.samples import Sample
 
+from exporters.nvidia_fields import (
+    GpmSampler,
+    GpuQuery,
+    GpuState,
+    dcgm_fields,
+    gpm_metric_ids,
+    is_blank,
+)
 from exporters.runtime import BackendStatus, Exporter, Options
 
 log = logging.getLogger("exporters")
 
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
-# Sentinels NVML and DCGM use for "no value": never export them as numbers.
-BLANK_THRESHOLDS = (0x7FFFFFF0, 0xFFFFFFFF, 0x7FFFFFFFFFFFFFF0, 0xFFFFFFFFFFFFFFFF)
-MIB = 1024 * 1024
-
-
-def is_blank(value: float) -> bool:
-    """True for NVML/DCGM "not available" sentinels."""
-    return any(value == sentinel for sentinel in BLANK_THRESHOLDS) or value >= 0x7FFFFFFFFFFFFFF0
 
 
 def _text(value) -> str:
@@ -61,160 +72,62 @@ class GpuIdentity:
         return asdict(self)
 
 
-def _scaled(read: Callable, factor: float) -> Callable:
-    """Convert units after the blank check: a scaled sentinel no longer looks like one."""
+class ExactCounterFamily(Metric):
+    """A counter whose samples keep the family's own name, as DCGM counters do.
 
-    def scaled(nvml, handle):
-        raw = read(nvml, handle)
-        return None if raw is None or is_blank(raw) else raw * factor
-
-    return scaled
-
-
-# (metric, help, counter?, how to read it: fn(nvml, handle) -> number)
-def _fields(nvml: ModuleType) -> list[tuple[str, str, bool, Callable]]:
-    def ecc(kind):
-        return lambda n, h: n.nvmlDeviceGetTotalEccErrors(h, kind, n.NVML_VOLATILE_ECC)
-
-    # Renamed "clocks event reasons" in newer NVML; older bindings only have the old name.
-    throttle = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    throttle = throttle or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
-    return [
-        (
-            "DCGM_FI_DEV_SM_CLOCK",
-            "SM clock frequency (in MHz).",
-            False,
-            lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
-        ),
-        (
-            "DCGM_FI_DEV_MEM_CLOCK",
-            "Memory clock frequency (in MHz).",
-            False,
-            lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),
-        ),
-        (
-            "DCGM_FI_DEV_GPU_TEMP",
-            "GPU temperature (in C).",
-            False,
-            lambda n, h: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
-        ),
-        (
-            "DCGM_FI_DEV_MEMORY_TEMP",
-            "Memory temperature (in C).",
-            False,
-            lambda n, h: _field_value(n, h, n.NVML_FI_DEV_MEMORY_TEMP),
-        ),
-        (
-            "DCGM_FI_DEV_POWER_USAGE",
-            "Power draw (in W).",
-            False,
-            _scaled(lambda n, h: n.nvmlDeviceGetPowerUsage(h), 1 / 1000),
-        ),
-        (
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-            "Total energy consumption since boot (in mJ).",
-            True,
-            lambda n, h: n.nvmlDeviceGetTotalEnergyConsumption(h),
-        ),
-        (
-            "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
-            "PCIe TX throughput (in KB/s).",
-            False,
-            lambda n, h: n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_TX_BYTES),
-        ),
-        (
-            "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
-            "PCIe RX throughput (in KB/s).",
-            False,
-            lambda n, h: n.nvmlDeviceGetPcieThroughput(h, n.NVML_PCIE_UTIL_RX_BYTES),
-        ),
-        (
-            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-            "Total number of PCIe retries.",
-            True,
-            lambda n, h: n.nvmlDeviceGetPcieReplayCounter(h),
-        ),
-        (
-            "DCGM_FI_DEV_GPU_UTIL",
-            "GPU utilization (in %).",
-            False,
-            lambda n, h: n.nvmlDeviceGetUtilizationRates(h).gpu,
-        ),
-        (
-            "DCGM_FI_DEV_MEM_COPY_UTIL",
-            "Memory utilization (in %).",
-            False,
-            lambda n, h: n.nvmlDeviceGetUtilizationRates(h).memory,
-        ),
-        (
-            "DCGM_FI_DEV_FB_FREE",
-            "Framebuffer memory free (in MiB).",
-            False,
-            _scaled(lambda n, h: n.nvmlDeviceGetMemoryInfo(h).free, 1 / MIB),
-        ),
-        (
-            "DCGM_FI_DEV_FB_USED",
-            "Framebuffer memory used (in MiB).",
-            False,
-            _scaled(lambda n, h: n.nvmlDeviceGetMemoryInfo(h).used, 1 / MIB),
-        ),
-        (
-            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-            "Total number of single-bit volatile ECC errors.",
-            True,
-            ecc(nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-        ),
-        (
-            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-            "Total number of double-bit volatile ECC errors.",
-            True,
-            ecc(nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-        ),
-        (
-            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-            "Current clock throttle reasons (bitmask).",
-            False,
-            lambda n, h: throttle(h),
-        ),
-        (
-            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-            "Total number of NVLink bandwidth counters for all lanes (in KiB).",
-            True,
-            lambda n, h: _nvlink_total(n, h),
-        ),
-    ]
-
-
-def exact_counter(name: str, doc: str, labels: list[str]) -> UnknownMetricFamily:
-    """A DCGM counter under its exact name.
-
-    client_python appends ``_total`` to every counter in the text format, which
-    would rename DCGM_FI_DEV_PCIE_REPLAY_COUNTER and break DCGM dashboards; the name
-    matters more than the TYPE line, so these go out untyped (rate() works the same).
+    client_python's CounterMetricFamily names its samples ``<name>_total``;
+    dcgm-exporter's DCGM_FI_DEV_PCIE_REPLAY_COUNTER has no such suffix, and
+    dashboards query the bare name.
     """
-    return UnknownMetricFamily(name, doc, labels=labels)
+
+    def __init__(self, name: str, documentation: str, labels: list[str]):
+        super().__init__(name, documentation, "counter")
+        self._labelnames = tuple(labels)
+
+    def add_metric(self, labels: list[str], value: float) -> None:
+        self.samples.append(
+            Sample(self.name, dict(zip(self._labelnames, labels, strict=True)), value)
+        )
+
+    def untyped(self) -> Metric:
+        copy = Metric(self.name, self.documentation, "unknown")
+        copy.samples = list(self.samples)
+        return copy
 
 
-def _field_value(nvml: ModuleType, handle, field_id: int) -> float:
-    """One NVML field value, raising NVMLError(NOT_SUPPORTED) when the GPU lacks it."""
-    value = nvml.nvmlDeviceGetFieldValues(handle, [field_id])[0]
-    if value.nvmlReturn != nvml.NVML_SUCCESS:
-        raise nvml.NVMLError(value.nvmlReturn)
-    union = value.value
-    return {
-        nvml.NVML_VALUE_TYPE_DOUBLE: lambda: union.dVal,
-        nvml.NVML_VALUE_TYPE_UNSIGNED_INT: lambda: union.uiVal,
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: lambda: union.ulVal,
-        nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: lambda: union.ullVal,
-        nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: lambda: union.sllVal,
-    }.get(value.valueType, lambda: union.siVal)()
+class _Families:
+    """A collector over families already collected (generate_latest wants ``collect()``)."""
+
+    def __init__(self, families: list[Metric]):
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
 
 
-def _nvlink_total(nvml: ModuleType, handle) -> float:
-    """NVLink data KiB both ways, all links; NOT_SUPPORTED on GPUs without NVLink."""
-    return _field_value(nvml, handle, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX) + _field_value(
-        nvml, handle, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-    )
+def generate_dcgm_latest(registry: CollectorRegistry) -> bytes:
+    """The text format, with each ExactCounterFamily written as dcgm-exporter writes counters.
+
+    generate_latest() names a counter's HELP and TYPE lines ``<name>_total``, which
+    would not match the samples. So exact counters go through it untyped (sample
+    lines and escaping stay client_python's) and only their TYPE line is then
+    set to ``counter``.
+    """
+    families = list(registry.collect())
+    exact = {family.name for family in families if isinstance(family, ExactCounterFamily)}
+    text = generate_latest(
+        _Families([f.untyped() if isinstance(f, ExactCounterFamily) else f for f in families])
+    ).decode()
+    prefix, untyped = "# TYPE ", " untyped"
+    lines = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\n")
+        if body.startswith(prefix) and body.endswith(untyped):
+            name = body[len(prefix) : -len(untyped)]
+            if name in exact:
+                line = f"{prefix}{name} counter\n"
+        lines.append(line)
+    return "".join(lines).encode()
 
 
 def _handle_key(handle) -> object:
@@ -236,9 +149,16 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, hostname: str, nvml: ModuleType | None = None):
+    def __init__(
+        self,
+        hostname: str,
+        nvml: ModuleType | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.hostname = hostname
         self._nvml = nvml
+        self._clock = clock  # NVLink bandwidth is a rate between two scrapes
+        self._states: dict[int, GpuState] = {}
         self._initialised = False
         self._backend = BackendStatus("nvml", False, "not initialised yet")
         self._identities: dict[int, GpuIdentity] = {}
@@ -348,6 +268,11 @@ class NvmlSource:
         with self._lock:
             yield from self._collect()
 
+    def _state(self, index: int) -> GpuState:
+        if index not in self._states:
+            self._states[index] = GpuState(GpmSampler(gpm_metric_ids(self.nvml)))
+        return self._states[index]
+
     def _collect(self) -> Iterable[Metric]:
         count = GaugeMetricFamily("mac_gpu_count", "GPUs NVML reports on this node.")
         lost = GaugeMetricFamily(
@@ -355,21 +280,28 @@ class NvmlSource:
             "1 when NVML reports the GPU lost (fell off the bus, NVML_ERROR_GPU_IS_LOST).",
             labels=LABELS,
         )
+        profiling = GaugeMetricFamily(
+            "mac_gpu_profiling_available",
+            "1 when the DCGM_FI_PROF_* fields come from NVML's GPM metrics, else 0 and why not.",
+            labels=[*LABELS, "reason"],
+        )
         if not self._init():
             count.add_metric([], 0)
             yield count
             return
         nvml = self.nvml
         driver = _text(nvml.nvmlSystemGetDriverVersion())
-        fields = _fields(nvml)
-        families = {
-            name: (exact_counter if counter else GaugeMetricFamily)(name, doc, labels=LABELS)
-            for name, doc, counter, _ in fields
+        fields = dcgm_fields(nvml)
+        families: dict[str, Metric] = {
+            f.name: (ExactCounterFamily if f.kind == "counter" else GaugeMetricFamily)(
+                f.name, f.help, labels=LABELS
+            )
+            for f in fields
         }
         xid_last = GaugeMetricFamily(
             "DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", labels=LABELS
         )
-        xid_count = exact_counter(
+        xid_count = ExactCounterFamily(
             "DCGM_EXP_XID_ERRORS_COUNT",
             "Count of XID errors since the exporter started, by XID.",
             labels=[*LABELS, "xid"],
@@ -377,6 +309,7 @@ class NvmlSource:
         total = nvml.nvmlDeviceGetCount()
         count.add_metric([], total)
         handles: dict[int, object] = {}
+        now = self._clock()
         for index in range(total):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -387,10 +320,12 @@ class NvmlSource:
                 continue
             handles[index] = handle
             labels = ident.labels(self.hostname, driver)
+            state = self._state(index)
+            query = GpuQuery(nvml, handle, state, now)
             is_lost = 0.0
-            for name, _doc, _counter, read in fields:
+            for f in fields:
                 try:
-                    value = read(nvml, handle)
+                    value = f.read(query)
                 except nvml.NVMLError as exc:
                     if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
                         is_lost = 1.0
@@ -398,13 +333,15 @@ class NvmlSource:
                     continue  # NOT_SUPPORTED and friends: skip, never a fake number
                 if value is None or is_blank(value):
                     continue
-                families[name].add_metric(labels, value)
+                families[f.name].add_metric(labels, value)
             lost.add_metric(labels, is_lost)
+            if not is_lost and state.gpm.supported is not None:
+                available = 0.0 if state.gpm.reason else 1.0
+                profiling.add_metric([*labels, state.gpm.reason], available)
         self._drain_xid_events(handles)
-        for index, handle_ident in self._identities.items():
-            labels = handle_ident.labels(self.hostname, driver)
-            if index in self._last_xid:
-                xid_last.add_metric(labels, self._last_xid[index])
+        for index, known in self._identities.items():
+            # dcgm-exporter reports 0 until a GPU has had an XID.
+            xid_last.add_metric(known.labels(self.hostname, driver), self._last_xid.get(index, 0))
         for (index, xid), value in sorted(self._xids.items()):
             ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
             xid_count.add_metric([*ident.labels(self.hostname, driver), str(xid)], value)
@@ -413,6 +350,7 @@ class NvmlSource:
         yield xid_last
         yield xid_count
         yield lost
+        yield profiling
 
     def _lost(self, exc: Exception) -> float:
         lost = getattr(exc, "value", None) == self.nvml.NVML_ERROR_GPU_IS_LOST
@@ -422,4 +360,9 @@ class NvmlSource:
 
 
 def build(options: Options) -> Exporter:
-    return Exporter("dcgm-exporter", [NvmlSource(options.hostname)], timeout=options.timeout)
+    return Exporter(
+        "dcgm-exporter",
+        [NvmlSource(options.hostname)],
+        timeout=options.timeout,
+        exposition=generate_dcgm_latest,
+    )

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 
 from contract import __version__
 
@@ -320,7 +321,8 @@ class Exporter:
 
     ``routes`` are extra aiohttp routes (sys-manager's /diagnostics...);
     ``health_extra`` adds service-specific fields to /health (bmc-agent: whether
-    the BMC answers).
+    the BMC answers). ``exposition`` writes /metrics from the registry (dcgm-exporter
+    writes its counters without ``_total``, as the original does).
     """
 
     service: str
@@ -328,6 +330,7 @@ class Exporter:
     timeout: float = DEFAULT_COLLECTOR_TIMEOUT
     routes: list = field(default_factory=list)
     health_extra: Callable[[], dict] | None = None
+    exposition: Callable[[CollectorRegistry], bytes] = generate_latest
 
     def __post_init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from exporters.runtime import Exporter
 
@@ -50,7 +50,7 @@ def make_app(exporter: Exporter) -> web.Application:
     async def metrics(_request: web.Request) -> web.Response:
         # Collection blocks (files, subprocesses, NVML): keep the event loop free.
         loop = asyncio.get_running_loop()
-        body = await loop.run_in_executor(None, generate_latest, exporter.registry)
+        body = await loop.run_in_executor(None, exporter.exposition, exporter.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_request: web.Request) -> web.Response:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contract.diagnosis import describe, diagnose
-from contract.liveness import NodeProbe, Outcome, ProbeResult
+from contract.liveness import NodeProbe, ProbeResult
+from contract.outcomes import Outcome
 from inventory.choices import Diagnosis
 
 

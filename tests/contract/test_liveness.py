@@ -7,18 +7,17 @@ import socket
 
 import pytest
 
+from contract.httpwire import READ_CAP, looks_like_exposition
 from contract.liveness import (
-    READ_CAP,
-    Outcome,
     ProbeResult,
     ProbeStats,
     Target,
-    looks_like_exposition,
     probe_targets,
     probe_url,
     run_probe,
     services_to_probe,
 )
+from contract.outcomes import Outcome
 from contract.services import Service
 from testkit.simfleet import Mode, render_exposition
 

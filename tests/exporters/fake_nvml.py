@@ -1,16 +1,32 @@
 """A fake pynvml module: the NVML hardware boundary, with pynvml's own constants and errors.
 
-Everything that is not a device call (constants, NVMLError and its per-code
-subclasses) is the real nvidia-ml-py module's, so the exporter cannot tell the
-difference except that no driver is touched.
+Everything that is not a device call (constants, ctypes structures, NVMLError and
+its per-code subclasses) is the real nvidia-ml-py module's, so the exporter cannot
+tell the difference except that no driver is touched. GPM follows NVML's contract:
+metrics come from two samples of the same GPU, the second taken after the first.
+
+``python -m tests.exporters.fake_nvml --port P`` serves dcgm-exporter on two fake
+H200s as a real process, for tests that point a real Prometheus at it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import ctypes
+import itertools
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pynvml
+
+# What NVML's GPM reports on a busy H200 (percentages; PCIe figures as NVML gives them).
+H200_GPM = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 93.5,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 61.25,
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 47.5,
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: 1234.5,
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: 2345.25,
+}
 
 
 @dataclass
@@ -23,6 +39,7 @@ class FakeGpu:
     util_mem: int = 41
     mem_used: int = 81_604_378_624
     mem_free: int = 62_199_955_456
+    mem_reserved: int = 547_356_672
     temp: int = 54
     mem_temp: int | None = 47  # None: NVML_ERROR_NOT_SUPPORTED
     power_mw: int = 512_345
@@ -37,6 +54,12 @@ class FakeGpu:
     throttle: int = 0x4
     nvlink_tx_kib: int | None = 123_456_789
     nvlink_rx_kib: int | None = 987_654_321
+    enc_util: int | None = 0  # None: NOT_SUPPORTED
+    dec_util: int | None = 12
+    remapped_rows: tuple[int, int, int, int] | None = (1, 0, 0, 0)  # cor, unc, pending, failed
+    gpm: dict[int, float] | None = field(default_factory=lambda: dict(H200_GPM))  # None: no GPM
+    gpm_error: int | None = None  # nvmlGpmSampleGet fails with this NVML error
+    memory_v2: bool = True  # False: a driver before R510, without nvmlDeviceGetMemoryInfo_v2
     lost: bool = False  # every call raises NVML_ERROR_GPU_IS_LOST
     blank_power: bool = False  # power reads back as NVML's "not available" sentinel
 
@@ -51,6 +74,9 @@ class FakeNvml:
         self.driver = driver
         self.init_error = init_error
         self.pending_xids: list[tuple[int, int]] = []  # (gpu index, xid)
+        self._gpm_buffers: list = []  # keeps the memory behind each fake GPM sample alive
+        self._gpm_taken: dict[int, tuple[int, int]] = {}  # sample address -> (gpu, sequence)
+        self._sequence = itertools.count(1)
 
     def __getattr__(self, name):
         return getattr(pynvml, name)
@@ -97,10 +123,38 @@ class FakeNvml:
         gpu = self._gpu(h)
         return SimpleNamespace(gpu=gpu.util_gpu, memory=gpu.util_mem)
 
-    def nvmlDeviceGetMemoryInfo(self, h):
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
         gpu = self._gpu(h)
+        if version is not None and not gpu.memory_v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if version is None:  # v1: used includes what the driver reserved
+            used = gpu.mem_used + gpu.mem_reserved
+            return SimpleNamespace(used=used, free=gpu.mem_free, total=used + gpu.mem_free)
+        total = gpu.mem_used + gpu.mem_free + gpu.mem_reserved
         return SimpleNamespace(
-            used=gpu.mem_used, free=gpu.mem_free, total=gpu.mem_used + gpu.mem_free
+            version=version,
+            total=total,
+            reserved=gpu.mem_reserved,
+            free=gpu.mem_free,
+            used=gpu.mem_used,
+        )
+
+    def nvmlDeviceGetEncoderUtilization(self, h):
+        gpu = self._gpu(h)
+        return [gpu.enc_util, 167_000] if gpu.enc_util is not None else self._unsupported()
+
+    def nvmlDeviceGetDecoderUtilization(self, h):
+        gpu = self._gpu(h)
+        return [gpu.dec_util, 167_000] if gpu.dec_util is not None else self._unsupported()
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        gpu = self._gpu(h)
+        return gpu.remapped_rows if gpu.remapped_rows is not None else self._unsupported()
+
+    def nvmlDeviceGetGridLicensableFeatures(self, h):
+        self._gpu(h)  # a bare-metal datacenter GPU: no vGPU licensing
+        return SimpleNamespace(
+            isGridLicenseSupported=0, licensableFeaturesCount=0, gridLicensableFeatures=[]
         )
 
     def nvmlDeviceGetTemperature(self, h, sensor):
@@ -154,6 +208,39 @@ class FakeNvml:
             )
         return out
 
+    def nvmlGpmQueryDeviceSupport(self, h):
+        gpu = self._gpu(h)
+        return SimpleNamespace(version=1, isSupportedDevice=int(gpu.gpm is not None))
+
+    def nvmlGpmSampleAlloc(self):
+        buffer = ctypes.create_string_buffer(16)
+        self._gpm_buffers.append(buffer)
+        return ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleGet(self, h, sample):
+        gpu = self._gpu(h)
+        if gpu.gpm is None:
+            self._unsupported()
+        if gpu.gpm_error is not None:
+            raise pynvml.NVMLError(gpu.gpm_error)
+        self._gpm_taken[_address(sample)] = (h, next(self._sequence))
+        return sample
+
+    def nvmlGpmMetricsGet(self, request):
+        first = self._gpm_taken.get(_address(request.sample1))
+        second = self._gpm_taken.get(_address(request.sample2))
+        if first is None or second is None or first[0] != second[0] or first[1] >= second[1]:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self._gpu(second[0])
+        for slot in range(request.numMetrics):
+            metric = request.metrics[slot]
+            value = gpu.gpm.get(metric.metricId)
+            metric.nvmlReturn = (
+                pynvml.NVML_SUCCESS if value is not None else pynvml.NVML_ERROR_NOT_SUPPORTED
+            )
+            metric.value = value if value is not None else 0.0
+        return request
+
     def nvmlEventSetCreate(self):
         return "event-set"
 
@@ -165,3 +252,39 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
         index, xid = self.pending_xids.pop(0)
         return SimpleNamespace(device=index, eventData=xid, eventType=8)
+
+
+def _address(sample) -> int | None:
+    return ctypes.cast(sample, ctypes.c_void_p).value
+
+
+def two_h200s(**second) -> FakeNvml:
+    """The recorded node of the exporter tests: GPU 0 with NVLink, GPU 1 without (``second``
+    overrides GPU 1's fields)."""
+    return FakeNvml(
+        [
+            FakeGpu(uuid="GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"),
+            FakeGpu(uuid="GPU-a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d", bus_id="00000000:3B:00.0",
+                    minor=1, util_gpu=0, mem_temp=None, nvlink_tx_kib=None, nvlink_rx_kib=None,
+                    **second),
+        ]
+    )  # fmt: skip
+
+
+def main() -> None:
+    from exporters.nvidia import NvmlSource, generate_dcgm_latest
+    from exporters.runtime import Exporter
+    from exporters.server import bind_socket, serve_exporter
+
+    ap = argparse.ArgumentParser(description="dcgm-exporter on two fake H200s")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--bind", default="127.0.0.1")
+    ap.add_argument("--hostname", default="gpu-node-17")
+    args = ap.parse_args()
+    source = NvmlSource(args.hostname, nvml=two_h200s())
+    exporter = Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
+    serve_exporter(exporter, bind_socket(args.bind, args.port))
+
+
+if __name__ == "__main__":
+    main()

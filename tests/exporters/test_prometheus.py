@@ -32,11 +32,13 @@ def prometheus(tmp_path):
         pytest.skip("Debian's prometheus is not installed (scripts/bootstrap installs it)")
     processes: list[subprocess.Popen] = []
 
-    def start(targets: dict[str, str]) -> str:
+    def start(targets: dict[str, str], labels: dict[str, str] | None = None) -> str:
+        # labels: target labels, as MAC's file-SD targets carry (node, hostname...)
+        static = {"labels": labels} if labels else {}
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [
-                {"job_name": job, "static_configs": [{"targets": [target]}]}
+                {"job_name": job, "static_configs": [{"targets": [target], **static}]}
                 for job, target in targets.items()
             ],
         }
