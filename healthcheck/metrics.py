@@ -6,9 +6,15 @@ so alert rules can fire on Offline nodes:
 
     mac_node_up{node, hostname, gpu_vendor, maintenance}     1 Online, 0 otherwise
     mac_node_status{node, hostname, status, reason, diagnosis, maintenance}   1
+    mac_node_exporter_up{node, hostname, service}   1 when that exporter answered its
+                                                    last probe, 0 when it did not
     mac_nodes{status}                                          nodes per status
     mac_sweep_duration_seconds, mac_sweep_probe_duration_seconds
     mac_sweep_last_timestamp_seconds, mac_sweeps_total, mac_probes_total{outcome}
+
+Each exporter stays in its targets file while its own probe answers, even on an
+Offline node (under ip_forward=0 nic-exporter is still scraped), so mac_node_up says
+whether the node is Online and mac_node_exporter_up says which exporters answer.
 
 A custom collector yields fresh metric families per scrape (no global registry
 filled at import time); the view builds a private CollectorRegistry around it.
@@ -45,22 +51,37 @@ class InventoryCollector(Collector):
             "Always 1; the labels carry the node's status, reason and diagnosis.",
             labels=["node", "hostname", "status", "reason", "diagnosis", "maintenance"],
         )
+        exporter_up = GaugeMetricFamily(
+            "mac_node_exporter_up",
+            "1 when the exporter answered its liveness probe in the last sweep, else 0; "
+            "an exporter that answers stays a Prometheus target even on an Offline node.",
+            labels=["node", "hostname", "service"],
+        )
         counts: Counter[str] = Counter({choice: 0 for choice in NodeStatus.values})
         rows = Node.objects.order_by("id").values_list(
-            "id", "hostname", "gpu_vendor", "maintenance", "status", "status_reason", "diagnosis"
+            "id",
+            "hostname",
+            "gpu_vendor",
+            "maintenance",
+            "status",
+            "status_reason",
+            "diagnosis",
+            "exporter_health",
         )
-        for node_id, hostname, vendor, maintenance, state, reason, diagnosis in rows.iterator(
-            chunk_size=5000
-        ):
+        for row in rows.iterator(chunk_size=5000):
+            node_id, hostname, vendor, maintenance, state, reason, diagnosis, health = row
             flag = "true" if maintenance else "false"
             node = str(node_id)
             up.add_metric(
                 [node, hostname, vendor, flag], 1.0 if state == NodeStatus.ONLINE else 0.0
             )
             status.add_metric([node, hostname, state, reason, diagnosis, flag], 1.0)
+            for service, answered in sorted((health or {}).items()):
+                exporter_up.add_metric([node, hostname, service], 1.0 if answered else 0.0)
             counts[state] += 1
         yield up
         yield status
+        yield exporter_up
         nodes = GaugeMetricFamily("mac_nodes", "Registered nodes by status.", labels=["status"])
         for state, count in sorted(counts.items()):
             nodes.add_metric([state], count)

@@ -222,9 +222,9 @@ def save_changes(judgement: Judgement, now: datetime) -> None:
 
 
 def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[str]:
-    """The file-SD targets of every Online node; returns the jobs rewritten."""
-    online = [row for row in rows if row["status"] == NodeStatus.ONLINE]
-    return write_targets(online, Path(sd_dir or settings.SD_DIR))
+    """The file-SD targets of every node (sys-exporter while Online, each other exporter
+    while its own probe answers: healthcheck.targets); returns the jobs rewritten."""
+    return write_targets(rows, Path(sd_dir or settings.SD_DIR))
 
 
 def broadcast_changes(changed: list[dict]) -> None:
@@ -260,7 +260,14 @@ def run_sweep(
     judgement = judge(rows, probes, now)
     save_changes(judgement, now)
     on_step()
-    stats.targets_rewritten = write_targets_for(judgement.rows, sd_dir)
+    try:
+        stats.targets_rewritten = write_targets_for(judgement.rows, sd_dir)
+    except OSError as exc:
+        # A full or read-only disk costs Prometheus its update, never the dashboard push
+        # or the statistics: /health then names the disk, not the worker and beat.
+        where = Path(sd_dir or settings.SD_DIR)
+        stats.targets_error = f"cannot write {where}: {exc.strerror or exc}"
+        log.error("sweep: %s", stats.targets_error)
     broadcast_changes(judgement.changed)
 
     stats.finished_at = time.time()

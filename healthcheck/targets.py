@@ -2,7 +2,8 @@
 
 Layout: `<MAC_SD_DIR>/<service>.json` for every service Prometheus scrapes
 (SCRAPED_SERVICES), e.g. `sys-exporter.json`, `dcgm-exporter.json`. Each file is
-a list of target groups, one per Online node that runs the service:
+a list of target groups, one per node on which the service is a target
+(node_targets()):
 
     [{"targets": ["10.0.0.7:29101"],
       "labels": {"node": "42", "hostname": "gpu-07", "gpu_vendor": "nvidia",
@@ -10,9 +11,16 @@ a list of target groups, one per Online node that runs the service:
 
 One file per job keeps the Prometheus configuration plain (one scrape job per
 file, the job label is the service name) and means a change of, say, the GPU
-nodes rewrites only the files that changed. Offline nodes are left out, which
-is why the master also serves its own /metrics (an Offline node is still
-visible there).
+nodes rewrites only the files that changed.
+
+Each exporter is listed on its own evidence. sys-exporter, the heartbeat, is a
+target while its node is Online; every other exporter the node reported is a
+target while its own last probe answered, whatever the node's status. So under
+`ip_forward=0` (bridge exporters time out, host-network nic-exporter answers) the
+node is Offline, sys-exporter and the other bridge exporters leave their files,
+and nic-exporter stays in nic-exporter.json: the NIC bandwidth chart keeps
+working. What left the files is still visible on the master's own /metrics
+(mac_node_up, mac_node_exporter_up), where alert rules can fire on it.
 
 Writes are atomic: the new content goes to a temporary file in the same
 directory, is fsynced, renamed over the old file with os.replace, and the
@@ -29,6 +37,7 @@ from pathlib import Path
 
 from contract.atomicfile import write_atomically
 from contract.services import BY_NAME, SYS_EXPORTER
+from inventory.choices import NodeStatus
 
 # mango-sdk-agent is an HTTP API, not an exporter: it has no /metrics to scrape.
 SCRAPED_SERVICES: tuple[str, ...] = tuple(name for name in BY_NAME if name != "mango-sdk-agent")
@@ -42,15 +51,38 @@ def _address(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
-    """{service: file content} for Online nodes.
+def node_targets(node: Mapping) -> list[str]:
+    """The jobs (service names) in whose files the node is listed now.
 
-    Each node mapping needs id, hostname, ip, gpu_vendor, maintenance and
-    exporters (the services it reported). sys-exporter is always included: it
-    is the heartbeat every agent runs.
+    The mapping needs status, exporters (what the node reported) and exporter_health
+    (the sweep's last {service: answered}). A service the node did not report is
+    never listed, even if it answers: the agent says what it runs.
+    """
+    health = node.get("exporter_health") or {}
+    reported = node.get("exporters") or ()
+    names = []
+    for name in SCRAPED_SERVICES:
+        if name == SYS_EXPORTER.name:
+            # Always scraped while the node is Online, reported or not: every agent runs it.
+            listed = node["status"] == NodeStatus.ONLINE
+        else:
+            listed = name in reported and health.get(name) is True
+        if listed:
+            names.append(name)
+    return names
+
+
+def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
+    """{service: file content} for every scraped service (see node_targets()).
+
+    Each node mapping needs id, hostname, ip, gpu_vendor, maintenance, status,
+    exporters and exporter_health.
     """
     lines: dict[str, list[str]] = {name: [] for name in SCRAPED_SERVICES}
     for node in sorted(nodes, key=lambda row: row["id"]):
+        services = node_targets(node)
+        if not services:
+            continue
         labels = {
             "gpu_vendor": node["gpu_vendor"],
             "hostname": node["hostname"],
@@ -60,11 +92,9 @@ def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
         # Serialised once per node, shared by its jobs: at 10,000 nodes this
         # rendering runs every sweep, before we know whether anything changed.
         labels_json = json.dumps(labels, sort_keys=True, separators=(",", ":"))
-        services = set(node.get("exporters") or ()) | {SYS_EXPORTER.name}
-        for name in SCRAPED_SERVICES:
-            if name in services:
-                address = json.dumps(_address(node["ip"], BY_NAME[name].port))
-                lines[name].append(f'{{"labels":{labels_json},"targets":[{address}]}}')
+        for name in services:
+            address = json.dumps(_address(node["ip"], BY_NAME[name].port))
+            lines[name].append(f'{{"labels":{labels_json},"targets":[{address}]}}')
     return {name: _dump(items) for name, items in lines.items()}
 
 

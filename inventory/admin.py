@@ -1,7 +1,8 @@
 """Django admin for the inventory: staff see, filter, edit and act on nodes.
 
 Every change made here goes through inventory.services so it leaves the same events
-(with the admin's name as actor) as changes made through the API.
+(with the admin's name as actor) as changes made through the API, and reaches open
+dashboards the same way: the services push on commit, the admin never does.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from django.http import HttpRequest
 
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
-from inventory.choices import EventKind
-from inventory.live import broadcast_node_changes
 from inventory.models import Node, NodeEvent
 from inventory.validators import normalize_hostname
 
@@ -114,38 +113,31 @@ class NodeAdmin(admin.ModelAdmin):
     )
 
     def save_model(self, request: HttpRequest, obj: Node, form, change: bool) -> None:
-        super().save_model(request, obj, form, change)
         actor = _actor(request)
         if change:
             changes = {
                 name: (form.initial.get(name), form.cleaned_data.get(name))
                 for name in form.changed_data
             }
-            services.record_admin_edit(obj, changes, actor=actor)
-            if changes:
-                broadcast_node_changes([obj.summary()])
+            services.edit_node_by_admin(obj, changes, actor=actor)
         else:
-            services.record_event(obj, EventKind.REGISTERED, "added by an admin", actor=actor)
+            services.add_node_by_admin(obj, actor=actor)
 
     def delete_model(self, request: HttpRequest, obj: Node) -> None:
         services.remove_node(obj, actor=_actor(request), message="deleted in the admin")
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
-        for node in queryset:
-            services.remove_node(node, actor=_actor(request), message="deleted in the admin")
+        services.remove_nodes(queryset, actor=_actor(request), message="deleted in the admin")
 
     @admin.action(description="Deregister selected nodes")
     def deregister(self, request: HttpRequest, queryset: QuerySet) -> None:
-        count = 0
-        for node in queryset:
-            services.remove_node(node, actor=_actor(request), message="deregistered by an admin")
-            count += 1
+        count = services.remove_nodes(
+            queryset, actor=_actor(request), message="deregistered by an admin"
+        )
         self.message_user(request, f"Deregistered {count} node(s).", messages.SUCCESS)
 
     def _set_maintenance(self, request: HttpRequest, queryset: QuerySet, on: bool) -> None:
-        actor = _actor(request)
-        changed = [n for n in queryset if services.set_maintenance(n, on, actor=actor)]
-        broadcast_node_changes([n.summary() for n in changed])
+        changed = services.set_maintenance_of(queryset, on, actor=_actor(request))
         state = "on" if on else "off"
         self.message_user(request, f"Maintenance {state} for {len(changed)} node(s).")
 
@@ -159,10 +151,7 @@ class NodeAdmin(admin.ModelAdmin):
 
     @admin.action(description="Reset node key (the next registration gets a new one)")
     def reset_node_key(self, request: HttpRequest, queryset: QuerySet) -> None:
-        count = 0
-        for node in queryset:
-            services.reset_node_key(node, actor=_actor(request))
-            count += 1
+        count = services.reset_node_keys(queryset, actor=_actor(request))
         self.message_user(request, f"Reset the key of {count} node(s).", messages.SUCCESS)
 
 

@@ -310,10 +310,12 @@ async def chart_data(
 
 def empty_data_reason(node: Node, exporter: str | None, range_name: str) -> str:
     """Why Prometheus has no samples for this node although it answered."""
-    if node.status == NodeStatus.OFFLINE:
+    # An Offline node keeps each exporter that still answers (nic-exporter under
+    # ip_forward=0) among Prometheus' targets: only the silent ones were dropped.
+    if node.status == NodeStatus.OFFLINE and node.exporter_health.get(exporter) is not True:
         return (
-            f"No samples in the last {range_name}: {node.hostname} is offline, so its targets "
-            "were dropped from Prometheus. See the diagnosis above."
+            f"No samples in the last {range_name}: {node.hostname} is offline, so its "
+            f"{exporter} target was dropped from Prometheus. See the diagnosis above."
         )
     if node.exporter_health.get(exporter) is False:
         return (

@@ -15,6 +15,8 @@ from django.db.models import Count, Q, QuerySet
 from django.http import QueryDict
 
 from contract.diagnosis import describe
+from contract.services import SYS_EXPORTER
+from healthcheck.targets import SCRAPED_SERVICES, node_targets
 from inventory.choices import Diagnosis, GpuVendor, NodeStatus, StatusReason
 from inventory.models import Node
 
@@ -149,3 +151,27 @@ def node_row(node: Node) -> dict:
     row["status_reason_text"] = node.get_status_reason_display() if node.status_reason else ""
     row["diagnosis_info"] = describe_diagnosis(node.diagnosis)
     return row
+
+
+def prometheus_targets(node: Node) -> dict[str, bool]:
+    """{service: in its targets file now} for each job that could list this node.
+
+    That is sys-exporter and every other scraped service the node reported; the rule
+    (sys-exporter while Online, the others while their own probe answers) is
+    healthcheck.targets', so the page says what the files say.
+    """
+    listed = set(
+        node_targets(
+            {
+                "status": node.status,
+                "exporters": node.exporters,
+                "exporter_health": node.exporter_health,
+            }
+        )
+    )
+    candidates = [
+        name
+        for name in SCRAPED_SERVICES
+        if name == SYS_EXPORTER.name or name in (node.exporters or {})
+    ]
+    return {name: name in listed for name in candidates}

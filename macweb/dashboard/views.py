@@ -125,6 +125,7 @@ def fleet_json(request: HttpRequest) -> JsonResponse:
 def exporter_rows(node: Node) -> list[dict]:
     """Every agent service with what the master knows of it on this node."""
     rows = []
+    targets = queries.prometheus_targets(node)
     for service in SERVICES:
         port = node.exporters.get(service.name)
         healthy = node.exporter_health.get(service.name)
@@ -144,6 +145,8 @@ def exporter_rows(node: Node) -> list[dict]:
                 "network": service.network,
                 "state": state,
                 "words": words,
+                # True/False: listed in / left out of its targets file; None: never listed.
+                "target": targets.get(service.name),
             }
         )
     return rows

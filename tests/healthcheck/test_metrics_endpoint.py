@@ -20,10 +20,10 @@ def samples(response) -> dict:
 
 
 def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_redis):
-    up = make_node("10.1.0.1", "gpu-01", status=NodeStatus.ONLINE, status_reason=StatusReason.OK)
+    up = make_node("gpu-01", "10.1.0.1", status=NodeStatus.ONLINE, status_reason=StatusReason.OK)
     down = make_node(
-        "10.1.0.2",
         "gpu-02",
+        "10.1.0.2",
         status=NodeStatus.OFFLINE,
         status_reason=StatusReason.TIMEOUT,
         diagnosis=Diagnosis.IP_FORWARD_OFF,
@@ -59,6 +59,31 @@ def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_r
     assert got[("mac_nodes", (("status", "unknown"),))] == 0.0
 
 
+def test_each_probed_exporter_has_its_own_up_series(client, make_node, sweep_redis):
+    # ip_forward=0: Offline, but the host-network nic-exporter answers (and is scraped).
+    down = make_node(
+        "gpu-03",
+        "10.1.0.3",
+        status=NodeStatus.OFFLINE,
+        status_reason=StatusReason.TIMEOUT,
+        diagnosis=Diagnosis.IP_FORWARD_OFF,
+        exporter_health={"sys-exporter": False, "nic-exporter": True, "dcgm-exporter": False},
+    )
+    make_node("gpu-04", "10.1.0.4")  # registered, not probed yet: no exporter series
+
+    got = samples(client.get("/metrics"))
+
+    def exporter_up(service: str) -> float:
+        labels = {"node": str(down.pk), "hostname": "gpu-03", "service": service}
+        return got[("mac_node_exporter_up", tuple(sorted(labels.items())))]
+
+    assert exporter_up("nic-exporter") == 1.0
+    assert exporter_up("sys-exporter") == 0.0
+    assert exporter_up("dcgm-exporter") == 0.0
+    series = [labels for name, labels in got if name == "mac_node_exporter_up"]
+    assert len(series) == 3
+
+
 def test_sweep_figures_are_exported(client, sweep_redis):
     stats = SweepStats(started_at=1000.0, finished_at=1002.5, duration=2.5, probe_duration=2.1)
     stats.outcomes = {"ok": 18, "timeout": 2}
@@ -75,7 +100,7 @@ def test_sweep_figures_are_exported(client, sweep_redis):
 
 
 def test_without_redis_the_node_series_still_come_out(client, make_node, settings):
-    make_node("10.1.0.9", "gpu-09")
+    make_node("gpu-09", "10.1.0.9")
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     got = samples(client.get("/metrics"))
     assert any(name == "mac_node_up" for name, _ in got)

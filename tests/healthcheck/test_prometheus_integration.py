@@ -89,7 +89,7 @@ def test_prometheus_scrapes_online_nodes_and_drops_offline_ones(
     prometheus, fleet, make_node, fast_probes, sd_dir, sweep_redis
 ):
     runner = fleet(3)
-    nodes = [make_node(node.ip) for node in runner.nodes]
+    nodes = [make_node(ip=node.ip) for node in runner.nodes]
     run_sweep()
     api = prometheus.api
     expected = {f"{node.ip}:29101" for node in runner.nodes}
@@ -130,6 +130,42 @@ def test_prometheus_scrapes_online_nodes_and_drops_offline_ones(
     assert [r["metric"]["hostname"] for r in query["data"]["result"]] == [nodes[1].hostname]
 
 
+def _query(api: str, expr: str) -> list[dict]:
+    from urllib.parse import quote
+
+    return (_get(f"{api}/api/v1/query?query={quote(expr)}") or {}).get("data", {}).get("result", [])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_forwarding_off_prometheus_keeps_scraping_nic_exporter_of_the_offline_node(
+    prometheus, fleet, make_node, fast_probes, sd_dir, sweep_redis
+):
+    runner = fleet(2)
+    nodes = [make_node(ip=node.ip) for node in runner.nodes]
+    run_sweep()
+    api = prometheus.api
+    sys_addr, nic_addr = f"{runner.nodes[1].ip}:29101", f"{runner.nodes[1].ip}:29500"
+    wait_for(lambda: up_by_job(api, "sys-exporter").get(sys_addr) == "up", 20, 0.3)
+
+    # ip_forward=0 on node 1: the bridge sys-exporter times out, host-network nic answers.
+    runner.set_mode(1, "sys-exporter", Mode.BLACKHOLE)
+    run_sweep()
+
+    offline = Node.objects.get(pk=nodes[1].pk)
+    assert (offline.status, offline.diagnosis) == ("offline", "ip_forward_off")
+    wait_for(lambda: sys_addr not in up_by_job(api, "sys-exporter"), 15, 0.3)
+    assert up_by_job(api, "nic-exporter").get(nic_addr) == "up"
+    # Scraped for real after the node went Offline, with the node's labels.
+    wait_for(lambda: _query(api, f'up{{job="nic-exporter",node="{offline.pk}"}} == 1'), 15, 0.3)
+    # The master's /metrics tells the two apart: node down, its nic-exporter answering.
+    exporter = f'mac_node_exporter_up{{hostname="{offline.hostname}"}}'
+    wait_for(lambda: len(_query(api, exporter)) == 2, 15, 0.3)
+    states = {r["metric"]["service"]: r["value"][1] for r in _query(api, exporter)}
+    assert states == {"nic-exporter": "1", "sys-exporter": "0"}
+    node_up = _query(api, f'mac_node_up{{hostname="{offline.hostname}"}}')
+    assert [r["value"][1] for r in node_up] == ["0"]
+
+
 def _rows(count: int, offset: int) -> list[dict]:
     return [
         {
@@ -139,6 +175,7 @@ def _rows(count: int, offset: int) -> list[dict]:
             "ip": f"127.250.{i // 250}.{i % 250 + 1}",
             "gpu_vendor": "none",
             "maintenance": False,
+            "status": "online",
             "exporters": {"sys-exporter": 29101},
         }
         for i in range(offset, offset + count)

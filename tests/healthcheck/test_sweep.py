@@ -31,7 +31,7 @@ def six_nodes(fleet, make_node, fast_probes, sd_dir, sweep_redis):
     runner.set_node_mode(3, Mode.BLACKHOLE)
     runner.set_mode(4, "sys-exporter", Mode.BAD_BODY)
     runner.set_mode(5, "sys-exporter", Mode.BLACKHOLE)
-    nodes = [make_node(node.ip) for node in runner.nodes]
+    nodes = [make_node(ip=node.ip) for node in runner.nodes]
     return runner, nodes
 
 
@@ -111,7 +111,7 @@ def test_maintenance_nodes_are_probed_but_their_events_are_flagged(
 ):
     runner = fleet(1)
     runner.set_node_mode(0, Mode.REFUSE)
-    node = make_node(runner.nodes[0].ip, maintenance=True)
+    node = make_node(ip=runner.nodes[0].ip, maintenance=True)
 
     run_sweep()
 
@@ -161,7 +161,7 @@ def test_no_change_no_broadcast(six_nodes):
         async_to_sync(leave_dashboard)(layer, channel)
 
 
-def test_the_targets_files_list_only_online_nodes(six_nodes, sd_dir):
+def test_sys_exporter_json_lists_only_online_nodes(six_nodes, sd_dir):
     runner, nodes = six_nodes
     run_sweep()
 
@@ -174,6 +174,57 @@ def test_the_targets_files_list_only_online_nodes(six_nodes, sd_dir):
         "maintenance": "false",
     }
     assert json.loads((sd_dir / "dcgm-exporter.json").read_text()) == []
+
+
+def test_nic_exporter_json_lists_every_node_whose_nic_exporter_answered(six_nodes, sd_dir):
+    runner, _nodes = six_nodes
+    run_sweep()
+
+    groups = json.loads((sd_dir / "nic-exporter.json").read_text())
+    # Online (0), exporter broken but host up (4), forwarding off (5); not the
+    # refused, hanging or black-holed ones.
+    assert [g["targets"] for g in groups] == [[f"{runner.nodes[i].ip}:29500"] for i in (0, 4, 5)]
+
+
+def test_forwarding_off_keeps_nic_exporter_scraped_while_the_node_is_offline(
+    fleet, make_node, fast_probes, sd_dir, sweep_redis
+):
+    runner = fleet(1)
+    runner.set_mode(0, "sys-exporter", Mode.BLACKHOLE)
+    ip = runner.nodes[0].ip
+    node = make_node(ip=ip)
+
+    stats = run_sweep()
+
+    node.refresh_from_db()
+    assert (node.status, node.status_reason, node.diagnosis) == (
+        NodeStatus.OFFLINE,
+        StatusReason.TIMEOUT,
+        Diagnosis.IP_FORWARD_OFF,
+    )
+    assert node.exporter_health == {"nic-exporter": True, "sys-exporter": False}
+    nic = json.loads((sd_dir / "nic-exporter.json").read_text())
+    assert nic == [
+        {
+            "targets": [f"{ip}:29500"],
+            "labels": {
+                "node": str(node.pk),
+                "hostname": node.hostname,
+                "gpu_vendor": "none",
+                "maintenance": "false",
+            },
+        }
+    ]
+    assert json.loads((sd_dir / "sys-exporter.json").read_text()) == []
+    assert "nic-exporter" in stats.targets_rewritten
+
+    # Forwarding back on: sys-exporter returns, nic-exporter's file is left alone.
+    runner.set_mode(0, "sys-exporter", Mode.ANSWER)
+    stats = run_sweep()
+    assert Node.objects.get(pk=node.pk).status == NodeStatus.ONLINE
+    assert stats.targets_rewritten == ["sys-exporter"]
+    sys_groups = json.loads((sd_dir / "sys-exporter.json").read_text())
+    assert [g["targets"] for g in sys_groups] == [[f"{ip}:29101"]]
 
 
 def test_sweep_figures_are_recorded_for_health_and_metrics(six_nodes, sweep_redis):

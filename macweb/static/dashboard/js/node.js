@@ -150,6 +150,31 @@ new ResizeObserver(() => {
 window.addEventListener("mac-theme", redrawAll);
 window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", redrawAll);
 
+const PROBE_WORDS = { up: "answered the last probe", down: "did not answer the last probe" };
+
+// The exporters table follows each push: last probe per service, and whether it is
+// a Prometheus target (the rule of healthcheck/targets.py: sys-exporter while the node
+// is Online, any other exporter while its own probe answers).
+function applyExporters(change) {
+  for (const row of document.querySelectorAll("table.exporters tr[data-service]")) {
+    const name = row.dataset.service;
+    const healthy = change.exporter_health?.[name];
+    if (healthy === undefined) continue;
+    const state = healthy ? "up" : "down";
+    row.className = `exp-${state}`;
+    const probe = row.querySelector(".exp-probe");
+    probe.className = `badge badge-exp-${state} exp-probe`;
+    probe.textContent = state;
+    probe.title = PROBE_WORDS[state];
+    const target = row.querySelector(".exp-target");
+    if (!target) continue;
+    const scraped = name === "sys-exporter" ? change.status === "online" : healthy;
+    target.className = `badge badge-exp-${scraped ? "up" : "down"} exp-target`;
+    target.textContent = scraped ? "scraped" : "missing";
+    target.title = `${scraped ? "listed in" : "left out of"} ${name}.json`;
+  }
+}
+
 function applyChanges(changes, removed = []) {
   if (removed.some((id) => Number(id) === Number(node.id))) {
     const badge = document.getElementById("node-status");
@@ -170,6 +195,7 @@ function applyChanges(changes, removed = []) {
   document.getElementById("node-diagnosis").textContent = diagnosis
     ? `${diagnosis.text}${diagnosis.fix ? ` Fix: ${diagnosis.fix}` : ""}`
     : mine.status === "online" ? "Nothing to diagnose: the sys-exporter answered the last probe." : "";
+  applyExporters(mine);
 }
 
 refreshTimes();

@@ -1,7 +1,4 @@
-"""Registration rules: dedupe, per-node keys, deregistration and admin changes, with events.
-
-Views, the admin and commands call these functions and do nothing else with nodes'
-identity. The rules (flow 2 of the contract):
+"""Registration and deregistration, with the rules of flow 2 of the contract:
 
 - a registration matches an existing node by hostname, then by IP; it never creates
   a second row for one host, even when many arrive at once (unique constraints on
@@ -17,10 +14,7 @@ identity. The rules (flow 2 of the contract):
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -29,8 +23,10 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from inventory.choices import EventKind, GpuVendor
-from inventory.live import broadcast_node_changes
 from inventory.models import Node, NodeEvent
+from inventory.services.changes import remove_node
+from inventory.services.events import push_on_commit, record_event
+from inventory.services.keys import new_node_key, node_key_matches
 
 log = logging.getLogger(__name__)
 
@@ -110,54 +106,6 @@ class RegistrationResult:
     history: list[NodeEvent] | None = None
 
 
-# --- Node keys -------------------------------------------------------------------------
-
-
-def hash_node_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def new_node_key() -> tuple[str, str]:
-    """A fresh (key, sha256 hex) pair; the key is shown once, the hash is stored."""
-    key = secrets.token_urlsafe(32)
-    return key, hash_node_key(key)
-
-
-def node_key_matches(node: Node, key: str | None) -> bool:
-    """Constant-time check of a presented key against the node's stored hash."""
-    if not key or not node.node_key_hash:
-        return False
-    return hmac.compare_digest(hash_node_key(key), node.node_key_hash)
-
-
-def node_for_key(key: str | None) -> Node | None:
-    """The node whose key this is, or None (GET /api/v1/self)."""
-    if not key:
-        return None
-    node = Node.objects.filter(node_key_hash=hash_node_key(key)).first()
-    # The lookup is by hash (indexed); compare again in constant time for good measure.
-    return node if node is not None and node_key_matches(node, key) else None
-
-
-# --- Events ----------------------------------------------------------------------------
-
-
-def record_event(
-    node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
-) -> NodeEvent:
-    return NodeEvent.objects.create(
-        node=node,
-        hostname=node.hostname,
-        kind=kind,
-        message=message[:500],
-        actor=actor[:150],
-        data=data or {},
-    )
-
-
-# --- Registration ----------------------------------------------------------------------
-
-
 def register_node(
     reg: Registration,
     *,
@@ -178,7 +126,9 @@ def register_node(
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         try:
             with transaction.atomic():
-                return _register_once(reg, source, node_key, actor)
+                result = _register_once(reg, source, node_key, actor)
+                push_on_commit([result.node])
+                return result
         except IntegrityError:
             # Another request inserted this hostname or ip between our lookup and our
             # insert; its row is committed now, so the next lookup finds it.
@@ -304,9 +254,6 @@ def _refresh(node: Node, reg: Registration, actor: str, events: list[str]) -> Re
     return RegistrationResult(node, False, key, events)
 
 
-# --- Deregistration and admin changes --------------------------------------------------
-
-
 def deregister_node(hostname: str, node_key: str | None, *, actor: str = AGENT_ACTOR) -> None:
     """Remove a node on its own request; the key is always needed. Events are kept."""
     with transaction.atomic():
@@ -319,62 +266,3 @@ def deregister_node(hostname: str, node_key: str | None, *, actor: str = AGENT_A
                 "an admin can remove it in the admin instead."
             )
         remove_node(node, actor=actor, message="deregistered by the agent")
-
-
-def remove_node(node: Node, *, actor: str, message: str) -> None:
-    """Delete a node, leaving a 'deregistered' event that outlives it; open
-    dashboards drop its row once the deletion is committed."""
-    record_event(node, EventKind.DEREGISTERED, message, actor=actor, data={"ip": node.ip})
-    node_id = node.pk
-    node.delete()
-    transaction.on_commit(lambda: broadcast_node_changes([], removed=[node_id]))
-
-
-def set_maintenance(node: Node, on: bool, *, actor: str) -> bool:
-    """Switch maintenance; returns False when it already had that value."""
-    updated = Node.objects.filter(pk=node.pk, maintenance=not on).update(maintenance=on)
-    if not updated:
-        return False
-    node.maintenance = on
-    kind = EventKind.MAINTENANCE_ON if on else EventKind.MAINTENANCE_OFF
-    record_event(node, kind, f"maintenance {'on' if on else 'off'}", actor=actor)
-    return True
-
-
-def reset_node_key(node: Node, *, actor: str) -> None:
-    """Forget the node's key; its next registration from its current address gets a new one."""
-    Node.objects.filter(pk=node.pk).update(node_key_hash="")
-    node.node_key_hash = ""
-    record_event(
-        node,
-        EventKind.KEY_RESET,
-        f"node key reset; the next registration from {node.ip} receives a new key",
-        actor=actor,
-    )
-
-
-def record_admin_edit(node: Node, changes: dict[str, tuple], *, actor: str) -> None:
-    """Events for an admin's edit: one 'edited' listing the fields, plus the specific ones."""
-    if not changes:
-        return
-    if "maintenance" in changes:
-        on = bool(changes["maintenance"][1])
-        kind = EventKind.MAINTENANCE_ON if on else EventKind.MAINTENANCE_OFF
-        record_event(node, kind, f"maintenance {'on' if on else 'off'}", actor=actor)
-    if "ip" in changes:
-        old, new = changes["ip"]
-        record_event(
-            node,
-            EventKind.IP_CHANGED,
-            f"address changed from {old} to {new}",
-            actor=actor,
-            data={"old": old, "new": new},
-        )
-    names = ", ".join(sorted(changes))
-    record_event(
-        node,
-        EventKind.EDITED,
-        f"edited by {actor}: {names}",
-        actor=actor,
-        data={"fields": sorted(changes)},
-    )

@@ -1,0 +1,73 @@
+"""The inventory's service layer: every change to a node goes through here, with its event.
+
+Views, the admin and commands call these functions and do nothing else with nodes'
+identity. The rules (flow 2 of the contract):
+
+- a registration matches an existing node by hostname, then by IP; it never creates
+  a second row for one host, even when many arrive at once (unique constraints on
+  hostname and ip, and a retry of the whole lookup when an insert loses the race);
+- a node gets a random key at its first registration (only its sha256 is stored);
+  re-registering a known hostname from another address, and deregistering, need it;
+  a registration from the node's current address does not, and gets a fresh key when
+  an admin has reset the old one;
+- "from the node's address" means the request's real source address: an address
+  claimed in the body (honoured with the join token) says where to probe, but anyone
+  holding the cluster-wide join token can claim anything, so it proves nothing.
+
+Modules: `keys` (per-node keys), `events` (events and the live push on commit),
+`registration` (register and deregister), `changes` (what admins and operators do).
+This package is the only place, besides the sweep's batch, that pushes to the
+dashboards: always through `events.push_on_commit`, so a change that rolls back
+is never shown.
+"""
+
+from inventory.services.changes import (
+    add_node_by_admin,
+    edit_node_by_admin,
+    remove_node,
+    remove_nodes,
+    reset_node_key,
+    reset_node_keys,
+    set_maintenance,
+    set_maintenance_of,
+)
+from inventory.services.events import record_event
+from inventory.services.keys import hash_node_key, new_node_key, node_for_key, node_key_matches
+from inventory.services.registration import (
+    AGENT_ACTOR,
+    AddressTaken,
+    NodeKeyRequired,
+    NodeLimitReached,
+    NodeNotFound,
+    Registration,
+    RegistrationError,
+    RegistrationResult,
+    deregister_node,
+    register_node,
+)
+
+__all__ = [
+    "AGENT_ACTOR",
+    "AddressTaken",
+    "NodeKeyRequired",
+    "NodeLimitReached",
+    "NodeNotFound",
+    "Registration",
+    "RegistrationError",
+    "RegistrationResult",
+    "add_node_by_admin",
+    "deregister_node",
+    "edit_node_by_admin",
+    "hash_node_key",
+    "new_node_key",
+    "node_for_key",
+    "node_key_matches",
+    "record_event",
+    "register_node",
+    "remove_node",
+    "remove_nodes",
+    "reset_node_key",
+    "reset_node_keys",
+    "set_maintenance",
+    "set_maintenance_of",
+]

@@ -1,0 +1,46 @@
+"""Node events, and the live push that follows a change once it commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+
+from inventory.live import broadcast_node_changes
+from inventory.models import Node, NodeEvent
+
+
+def new_event(
+    node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
+) -> NodeEvent:
+    return NodeEvent(
+        node=node,
+        hostname=node.hostname,
+        kind=kind,
+        message=message[:500],
+        actor=actor[:150],
+        data=data or {},
+    )
+
+
+def record_event(
+    node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
+) -> NodeEvent:
+    event = new_event(node, kind, message, actor=actor, data=data)
+    event.save(force_insert=True)
+    return event
+
+
+def push_on_commit(nodes: Iterable[Node] = (), removed: Iterable[int] = ()) -> None:
+    """Show the change to open dashboards once the transaction that made it commits.
+
+    Every change to the inventory goes through this module, so this is the only place
+    (besides the sweep's batch) that pushes. Pushing before the commit could show a
+    change that then rolls back, or reach a page that reloads before the row is
+    visible. Summaries are taken now, when the change is made: a deleted node has no
+    primary key by commit time.
+    """
+    changes = [node.summary() for node in nodes]
+    removed = list(removed)
+    if changes or removed:
+        transaction.on_commit(lambda: broadcast_node_changes(changes, removed))
