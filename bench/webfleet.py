@@ -14,6 +14,7 @@ import contextlib
 import ipaddress
 import os
 import random
+import secrets
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -49,12 +50,16 @@ def bench_database(prefix: str = "mac_bench_web") -> Iterator[str]:
     os.environ["DATABASE_URL"] = url
     os.environ.pop("MAC_TEST_DB_NAME", None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
+    # A throwaway key for a throwaway database, shared with the servers the benchmark
+    # starts through their environment (the settings never make one up).
+    os.environ.setdefault("MAC_SECRET_KEY", secrets.token_urlsafe(50))
     try:
         import django
 
         django.setup()
         from django.core.management import call_command
 
+        call_command("prepare_master", verbosity=0)
         call_command("migrate", verbosity=0)
         yield url
     finally:

@@ -1,7 +1,8 @@
 """`mac start|stop|restart|status master`: api-server, worker, beat and Prometheus.
 
-Under the process runtime the master's set-up runs first (migrate, collectstatic,
-the admin user, Prometheus's configuration); under Docker the images do it.
+Under the process runtime the master's set-up runs first (prepare_master, migrate,
+collectstatic, the admin user, Prometheus's configuration); under Docker the images
+do it.
 These commands run on the master, but they still start Django only in child
 processes: `mac` itself never loads the settings.
 """
@@ -58,6 +59,8 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     }
     django = [py, "-m", "django"]
     api_prestart = [
+        # First: the data folder and the secret key every master process reads.
+        [*django, "prepare_master"],
         [*django, "migrate", "--noinput"],
         [*django, "collectstatic", "--noinput"],
     ]
@@ -79,8 +82,9 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 "-m",
                 "gunicorn",
                 "macweb.asgi:application",
-                "-k",
-                "uvicorn_worker.UvicornWorker",
+                # Worker class, timeouts and limits: one file for every runtime.
+                "-c",
+                "python:macweb.gunicorn_conf",
                 "--bind",
                 f"{bind}:{api_port}",
                 "--workers",

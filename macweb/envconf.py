@@ -91,3 +91,26 @@ def env_networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Networ
 def env_path(name: str, default: Path) -> Path:
     value = _raw(name)
     return Path(value).expanduser() if value else default
+
+
+def env_or_file_secret(names: tuple[str, ...], path: Path) -> tuple[str, str]:
+    """(secret, where it came from): the first of `names` set in the environment, else
+    the content of `path`; ("", "") when neither holds one.
+
+    Only reads: the file is written by `manage.py prepare_master`, never as a side
+    effect of loading the settings.
+    """
+    for name in names:
+        value = env_str(name)
+        if value:
+            return value, name
+    try:
+        value = path.read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return "", ""  # not prepared yet: the macweb.E001 check says so
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"The secret key file {path} cannot be read ({exc.strerror or exc}); fix its "
+            "owner or mode, or set MAC_SECRET_KEY."
+        ) from None
+    return (value, str(path)) if value else ("", "")

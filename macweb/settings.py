@@ -3,11 +3,16 @@
 Defaults give the embedded set-up (SQLite in MAC_DATA_DIR, Redis on localhost,
 Prometheus on 29090); every value can be overridden, and a bad one stops
 start-up with a message that names the variable.
+
+Loading the settings creates nothing: `manage.py prepare_master` (run first by
+`mac start master` and the master's container) makes the data and static folders
+and the secret key file, and a system check (macweb.checks) says to run it when
+they are missing.
 """
 
 from __future__ import annotations
 
-import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -20,34 +25,22 @@ from macweb.envconf import (
     env_int,
     env_list,
     env_networks,
+    env_or_file_secret,
     env_path,
     env_str,
 )
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = env_path("MAC_DATA_DIR", BASE_DIR / "var")
-try:
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
-except OSError as exc:
-    raise ImproperlyConfigured(f"MAC_DATA_DIR={DATA_DIR} cannot be created: {exc}") from None
 
-
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else generated once and kept in the data dir."""
-    key = env_str("SECRET_KEY") or env_str("MAC_SECRET_KEY")
-    if key:
-        return key
-    path = DATA_DIR / "secret_key"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        key = secrets.token_urlsafe(50)
-        path.touch(mode=0o600)
-        path.write_text(key)
-        return key
-
-
-SECRET_KEY = _secret_key()
+# One key for every process of the master (API, worker, beat): from the environment,
+# else the file prepare_master wrote. Never made up here: a key per process would
+# break sessions and signed values between them. Empty means "not prepared", which
+# the macweb.E001 check reports.
+SECRET_KEY_FILE = DATA_DIR / "secret_key"
+SECRET_KEY, SECRET_KEY_SOURCE = env_or_file_secret(
+    ("SECRET_KEY", "MAC_SECRET_KEY"), SECRET_KEY_FILE
+)
 DEBUG = env_bool("MAC_DEBUG", False)
 ALLOWED_HOSTS = env_list("MAC_ALLOWED_HOSTS", ["*"])
 CSRF_TRUSTED_ORIGINS = env_list("MAC_CSRF_TRUSTED_ORIGINS")
@@ -65,6 +58,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "axes",
     "macweb",
     "inventory",
     "healthcheck",
@@ -79,6 +73,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into macweb.login_limits' 429.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "macweb.urls"
@@ -203,6 +199,29 @@ MAX_NODES = env_int("MAC_MAX_NODES", 20000, minimum=1)
 REGISTER_RATE = env_str("MAC_REGISTER_RATE", "600/min")
 # Addresses a reverse proxy in front of the API may speak for (X-Forwarded-For).
 TRUSTED_PROXIES = env_networks("MAC_TRUSTED_PROXIES")
+# --- Hostile clients (docs/security.md).
+# When set, /metrics needs `Authorization: Bearer <token>`; MAC's Prometheus config sends it.
+METRICS_TOKEN = env_str("MAC_METRICS_TOKEN")
+# The http_sd endpoint (/api/v1/sd/<job>, healthcheck.httpsd) is closed until this is set;
+# Prometheus sends it as `Authorization: Bearer <token>` (manage.py prometheus_config --shard).
+SD_TOKEN = env_str("MAC_SD_TOKEN")
+# Origins (scheme://host[:port]) whose pages may open the dashboard's WebSocket; empty
+# means the master's own: the hosts of MAC_ALLOWED_HOSTS, or the socket's own Host.
+ALLOWED_ORIGINS = env_list("MAC_ALLOWED_ORIGINS")
+
+# --- Password logins (admin, dashboard): django-axes, see macweb.login_limits.
+AUTHENTICATION_BACKENDS = [
+    "macweb.login_limits.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("MAC_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("MAC_LOGIN_COOLOFF_MINUTES", 15.0, minimum=0.1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "macweb.login_limits.client_ip"
+AXES_LOCKOUT_CALLABLE = "macweb.login_limits.lockout_response"
+AXES_VERBOSE = False  # no banner in every manage.py command's output
+AXES_DISABLE_ACCESS_LOG = True  # failures are what count; no row per successful login
 
 # --- Django REST framework and the OpenAPI schema.
 REST_FRAMEWORK = {
@@ -221,6 +240,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "MAC master API",
     "DESCRIPTION": "Node inventory and registration for MAC, the GPU and RDMA cluster monitor.",
     "VERSION": "1",
+    # 3.1 (JSON Schema 2020-12) can say what the server checks: key patterns
+    # (propertyNames) and null members, so that schema and server agree.
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI from the installed sidecar package, never from a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -232,7 +254,6 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAC_MAX_BODY_BYTES", 256 * 1024, minimum=
 # --- Static files and the login flow.
 STATIC_URL = "/static/"
 STATIC_ROOT = env_path("MAC_STATIC_ROOT", DATA_DIR / "static")
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

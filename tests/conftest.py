@@ -1,12 +1,29 @@
-"""Fixtures shared by every test package: free ports, users, clients."""
+"""Fixtures shared by every test package: users, clients, nodes, a simulated fleet."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
+from testkit import factories
 from testkit.simfleet import FleetThread, loopback_base
+
+if TYPE_CHECKING:
+    from inventory.models import Node
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The data and static folders, made the way `mac start master` makes them.
+
+    The settings create nothing; without the static folder every request handler
+    (some built while collecting) would warn that it is missing. The key comes from
+    the environment (pyproject's pytest `env`), so no key file is written.
+    """
+    from django.core.management import call_command
+
+    call_command("prepare_master", verbosity=0)
 
 
 @pytest.fixture
@@ -30,6 +47,15 @@ def api_client():
 def auth_client(api_client, user):
     api_client.force_authenticate(user)
     return api_client
+
+
+@pytest.fixture
+def make_node() -> Callable[..., Node]:
+    """make_node(hostname=None, ip=None, *, key=None, **fields) -> a saved Node.
+
+    The state a test starts from, not the behaviour under test: see testkit.factories.
+    """
+    return factories.make_node
 
 
 @pytest.fixture

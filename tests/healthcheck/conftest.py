@@ -1,4 +1,4 @@
-"""Fixtures of the healthcheck tests: a simulated fleet on loopback, nodes, Redis, Celery.
+"""Fixtures of the healthcheck tests: Redis, targets folder, master processes, Celery.
 
 Every test run gets its own loopback block (127.<pid-derived>.x.y) so that
 parallel runs of other engineers never collide with ours on port 29101.
@@ -22,19 +22,6 @@ from healthcheck.state import get_redis
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-
-@pytest.fixture
-def make_node():
-    """Create a Node row directly (the state a test starts from)."""
-    from inventory.models import Node
-
-    def _make(ip: str, hostname: str | None = None, **fields) -> Node:
-        fields.setdefault("exporters", {"sys-exporter": 29101, "nic-exporter": 29500})
-        return Node.objects.create(
-            hostname=hostname or "sim-" + ip.replace(".", "-"), ip=ip, **fields
-        )
-
-    return _make
 
 
 @pytest.fixture

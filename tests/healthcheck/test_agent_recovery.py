@@ -33,7 +33,7 @@ def test_a_killed_agent_goes_offline_and_returns_after_restart(master_procs, mak
     ip = loopback_base().rsplit(".", 1)[0] + ".1"
     procs = master_procs(beats=1)
     agent = start_agent(procs, ip)
-    node = make_node(ip)
+    node = make_node(ip=ip)
     try:
         wait_for(lambda: status_of(node) == NodeStatus.ONLINE, timeout=40, interval=0.1)
     except AssertionError:

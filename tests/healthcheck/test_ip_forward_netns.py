@@ -78,7 +78,7 @@ def probe_in(namespace: str):
 def test_forwarding_off_is_diagnosed_and_fixing_it_brings_the_node_back(
     namespaces, make_node, sd_dir, sweep_redis
 ):
-    node = make_node(AGENT_IP, "gpu-fwd")
+    node = make_node("gpu-fwd", AGENT_IP)
     probe = probe_in(namespaces["master"])
 
     run_sweep(probe=probe)

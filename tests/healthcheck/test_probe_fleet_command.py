@@ -18,7 +18,7 @@ def test_it_sweeps_now_and_reports(fleet, make_node, fast_probes, sd_dir, sweep_
     runner = fleet(2)
     runner.set_node_mode(1, Mode.REFUSE)
     for node in runner.nodes:
-        make_node(node.ip)
+        make_node(ip=node.ip)
     out = StringIO()
 
     call_command("probe_fleet", stdout=out)

@@ -18,7 +18,7 @@ WINDOW = 6.0  # seconds observed, i.e. six 1-second intervals
 def test_two_beats_give_one_sweep_per_interval(master_procs, sweep_redis, fleet, make_node):
     runner = fleet(2)
     for node in runner.nodes:
-        make_node(node.ip)
+        make_node(ip=node.ip)
     procs = master_procs(beats=2)
 
     try:

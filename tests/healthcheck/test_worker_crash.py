@@ -23,7 +23,7 @@ def test_a_sweep_killed_midway_leaves_no_trace_and_the_next_one_runs(
 ):
     runner = fleet(2)
     runner.set_node_mode(1, Mode.HANG)
-    nodes = [make_node(node.ip) for node in runner.nodes]
+    nodes = [make_node(ip=node.ip) for node in runner.nodes]
     procs = master_procs(beats=1, interval=INTERVAL, timeout=TIMEOUT)
     worker = procs.children[0]
 

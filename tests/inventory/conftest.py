@@ -1,4 +1,7 @@
-"""Fixtures of the inventory tests: a registering client, node factory, clean rate limits."""
+"""Fixtures of the inventory tests: a registering client and clean rate limits.
+
+Nodes come from the shared `make_node` fixture (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -51,24 +54,3 @@ def register(api_client):
         return api_client.post("/api/v1/register", body, format="json", **headers)
 
     return _register
-
-
-@pytest.fixture
-def make_node():
-    """Create a Node directly (state the test starts from, not the behaviour under test)."""
-    from inventory.models import Node
-    from inventory.services import hash_node_key, new_node_key
-
-    counter = iter(range(1, 10_000))
-
-    def _make(hostname=None, ip=None, *, key=None, **fields):
-        n = next(counter)
-        node_key_hash = new_node_key()[1] if key is None else hash_node_key(key)
-        return Node.objects.create(
-            hostname=hostname or f"node-{n:03d}",
-            ip=ip or f"10.9.{n // 250}.{n % 250 + 1}",
-            node_key_hash=node_key_hash,
-            **fields,
-        )
-
-    return _make

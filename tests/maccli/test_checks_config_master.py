@@ -71,7 +71,7 @@ def test_master_unreachable_fails_with_curl(tmp_path):
     port = free_port()
     ctx = _ctx(tmp_path, {"MASTER_IP": "127.0.0.1", "MAC_MASTER_PORT": str(port)})
     result = check_master_reachable(ctx)
-    assert result.status == CheckStatus.FAIL and "Connection refused" in result.detail
+    assert result.status == CheckStatus.FAIL and "no answer: connection refused" in result.detail
     assert result.fix.startswith(f"curl -m5 http://127.0.0.1:{port}/health")
     assert check_node_registered(ctx).status == CheckStatus.FAIL  # no key at all
 

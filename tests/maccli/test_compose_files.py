@@ -27,7 +27,8 @@ def _published(ports: list[str]) -> list[tuple[int, int]]:
 
 def test_agent_compose_runs_every_service_of_the_table_as_mac_service():
     compose = _load("docker-compose.agent.yml")
-    assert compose["name"] == "mac"
+    # The project comes from `-p mac`: Compose 1.29 rejects a top-level name.
+    assert "name" not in compose and "version" not in compose
     services = compose["services"]
     assert set(services) == {s.name for s in SERVICES}
     for service in SERVICES:
@@ -52,16 +53,20 @@ def test_nic_exporter_reads_sys_and_gpu_exporters_get_their_devices():
     gpus = services["dcgm-exporter"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpus["driver"] == "nvidia" and gpus["capabilities"] == ["gpu"]
     assert services["rocm-exporter"]["profiles"] == ["amd"]
-    assert {"/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri"} <= set(services["rocm-exporter"]["devices"])
+    devices = set(services["rocm-exporter"]["devices"])
+    assert {"${MAC_DEV_ROOT:-/dev}/kfd:/dev/kfd", "${MAC_DEV_ROOT:-/dev}/dri:/dev/dri"} <= devices
 
 
 def test_master_compose_has_api_worker_beat_prometheus_with_named_volumes():
     compose = _load("docker-compose.master.yml")
-    assert compose["name"] == "mac"
+    assert "name" not in compose and "version" not in compose
     services = compose["services"]
     assert set(services) == {"redis", "api-server", "worker", "beat", "prometheus"}
     for name, spec in services.items():
         assert spec["container_name"] == f"mac-{name}"
+        # All from MAC's own image (Debian's prometheus and redis-server): no registry.
+        assert spec["image"] == "${MAC_IMAGE:-mac:latest}"
+        assert "build" not in spec
         assert spec["restart"] == "unless-stopped"
         assert spec["networks"] == ["master"]
     assert _published(services["api-server"]["ports"]) == [(MASTER_API_PORT, MASTER_API_PORT)]
@@ -78,15 +83,24 @@ def test_master_compose_has_api_worker_beat_prometheus_with_named_volumes():
         assert "mac-targets:/var/lib/mac-targets" in services[name]["volumes"]
         assert services[name]["environment"]["MAC_SD_DIR"] == "/var/lib/mac-targets"
     api = " ".join(services["api-server"]["command"])
-    for step in ("migrate", "collectstatic", "createadmin", "uvicorn_worker.UvicornWorker"):
+    steps = ("prepare_master", "migrate", "collectstatic", "createadmin")
+    for step in (*steps, "uvicorn_worker.UvicornWorker"):
         assert step in api
-    assert services["worker"]["command"][:4] == ["celery", "-A", "macweb", "worker"]
-    assert services["beat"]["command"][:4] == ["celery", "-A", "macweb", "beat"]
+    assert "exec celery -A macweb worker" in services["worker"]["command"][-1]
+    assert "exec celery -A macweb beat" in services["beat"]["command"][-1]
 
 
-def test_dockerfile_builds_one_image_from_python_3_11_slim():
+def test_dockerfile_takes_the_base_as_an_argument_and_installs_from_the_wheelhouse_only():
     text = (DOCKER / "Dockerfile").read_text()
     assert text.count("\nFROM ") + text.startswith("FROM ") == 1
-    assert "FROM python:3.11-slim" in text
-    assert "pip install --no-cache-dir ." in text
+    assert "ARG BASE_IMAGE=python:3.11-slim\nFROM ${BASE_IMAGE}" in text
+    assert "pip install --no-cache-dir --no-index --find-links wheelhouse" in text
     assert 'ENTRYPOINT ["mac-exporter"]' in text
+
+
+def test_the_image_has_every_debian_package_the_guide_runs_in_containers():
+    listed = (DOCKER / "debian-packages.txt").read_text().splitlines()
+    packages = {line.strip() for line in listed if line.strip() and not line.startswith("#")}
+    assert {"ethtool", "rocm-smi", "prometheus-node-exporter", "prometheus", "redis-server"} <= (
+        packages
+    )

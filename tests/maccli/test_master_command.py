@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 import time
 import urllib.request
 
@@ -39,6 +40,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 def test_start_status_stop_master(mac_env):
     api, prom = free_port(), free_port()
     mac_env.env.pop("DATABASE_URL", None)
+    mac_env.env.pop("SECRET_KEY", None)  # the key file of prepare_master, as on a real master
     mac_env.env.update(
         {
             "MAC_DATA_DIR": str(mac_env.root / "data"),
@@ -59,6 +61,9 @@ def test_start_status_stop_master(mac_env):
             started.stdout
         )
         assert started.stdout.strip().endswith("Master started.")
+        key_file = mac_env.root / "data" / "secret_key"  # made by prepare_master, first
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        key = key_file.read_text()
 
         status, body = _get(f"http://127.0.0.1:{api}/health")
         assert status == 200 and json.loads(body)["status"] == "ok"
@@ -81,6 +86,7 @@ def test_start_status_stop_master(mac_env):
 
         again = mac_env.run("start", "master", timeout=240)
         assert again.returncode == 0
+        assert key_file.read_text() == key
         assert "Admin user 'admin'" in again.stdout or "Updated admin user" in again.stdout
     finally:
         pids = {

@@ -1,4 +1,4 @@
-"""Fixtures of the dashboard tests: logged-in browsers-to-be and node factories."""
+"""Fixtures of the dashboard tests: logged-in clients and a real Prometheus with charts."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from django.db import connection, connections
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 from testkit import dashboard_servers as servers
+from testkit.factories import online_gpu_node
 from testkit.ports import free_port
-from tests.dashboard.factories import make_node
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -156,7 +156,11 @@ def test_the_fleet_page_follows_sweeps_live(page, asgi_server, operator, fleet, 
 
     ids = [
         in_thread(
-            make_node, hostname=n.hostname, ip=n.ip, exporters=n.exporters(), gpu_vendor="none"
+            online_gpu_node,
+            hostname=n.hostname,
+            ip=n.ip,
+            exporters=n.exporters(),
+            gpu_vendor="none",
         ).pk
         for n in fleet.nodes
     ]
@@ -191,8 +195,8 @@ def test_a_deregistered_node_leaves_the_page_live(page, asgi_server, operator):
 
     from inventory.services import remove_node
 
-    staying = in_thread(make_node, hostname="gpu-stays")
-    leaving = in_thread(make_node, hostname="gpu-leaves")
+    staying = in_thread(online_gpu_node, hostname="gpu-stays")
+    leaving = in_thread(online_gpu_node, hostname="gpu-leaves")
     log_in(page, asgi_server)
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
     expect(page.locator(f'tr[data-node-id="{leaving.pk}"]')).to_have_count(1)
@@ -216,7 +220,7 @@ def test_the_page_reconnects_after_a_restart_and_shows_what_it_missed(
     server = Server(f"http://127.0.0.1:{port}", port, server_env(chart_env, tmp_path))
     server.start()
     try:
-        node = in_thread(make_node, hostname="gpu-restart")
+        node = in_thread(online_gpu_node, hostname="gpu-restart")
         log_in(page, server)
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
         page.evaluate("window.__sameDocument = true")
@@ -237,7 +241,7 @@ def test_the_node_page_draws_charts_from_prometheus(page, asgi_server, chart_env
     from playwright.sync_api import expect
 
     in_thread(
-        make_node,
+        online_gpu_node,
         id=chart_env.nvidia_id,
         hostname=chart_env.nvidia_host,
         gpu_vendor=GpuVendor.NVIDIA,
@@ -259,7 +263,7 @@ def test_the_node_page_draws_charts_from_prometheus(page, asgi_server, chart_env
 def test_an_empty_chart_says_why_in_the_page(page, asgi_server, operator):
     from playwright.sync_api import expect
 
-    node = in_thread(make_node, hostname="gpu-nodata")
+    node = in_thread(online_gpu_node, hostname="gpu-nodata")
     log_in(page, asgi_server)
     page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
     empty = page.locator('figure[data-chart="cpu"] .chart-empty')
@@ -283,7 +287,7 @@ def test_hostnames_are_text_not_markup(page, asgi_server, operator, tmp_path):
     from playwright.sync_api import expect
 
     node = in_thread(
-        make_node,
+        online_gpu_node,
         hostname="evil",
         status=NodeStatus.OFFLINE,
         status_detail='<img src=x onerror="window.__pwned=1">',
@@ -329,7 +333,11 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
 
     node = fleet.nodes[1]
     pk = in_thread(
-        make_node, hostname=node.hostname, ip=node.ip, exporters=node.exporters(), gpu_vendor="none"
+        online_gpu_node,
+        hostname=node.hostname,
+        ip=node.ip,
+        exporters=node.exporters(),
+        gpu_vendor="none",
     ).pk
     with override_settings(PROBE_TIMEOUT=0.5):
         sweep(tmp_path)
@@ -343,3 +351,36 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
     expect(row.locator(".diagnosis")).to_contain_text("ip_forward")
     row.locator("details.fix summary").click()
     expect(row.locator("details.fix pre")).to_contain_text("sudo sysctl -w net.ipv4.ip_forward=1")
+
+
+def test_the_node_page_follows_which_exporters_prometheus_scrapes(
+    page, asgi_server, operator, fleet, tmp_path
+):
+    """Forwarding off while the node page is open: sys-exporter turns down and missing
+    from Prometheus, nic-exporter stays up and scraped, without a reload."""
+    from django.test import override_settings
+    from playwright.sync_api import expect
+
+    node = fleet.nodes[0]
+    pk = in_thread(
+        online_gpu_node,
+        hostname=node.hostname,
+        ip=node.ip,
+        exporters=node.exporters(),
+        gpu_vendor="none",
+    ).pk
+    sys_row = page.locator('tr[data-service="sys-exporter"]')
+    nic_row = page.locator('tr[data-service="nic-exporter"]')
+    with override_settings(PROBE_TIMEOUT=0.5):
+        sweep(tmp_path)
+        log_in(page, asgi_server)
+        page.goto(f"{asgi_server.url}/nodes/{pk}/")
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        expect(sys_row.locator(".exp-target")).to_have_text("scraped")
+        fleet.set_mode(0, "sys-exporter", "blackhole")
+        sweep(tmp_path)
+    expect(page.locator("#node-status")).to_have_text("Offline", timeout=3000)
+    expect(sys_row.locator(".exp-probe")).to_have_text("down")
+    expect(sys_row.locator(".exp-target")).to_have_text("missing")
+    expect(nic_row.locator(".exp-probe")).to_have_text("up")
+    expect(nic_row.locator(".exp-target")).to_have_text("scraped")

@@ -7,8 +7,8 @@ from django.test import Client, override_settings
 
 from inventory.choices import GpuVendor, NodeStatus, StatusReason
 from macweb.dashboard import charts
+from testkit.factories import online_gpu_node
 from testkit.ports import free_port
-from tests.dashboard.factories import make_node
 
 pytestmark = [pytest.mark.django_db, pytest.mark.prometheus]
 
@@ -25,7 +25,7 @@ def drawn_points(data: dict) -> int:
 
 @pytest.fixture
 def nvidia_node(chart_env):
-    return make_node(
+    return online_gpu_node(
         id=chart_env.nvidia_id,
         hostname=chart_env.nvidia_host,
         gpu_vendor=GpuVendor.NVIDIA,
@@ -36,7 +36,7 @@ def nvidia_node(chart_env):
 @pytest.fixture
 def amd_node(chart_env):
     exporters = {"sys-exporter": 29101, "rocm-exporter": 29200, "nic-exporter": 29500}
-    return make_node(
+    return online_gpu_node(
         id=chart_env.amd_id,
         hostname=chart_env.amd_host,
         gpu_vendor=GpuVendor.AMD,
@@ -87,7 +87,7 @@ def test_gpu_charts_use_the_amd_names_on_amd_nodes(client_user, chart_env, amd_n
 
 
 def test_a_node_without_gpus_has_no_gpu_chart_and_says_so(client_user, chart_env):
-    node = make_node(hostname="cpu-only", gpu_vendor=GpuVendor.NONE, gpu_count=0)
+    node = online_gpu_node(hostname="cpu-only", gpu_vendor=GpuVendor.NONE, gpu_count=0)
     with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
         data = chart(client_user, node, "gpu_util")
     assert data["series"] == []
@@ -95,28 +95,46 @@ def test_a_node_without_gpus_has_no_gpu_chart_and_says_so(client_user, chart_env
 
 
 def test_an_exporter_the_agent_did_not_register_is_named(client_user, chart_env):
-    node = make_node(hostname="no-nic", exporters={"sys-exporter": 29101})
+    node = online_gpu_node(hostname="no-nic", exporters={"sys-exporter": 29101})
     with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
         data = chart(client_user, node, "rdma")
     assert "did not register a nic-exporter" in data["empty_reason"]
 
 
 def test_no_samples_yet_says_so(client_user, chart_env):
-    node = make_node(hostname="brand-new")
+    node = online_gpu_node(hostname="brand-new")
     with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
         data = chart(client_user, node, "cpu")
     assert data["empty_reason"].startswith("No data yet")
 
 
 def test_an_offline_node_without_samples_points_at_the_diagnosis(client_user, chart_env):
-    node = make_node(hostname="gone", status=NodeStatus.OFFLINE, status_reason=StatusReason.TIMEOUT)
+    node = online_gpu_node(
+        hostname="gone", status=NodeStatus.OFFLINE, status_reason=StatusReason.TIMEOUT
+    )
     with override_settings(PROMETHEUS_URL=chart_env.prometheus.url):
         data = chart(client_user, node, "memory")
     assert "is offline" in data["empty_reason"]
 
 
+def test_an_offline_node_whose_nic_exporter_answers_is_not_called_dropped():
+    # ip_forward=0: the node is Offline but nic-exporter is still a target.
+    node = online_gpu_node(
+        hostname="no-forwarding",
+        status=NodeStatus.OFFLINE,
+        status_reason=StatusReason.TIMEOUT,
+        exporter_health={"sys-exporter": False, "nic-exporter": True},
+    )
+
+    nic = charts.empty_data_reason(node, "nic-exporter", "1h")
+    sys = charts.empty_data_reason(node, "sys-exporter", "1h")
+
+    assert nic.startswith("No data yet") and "offline" not in nic
+    assert "is offline, so its sys-exporter target was dropped" in sys
+
+
 def test_prometheus_down_is_the_reason(client_user):
-    node = make_node()
+    node = online_gpu_node()
     down = f"http://127.0.0.1:{free_port()}"
     with override_settings(PROMETHEUS_URL=down, DASHBOARD_PROMETHEUS_TIMEOUT=2):
         data = chart(client_user, node, "cpu")
@@ -126,7 +144,7 @@ def test_prometheus_down_is_the_reason(client_user):
 
 
 def test_bad_range_chart_or_node_are_named(client_user):
-    node = make_node()
+    node = online_gpu_node()
     bad_range = client_user.get(f"/nodes/{node.pk}/charts/cpu.json?range=3w")
     assert bad_range.status_code == 400
     assert "range" in bad_range.json()

@@ -14,7 +14,7 @@ from healthcheck.promconfig import render_prometheus_config
 from healthcheck.targets import write_targets
 from inventory.choices import GpuVendor
 from testkit import dashboard_servers as servers
-from tests.dashboard.factories import make_node
+from testkit.factories import online_gpu_node
 
 pytestmark = [
     pytest.mark.django_db,
@@ -26,7 +26,7 @@ pytestmark = [
 def test_charts_follow_the_targets_file_labels(client_user, tmp_path):
     # An address of our own on loopback, so the contract's fixed port 29101 is free there.
     ip = f"127.56.{os.getpid() % 250}.{os.getpid() % 200 + 20}"
-    node = make_node(
+    node = online_gpu_node(
         hostname="real-agent",
         ip=ip,
         gpu_vendor=GpuVendor.NONE,

@@ -16,7 +16,7 @@ from django.test import Client
 from inventory.live import broadcast_node_changes
 from macweb.asgi import application
 from macweb.dashboard.consumers import UNAUTHORISED
-from tests.dashboard.factories import make_node, make_offline
+from testkit.factories import offline_node, online_gpu_node
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
@@ -68,7 +68,7 @@ async def test_it_refuses_a_forged_session_cookie():
 
 
 async def test_a_broadcast_batch_arrives_as_one_message(session_cookie):
-    nodes = [await sync_to_async(make_offline)(), await sync_to_async(make_node)()]
+    nodes = [await sync_to_async(offline_node)(), await sync_to_async(online_gpu_node)()]
     comm = await open_socket(session_cookie)
     try:
         await sync_to_async(broadcast_node_changes)([n.summary() for n in nodes])
@@ -117,7 +117,7 @@ async def test_it_answers_pings(session_cookie):
 
 async def test_200_clients_get_every_batch_with_no_over_capacity_drops(session_cookie, caplog):
     caplog.set_level(logging.INFO, logger="channels_redis")
-    node = await sync_to_async(make_node)()
+    node = await sync_to_async(online_gpu_node)()
     sockets = await asyncio.gather(*(open_socket(session_cookie) for _ in range(200)))
     try:
         for sweep in range(5):
@@ -138,7 +138,7 @@ async def test_200_clients_get_every_batch_with_no_over_capacity_drops(session_c
 async def test_a_quiet_page_stays_connected_past_the_layers_blocking_read(session_cookie):
     """channels_redis waits 5 s per BZPOPMIN; a read timeout of 5 s (redis-py 8's default)
     used to end every consumer that had nothing to receive for that long."""
-    node = await sync_to_async(make_node)()
+    node = await sync_to_async(online_gpu_node)()
     comm = await open_socket(session_cookie)
     try:
         assert await comm.receive_nothing(timeout=6.5)  # no close frame either

@@ -7,7 +7,7 @@ from django.test import Client
 
 from inventory.choices import GpuVendor, NodeStatus
 from macweb.dashboard import queries, views
-from tests.dashboard.factories import bulk_nodes, make_node, make_offline
+from testkit.factories import bulk_nodes, offline_node, online_gpu_node
 
 pytestmark = pytest.mark.django_db
 
@@ -37,10 +37,10 @@ def test_login_page_is_styled_and_logs_in(user):
 
 
 def test_it_counts_by_status_maintenance_and_vendor(client_user):
-    make_node(gpu_vendor=GpuVendor.NVIDIA)
-    make_node(gpu_vendor=GpuVendor.AMD, maintenance=True)
-    make_offline(gpu_vendor=GpuVendor.AMD)
-    make_node(status=NodeStatus.UNKNOWN, gpu_vendor=GpuVendor.NONE, gpu_count=0)
+    online_gpu_node(gpu_vendor=GpuVendor.NVIDIA)
+    online_gpu_node(gpu_vendor=GpuVendor.AMD, maintenance=True)
+    offline_node(gpu_vendor=GpuVendor.AMD)
+    online_gpu_node(status=NodeStatus.UNKNOWN, gpu_vendor=GpuVendor.NONE, gpu_count=0)
     counts = client_user.get("/fleet.json").json()["counts"]
     assert counts == {
         "total": 4,
@@ -54,7 +54,7 @@ def test_it_counts_by_status_maintenance_and_vendor(client_user):
 
 
 def test_offline_rows_say_the_reason_and_the_diagnosis_with_its_fix(client_user):
-    node = make_offline(hostname="gpu-fwd")
+    node = offline_node(hostname="gpu-fwd")
     row = client_user.get("/fleet.json").json()["nodes"][0]
     assert row["hostname"] == "gpu-fwd"
     assert row["status_reason_text"] == "sys-exporter timed out"
@@ -67,9 +67,9 @@ def test_offline_rows_say_the_reason_and_the_diagnosis_with_its_fix(client_user)
 
 
 def test_it_filters_by_status_vendor_maintenance_and_search(client_user):
-    make_node(hostname="a-nv", gpu_vendor=GpuVendor.NVIDIA)
-    make_node(hostname="b-amd", gpu_vendor=GpuVendor.AMD, maintenance=True)
-    make_offline(hostname="c-down", ip="192.0.2.77")
+    online_gpu_node(hostname="a-nv", gpu_vendor=GpuVendor.NVIDIA)
+    online_gpu_node(hostname="b-amd", gpu_vendor=GpuVendor.AMD, maintenance=True)
+    offline_node(hostname="c-down", ip="192.0.2.77")
 
     def names(query: str) -> list[str]:
         return [r["hostname"] for r in client_user.get(f"/fleet.json?{query}").json()["nodes"]]
@@ -124,14 +124,14 @@ def test_paging_links_keep_the_filters(client_user):
 
 
 def test_it_escapes_what_agents_sent(client_user):
-    make_offline(hostname="evil", status_detail='<script>alert("x")</script>')
+    offline_node(hostname="evil", status_detail='<script>alert("x")</script>')
     html = client_user.get("/").content.decode()
     assert '<script>alert("x")</script>' not in html
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
 
 
 def test_staff_get_admin_links_and_others_do_not(client_user, client_staff):
-    node = make_node()
+    node = online_gpu_node()
     admin_url = f"/admin/inventory/node/{node.pk}/change/"
     assert views.admin_change_url_template() == "/admin/inventory/node/{id}/change/"
     staff_page = client_staff.get("/").content.decode()

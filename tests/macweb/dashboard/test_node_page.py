@@ -8,20 +8,20 @@ from django.test import Client
 from inventory.choices import EventKind, GpuVendor
 from inventory.models import NodeEvent
 from macweb.dashboard import queries
-from tests.dashboard.factories import make_node, make_offline
+from testkit.factories import offline_node, online_gpu_node
 
 pytestmark = pytest.mark.django_db
 
 
 def test_it_needs_a_login():
-    node = make_node()
+    node = online_gpu_node()
     response = Client().get(f"/nodes/{node.pk}/")
     assert response.status_code == 302
     assert response["Location"].startswith("/accounts/login/")
 
 
 def test_it_shows_status_diagnosis_fix_exporters_and_history(client_user):
-    node = make_offline(
+    node = offline_node(
         hostname="gpu-a17",
         exporters={"sys-exporter": 29101, "nic-exporter": 29500, "dcgm-exporter": 29150},
         exporter_health={"sys-exporter": False, "nic-exporter": True},
@@ -47,8 +47,47 @@ def test_it_shows_status_diagnosis_fix_exporters_and_history(client_user):
     assert "vendor/uplot/uPlot.iife.min.js" in html
 
 
+def _target_badges(html: str) -> dict[str, str]:
+    """{service: what the Prometheus column (the row's last cell) says}."""
+    import re
+
+    badges = {}
+    for name, row in re.findall(r'<tr data-service="([^"]+)"(.*?)</tr>', html, flags=re.S):
+        last_cell = row.rsplit("<td>", 1)[1]
+        badges[name] = re.sub(r"<[^>]+>", "", last_cell).strip()
+    return badges
+
+
+def test_it_shows_which_exporters_prometheus_still_scrapes_when_forwarding_is_off(client_user):
+    node = offline_node(
+        exporters={"sys-exporter": 29101, "nic-exporter": 29500, "dcgm-exporter": 29150},
+        exporter_health={"sys-exporter": False, "nic-exporter": True, "dcgm-exporter": False},
+    )
+
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+
+    badges = _target_badges(html)
+    assert badges["nic-exporter"] == "scraped"
+    assert badges["sys-exporter"] == "missing"
+    assert badges["dcgm-exporter"] == "missing"
+    assert badges["bmc-agent"] == "-"  # not registered
+    assert badges["mango-sdk-agent"] == "-"  # an API, never a Prometheus target
+    assert 'title="listed in nic-exporter.json"' in html
+
+
+def test_an_online_node_is_scraped_on_every_exporter_that_answered(client_user):
+    node = online_gpu_node(
+        exporter_health={"sys-exporter": True, "nic-exporter": True, "dcgm-exporter": False},
+    )
+
+    badges = _target_badges(client_user.get(f"/nodes/{node.pk}/").content.decode())
+
+    assert (badges["sys-exporter"], badges["nic-exporter"]) == ("scraped", "scraped")
+    assert badges["dcgm-exporter"] == "missing"
+
+
 def test_a_node_without_gpus_gets_no_gpu_charts(client_user):
-    node = make_node(gpu_vendor=GpuVendor.NONE, gpu_count=0)
+    node = online_gpu_node(gpu_vendor=GpuVendor.NONE, gpu_count=0)
     html = client_user.get(f"/nodes/{node.pk}/").content.decode()
     assert "gpu_util.json" not in html
     assert "No GPU charts: this node reports no GPUs." in html
@@ -59,7 +98,7 @@ def test_an_unknown_node_is_404(client_user):
 
 
 def test_staff_see_the_admin_link(client_staff, client_user):
-    node = make_node()
+    node = online_gpu_node()
     link = f'href="/admin/inventory/node/{node.pk}/change/"'
     assert link in client_staff.get(f"/nodes/{node.pk}/").content.decode()
     assert link not in client_user.get(f"/nodes/{node.pk}/").content.decode()
