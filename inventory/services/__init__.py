@@ -1,18 +1,7 @@
 """The inventory's service layer: every change to a node goes through here, with its event.
 
 Views, the admin and commands call these functions and do nothing else with nodes'
-identity. The rules (flow 2 of the contract):
-
-- a registration matches an existing node by hostname, then by IP; it never creates
-  a second row for one host, even when many arrive at once (unique constraints on
-  hostname and ip, and a retry of the whole lookup when an insert loses the race);
-- a node gets a random key at its first registration (only its sha256 is stored);
-  re-registering a known hostname from another address, and deregistering, need it;
-  a registration from the node's current address does not, and gets a fresh key when
-  an admin has reset the old one;
-- "from the node's address" means the request's real source address: an address
-  claimed in the body (honoured with the join token) says where to probe, but anyone
-  holding the cluster-wide join token can claim anything, so it proves nothing.
+identity; the dedupe and key rules are written at the top of `registration`.
 
 Modules: `keys` (per-node keys), `events` (events and the live push on commit),
 `registration` (register and deregister), `changes` (what admins and operators do).
