@@ -3,20 +3,26 @@
 One scrape job per exporter (job name = service name, the file
 `<sd_dir>/<service>.json` written by healthcheck.targets) and one job,
 `mac-master`, scraping the master's own /metrics (per-node status that survives
-a node leaving the targets files). Used two ways:
+a node leaving the targets files), with MAC_METRICS_TOKEN as a bearer token read
+from a file when the master sets one. Used two ways:
 
 - `manage.py prometheus_config --out FILE` writes it for `mac start master`,
   which runs Debian's /usr/bin/prometheus with
   `--web.listen-address=:29090 --storage.tsdb.path=... --web.enable-lifecycle`;
 - docker/prometheus/prometheus.yml is this function's output for the Compose
   deployment (targets mounted at /etc/prometheus/targets, the API server
-  reached as mac-api-server:28080); a test keeps the file and the code in step.
+  reached as mac-api-server:28080); a test keeps the file and the code in step;
+- `manage.py prometheus_config --shard K --of N --out FILE` writes the config of
+  one of N Prometheus servers: the exporter jobs read the master's http_sd
+  endpoint for shard K (healthcheck.httpsd) instead of the files, and only shard 0
+  scrapes the master itself, so every target is scraped exactly once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 import yaml
 
@@ -24,6 +30,8 @@ from contract.services import MASTER_API_PORT, MASTER_PROMETHEUS_PORT
 from healthcheck.targets import SCRAPED_SERVICES
 
 DOCKER_SD_DIR = "/etc/prometheus/targets"
+# MAC's alert rules, shipped as package data beside this module.
+ALERT_RULES = Path(__file__).resolve().parent / "prometheus" / "alerts.yml"
 DOCKER_MASTER = f"mac-api-server:{MASTER_API_PORT}"
 LOCAL_MASTER = f"127.0.0.1:{MASTER_API_PORT}"
 HEADER = (
@@ -34,6 +42,19 @@ HEADER = (
 )
 
 
+@dataclass(frozen=True)
+class HttpSd:
+    """Shard `shard` of `of` Prometheus servers, discovering through the master's http_sd."""
+
+    master: str  # HOST:PORT of the master's API
+    shard: int
+    of: int
+    token_file: str  # holds MAC_SD_TOKEN, sent as a bearer token
+
+    def url(self, service: str) -> str:
+        return f"http://{self.master}/api/v1/sd/{service}?shard={self.shard}&of={self.of}"
+
+
 def render_prometheus_config(
     sd_dir: str,
     master_targets: Iterable[str] = (LOCAL_MASTER,),
@@ -42,35 +63,60 @@ def render_prometheus_config(
     scrape_timeout: str | None = None,
     sd_refresh_interval: str = "30s",
     services: Iterable[str] = SCRAPED_SERVICES,
+    metrics_token_file: str | None = None,
+    rule_files: Iterable[str] = (),
+    http_sd: HttpSd | None = None,
 ) -> dict:
-    """The configuration as a dict (yaml.safe_dump it, or use render_prometheus_yaml)."""
+    """The configuration as a dict (yaml.safe_dump it, or use render_prometheus_yaml).
+
+    With `http_sd`, the exporter jobs discover their targets from the master's http_sd
+    endpoint for that shard (`sd_dir` is not used) and only shard 0 scrapes the master.
+
+    `rule_files` are alert rule files Prometheus loads (ALERT_RULES for MAC's own).
+
+    `metrics_token_file` holds MAC_METRICS_TOKEN when the master requires it; Prometheus
+    2.x reads it for every scrape of the master (`authorization.credentials_file`).
+    """
     sd_path = PurePosixPath(sd_dir)
-    scrape_configs = [
-        {
-            "job_name": "mac-master",
-            "metrics_path": "/metrics",
-            "static_configs": [{"targets": list(master_targets)}],
-        }
-    ]
+    master_job: dict = {
+        "job_name": "mac-master",
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": list(master_targets)}],
+    }
+    if metrics_token_file:
+        master_job["authorization"] = {"type": "Bearer", "credentials_file": metrics_token_file}
+    scrape_configs = [master_job] if http_sd is None or http_sd.shard == 0 else []
     for service in services:
-        scrape_configs.append(
-            {
-                "job_name": service,
-                "metrics_path": "/metrics",
-                "file_sd_configs": [
-                    {
-                        "files": [str(sd_path / f"{service}.json")],
-                        # Prometheus also watches the files; this is the fallback.
-                        "refresh_interval": sd_refresh_interval,
-                    }
-                ],
-            }
-        )
+        job: dict = {"job_name": service, "metrics_path": "/metrics"}
+        if http_sd is None:
+            job["file_sd_configs"] = [
+                {
+                    "files": [str(sd_path / f"{service}.json")],
+                    # Prometheus also watches the files; this is the fallback.
+                    "refresh_interval": sd_refresh_interval,
+                }
+            ]
+        else:
+            job["http_sd_configs"] = [
+                {
+                    "url": http_sd.url(service),
+                    "refresh_interval": sd_refresh_interval,
+                    "authorization": {"type": "Bearer", "credentials_file": http_sd.token_file},
+                }
+            ]
+        scrape_configs.append(job)
     # Without an explicit timeout Prometheus uses min(10s, scrape_interval).
     global_config = {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval}
     if scrape_timeout:
         global_config["scrape_timeout"] = scrape_timeout
-    return {"global": global_config, "scrape_configs": scrape_configs}
+    if http_sd is not None:
+        # Says which shard a series came from, for federation or a query layer above.
+        global_config["external_labels"] = {"mac_shard": f"{http_sd.shard}/{http_sd.of}"}
+    config: dict = {"global": global_config}
+    if rule_files:
+        config["rule_files"] = list(rule_files)
+    config["scrape_configs"] = scrape_configs
+    return config
 
 
 def render_prometheus_yaml(
@@ -84,6 +130,9 @@ def render_prometheus_yaml(
     """The configuration as YAML text with a header saying how to regenerate it."""
     masters = list(master_targets)
     flags = "--docker" if docker else f"--sd-dir {sd_dir} --master {','.join(masters)}"
+    if kw.get("http_sd"):
+        shard = kw["http_sd"]
+        flags = f"--master {','.join(masters)} --shard {shard.shard} --of {shard.of}"
     header = HEADER.format(out=out, flags=flags, port=MASTER_PROMETHEUS_PORT)
     body = yaml.safe_dump(
         render_prometheus_config(sd_dir, masters, **kw), sort_keys=False, default_flow_style=False

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -16,6 +19,24 @@ def health(request):
     return JsonResponse(report, status=200 if report["status"] == "ok" else 503)
 
 
+def _metrics_token_accepted(request) -> bool:
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode(), settings.METRICS_TOKEN.encode())
+
+
 @require_GET
 def metrics(request):
+    # Open by default, as Prometheus expects; MAC_METRICS_TOKEN closes it (the node list,
+    # statuses and diagnoses are in there).
+    if settings.METRICS_TOKEN and not _metrics_token_accepted(request):
+        response = HttpResponse(
+            "/metrics needs 'Authorization: Bearer <MAC_METRICS_TOKEN>'; MAC's own Prometheus "
+            "config sends it (manage.py prometheus_config).\n",
+            status=401,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="mac-metrics"'
+        return response
     return HttpResponse(generate_latest(master_registry()), content_type=CONTENT_TYPE_LATEST)

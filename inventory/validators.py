@@ -1,10 +1,17 @@
-"""Hostname rules shared by the registration API and the admin (RFC 1123, lower-cased)."""
+"""Input rules shared by the registration API and the admin.
+
+Hostnames follow RFC 1123, lower-cased. Free text must be storable: PostgreSQL
+refuses NUL in text and JSON, and a lone UTF-16 surrogate (JSON's "\\ud800") cannot
+be encoded as UTF-8, so either one stored would fail the insert or, on SQLite,
+every later page that shows it.
+"""
 
 from __future__ import annotations
 
 import re
 
 MAX_HOSTNAME = 253
+UNSTORABLE = "contains a NUL character or a lone surrogate, which cannot be stored."
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -25,3 +32,14 @@ def normalize_hostname(value: object) -> str:
                 "or hyphens, and do not start or end with a hyphen."
             )
     return name
+
+
+def storable_text(value: str) -> bool:
+    """True when `value` has no NUL and encodes as UTF-8 (no lone surrogates)."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

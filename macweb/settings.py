@@ -75,6 +75,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes asks: turns a locked-out login into macweb.login_limits' 429.
     "axes.middleware.AxesMiddleware",
+    # A database outage is a quick 503 naming it, not a 500 (its process_exception runs first).
+    "macweb.db_outage.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "macweb.urls"
@@ -108,12 +110,22 @@ if _database_url:
     # registering at once exceeded max_connections; a per-process pool caps and reuses them.
     # MAC_DB_POOL_SIZE=0 turns it off (persistent connections instead).
     _pool_size = env_int("MAC_DB_POOL_SIZE", 20, minimum=0, maximum=1000)
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        # During an outage a connection attempt gives up after a few seconds (libpq's
+        # default is to wait for the OS, minutes for a black-holed server), and so does a
+        # request waiting for a pooled connection: /health and registration then answer
+        # 503 "database unavailable" quickly (issue 11) instead of hanging for 30 s.
+        _db.setdefault("OPTIONS", {}).setdefault(
+            "connect_timeout", env_int("MAC_DB_CONNECT_TIMEOUT", 3, minimum=1)
+        )
     if _pool_size and _db["ENGINE"] == "django.db.backends.postgresql":
         _db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections together with a pool
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": _pool_size,
-            "timeout": env_float("MAC_DB_POOL_TIMEOUT", 30.0, minimum=1.0),
+            # How long a request waits for a pooled connection: long enough for a burst
+            # of registrations to queue, short enough to report an outage in seconds.
+            "timeout": env_float("MAC_DB_POOL_TIMEOUT", 5.0, minimum=1.0),
         }
 else:
     _db = {

@@ -1,7 +1,9 @@
 """URL map of the master: API, health, admin, schema and the dashboard."""
 
 from django.contrib import admin
+from django.http import JsonResponse
 from django.urls import include, path
+from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 urlpatterns = [
@@ -13,3 +15,13 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("macweb.dashboard.urls")),
 ]
+
+
+def not_found(request, exception=None):
+    """API clients get JSON for an unknown path too (/api/v1/nodes/abc/), as the schema says."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+handler404 = not_found

@@ -2,7 +2,7 @@
 
 DRF reads request bodies from the stream, which bypasses Django's
 DATA_UPLOAD_MAX_MEMORY_SIZE check; this parser applies it itself, and answers
-malformed or oversized bodies with a 400 {"body": [...]}.
+malformed, oversized or absurdly nested bodies with a 400 {"body": [...]}.
 """
 
 from __future__ import annotations
@@ -38,5 +38,10 @@ class LimitedJSONParser(JSONParser):
             return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except UnicodeDecodeError:
             raise ValidationError({"body": ["request body is not UTF-8."]}) from None
+        except RecursionError:
+            # json's decoder recurses once per level: 5,000 nested arrays overflow it.
+            raise ValidationError(
+                {"body": ["request body is nested too deeply; MAC bodies are flat objects."]}
+            ) from None
         except ValueError as exc:
             raise ValidationError({"body": [f"request body is not valid JSON: {exc}"]}) from None

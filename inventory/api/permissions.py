@@ -12,6 +12,7 @@ import hmac
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
@@ -79,3 +80,16 @@ class JoinTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "The cluster join token (MAC_JOIN_TOKEN), when the master sets one.",
         }
+
+
+class JoinTokenOptionalSchema(AutoSchema):
+    """The schema of an endpoint that needs the join token only when one is configured.
+
+    Without MAC_JOIN_TOKEN the operation also lists the empty requirement `{}`, which is
+    how OpenAPI says "no credentials needed"; the schema is built per request, so it
+    follows the setting of the running master.
+    """
+
+    def get_auth(self) -> list[dict]:
+        auth = super().get_auth()
+        return auth if settings.JOIN_TOKEN else [*auth, {}]

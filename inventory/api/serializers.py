@@ -7,14 +7,16 @@ Prometheus labels; every refusal names its field.
 
 from __future__ import annotations
 
+import math
 import re
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.choices import GpuVendor
 from inventory.models import Node, NodeEvent
-from inventory.validators import normalize_hostname
+from inventory.validators import MAX_HOSTNAME, UNSTORABLE, normalize_hostname, storable_text
 
 MAX_LABELS = 32
 MAX_NICS = 64
@@ -24,6 +26,18 @@ RECENT_EVENTS = 20
 
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}")
 _SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+
+# The same rules as OpenAPI patterns, so that the schema accepts exactly what the server
+# does (schemathesis checks both ways: tests/inventory/test_api_fuzz.py).
+TEXT_PATTERN = "^[^\\u0000]*$"  # PostgreSQL stores no NUL (inventory.validators)
+_HOST_LABEL = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOSTNAME_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_HOSTNAME,
+    "pattern": f"^{_HOST_LABEL}(\\.{_HOST_LABEL})*$",
+}
+_NIC_NUMBER = {"type": "number", "minimum": -(2**63), "maximum": 2**64 - 1}
 
 
 class StrictCharField(serializers.CharField):
@@ -36,14 +50,21 @@ class StrictCharField(serializers.CharField):
 
 
 class StrictIntegerField(serializers.IntegerField):
-    """An IntegerField that refuses strings, floats and booleans."""
+    """An IntegerField that refuses strings, fractions and booleans.
+
+    A float with no fractional part (8.0) is taken: JSON Schema, and so the OpenAPI
+    schema, counts it as an integer.
+    """
 
     def to_internal_value(self, data):
+        if isinstance(data, float) and math.isfinite(data) and data.is_integer():
+            data = int(data)
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
 
 
+@extend_schema_field(HOSTNAME_SCHEMA)
 class HostnameField(StrictCharField):
     """An RFC 1123 hostname, lower-cased."""
 
@@ -62,7 +83,17 @@ class HostnameField(StrictCharField):
 @extend_schema_field(
     {
         "type": "object",
-        "additionalProperties": {"description": "a string, number, boolean or null"},
+        "maxProperties": MAX_NIC_KEYS,
+        "propertyNames": {"maxLength": 64, "pattern": TEXT_PATTERN},
+        "additionalProperties": {
+            "description": "a string, number, boolean or null",
+            "oneOf": [
+                {"type": "string", "maxLength": 256, "pattern": TEXT_PATTERN},
+                {"type": "boolean"},
+                {"type": "null"},
+                _NIC_NUMBER,
+            ],
+        },
         "example": {"name": "mlx5_0", "netdev": "ens1f0", "vendor": "mellanox", "port": 1},
     }
 )
@@ -77,10 +108,23 @@ class NicField(serializers.Field):
         for key, value in data.items():
             if len(key) > 64:
                 raise serializers.ValidationError(f"NIC key {key[:64]!r}... is too long (>64).")
+            if not storable_text(key):
+                raise serializers.ValidationError(f"NIC key {key!r} {UNSTORABLE}")
             if isinstance(value, str) and len(value) > 256:
                 raise serializers.ValidationError(f"NIC value of {key!r} is too long (>256).")
             if value is not None and not isinstance(value, str | int | float | bool):
                 raise serializers.ValidationError(f"NIC value of {key!r} must be a scalar.")
+            if isinstance(value, str) and not storable_text(value):
+                raise serializers.ValidationError(f"NIC value of {key!r} {UNSTORABLE}")
+            if isinstance(value, float) and not math.isfinite(value):
+                # 1e400 parses as infinity, which JSON columns cannot hold.
+                raise serializers.ValidationError(f"NIC value of {key!r} is out of range.")
+            if (
+                isinstance(value, int)
+                and not isinstance(value, bool)
+                and not (-(2**63) <= value < 2**64)
+            ):
+                raise serializers.ValidationError(f"NIC value of {key!r} is out of range.")
         return data
 
     def to_representation(self, value):
@@ -107,12 +151,44 @@ class LimitedDictField(serializers.DictField):
         return super().to_internal_value(data)
 
 
+class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
+    """Text fields in the schema: no NUL, and at least one character unless blank is allowed."""
+
+    target_class = StrictCharField
+
+    def map_serializer_field(self, auto_schema, direction):
+        schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
+        if self.target.allow_blank:
+            # A bare "pattern" would make drf-spectacular add a oneOf with "" that "" then
+            # matches twice; the pattern matches "" anyway.
+            schema["allOf"] = [{"pattern": TEXT_PATTERN}]
+        else:
+            schema["pattern"] = TEXT_PATTERN
+            schema["minLength"] = max(schema.get("minLength", 0), 1)
+        return schema
+
+
+class LimitedDictFieldSchema(OpenApiSerializerFieldExtension):
+    """LimitedDictField in the schema: its entry cap and its key pattern."""
+
+    target_class = LimitedDictField
+
+    def map_serializer_field(self, auto_schema, direction):
+        field = self.target
+        schema = auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
+        schema["maxProperties"] = field.max_entries
+        schema["propertyNames"] = {"pattern": f"^{field.key_pattern.pattern}$"}
+        return schema
+
+
 class RegistrationSerializer(serializers.Serializer):
     """Body of POST /api/v1/register."""
 
     hostname = HostnameField(help_text="RFC 1123 host name; stored lower-cased.")
     ip = StrictCharField(
         required=False,
+        # An address with blanks around it is refused, not trimmed into "" (or into shape).
+        trim_whitespace=False,
         help_text="Claimed address; honoured only with a valid join token, else the "
         "request's source address is used.",
     )

@@ -1,4 +1,11 @@
-"""Rate limit of the agent endpoints, per source address, counted in the Redis cache."""
+"""Rate limit of the agent endpoints, per source address, counted atomically in Redis.
+
+DRF's SimpleRateThrottle reads a request history, appends and writes it back: two
+requests that read at once both pass, and a parallel flood got hundreds past a
+600/min limit (issue 11). Here each request is one Redis transaction on a fixed
+window (SET NX EX, INCR, TTL): Redis counts, so never more than the limit pass in
+a window, however many workers and threads ask at once.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ import logging
 
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, BaseCache, caches
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from inventory.addresses import source_address
 
@@ -30,31 +37,59 @@ def shared_cache() -> BaseCache:
     return cache
 
 
-class RegisterRateThrottle(SimpleRateThrottle):
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """DRF's rate format, "<count>/<s|sec|m|min|h|hour|d|day>", as (count, seconds);
+    inventory.checks has already refused any other form at start-up."""
+    count, _, period = rate.partition("/")
+    return int(count), _PERIODS[period.strip()[0]]
+
+
+def count_in_window(cache: BaseCache, key: str, window: int) -> tuple[int, int]:
+    """Add one to `key`'s fixed window; returns (hits so far, seconds the window has left)."""
+    full_key = cache.make_and_validate_key(key)
+    # RedisCache's own client (its pool, its settings); Django has no public INCR-with-TTL.
+    client = cache._cache.get_client(full_key, write=True)
+    with client.pipeline(transaction=True) as pipe:
+        pipe.set(full_key, 0, ex=window, nx=True)
+        pipe.incr(full_key)
+        pipe.ttl(full_key)
+        _, hits, ttl = pipe.execute()
+    return int(hits), max(int(ttl), 0)
+
+
+class RegisterRateThrottle(BaseThrottle):
     """settings.REGISTER_RATE (MAC_REGISTER_RATE, e.g. "600/min") per source address."""
 
     scope = "register"
 
     def __init__(self) -> None:
-        self.cache = shared_cache()
-        super().__init__()
-
-    def get_rate(self) -> str:
-        # Read per request so that a changed setting (and tests) take effect at once.
-        return settings.REGISTER_RATE
-
-    def get_cache_key(self, request, view) -> str:
-        ident = source_address(request.META) or "unknown"
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+        self._wait: float | None = None
 
     def allow_request(self, request, view) -> bool:
+        # Read per request so that a changed setting (and tests) take effect at once.
+        limit, window = parse_rate(settings.REGISTER_RATE)
+        ident = source_address(request.META) or "unknown"
         try:
-            return super().allow_request(request, view)
+            hits, left = count_in_window(
+                shared_cache(), f"throttle_{self.scope}_{ident}", int(window)
+            )
         except Exception:
             # Redis down: registering must keep working; /health reports Redis itself.
             log.warning("rate limit not applied: the cache is unavailable", exc_info=True)
             return True
+        if hits <= limit:
+            return True
+        self._wait = left or window
+        return False
+
+    def wait(self) -> float | None:
+        return self._wait
 
 
 class DeregisterRateThrottle(RegisterRateThrottle):
+    """The same limit, counted apart: `mac stop agent` across a rack is not a flood."""
+
     scope = "deregister"

@@ -30,11 +30,13 @@ from rest_framework.views import APIView, exception_handler
 from contract.services import NODE_KEY_HEADER
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address, source_address
-from inventory.api.filters import NodeFilterSet
+from inventory.api.filters import NodeFilterSet, NodeSearchFilter
+from inventory.api.pagination import StrictLimitOffsetPagination
 from inventory.api.parsers import LimitedJSONParser, body_too_large
 from inventory.api.permissions import (
     VALID_JOIN_TOKEN,
     JoinTokenAuthentication,
+    JoinTokenOptionalSchema,
     JoinTokenRequired,
 )
 from inventory.api.serializers import (
@@ -47,7 +49,6 @@ from inventory.api.serializers import (
     RegistrationSerializer,
 )
 from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
-from inventory.live import broadcast_node_changes
 from inventory.models import Node
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,26 @@ NODE_KEY_PARAMETER = OpenApiParameter(
 NODE_KEY_REQUIRED = OpenApiParameter(
     NODE_KEY_HEADER, location=OpenApiParameter.HEADER, required=True, description="The node's key."
 )
+_MESSAGES = {"type": "array", "items": {"type": "string"}}
 BAD_REQUEST = OpenApiResponse(
-    {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
-    description='{"<field>": ["message"]}: the field at fault ("body" for the body itself).',
+    {
+        "type": "object",
+        "additionalProperties": {
+            # A list or dict field nests its messages under the item's index or key.
+            "anyOf": [
+                _MESSAGES,
+                {
+                    "type": "object",
+                    "additionalProperties": {"anyOf": [_MESSAGES, {"type": "object"}]},
+                },
+            ]
+        },
+    },
+    description='{"<field>": ["message"]}: the field at fault ("body" for the body itself); '
+    'list and object fields nest the messages under the item: {"nics": {"0": ["..."]}}.',
+)
+NOT_AUTHENTICATED = OpenApiResponse(
+    ErrorSerializer, description="no session and no valid API token (Authorization: Token ...)"
 )
 
 
@@ -124,6 +142,7 @@ class AgentAPIView(APIView):
 
 class RegisterView(AgentAPIView):
     authentication_classes = [JoinTokenAuthentication]
+    schema = JoinTokenOptionalSchema()
     permission_classes = [JoinTokenRequired]
     throttle_classes = [RegisterRateThrottle]
 
@@ -187,7 +206,6 @@ class RegisterView(AgentAPIView):
             )
         except services.RegistrationError as exc:
             return _error(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE, {"Retry-After": "5"})
-        broadcast_node_changes([result.node.summary()])
         context = {"recent_events": result.history} if result.history is not None else {}
         body = NodeDetailSerializer(result.node, context=context).data
         if result.node_key:
@@ -208,7 +226,9 @@ class DeregisterView(AgentAPIView):
             200: DeregistrationResponseSerializer,
             400: BAD_REQUEST,
             403: OpenApiResponse(ErrorSerializer, description="node key missing or wrong"),
-            404: OpenApiResponse(ErrorSerializer, description="no node has that hostname"),
+            404: OpenApiResponse(
+                ErrorSerializer, description="a node key was sent, but no node has that hostname"
+            ),
             429: OpenApiResponse(ErrorSerializer, description="rate limit"),
         },
     )
@@ -216,6 +236,13 @@ class DeregisterView(AgentAPIView):
         serializer = DeregistrationSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         hostname = serializer.validated_data["hostname"]
+        if self.node_key() is None:
+            # Refused before the lookup: without a key, whether the name exists is not told.
+            return _error(
+                f"deregistering {hostname} needs its node key ({NODE_KEY_HEADER}); "
+                "an admin can remove it in the admin instead.",
+                status.HTTP_403_FORBIDDEN,
+            )
         try:
             services.deregister_node(hostname, self.node_key())
         except services.NodeNotFound as exc:
@@ -247,8 +274,18 @@ class SelfView(AgentAPIView):
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List nodes (filter by status, GPU vendor, maintenance, label)"),
-    retrieve=extend_schema(summary="One node with its 20 most recent events"),
+    list=extend_schema(
+        summary="List nodes (filter by status, GPU vendor, maintenance, label)",
+        responses={200: NodeSerializer(many=True), 400: BAD_REQUEST, 401: NOT_AUTHENTICATED},
+    ),
+    retrieve=extend_schema(
+        summary="One node with its 20 most recent events",
+        responses={
+            200: NodeDetailSerializer,
+            401: NOT_AUTHENTICATED,
+            404: OpenApiResponse(ErrorSerializer, description="no node has that id"),
+        },
+    ),
 )
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     """The inventory for people and scripts: a logged-in user or an API token."""
@@ -257,10 +294,11 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     # Token first so that an unauthenticated client gets 401 with WWW-Authenticate.
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
+    pagination_class = StrictLimitOffsetPagination
     filterset_class = NodeFilterSet
     filter_backends = [
         DjangoFilterBackend,
-        filters.SearchFilter,
+        NodeSearchFilter,
         filters.OrderingFilter,
     ]
     search_fields = ["hostname", "ip", "machine_id"]

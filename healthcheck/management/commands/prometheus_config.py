@@ -1,4 +1,9 @@
-"""`manage.py prometheus_config --out FILE`: write the Prometheus config for this master."""
+"""`manage.py prometheus_config --out FILE`: write the Prometheus config for this master.
+
+`--shard K --of N` writes the config of one of N Prometheus servers that share the
+fleet through the master's http_sd endpoint (healthcheck.httpsd); run it once per
+server, K = 0..N-1.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,13 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from healthcheck.httpsd import ShardError, parse_shard
 from healthcheck.promconfig import (
+    ALERT_RULES,
     DOCKER_MASTER,
     DOCKER_SD_DIR,
     LOCAL_MASTER,
+    HttpSd,
     render_prometheus_yaml,
 )
 from healthcheck.targets import ensure_target_files
@@ -32,6 +40,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--scrape-interval", default="15s", help="e.g. 15s")
         parser.add_argument(
+            "--shard",
+            help="this Prometheus's shard, 0..N-1: discover targets from the master's http_sd",
+        )
+        parser.add_argument("--of", help="the number N of Prometheus servers sharing the fleet")
+        parser.add_argument(
             "--docker",
             action="store_true",
             help=f"the Compose flavour: targets in {DOCKER_SD_DIR}, master at {DOCKER_MASTER}",
@@ -49,17 +62,58 @@ class Command(BaseCommand):
             host, _, port = master.rpartition(":")
             if not host or not port.isdigit():
                 raise CommandError(f"--master {master!r} is not HOST:PORT (e.g. {LOCAL_MASTER}).")
-        try:
-            ensure_target_files(sd_dir)  # Prometheus starts cleanly with "[]" files
-        except OSError as exc:
-            raise CommandError(f"cannot create the targets directory {sd_dir}: {exc}") from None
+        http_sd = self._http_sd(options, masters[0] if masters else LOCAL_MASTER, out)
+        if http_sd is None:
+            try:
+                ensure_target_files(sd_dir)  # Prometheus starts cleanly with "[]" files
+            except OSError as exc:
+                raise CommandError(f"cannot create the targets directory {sd_dir}: {exc}") from None
         text = render_prometheus_yaml(
             str(sd_dir.resolve()),
             masters,
             out=str(out),
             scrape_interval=options["scrape_interval"],
+            metrics_token_file=self._write_metrics_token(out),
+            rule_files=[str(ALERT_RULES)],
+            http_sd=http_sd,
         )
         self._write(out, text)
+
+    def _http_sd(self, options: dict, master: str, out: Path) -> HttpSd | None:
+        """The shard of `--shard K --of N` with MAC_SD_TOKEN in a file; None for file-SD."""
+        if options["shard"] is None and options["of"] is None:
+            return None
+        try:
+            given = {name: options[name] for name in ("shard", "of") if options[name] is not None}
+            shard, of = parse_shard(given)
+        except ShardError as exc:
+            raise CommandError(f"--{exc.parameter}: {exc}") from None
+        if not settings.SD_TOKEN:
+            raise CommandError(
+                "--shard needs MAC_SD_TOKEN: set it on the master (mac env set "
+                "MAC_SD_TOKEN=<a long random string>), restart the master, and run this again."
+            )
+        token_file = self._write_secret(out.parent / "sd_token", settings.SD_TOKEN)
+        return HttpSd(master=master, shard=shard, of=of, token_file=token_file)
+
+    def _write_metrics_token(self, out: Path) -> str | None:
+        """MAC_METRICS_TOKEN in a 0600 file beside the config, for Prometheus to send."""
+        token_file = out.parent / "metrics_token"
+        if not settings.METRICS_TOKEN:
+            token_file.unlink(missing_ok=True)
+            return None
+        return self._write_secret(token_file, settings.METRICS_TOKEN)
+
+    def _write_secret(self, token_file: Path, secret: str) -> str:
+        """`secret` in a 0600 file (made 0600 before it holds anything); its absolute path."""
+        try:
+            token_file.parent.mkdir(parents=True, exist_ok=True)
+            token_file.touch(mode=0o600)
+            token_file.chmod(0o600)
+            token_file.write_text(secret)
+        except OSError as exc:
+            raise CommandError(f"cannot write {token_file}: {exc}") from None
+        return str(token_file.resolve())
 
     def _write(self, out: Path, text: str) -> None:
         try:

@@ -1,0 +1,125 @@
+"""A real API server (gunicorn + MAC's uvicorn worker) for the tests of the server stack.
+
+It starts exactly as `mac start master` starts mac-api-server (`-c
+python:macweb.gunicorn_conf`), on a free loopback port, with a private SQLite
+inventory in its own data directory, so it needs nothing from pytest-django and
+runs the same on the PostgreSQL and the SQLite passes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from testkit.ports import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class ApiServer:
+    port: int
+    process: subprocess.Popen
+    log: Path
+    data: Path
+    env: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def connect(self, source: str = "127.0.0.1", timeout: float = 10.0) -> socket.socket:
+        """A raw TCP connection to the server from `source` (any 127.0.0.0/8 address)."""
+        sock = socket.create_connection(
+            ("127.0.0.1", self.port), timeout=timeout, source_address=(source, 0)
+        )
+        return sock
+
+    def manage(self, *args: str) -> str:
+        """Run `python -m django <args>` on this server's inventory; returns its stdout."""
+        done = subprocess.run(
+            [sys.executable, "-m", "django", *args],
+            env=self.env, cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
+        )  # fmt: skip
+        return done.stdout
+
+    def api_token(self, username: str = "fuzzer") -> str:
+        """A DRF API token of a new user of this server (Authorization: Token <key>)."""
+        code = (
+            "from django.contrib.auth import get_user_model;"
+            "from rest_framework.authtoken.models import Token;"
+            f"u = get_user_model().objects.create_user({username!r});"
+            "print(Token.objects.create(user=u).key)"
+        )
+        # Django's shell may announce its automatic imports first: the key is the last line.
+        return self.manage("shell", "-c", code).strip().splitlines()[-1]
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_api_server(tmp: Path, env: dict[str, str] | None = None, workers: int = 1) -> ApiServer:
+    """Migrate a fresh SQLite inventory in `tmp` and serve it; `env` adds MAC_* settings."""
+    data = tmp / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith("MAC_") and k != "DATABASE_URL"
+    }
+    full_env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "macweb.settings",
+            "PYTHONPATH": str(REPO),
+            "MAC_DATA_DIR": str(data),
+            "MAC_REDIS_URL": os.environ.get("MAC_REDIS_URL", "redis://127.0.0.1:6379/15"),
+            # A prefix of its own: counters of this server never meet other tests'.
+            "MAC_CACHE_PREFIX": f"live{os.getpid()}x{free_port()}",
+            "MAC_PROBE_INTERVAL": "3600",
+            "MAC_SECRET_KEY": "test-api-server-secret-key-not-for-production-0123456789",
+            **(env or {}),
+        }
+    )
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"],
+        env=full_env,
+        check=True,
+        cwd=REPO,
+        timeout=180,
+    )
+    port = free_port()
+    log = tmp / "api-server.log"
+    with log.open("wb") as handle:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "gunicorn", "macweb.asgi:application",
+                "-c", "python:macweb.gunicorn_conf",
+                "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+                "--access-logfile", "-",
+            ],
+            stdout=handle, stderr=subprocess.STDOUT, env=full_env, cwd=REPO,
+        )  # fmt: skip
+    server = ApiServer(port, process, log, data, full_env)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{server.url}/api/v1/schema/", timeout=2):
+                return server
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"the test API server did not start:\n{server.log_tail()}")
+        time.sleep(0.3)

@@ -1,0 +1,201 @@
+"""Hostile clients against the real server stack: forged X-Forwarded-For, slow clients,
+parallel floods against the rate limit (issue 11, security defects 1, 2 and 5).
+
+One gunicorn + uvicorn API server started as `mac start master` starts it serves the
+whole module. Each test speaks from its own 127.0.0.0/8 source address, so rate-limit
+counters (kept per source address) never mix between tests.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.inventory.liveserver import ApiServer, start_api_server
+
+pytestmark = pytest.mark.slow
+
+REQUEST_TIMEOUT = 2.0  # MAC_API_REQUEST_TIMEOUT of the server under test
+RATE = 25  # MAC_REGISTER_RATE per minute
+# Slack for a loaded 2-core CI machine on top of the documented bound.
+SLACK = 3.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> ApiServer:
+    api = start_api_server(
+        tmp_path_factory.mktemp("stack"),
+        {
+            "MAC_API_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT),
+            "MAC_REGISTER_RATE": f"{RATE}/min",
+            "MAC_TRUSTED_PROXIES": "127.0.9.0/24",
+        },
+    )
+    yield api
+    api.stop()
+
+
+def request(server, method, path, body=None, *, source="127.0.0.1", headers=None):
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", server.port, timeout=30, source_address=(source, 0)
+    )
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        conn.request(method, path, body=payload, headers=all_headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def read_until_closed(sock: socket.socket, limit: float) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and how long that took."""
+    sock.settimeout(limit)
+    started = time.monotonic()
+    received = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return received, time.monotonic() - started
+        received += chunk
+
+
+# --- 1. X-Forwarded-For: only MAC_TRUSTED_PROXIES decides ---------------------------------
+
+
+def test_it_ignores_forwarded_for_from_the_master_host_itself(server):
+    status, body = request(
+        server,
+        "POST",
+        "/api/v1/register",
+        {"hostname": "spoof"},
+        headers={"X-Forwarded-For": "198.51.100.7"},
+    )
+
+    assert status == 201, body
+    assert json.loads(body)["ip"] == "127.0.0.1"
+
+
+def test_it_believes_forwarded_for_from_a_trusted_proxy(server):
+    status, body = request(
+        server,
+        "POST",
+        "/api/v1/register",
+        {"hostname": "behind-proxy"},
+        source="127.0.9.1",
+        headers={"X-Forwarded-For": "198.51.100.8"},
+    )
+
+    assert status == 201, body
+    assert json.loads(body)["ip"] == "198.51.100.8"
+
+
+# --- 2. Slow clients are closed within MAC_API_REQUEST_TIMEOUT --------------------------
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"",
+        b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\nContent-Ty",
+        b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"hostname": ',
+    ],
+    ids=["silent", "half-headers", "half-body"],
+)
+def test_it_closes_a_half_sent_request_within_the_request_timeout(server, sent):
+    with server.connect(source="127.0.3.1") as sock:
+        sock.sendall(sent)
+        received, elapsed = read_until_closed(sock, REQUEST_TIMEOUT + SLACK + 5)
+
+    assert elapsed <= REQUEST_TIMEOUT + SLACK
+    assert elapsed >= REQUEST_TIMEOUT - 0.5
+    assert received.startswith(b"HTTP/1.1 408"), received
+    assert b"MAC_API_REQUEST_TIMEOUT" in received
+
+
+def test_it_refuses_oversized_headers(server):
+    with server.connect(source="127.0.3.2") as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: master\r\n")
+        sock.sendall(b"X-Pad: " + b"a" * 40_000 + b"\r\n")
+        received, _ = read_until_closed(sock, 10)
+
+    assert received.startswith(b"HTTP/1.1 431"), received[:200]
+    assert b"MAC_API_MAX_HEADER_BYTES" in received
+
+
+def test_it_still_answers_health_while_200_slow_clients_hang(server):
+    hanging = []
+    try:
+        for _ in range(200):
+            sock = server.connect(source="127.0.3.3")
+            sock.sendall(b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\n")
+            hanging.append(sock)
+        started = time.monotonic()
+        status, body = request(server, "GET", "/health", source="127.0.3.4")
+        took = time.monotonic() - started
+
+        assert status in (200, 503), body
+        assert "status" in json.loads(body)
+        assert took < REQUEST_TIMEOUT, "/health waited for the slow clients to time out"
+        # And every one of them is let go within the bound.
+        deadline = started + REQUEST_TIMEOUT + SLACK
+        for sock in hanging:
+            _, _ = read_until_closed(sock, max(deadline - time.monotonic(), 0.1))
+    finally:
+        for sock in hanging:
+            sock.close()
+
+
+def test_a_request_sent_in_time_is_served_normally(server):
+    with server.connect(source="127.0.3.5") as sock:
+        body = b'{"hostname": "slow-but-ok"}'
+        sock.sendall(
+            b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        )
+        time.sleep(REQUEST_TIMEOUT / 3)
+        sock.sendall(body)
+        received, _ = read_until_closed(sock, 10)
+
+    assert received.startswith(b"HTTP/1.1 201"), received[:300]
+
+
+# --- 5. The rate limit holds under parallel requests, for deregistration too -------------
+
+
+def _flood(server, count, make_call):
+    with ThreadPoolExecutor(max_workers=48) as pool:
+        return list(pool.map(make_call, range(count)))
+
+
+def test_it_never_lets_more_than_the_limit_through_in_parallel(server):
+    def call(n):
+        body = {"hostname": f"flood-{n:04d}"}
+        return request(server, "POST", "/api/v1/register", body, source="127.0.4.1")[0]
+
+    codes = _flood(server, 400, call)
+
+    passed = [c for c in codes if c in (200, 201)]
+    assert len(passed) == RATE, sorted(set(codes))
+    assert set(codes) <= {200, 201, 429}
+
+
+def test_it_throttles_deregistration_in_parallel_too(server):
+    def call(n):
+        body = {"hostname": f"ghost-{n:04d}"}
+        return request(
+            server, "POST", "/api/v1/deregister", body, source="127.0.4.2",
+            headers={"X-MAC-Node-Key": "not-a-key"},
+        )[0]  # fmt: skip
+
+    codes = _flood(server, 300, call)
+
+    assert codes.count(404) == RATE, sorted(set(codes))
+    assert set(codes) == {404, 429}
