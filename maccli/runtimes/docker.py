@@ -1,14 +1,22 @@
-"""The docker runtime: `docker compose -p mac` with the compose files in docker/.
+"""The docker runtime: Compose project `mac` with the compose files in docker/.
 
-Before `up`, containers named mac-* that belong to another Compose project (a raw
-`docker compose up` elsewhere, project "deploy") are found, because Docker would
-otherwise stop with a bare `Conflict. The container name "/mac-..." is already in use`.
+Compose comes as the v2 plugin (`docker compose`) or, on Debian's docker.io, as
+`docker-compose` 1.29: both are driven with the same files and `-p mac`, and what the
+runtime reads back (containers, states, health) comes from the engine itself
+(`docker ps` / `docker inspect`), which both versions label the same way.
+
+Before `up`: MAC's image is built when it is missing (offline, maccli.runtimes.dockerimage),
+the AMD profile's devices must exist, and containers named mac-* that belong to another
+Compose project (a raw `docker compose up` elsewhere, project "deploy") are found,
+because Docker would otherwise stop with a bare
+`Conflict. The container name "/mac-..." is already in use`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -23,8 +31,13 @@ from exporters.checks.docker import (
 )
 from maccli.output import CliError, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
+from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
+from maccli.runtimes.dockerimage import source_root as image_source
 
 COMPOSE_FILES = {"agent": "docker-compose.agent.yml", "master": "docker-compose.master.yml"}
+PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose.service"
+AMD_DEVICES = ("kfd", "dri")
+COMPOSE_TIMEOUT = 600.0  # seconds: `up` may create every container from scratch
 
 
 def default_compose_dir() -> Path:
@@ -34,6 +47,24 @@ def default_compose_dir() -> Path:
         return Path(explicit)
     checkout = Path(__file__).resolve().parents[2] / "docker"
     return checkout if checkout.is_dir() else Path("/usr/share/mac/docker")
+
+
+def run_long(argv: Sequence[str]) -> CommandResult:
+    return run_command(argv, timeout=COMPOSE_TIMEOUT)
+
+
+def find_compose(run: Runner = run_command) -> list[str]:
+    """`docker compose` (the v2 plugin) where it answers, else `docker-compose` (1.29)."""
+    if run(["docker", "compose", "version"]).returncode == 0:
+        return ["docker", "compose"]
+    if run(["docker-compose", "version"]).returncode == 0:
+        return ["docker-compose"]
+    raise CliError(
+        "Docker Compose is missing: neither `docker compose` (the v2 plugin) nor "
+        "`docker-compose` answers.",
+        hint="Install Debian's Compose (or Docker's docker-compose-plugin), then run again:",
+        commands=["sudo apt-get install docker-compose", "mac start agent"],
+    )
 
 
 def stale_error(role: str, names: str) -> CliError:
@@ -54,7 +85,7 @@ class DockerRuntime(Runtime):
         self,
         compose_dir: Path | None = None,
         *,
-        run: Runner = run_command,
+        run: Runner = run_long,
         remove_stale: bool = False,
         project: str = COMPOSE_PROJECT,
         profiles: list[str] | None = None,
@@ -65,17 +96,21 @@ class DockerRuntime(Runtime):
         self.project = project
         # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).
         self.profiles = list(profiles or [])
+        self._compose: list[str] | None = None
+
+    @property
+    def image(self) -> str:
+        return os.environ.get("MAC_IMAGE") or DEFAULT_IMAGE
 
     def compose_file(self, role: str) -> Path:
         return self.compose_dir / COMPOSE_FILES[role]
 
     def compose(self, role: str, *args: str) -> list[str]:
+        if self._compose is None:
+            self._compose = find_compose(self.run)
         profiles = [arg for name in self.profiles for arg in ("--profile", name)]
         file = str(self.compose_file(role))
-        return ["docker", "compose", "-p", self.project, "-f", file, *profiles, *args]
-
-    def _call(self, argv: list[str]) -> CommandResult:
-        return self.run(argv)
+        return [*self._compose, "-p", self.project, "-f", file, *profiles, *args]
 
     def _clear_stale(self, role: str) -> None:
         try:
@@ -93,103 +128,152 @@ class DockerRuntime(Runtime):
             return
         if not self.remove_stale:
             raise stale_error(role, describe_stale(stale))
-        result = self._call(["docker", "rm", "-f", *(c.name for c in stale)])
+        result = self.run(["docker", "rm", "-f", *(c.name for c in stale)])
         if result.returncode != 0:
             raise CliError(
                 f"could not remove {describe_stale(stale)}: {result.stderr.strip()}",
                 commands=[REMOVE_STALE_COMMAND],
             )
 
-    def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+    def _check_devices(self) -> None:
+        if "amd" not in self.profiles:
+            return
+        dev = Path(os.environ.get("MAC_DEV_ROOT") or "/dev")
+        missing = [str(dev / name) for name in AMD_DEVICES if not (dev / name).exists()]
+        if missing:
+            raise CliError(
+                f"rocm-exporter needs {' and '.join(str(dev / n) for n in AMD_DEVICES)} passed "
+                f"into its container, and {', '.join(missing)} is missing here: the amdgpu "
+                "driver is not loaded.",
+                hint="Load it (the ROCm kernel driver), check, then run again:",
+                commands=["sudo modprobe amdgpu", "lsmod | grep amdgpu", "mac start agent"],
+            )
+
+    def _ensure_image(self) -> None:
+        if image_exists(self.image, self.run):
+            return
+        source = image_source(self.compose_dir)
+        if source is None:
+            raise CliError(
+                f"the image {self.image} is not on this node and there is no MAC source "
+                "here to build it from.",
+                hint="Load the images saved on a build machine (scripts/docker-images --save):",
+                commands=["docker load -i mac-images.tar", "mac start agent"],
+            )
+        try:
+            build_image(source, self.image, run=self.run)
+        except ImageError as exc:
+            raise CliError(str(exc), commands=["scripts/docker-images --help"]) from None
+
+    def _up(self, role: str, *extra: str) -> None:
         self._clear_stale(role)
-        with spinner(f"docker compose -p {self.project} up -d ({role}) ..."):
-            result = self._call(self.compose(role, "up", "-d"))
+        self._check_devices()
+        self._ensure_image()
+        argv = self.compose(role, "up", "-d", "--no-build", *extra)
+        tool = " ".join(self._compose or ["docker", "compose"])
+        with spinner(f"{tool} -p {self.project} up -d ({role}) ..."):
+            result = self.run(argv)
         if result.returncode != 0:
             output = (result.stderr or result.stdout).strip()
             if "Conflict" in output and "already in use" in output:
                 raise stale_error(role, output.splitlines()[-1])
             last = output.splitlines()[-1] if output else f"exit code {result.returncode}"
             raise CliError(
-                f"docker compose up failed: {last}",
+                f"{tool} up failed: {last}",
                 commands=[
                     " ".join(self.compose(role, "logs", "--tail", "50")),
                     f"mac start {role}",
                 ],
             )
+
+    def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        self._up(role)
+        self._wait_ready(role, specs)
         return self.status(role, specs)
 
+    def _wait_ready(self, role: str, specs: Sequence[ServiceSpec]) -> None:
+        """Until each liveness URL answers (or its ready_timeout passes): as the process
+        runtime does, so that the node is registered with its services answering."""
+        waiting = [spec for spec in specs if spec.liveness_url]
+        deadline = time.monotonic() + max((spec.ready_timeout for spec in waiting), default=0)
+        with spinner(f"waiting for the {role} services to answer ..."):
+            while waiting and time.monotonic() < deadline:
+                waiting = [spec for spec in waiting if probe(spec.liveness_url) != "ok"]
+                if waiting:
+                    time.sleep(0.5)
+
     def stop(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
-        with spinner(f"docker compose -p {self.project} down ({role}) ..."):
-            result = self._call(self.compose(role, "down"))
+        argv = self.compose(role, "down")
+        tool = " ".join(self._compose or ["docker", "compose"])
+        with spinner(f"{tool} -p {self.project} down ({role}) ..."):
+            result = self.run(argv)
         if result.returncode != 0:
             raise CliError(
-                f"docker compose down failed: {(result.stderr or result.stdout).strip()}",
-                commands=[" ".join(self.compose(role, "ps", "-a"))],
+                f"{tool} down failed: {(result.stderr or result.stdout).strip()}",
+                commands=[f"docker ps -a --filter label={PROJECT_LABEL}={self.project}"],
             )
+        # A container of a profile no longer active here (a GPU removed) is this role's too.
+        left = [c["Name"] for c in self._containers(specs).values()]
+        if left:
+            self.run(["docker", "rm", "-f", *left])
         return self.status(role, specs)
 
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
-        self._clear_stale(role)
-        with spinner(f"docker compose -p {self.project} restart ({role}) ..."):
-            result = self._call(self.compose(role, "up", "-d", "--force-recreate"))
-        if result.returncode != 0:
-            raise CliError(
-                f"docker compose restart failed: {(result.stderr or result.stdout).strip()}",
-                commands=[" ".join(self.compose(role, "logs", "--tail", "50"))],
-            )
+        self._up(role, "--force-recreate")
+        self._wait_ready(role, specs)
         return self.status(role, specs)
 
-    def _containers(self, role: str) -> dict[str, dict]:
-        result = self._call(self.compose(role, "ps", "-a", "--format", "json"))
-        if result.returncode != 0:
-            return {}
-        text = result.stdout.strip()
-        rows: list[dict] = []
-        if text.startswith("["):
-            rows = json.loads(text)
-        else:  # newer Compose prints one JSON object per line
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return {row.get("Service", ""): row for row in rows}
-
-    def _started_at(self, names: list[str]) -> dict[str, float]:
-        if not names:
-            return {}
-        result = self._call(
-            ["docker", "inspect", "--format", "{{.Name}} {{.State.StartedAt}}", *names]
+    def _containers(self, specs: Sequence[ServiceSpec]) -> dict[str, dict]:
+        """docker inspect of this project's containers of `specs`, by service name."""
+        listed = self.run(
+            ["docker", "ps", "-aq", "--filter", f"label={PROJECT_LABEL}={self.project}"]
         )
-        started = {}
-        for line in result.stdout.splitlines():
-            name, _, stamp = line.strip().partition(" ")
-            try:
-                when = datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00")
-            except ValueError:
-                continue
-            started[name.lstrip("/")] = when.timestamp()
-        return started
+        ids = listed.stdout.split() if listed.returncode == 0 else []
+        if not ids:
+            return {}
+        inspected = self.run(["docker", "inspect", *ids])
+        try:
+            rows = json.loads(inspected.stdout or "[]")
+        except json.JSONDecodeError:
+            return {}
+        wanted = {spec.name for spec in specs}
+        found = {}
+        for row in rows:
+            service = (row.get("Config", {}).get("Labels") or {}).get(SERVICE_LABEL, "")
+            if service in wanted:
+                found[service] = {**row, "Name": row.get("Name", "").lstrip("/")}
+        return found
 
     def status(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
-        import time
-
-        rows = self._containers(role)
-        names = [row.get("Name", "") for row in rows.values() if row.get("State") == "running"]
-        started = self._started_at(names)
+        rows = self._containers(specs)
         states = []
         for spec in specs:
             row = rows.get(spec.name)
             if row is None:
                 states.append(ServiceState(spec.name, "stopped", port=spec.port))
                 continue
-            state = row.get("State", "unknown")
-            name = row.get("Name", "")
-            uptime = time.time() - started[name] if name in started else None
+            state = row.get("State", {})
+            status = state.get("Status", "unknown")
+            uptime = _since(state.get("StartedAt", "")) if status == "running" else None
+            health = (state.get("Health") or {}).get("Status", "")
+            shown = "Up" if status == "running" else status.capitalize()
             states.append(
                 ServiceState(
                     spec.name,
-                    state,
+                    status,
+                    pid=state.get("Pid") or None,
                     port=spec.port,
                     uptime=uptime,
-                    health=probe(spec.liveness_url) if state == "running" else "-",
-                    detail=f"{name}: {row.get('Status', '')}",
+                    health=probe(spec.liveness_url) if status == "running" else "-",
+                    detail=f"{row['Name']}: {shown}" + (f" ({health})" if health else ""),
                 )
             )
         return states
+
+
+def _since(stamp: str) -> float | None:
+    try:
+        when = datetime.fromisoformat(stamp[:26].rstrip("Z") + "+00:00")
+    except ValueError:
+        return None
+    return time.time() - when.timestamp()

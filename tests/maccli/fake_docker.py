@@ -2,7 +2,8 @@
 
 It keeps a small container table in $FAKE_DOCKER_STATE and answers the calls `mac`
 makes: `docker info`, `docker ps -a --filter name=^/mac- --format ...`, `docker rm -f`,
-`docker inspect`, `docker logs` and `docker compose -p P -f FILE [--profile X] up -d|down|ps`.
+`docker ps -aq --filter label=...`, `docker inspect`, `docker image inspect`, `docker logs`
+and `docker compose version|-p P -f FILE [--profile X] up -d|down`.
 Like the real engine, `compose up` refuses a container name held by another project with
 Docker's own Conflict message. Every call is appended to calls.log.
 """
@@ -41,6 +42,9 @@ def compose(args: list[str]) -> int:
             profiles.add(args.pop(0))
         else:
             rest.append(arg)
+    if rest == ["version"]:
+        print("Docker Compose version v2.29.7 (fake)")
+        return 0
     services = yaml.safe_load(Path(file).read_text())["services"]
     wanted = {
         name: spec
@@ -94,6 +98,15 @@ def logs(args: list[str]) -> int:
     return 0
 
 
+def _inspect(row: dict) -> dict:
+    labels = {
+        "com.docker.compose.project": row["project"],
+        "com.docker.compose.service": row["service"],
+    }
+    state = {"Status": "running", "Pid": 4242, "StartedAt": "2026-01-01T00:00:00.000000000Z"}
+    return {"Name": f"/{row['name']}", "Config": {"Labels": labels}, "State": state}
+
+
 def main() -> int:
     args = sys.argv[1:]
     with (STATE / "calls.log").open("a") as log:
@@ -109,20 +122,31 @@ def main() -> int:
     if command == "info":
         print("27.3.1")
         return 0
+    if command == "ps" and "-aq" in args:  # docker ps -aq --filter label=<project label>=P
+        project = args[args.index("--filter") + 1].rpartition("=")[2]
+        for row in load():
+            if row["project"] == project:
+                print(row["id"])
+        return 0
     if command == "ps":
         for row in load():
             if row["name"].startswith("mac-"):
                 print(f"{row['name']}\t{row['project']}")
+        return 0
+    if command == "image":  # docker image inspect: every image is there
         return 0
     if command == "rm":
         names = set(args[2:])
         save([row for row in load() if row["name"] not in names and row["id"] not in names])
         return 0
     if command == "inspect":
-        for name in args[3:]:
-            print(f"/{name} 2026-01-01T00:00:00.000000000Z")
+        rows = {row["id"]: row for row in load()}
+        print(json.dumps([_inspect(rows[i]) for i in args[1:] if i in rows]))
         return 0
     if command == "compose":
+        if (STATE / "no-compose-plugin").exists() and os.environ.get("FAKE_COMPOSE_V1") != "1":
+            print("docker: 'compose' is not a docker command.", file=sys.stderr)
+            return 1
         return compose(args[1:])
     if command == "logs":
         return logs(args[1:])

@@ -90,7 +90,7 @@ def test_start_agent_refuses_stale_containers_then_removes_them_on_request(
     started = mac_env.run("start", "agent", "--remove-stale")
     assert started.returncode == 0, started.stderr
     assert "rm -f mac-sys-exporter mac-nic-exporter" in _calls(docker)
-    up = [c for c in _calls(docker) if c.startswith("compose") and c.endswith("up -d")]
+    up = [c for c in _calls(docker) if c.startswith("compose") and c.endswith("up -d --no-build")]
     assert len(up) == 1 and "-p mac -f " in up[0] and "docker-compose.agent.yml" in up[0]
     assert "--profile" not in up[0]  # no GPU here: no dcgm-exporter, no rocm-exporter
     assert started.stdout.strip().endswith("Registered with master 127.0.0.1.")
@@ -138,3 +138,43 @@ def test_auto_runtime_is_docker_when_the_engine_answers_else_process(docker, mac
     assert isinstance(choose_runtime(cfg, "agent"), ProcessRuntime)
     # An explicit choice wins even where the engine is down.
     assert isinstance(choose_runtime(cfg, "agent", "docker"), DockerRuntime)
+
+
+def _without_plugin(docker, bin_dir, compose_v1: bool) -> None:
+    """Like Debian's docker.io: no `docker compose`; `docker-compose` 1.29 when asked."""
+    (docker / "no-compose-plugin").write_text("")
+    if compose_v1:
+        v1 = bin_dir / "docker-compose"
+        v1.write_text(
+            f'#!/bin/sh\nFAKE_COMPOSE_V1=1 exec "{sys.executable}" "{FAKE}" compose "$@"\n'
+        )
+        v1.chmod(0o755)
+
+
+def test_it_uses_docker_compose_1_29_where_the_v2_plugin_is_missing(docker, monkeypatch, tmp_path):
+    bin_dir = tmp_path / "bin"
+    _without_plugin(docker, bin_dir, compose_v1=True)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
+    (docker / "containers.json").write_text("[]")
+    runtime = DockerRuntime()
+    runtime.start("agent", [])
+    calls = _calls(docker)
+    assert "compose version" in calls  # the plugin was tried first
+    up = [c for c in calls if c.startswith("compose -p mac") and "up -d" in c]
+    assert len(up) == 1, calls
+    names = {c["name"] for c in json.loads((docker / "containers.json").read_text())}
+    assert "mac-sys-exporter" in names and "mac-nic-exporter" in names
+
+
+def test_it_names_the_package_to_install_when_no_compose_exists(docker, monkeypatch, tmp_path):
+    from maccli.output import CliError
+
+    _without_plugin(docker, tmp_path / "bin", compose_v1=False)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/nonexistent")
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
+    (docker / "containers.json").write_text("[]")
+    with pytest.raises(CliError) as caught:
+        DockerRuntime().start("agent", [])
+    assert "Docker Compose is missing" in caught.value.message
+    assert caught.value.commands[0] == "sudo apt-get install docker-compose"

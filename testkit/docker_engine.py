@@ -1,0 +1,232 @@
+"""A private Docker engine for tests and CI, in a network namespace of its own.
+
+The real-engine tests must never touch a Docker engine that runs real work (their
+`mac stop agent` would remove a node's real `mac-*` containers), and they must not
+change the host's networking: dockerd turns IPv4 forwarding on and rewrites iptables
+in the namespace it runs in. So the engine runs in a namespace this module creates,
+joined to the host by one veth pair in the 198.18.0.0/15 benchmark range:
+
+    host 198.18.250.1/24  <-- veth -->  198.18.250.2/24 namespace (dockerd, containers)
+
+Inside, dockerd's bridges come from 198.19.240.0/20 (`--bip`, `--default-address-pool`),
+never from a private range. The data root (images, volumes) lives under /var/tmp so that
+an engine restart (`restart()`, the guide's reboot) keeps it; `stop()` removes the
+namespace and, unless told to keep it, the data root. Needs root, `dockerd` and
+iproute2 (Debian: docker.io, iproute2); `why_unavailable()` says what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST_IP, NS_IP = "198.18.250.1", "198.18.250.2"
+BRIDGE_IP = "198.19.239.1/24"
+ADDRESS_POOL = "base=198.19.240.0/20,size=24"
+
+
+def why_unavailable() -> str:
+    """'' where a private engine can run here, else the reason (for pytest.skip)."""
+    if os.geteuid() != 0:
+        return "a private Docker engine needs root (dockerd, network namespaces)"
+    for command, package in (
+        ("dockerd", "docker.io"),
+        ("ip", "iproute2"),
+        ("iptables", "iptables"),
+    ):
+        if not shutil.which(command):
+            return f"`{command}` is missing: apt-get install {package}"
+    if not docker_cli():
+        return "no docker client: apt-get install docker.io"
+    return ""
+
+
+def docker_cli() -> str:
+    """The docker client. Debian's (engine 20.10's own) first: a newer one on PATH also works."""
+    for candidate in ("/usr/bin/docker", shutil.which("docker") or ""):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return ""
+
+
+def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
+    return done
+
+
+@dataclass
+class DockerEngine:
+    """dockerd in namespace `netns`, reached through `DOCKER_HOST` (a unix socket)."""
+
+    tag: str = field(default_factory=lambda: f"t{os.getpid()}")
+    data_root: Path | None = None
+    keep_data: bool = False
+    process: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.netns = f"macd{self.tag}"
+        self.root = Path(self.data_root or f"/var/tmp/mac-dockerd-{self.tag}")
+        # The exec root holds containerd's sockets, whose paths must stay short.
+        self.exec_root = Path(f"/run/macd-{self.tag}")
+        self.socket = self.root / "docker.sock"
+        self.log = self.root / "dockerd.log"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+    def env(self) -> dict[str, str]:
+        """The environment a docker client (or `mac`) needs to use this engine."""
+        return {**os.environ, "DOCKER_HOST": self.host}
+
+    def ns_command(self, *argv: str) -> list[str]:
+        """`argv` run inside the engine's namespace (where its published ports are)."""
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def docker(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [docker_cli(), *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+            check=False,
+        )
+
+    # --- life cycle -------------------------------------------------------------------
+
+    def start(self, timeout: float = 60) -> DockerEngine:
+        if not Path(f"/run/netns/{self.netns}").exists():
+            self._make_namespace()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.exec_root.mkdir(parents=True, exist_ok=True)
+        dockerd = [
+            "dockerd",
+            "--host", self.host,
+            "--data-root", str(self.root / "data"),
+            "--exec-root", str(self.exec_root),
+            "--pidfile", str(self.root / "dockerd.pid"),
+            "--bip", BRIDGE_IP,
+            "--default-address-pool", ADDRESS_POOL,
+            "--storage-driver", storage_driver(self.root),
+            "--log-level", "warn",
+        ]  # fmt: skip
+        # `ip netns exec` mounts a fresh /sys for the namespace, which hides the host's
+        # cgroup hierarchies that dockerd needs: mount them again over it first.
+        script = " && ".join([*cgroup_mounts(), 'exec "$@"'])
+        argv = self.ns_command("sh", "-c", script, "dockerd", *dockerd)
+        log = self.log.open("ab")
+        self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while self.docker("info", "--format", "{{.ServerVersion}}", timeout=10).returncode:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop_daemon()
+                raise RuntimeError(f"dockerd did not start:\n{self.log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        return self
+
+    def stop_daemon(self, timeout: float = 60) -> None:
+        """Stop dockerd as a shutdown would; its containers stop with it."""
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        """The guide's reboot, for the engine: stop dockerd, start it on the same data."""
+        self.stop_daemon()
+        self.start()
+
+    def stop(self) -> None:
+        """Remove every container, stop dockerd, delete the namespace (and the data)."""
+        if self.process is not None:
+            ids = self.docker("ps", "-aq", timeout=30).stdout.split()
+            if ids:
+                self.docker("rm", "-f", *ids, timeout=120)
+        self.stop_daemon()
+        # dockerd leaves its mounts (netns files, vfs/overlay layers) under the roots.
+        for root in (self.exec_root, self.root):
+            mounts = _sh("findmnt", "-rn", "-o", "TARGET", check=False).stdout.split()
+            for target in sorted((m for m in mounts if m.startswith(str(root))), reverse=True):
+                _sh("umount", "-l", target, check=False)
+        _sh("ip", "netns", "del", self.netns, check=False)
+        shutil.rmtree(self.exec_root, ignore_errors=True)
+        if not self.keep_data:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _make_namespace(self) -> None:
+        host_end, ns_end = f"md{self.tag}h"[:15], f"md{self.tag}n"[:15]
+        _sh("ip", "netns", "add", self.netns)
+        try:
+            _sh("ip", "-n", self.netns, "link", "set", "lo", "up")
+            _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+            _sh("ip", "link", "set", ns_end, "netns", self.netns)
+            _sh("ip", "addr", "add", f"{HOST_IP}/24", "dev", host_end)
+            _sh("ip", "link", "set", host_end, "up")
+            _sh("ip", "-n", self.netns, "addr", "add", f"{NS_IP}/24", "dev", ns_end)
+            _sh("ip", "-n", self.netns, "link", "set", ns_end, "up")
+            _sh("ip", "-n", self.netns, "route", "add", "default", "via", HOST_IP)
+        except RuntimeError:
+            _sh("ip", "netns", "del", self.netns, check=False)
+            _sh("ip", "link", "del", host_end, check=False)
+            raise
+
+    def set_ip_forward(self, on: bool) -> None:
+        """net.ipv4.ip_forward inside the engine's namespace only (never the host's)."""
+        _sh(*self.ns_command("sysctl", "-qw", f"net.ipv4.ip_forward={int(on)}"))
+
+
+def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Shell commands that mount this host's cgroup hierarchies again under /sys/fs/cgroup.
+
+    The same hierarchies (v1 controllers, the named systemd one, cgroup2) with the same
+    options, so that dockerd in the namespace sees what it would see on the host.
+    """
+    commands = []
+    for line in Path(mountinfo).read_text().splitlines():
+        fields = line.split()
+        target = fields[4]
+        if target != "/sys/fs/cgroup" and not target.startswith("/sys/fs/cgroup/"):
+            continue
+        fstype, options = fields[fields.index("-") + 1], fields[fields.index("-") + 3]
+        if fstype not in {"tmpfs", "cgroup", "cgroup2"}:
+            continue
+        if target != "/sys/fs/cgroup":
+            commands.append(f"mkdir -p {target}")
+        commands.append(f"mount -t {fstype} -o {options} {fstype} {target}")
+    return commands
+
+
+def storage_driver(root: Path) -> str:
+    """overlay2 where the kernel mounts overlayfs on `root`'s file system, else vfs.
+
+    vfs copies every layer and every container's root file system in full: it works
+    everywhere but makes each `docker compose up` copy the image once per container.
+    """
+    forced = os.environ.get("MAC_TEST_DOCKER_STORAGE")
+    if forced:
+        return forced
+    probe = root / "overlay-probe"
+    dirs = {name: probe / name for name in ("lower", "upper", "work", "merged")}
+    try:
+        for path in dirs.values():
+            path.mkdir(parents=True, exist_ok=True)
+        options = f"lowerdir={dirs['lower']},upperdir={dirs['upper']},workdir={dirs['work']}"
+        mounted = _sh("mount", "-t", "overlay", "overlay", "-o", options, str(dirs["merged"]),
+                      check=False).returncode == 0  # fmt: skip
+        if mounted:
+            _sh("umount", str(dirs["merged"]), check=False)
+        return "overlay2" if mounted else "vfs"
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)

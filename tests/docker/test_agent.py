@@ -1,0 +1,109 @@
+"""`mac start|status|restart|stop agent` under the docker runtime, on a real engine.
+
+Debian's engine 20.10 with Compose 1.29 (`docker-compose`, no v2 plugin), MAC's image
+built offline from the Debian base, and a real master (itself under Docker) that
+probes the node from its own containers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.services import SERVICES
+from testkit.docker_engine import NS_IP
+from tests.docker.conftest import http_status, wait_for
+
+# netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
+pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
+STARTED = {s.name for s in SERVICES} - {"dcgm-exporter", "rocm-exporter"}  # no GPU here
+
+
+def _online(node) -> bool:
+    return node.master_node().get("status") == "online"
+
+
+def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(docker_master, node):
+    started = node.mac("start", "agent")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert started.stdout.strip().endswith(f"Registered with master {NS_IP}.")
+
+    containers = node.containers()
+    agent = {name: row for name, row in containers.items() if name[4:] in STARTED}
+    assert set(agent) == {f"mac-{name}" for name in STARTED}
+    for name, row in agent.items():
+        labels = row["Config"]["Labels"]
+        assert labels["com.docker.compose.project"] == "mac", name
+        assert row["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped", name
+        if name == "mac-nic-exporter":
+            assert row["HostConfig"]["NetworkMode"] == "host"
+        else:
+            assert row["HostConfig"]["NetworkMode"] == "mac_agent", name
+            assert row["HostConfig"]["PortBindings"], f"{name} publishes no port"
+    # From outside the node: the bridge exporters through their DNAT, nic-exporter direct.
+    for service in SERVICES:
+        if service.name in STARTED:
+            url = f"http://{NS_IP}:{service.port}{service.liveness_path}"
+            wait_for(url, lambda url=url: http_status(url) == 200, timeout=30)
+
+    wait_for("the node Online on the master", lambda: _online(node), timeout=60)
+    status = wait_for(
+        "every container Up (healthy)",
+        lambda: _all_healthy(node),
+        timeout=60,
+    )
+    assert status.returncode == 0
+    registered = node.engine.docker("logs", "mac-api-server")
+    log = registered.stdout + registered.stderr
+    assert "/api/v1/register" in log
+
+    restarted = node.mac("restart", "agent")
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert "the node stays registered" in restarted.stdout
+    wait_for("the node Online after mac restart agent", lambda: _online(node), timeout=60)
+
+    stopped = node.mac("stop", "agent")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "Deregistered" in stopped.stdout
+    left = [name for name in node.containers() if name[4:] in STARTED]
+    assert left == []
+
+
+def _all_healthy(node):
+    import json
+
+    done = node.mac("status", "--json")
+    services = json.loads(done.stdout)["services"]
+    if all(s["state"] == "running" and s["detail"].endswith(": Up (healthy)") for s in services):
+        return done
+    return None
+
+
+def test_agent_containers_come_back_after_the_engine_restarts(docker_master, node):
+    started = node.mac("start", "agent")
+    assert started.returncode == 0, started.stdout + started.stderr
+    wait_for("the node Online", lambda: _online(node), timeout=60)
+
+    node.engine.restart()  # the guide's reboot: nothing but dockerd brings them back
+
+    def back():
+        rows = node.containers()
+        return all(rows.get(f"mac-{n}", {}).get("State", {}).get("Running") for n in STARTED)
+
+    wait_for("the agent containers running again", back, timeout=90)
+    wait_for("the node Online again", lambda: _online(node), timeout=90)
+
+
+def test_in_container_commands_of_the_guide(docker_master, node):
+    started = node.mac("start", "agent")
+    assert started.returncode == 0, started.stdout + started.stderr
+    iface = next(
+        line.split(":")[1].strip().split("@")[0]
+        for line in node.sh("ip", "-o", "link", "show").stdout.splitlines()
+        if "veth" in line or "md" in line.split(":")[1]
+    )
+    stats = node.engine.docker("exec", "mac-nic-exporter", "ethtool", "-S", iface)
+    assert stats.returncode == 0, stats.stderr
+    assert "peer_ifindex" in stats.stdout or "NIC statistics" in stats.stdout
+    # No AMD GPU here, so no rocm-exporter container: rocm-smi itself, in the same image.
+    smi = node.engine.docker("run", "--rm", "--entrypoint", "rocm-smi", "mac:latest")
+    assert "amdgpu" in (smi.stdout + smi.stderr), smi.stdout + smi.stderr

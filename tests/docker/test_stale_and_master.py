@@ -1,0 +1,58 @@
+"""Leftovers of a raw `docker compose up` (project deploy), and the master's inventory
+surviving `mac restart master` and `docker rm -f`, on the real engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporters.checks.docker import REMOVE_STALE_COMMAND
+from tests.docker.conftest import REPO, wait_for
+
+# netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
+pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
+MASTER_CONTAINERS = ("mac-api-server", "mac-worker", "mac-beat", "mac-prometheus", "mac-redis")
+
+
+def test_it_finds_a_raw_compose_ups_containers_before_dockers_conflict(docker_master, node):
+    raw = node.sh(
+        "docker-compose", "-p", "deploy", "-f", str(REPO / "docker/docker-compose.agent.yml"),
+        "up", "-d", "--no-build", timeout=300,
+    )  # fmt: skip
+    assert raw.returncode == 0, raw.stderr
+    refused = node.mac("start", "agent")
+    assert refused.returncode == 1
+    assert "(project deploy)" in refused.stderr
+    assert 'Conflict. The container name "/mac-...' in refused.stderr
+    assert f"  {REMOVE_STALE_COMMAND}\n" in refused.stderr
+    projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
+    assert projects == {"deploy"}  # nothing of ours was created next to them
+
+    started = node.mac("start", "agent", "--remove-stale")
+    assert started.returncode == 0, started.stdout + started.stderr
+    projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
+    assert projects == {"mac"}
+
+
+def _agent(node) -> list[dict]:
+    return [r for name, r in node.containers().items() if name not in MASTER_CONTAINERS]
+
+
+def test_the_inventory_survives_restart_master_and_docker_rm(docker_master, node):
+    started = node.mac("start", "agent")
+    assert started.returncode == 0, started.stdout + started.stderr
+    name = node.env["NODE_NAME"]
+    assert node.master_node().get("hostname") == name
+
+    restarted = docker_master.mac("restart", "master")
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    wait_for("the node known after mac restart master", lambda: node.master_node(), timeout=120)
+    assert node.master_node()["hostname"] == name
+
+    removed = node.engine.docker("rm", "-f", *MASTER_CONTAINERS)
+    assert removed.returncode == 0, removed.stderr
+    again = docker_master.mac("start", "master")
+    assert again.returncode == 0, again.stdout + again.stderr
+    wait_for("the node known after docker rm -f", lambda: node.master_node(), timeout=120)
+    assert node.master_node()["hostname"] == name
+    log = node.engine.docker("logs", "mac-api-server")
+    assert "/api/v1/register" not in log.stdout + log.stderr  # a new container: no re-registration
