@@ -298,7 +298,7 @@ def report(results: list[dict], check: dict | None, args, load: tuple[float, ...
     verdicts.append(
         f"- Live nodes judged Offline over the {total_sweeps} sweeps above: **{wrong}** "
         f"(dead nodes judged Online: {sum(r['wrong_on'] for r in results)}). Live nodes "
-        f"whose first probe failed and that the confirm round saved: "
+        f"that needed a second connection (inside the same deadline) to stay Online: "
         f"{sum(r['confirmed'] for r in results)}."
     )
     if check:
@@ -306,7 +306,7 @@ def report(results: list[dict], check: dict | None, args, load: tuple[float, ...
             f"- Correctness run: {check['sweeps']} consecutive sweeps of {check['size']:,} nodes "
             f"with a 1 s timeout (median {statistics.median(check['walls']):.2f} s each): live "
             f"nodes judged Offline **{check['wrong_off']}**, dead nodes judged Online "
-            f"{check['wrong_on']}, nodes confirmed by a second probe {check['confirmed']}."
+            f"{check['wrong_on']}, nodes that needed a second connection {check['confirmed']}."
         )
     lines += ["", *verdicts, ""]
     lines.append(

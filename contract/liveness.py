@@ -25,6 +25,12 @@ Why it is built this way:
   100 microseconds per body is a second of sweep time.
 - Probes run in the order given; the sweep puts nodes that were offline
   first, so their timeouts overlap with the live nodes' quick answers.
+- A node that was Online gets its second chance inside the same deadline, not in
+  a round after it: a probe that has not answered well by half the timeout opens
+  a second connection, and the first good answer of either counts. A node that
+  dies or is cut off is therefore Offline one timeout after the sweep starts, so
+  at most one interval plus one timeout after it died; only a connection the
+  node accepted but answers late waits one timeout more (docs/probing.md).
 
 `check_url` runs the same exchange once, blocking, for `mac status` and the node's
 checks, and `outcome_words` says a result in a few words: one way to judge a
@@ -50,6 +56,10 @@ from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
 DEFAULT_TIMEOUT = 3.0
 DEFAULT_CONCURRENCY = 1000
 FD_RESERVE = 256  # descriptors kept free for the database, Redis and logs
+# When a node that was Online gets its second connection, as a fraction of the timeout:
+# late enough that a live node has long answered (loopback answers take milliseconds,
+# a busy LAN tens of them), early enough that the second try has time of its own.
+SECOND_CHANCE_AT = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +71,8 @@ class Target:
     # Service names the node reported (registration's `exporters` keys). Ports
     # are taken from contract.services, never from the agent.
     exporters: tuple[str, ...] = ()
-    # The node was Online: a failed probe is repeated once before it counts.
+    # The node was Online: each probe gets a second connection inside its deadline
+    # when the first has not answered well by SECOND_CHANCE_AT of the timeout.
     confirm: bool = False
 
 
@@ -74,6 +85,7 @@ class ProbeResult:
     http_status: int | None = None
     detail: str = ""
     elapsed: float = 0.0
+    attempts: int = 1  # 2 when a second connection was opened (probe_confirmed)
 
     @property
     def ok(self) -> bool:
@@ -115,7 +127,7 @@ class NodeProbe:
 class ProbeStats:
     """What only the probe run knows (outcome counts can be read off the results)."""
 
-    confirmed: int = 0  # nodes whose failures were probed a second time
+    confirmed: int = 0  # nodes that were Online and needed a second connection
 
 
 def services_to_probe(reported: Iterable[str]) -> list[Service]:
@@ -141,24 +153,38 @@ def _classify_os_error(exc: OSError) -> tuple[Outcome, str]:
     return Outcome.ERROR, f"{exc.strerror or type(exc).__name__}"
 
 
-async def probe_url(service: Service, ip: str, timeout: float) -> ProbeResult:
+async def probe_url(
+    service: Service, ip: str, timeout: float, *, answer_grace: float = 0.0
+) -> ProbeResult:
     """One GET with a hard deadline; never raises (the sweep must judge every node).
 
-    The deadline covers connect, request and answer together. Redirects are
+    The deadline covers connect, request and answer together; once the connection
+    is up it moves `answer_grace` seconds later (probe_confirmed). Redirects are
     never followed: a 3xx is an HTTP status like any other.
     """
     loop = asyncio.get_running_loop()
     started = loop.time()
     transport: asyncio.BaseTransport | None = None
+    done = loop.create_future()
+    exchange = HttpExchange(request_bytes(ip, service), done)
+    waited = timeout
     try:
-        async with asyncio.timeout(timeout):
-            done = loop.create_future()
-            exchange = HttpExchange(request_bytes(ip, service), done)
+        async with asyncio.timeout(timeout) as deadline:
             transport, _ = await loop.create_connection(lambda: exchange, ip, service.port)
+            if answer_grace > 0:
+                deadline.reschedule(started + timeout + answer_grace)
+                waited += answer_grace
             await done
         outcome, status, detail = judge_answer(service, bytes(exchange.buffer), exchange.truncated)
     except TimeoutError:
-        outcome, status, detail = Outcome.TIMEOUT, None, f"no answer within {timeout:g} s"
+        if done.done() and not done.cancelled():
+            # The whole answer was in before the deadline, but a busy loop ran our
+            # timer first: the node answered in time, so judge what it said.
+            outcome, status, detail = judge_answer(
+                service, bytes(exchange.buffer), exchange.truncated
+            )
+        else:
+            outcome, status, detail = Outcome.TIMEOUT, None, f"no answer within {waited:g} s"
     except OSError as exc:
         status = None
         outcome, detail = _classify_os_error(exc)
@@ -166,8 +192,86 @@ async def probe_url(service: Service, ip: str, timeout: float) -> ProbeResult:
     finally:
         if transport is not None:
             transport.abort()
-    elapsed = timeout if outcome is Outcome.TIMEOUT else loop.time() - started
+    elapsed = waited if outcome is Outcome.TIMEOUT else loop.time() - started
     return ProbeResult(service.name, outcome, status, detail[:200], elapsed)
+
+
+async def probe_confirmed(service: Service, ip: str, timeout: float) -> ProbeResult:
+    """probe_url for a node that was Online: a second connection inside the deadline.
+
+    The first connection starts now with the whole timeout. If it has not answered
+    well by SECOND_CHANCE_AT of the timeout (no answer yet, or a failure), a second
+    connection starts with what is left of the same deadline, and the first good
+    answer of either counts. A lost SYN, a connection stuck in a full accept queue
+    or an exporter restarting cannot take a live node Offline on its own, and a
+    node that does not answer at all (down, cut off, unreachable) or refuses still
+    costs one timeout: it is Offline in this sweep.
+
+    One case gets longer: a first connection that the node's kernel accepted but
+    whose answer is late may wait one more timeout (`answer_grace`). That is what a
+    live agent (or our own event loop) too busy to answer in time looks like, and
+    the former second round forgave it; an exporter that accepts and never answers
+    is therefore Offline after two timeouts. When both connections fail, the first
+    one's result is returned: it waited longest, and its detail says how long.
+
+    The first connection runs in this task and the second only exists when needed:
+    a live node (nearly every probe) costs one timer more than probe_url, not a task.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    started = loop.time()
+    deadline = started + timeout
+    second: asyncio.Task[ProbeResult] | None = None
+    waiting_for_first = True
+
+    def second_answered(attempt: asyncio.Task[ProbeResult]) -> None:
+        # A good second answer ends the first connection's wait at once.
+        if waiting_for_first and not attempt.cancelled() and attempt.result().ok:
+            task.cancel()
+
+    def open_second() -> None:
+        nonlocal second
+        second = loop.create_task(probe_url(service, ip, max(0.0, deadline - loop.time())))
+        second.add_done_callback(second_answered)
+
+    timer = loop.call_later(timeout * SECOND_CHANCE_AT, open_second)
+    try:
+        first = await probe_url(service, ip, timeout, answer_grace=timeout)
+    except asyncio.CancelledError:
+        rescued = (
+            second is not None and second.done() and not second.cancelled() and second.result().ok
+        )
+        # uncancel() says whether someone else cancelled us as well: then we go.
+        if not rescued or task.uncancel() > 0:
+            if second is not None:
+                second.cancel()
+            raise
+        return _second_chance(second.result(), loop.time() - started)
+    finally:
+        waiting_for_first = False
+        timer.cancel()
+    if first.ok:
+        if second is not None:
+            second.cancel()
+            first.attempts = 2
+        return first
+    if second is None:
+        # A fast failure (refused, reset) waits for the second-chance time too: an
+        # exporter that is restarting gets a moment, and a refusal is not hammered.
+        await asyncio.sleep(max(0.0, started + timeout * SECOND_CHANCE_AT - loop.time()))
+        result = await probe_url(service, ip, max(0.0, deadline - loop.time()))
+    else:
+        result = await second
+    if result.ok:
+        return _second_chance(result, loop.time() - started)
+    first.attempts = 2
+    return first
+
+
+def _second_chance(result: ProbeResult, elapsed: float) -> ProbeResult:
+    result.attempts, result.elapsed = 2, elapsed
+    return result
 
 
 def check_url(host: str, port: int, path: str, timeout: float = DEFAULT_TIMEOUT) -> ProbeResult:
@@ -207,39 +311,32 @@ async def probe_targets(
 ) -> list[NodeProbe]:
     """Probe every target; one NodeProbe per target, in the targets' order.
 
-    Failures of targets marked `confirm` (nodes that were Online) are probed a
-    second time once the first round is over, and the second answer counts. The
-    first round can run thousands of probes at once on a busy machine; the
-    second is small and quiet, so a live node that merely answered while our own
-    event loop was starved is not declared Offline. A node that really died costs
-    one more timeout, once, in the sweep that notices it.
+    Targets marked `confirm` (nodes that were Online) are probed with
+    probe_confirmed: a second connection inside the same deadline, so a node that
+    died is judged Offline by this sweep one timeout after its probe got its slot,
+    not in a round after it. Such a probe may hold two sockets; usable_concurrency
+    leaves room for that.
     """
     semaphore = asyncio.Semaphore(max(1, concurrency))
-    targets = list(targets)
     nodes: list[NodeProbe] = []
-    jobs: list[tuple[NodeProbe, Service]] = []
+    jobs: list[tuple[NodeProbe, Service, bool]] = []
     for target in targets:
         node = NodeProbe(target.node_id, target.ip)
         nodes.append(node)
-        jobs.extend((node, service) for service in services_to_probe(target.exporters))
+        jobs.extend(
+            (node, service, target.confirm) for service in services_to_probe(target.exporters)
+        )
 
-    async def run(node: NodeProbe, service: Service) -> None:
+    async def run(node: NodeProbe, service: Service, confirm: bool) -> None:
+        probe = probe_confirmed if confirm else probe_url
         async with semaphore:  # the deadline starts only once the slot is ours
-            node.results[service.name] = await probe_url(service, node.ip, timeout)
+            node.results[service.name] = await probe(service, node.ip, timeout)
 
-    await asyncio.gather(*(run(node, service) for node, service in jobs))
-    retry = [
-        (node, BY_NAME[name])
-        for node, target in zip(nodes, targets, strict=True)
-        if target.confirm and not node.sys.ok
-        for name, result in node.results.items()
-        if not result.ok
-    ]
-    if retry:
-        await asyncio.gather(*(run(node, service) for node, service in retry))
-
+    await asyncio.gather(*(run(node, service, confirm) for node, service, confirm in jobs))
     if stats is not None:
-        stats.confirmed = len({id(node) for node, _ in retry})
+        stats.confirmed = sum(
+            any(result.attempts > 1 for result in node.results.values()) for node in nodes
+        )
     return nodes
 
 
@@ -259,11 +356,14 @@ def raise_nofile_limit() -> int:
 
 
 def usable_concurrency(wanted: int) -> int:
-    """`wanted`, but never more sockets than the open-files limit leaves room for."""
+    """`wanted`, but never more sockets than the open-files limit leaves room for.
+
+    A probe of a node that was Online may hold two sockets (probe_confirmed).
+    """
     limit = raise_nofile_limit()
     if limit == resource.RLIM_INFINITY:
         return max(1, wanted)
-    return max(1, min(wanted, limit - FD_RESERVE))
+    return max(1, min(wanted, (limit - FD_RESERVE) // 2))
 
 
 def run_probe(

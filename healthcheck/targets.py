@@ -11,7 +11,8 @@ a list of target groups, one per node on which the service is a target
 
 One file per job keeps the Prometheus configuration plain (one scrape job per
 file, the job label is the service name) and means a change of, say, the GPU
-nodes rewrites only the files that changed.
+nodes rewrites only the files that changed. The http_sd endpoint for sharded
+Prometheus servers (healthcheck.httpsd) serves the same groups (target_groups()).
 
 Each exporter is listed on its own evidence. sys-exporter, the heartbeat, is a
 target while its node is Online; every other exporter the node reported is a
@@ -72,16 +73,20 @@ def node_targets(node: Mapping) -> list[str]:
     return names
 
 
-def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
-    """{service: file content} for every scraped service (see node_targets()).
+def target_groups(
+    nodes: Iterable[Mapping], services: Iterable[str] = SCRAPED_SERVICES
+) -> dict[str, list[str]]:
+    """{service: [one target group per node, as a JSON object]} (see node_targets()).
 
-    Each node mapping needs id, hostname, ip, gpu_vendor, maintenance, status,
-    exporters and exporter_health.
+    The one place that decides which targets exist and with which labels: the
+    file-SD files (render_targets) and the http_sd endpoint (healthcheck.httpsd)
+    both serve these groups. Each node mapping needs id, hostname, ip, gpu_vendor,
+    maintenance, status, exporters and exporter_health; groups come in node-id order.
     """
-    lines: dict[str, list[str]] = {name: [] for name in SCRAPED_SERVICES}
+    lines: dict[str, list[str]] = {name: [] for name in services}
     for node in sorted(nodes, key=lambda row: row["id"]):
-        services = node_targets(node)
-        if not services:
+        wanted = [name for name in node_targets(node) if name in lines]
+        if not wanted:
             continue
         labels = {
             "gpu_vendor": node["gpu_vendor"],
@@ -92,13 +97,19 @@ def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
         # Serialised once per node, shared by its jobs: at 10,000 nodes this
         # rendering runs every sweep, before we know whether anything changed.
         labels_json = json.dumps(labels, sort_keys=True, separators=(",", ":"))
-        for name in services:
+        for name in wanted:
             address = json.dumps(_address(node["ip"], BY_NAME[name].port))
             lines[name].append(f'{{"labels":{labels_json},"targets":[{address}]}}')
-    return {name: _dump(items) for name, items in lines.items()}
+    return lines
 
 
-def _dump(lines: list[str]) -> bytes:
+def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
+    """{service: file content} for every scraped service (see target_groups())."""
+    return {name: dump_groups(items) for name, items in target_groups(nodes).items()}
+
+
+def dump_groups(lines: list[str]) -> bytes:
+    """Target groups as one JSON list: the file-SD file, and the http_sd answer."""
     if not lines:
         return b"[]\n"
     # One target group per line: diffable, and still one JSON document.

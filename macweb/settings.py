@@ -142,6 +142,9 @@ if env_str("MAC_TEST_DB_NAME"):
     # Lets several test runs share one PostgreSQL server without colliding.
     _db["TEST"] = {"NAME": env_str("MAC_TEST_DB_NAME")}
 DATABASES = {"default": _db}
+# Threads per API worker that run requests (macweb.asgi); each holds at most one
+# database connection, so keep it at or under MAC_DB_POOL_SIZE.
+API_THREADS = env_int("MAC_API_THREADS", 8, minimum=1, maximum=256)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, Channels layer, locks and rate limits.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
+import time
 
 import pytest
 
@@ -12,6 +14,7 @@ from contract.liveness import (
     ProbeResult,
     ProbeStats,
     Target,
+    loop_factory,
     probe_targets,
     probe_url,
     run_probe,
@@ -160,7 +163,7 @@ def test_reported_services_add_probes_but_ports_come_from_the_table():
     }
 
 
-async def test_a_failure_of_an_online_node_is_confirmed_before_it_counts():
+async def test_an_online_node_that_hangs_once_gets_a_second_connection_inside_the_deadline():
     from testkit.simfleet import loopback_base
 
     ip = loopback_base().rsplit(".", 1)[0] + ".1"
@@ -172,7 +175,7 @@ async def test_a_failure_of_an_online_node_is_confirmed_before_it_counts():
             connections[port] += 1
             await reader.readuntil(b"\r\n\r\n")
             if connections[port] == 1:
-                await asyncio.sleep(5)  # past the deadline: the first probe times out
+                await asyncio.sleep(5)  # past the deadline: the first connection times out
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
             await writer.drain()
             writer.close()
@@ -183,15 +186,116 @@ async def test_a_failure_of_an_online_node_is_confirmed_before_it_counts():
     try:
         stats = ProbeStats()
         was_online = Target(1, ip, (), confirm=True)
-        [result] = await probe_targets([was_online], timeout=0.3, stats=stats)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        [result] = await probe_targets([was_online], timeout=0.6, stats=stats)
+        took = loop.time() - started
         assert result.sys.outcome is Outcome.OK
+        assert result.sys.attempts == 2
         assert stats.confirmed == 1
+        # The second connection opened at half the timeout and answered at once:
+        # the whole probe stayed inside its one deadline, no second round.
+        assert 0.3 <= took < 0.55
         connections.update({29101: 0, 29500: 0})
         [result] = await probe_targets([Target(1, ip, ())], timeout=0.3)
         assert result.sys.outcome is Outcome.TIMEOUT  # not Online before: no second chance
+        assert result.sys.attempts == 1
     finally:
         for server in servers:
             server.close()
+
+
+@pytest.mark.parametrize("mode", [Mode.BLACKHOLE, Mode.REFUSE])
+def test_a_dead_online_node_fails_within_one_timeout(fleet, mode):
+    runner = fleet(2)
+    runner.set_node_mode(0, mode)
+    targets = [Target(i, node.ip, BOTH, confirm=True) for i, node in enumerate(runner.nodes)]
+    stats = ProbeStats()
+
+    started = time.monotonic()
+    dead, alive = run_probe(targets, timeout=0.8, concurrency=50, stats=stats)
+    took = time.monotonic() - started
+
+    assert took < 0.8 + 0.3  # one deadline, not two
+    expected = Outcome.REFUSED if mode is Mode.REFUSE else Outcome.TIMEOUT
+    assert {r.outcome for r in dead.results.values()} == {expected}
+    assert all(r.attempts == 2 for r in dead.results.values())
+    if mode is not Mode.REFUSE:
+        assert "within 0.8 s" in dead.sys.detail  # the first connection had the whole timeout
+    assert alive.sys.ok and alive.sys.attempts == 1  # a quick answer never opens a second
+    assert stats.confirmed == 1
+
+
+def test_an_online_node_that_accepts_but_never_answers_fails_after_two_timeouts(fleet):
+    runner = fleet(1)
+    runner.set_mode(0, "sys-exporter", Mode.HANG)
+    target = Target(1, runner.nodes[0].ip, (), confirm=True)
+
+    started = time.monotonic()
+    [result] = run_probe([target], timeout=0.5, concurrency=10)
+
+    assert 1.0 <= time.monotonic() - started < 1.3
+    assert (result.sys.outcome, result.sys.attempts) == (Outcome.TIMEOUT, 2)
+    assert "within 1 s" in result.sys.detail  # the first connection's timeout plus its grace
+
+
+async def test_an_online_node_too_busy_to_answer_in_time_is_forgiven_once():
+    # A busy agent: its kernel accepts at once, its answers take 1.5 timeouts, for
+    # every connection. The second connection cannot help; the first one's grace does.
+    page = render_exposition("busy")
+
+    async def answer_late(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.6)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_late, "127.0.0.1", 0)
+    service = Service("sys-exporter", server.sockets[0].getsockname()[1], "bridge", "/metrics", "")
+    try:
+        from contract.liveness import probe_confirmed
+
+        assert (await probe_url(service, "127.0.0.1", 0.4)).outcome is Outcome.TIMEOUT
+        result = await probe_confirmed(service, "127.0.0.1", 0.4)
+    finally:
+        server.close()
+    assert (result.outcome, result.attempts) == (Outcome.OK, 2)
+    assert 0.6 <= result.elapsed < 0.8
+
+
+@pytest.mark.parametrize("uvloop", [False, True], ids=["asyncio", "uvloop"])
+def test_an_answer_that_arrived_before_the_deadline_counts_though_the_loop_was_starved(uvloop):
+    page = render_exposition("starved")
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve_once() -> None:  # in a thread: it answers while our event loop is stuck
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            time.sleep(0.05)
+            conn.sendall(answer)
+
+    server = threading.Thread(target=serve_once)
+    server.start()
+    service = Service("sys-exporter", port, "bridge", "/metrics", "test")
+
+    async def probe_while_starved() -> ProbeResult:
+        # The loop is busy (thousands of probes' callbacks) from 20 ms to 320 ms: the
+        # answer lands in the socket at 50 ms, and at 320 ms the 100 ms deadline is overdue.
+        asyncio.get_running_loop().call_later(0.02, time.sleep, 0.3)
+        return await probe_url(service, "127.0.0.1", 0.1)
+
+    factory = loop_factory() if uvloop else asyncio.new_event_loop
+    try:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            result = runner.run(probe_while_starved())
+    finally:
+        server.join(5)
+        listener.close()
+    assert result.outcome is Outcome.OK
 
 
 async def test_a_server_that_keeps_the_connection_open_still_gets_judged():
@@ -245,3 +349,20 @@ async def test_no_more_probes_than_the_concurrency_are_in_flight():
             server.close()
     assert all(result.sys.ok and result.nic.ok for result in results)
     assert peak == 3
+
+
+async def test_cancelling_a_probe_with_a_second_connection_in_flight_leaves_no_task(fleet):
+    from contract.liveness import probe_confirmed
+    from contract.services import SYS_EXPORTER
+
+    runner = fleet(1)
+    runner.set_mode(0, "sys-exporter", Mode.HANG)
+    before = asyncio.all_tasks()
+    probe = asyncio.ensure_future(probe_confirmed(SYS_EXPORTER, runner.nodes[0].ip, 2.0))
+    await asyncio.sleep(1.2)  # past half the timeout: both connections are waiting
+    assert len(asyncio.all_tasks() - before) == 2
+    probe.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await probe
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() - before == set()
