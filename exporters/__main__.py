@@ -3,6 +3,9 @@
 Also installed as the ``mac-exporter`` console script. Ports and names come from
 ``contract.services``; each service's builder is imported only when it runs, so
 a service whose optional library is missing never stops the others from starting.
+sys-exporter is the real node_exporter: this command writes MAC's textfile facts
+and then replaces itself with node_exporter (exporters.node_exporter), so a
+container's or supervisor's process is node_exporter itself.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import os
 import sys
 import threading
 
-from contract.services import BY_NAME, SERVICES
+from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
 from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
 from exporters.server import PortInUseError, bind_socket, serve_asgi, serve_exporter
 
-# service name -> module with build(options) returning an Exporter or an ASGI app
+# service name -> module with build(options) returning an Exporter or an ASGI app;
+# sys-exporter's module runs node_exporter instead (see exec_node_exporter).
 BUILDERS: dict[str, str] = {
-    "sys-exporter": "exporters.host",
+    "sys-exporter": "exporters.node_exporter",
     "bmc-agent": "exporters.bmc",
     "sys-manager": "exporters.sysmanager",
     "dcgm-exporter": "exporters.nvidia",
@@ -89,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.service == SYS_EXPORTER.name:
+        return exec_node_exporter(args, port)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
         format=f"%(asctime)s {args.service} %(levelname)s %(message)s",
@@ -114,6 +120,47 @@ def main(argv: list[str] | None = None) -> int:
         serve_asgi(built, sock)
     leave_past_stuck_threads()
     return 0
+
+
+def exec_node_exporter(args: argparse.Namespace, port: int) -> int:
+    """Write MAC's textfile facts, then become node_exporter (returns only on failure)."""
+    from exporters import node_exporter
+
+    try:
+        program = node_exporter.find_node_exporter(os.environ.get("MAC_NODE_EXPORTER"))
+    except node_exporter.NodeExporterMissing as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        # node_exporter would only log "bind: address already in use"; say it MAC's way.
+        bind_socket(args.bind, port).close()
+    except PortInUseError as exc:
+        print(f"Error: {args.service}: {exc}", file=sys.stderr)
+        return 1
+    textfile_dir = node_exporter.default_textfile_dir(port)
+    try:
+        node_exporter.write_textfile(textfile_dir)
+    except OSError as exc:
+        print(
+            f"Error: cannot write MAC's facts into {textfile_dir}: {exc}. "
+            "Point MAC_TEXTFILE_DIR at a writable directory.",
+            file=sys.stderr,
+        )
+        return 1
+    argv = node_exporter.node_exporter_argv(
+        program,
+        bind=args.bind,
+        port=port,
+        textfile_dir=textfile_dir,
+        proc_root=args.proc_root,
+        sys_root=args.sys_root,
+        rootfs=args.rootfs,
+        mount_timeout=args.collector_timeout,
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(program, argv)  # noqa: S606 (node_exporter's own argv, no shell involved)
+    return 1  # not reached: execv returns only by raising
 
 
 def leave_past_stuck_threads() -> None:

@@ -6,6 +6,13 @@ the amdgpu driver's sysfs files: ``/sys/class/drm/card*/device/gpu_busy_percent`
 Metric names (``gpu_gfx_activity``, ``gpu_used_vram``, ``gpu_edge_temperature``...)
 and units (VRAM in MB, power in W) are the device-metrics-exporter's.
 
+Labels are the ones AMD's dashboards filter on: ``gpu_id``, ``gpu_uuid``,
+``gpu_partition_id``, ``serial_number``, ``card_model`` (and ``card_vendor``).
+``hostname`` and ``cluster_name`` are deliberately not emitted: MAC's Prometheus
+targets carry both for every exporter (exporters/README.md, "Label collisions"),
+and an exporter label of the same name would be renamed ``exported_*``. ECC, PCIe,
+clocks, XGMI, violation, HBM and health families are in exporters.amd_fields.
+
 What a container needs to see AMD GPUs (``/dev/kfd``, ``/dev/dri`` and the
 ``amdgpu`` kernel module) is checked on every scrape and reported as the reason
 of ``mac_exporter_backend_available{backend="amdgpu"}``.
@@ -23,6 +30,13 @@ from types import ModuleType
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from exporters.amd_fields import (
+    GpuFields,
+    call,
+    families,
+    read_amdsmi_fields,
+    read_sysfs_fields,
+)
 from exporters.runtime import (
     BackendStatus,
     Exporter,
@@ -37,7 +51,7 @@ from exporters.runtime import (
 log = logging.getLogger("exporters")
 
 AMD_PCI_VENDOR = "0x1002"
-LABELS = ["gpu_id", "serial_number", "card_model", "card_vendor", "hostname"]
+LABELS = ["gpu_id", "gpu_uuid", "gpu_partition_id", "serial_number", "card_model", "card_vendor"]
 MB = 1024 * 1024
 CARD = re.compile(r"^card(\d+)$")
 
@@ -48,6 +62,8 @@ class AmdGpu:
 
     gpu_id: str
     card: str
+    gpu_uuid: str = ""
+    partition_id: str = "0"  # AMD's gpu_partition_id: 0 on an unpartitioned (SPX) GPU
     pci_address: str = ""
     serial_number: str = ""
     card_model: str = ""
@@ -60,9 +76,12 @@ class AmdGpu:
     power_average_w: float | None = None
     power_current_w: float | None = None
     energy_uj: float | None = None
+    fields: GpuFields = field(default_factory=GpuFields)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        found = asdict(self)
+        del found["fields"]  # the inventory lists identity and readings, not counters
+        return found
 
 
 def parse_modules(text: str) -> set[str]:
@@ -113,6 +132,10 @@ def read_sysfs_gpus(roots: Roots) -> list[AmdGpu]:
         gpu.serial_number = (
             read_value(device / "serial_number") or read_value(device / "unique_id") or ""
         )
+        # sysfs has no UUID; the unique_id (the ASIC's serial) is what identifies the chip.
+        gpu.gpu_uuid = read_value(device / "unique_id") or gpu.serial_number
+        gpu.partition_id = read_value(device / "partition_id") or "0"
+        gpu.fields = read_sysfs_fields(device)
         gpu.card_model = read_value(device / "product_name") or read_value(device / "device") or ""
         gpu.gfx_activity = _float(read_int(device / "gpu_busy_percent"))
         gpu.umc_activity = _float(read_int(device / "mem_busy_percent"))
@@ -159,6 +182,12 @@ def read_amdsmi_gpus(amdsmi: ModuleType) -> list[AmdGpu]:
         gpu.card_model = str(asic.get("market_name", ""))
         gpu.serial_number = str(asic.get("asic_serial", ""))
         gpu.pci_address = str(attempt(amdsmi.amdsmi_get_gpu_device_bdf, handle) or "")
+        uuid = call(amdsmi, attempt, "amdsmi_get_gpu_device_uuid", handle)
+        gpu.gpu_uuid = str(uuid or gpu.serial_number)
+        kfd = call(amdsmi, attempt, "amdsmi_get_gpu_kfd_info", handle) or {}
+        partition = kfd.get("current_partition_id")
+        gpu.partition_id = str(partition) if isinstance(partition, int) else "0"
+        gpu.fields = read_amdsmi_fields(amdsmi, handle, attempt)
         activity = attempt(amdsmi.amdsmi_get_gpu_activity, handle) or {}
         gpu.gfx_activity = _number(activity.get("gfx_activity"))
         gpu.umc_activity = _number(activity.get("umc_activity"))
@@ -174,6 +203,12 @@ def read_amdsmi_gpus(amdsmi: ModuleType) -> list[AmdGpu]:
             )
             if _number(value) is not None:
                 gpu.temperatures[key] = float(value)
+        # accumulator x resolution (uJ); amdsmi before 6.2 called the accumulator "power".
+        energy = call(amdsmi, attempt, "amdsmi_get_energy_count", handle) or {}
+        ticks = _number(energy.get("energy_accumulator", energy.get("power")))
+        resolution = _number(energy.get("counter_resolution"))
+        if ticks is not None and resolution is not None:
+            gpu.energy_uj = ticks * resolution
         power = attempt(amdsmi.amdsmi_get_power_info, handle) or {}
         gpu.power_average_w = _number(power.get("average_socket_power"))
         gpu.power_current_w = _number(power.get("current_socket_power"))
@@ -199,9 +234,8 @@ class AmdGpuSource:
 
     name = "amdgpu"
 
-    def __init__(self, roots: Roots, hostname: str, amdsmi: ModuleType | bool | None = None):
+    def __init__(self, roots: Roots, amdsmi: ModuleType | bool | None = None):
         self.roots = roots
-        self.hostname = hostname
         # None: try to import amdsmi; False: never (sysfs only); a module: use it.
         self._amdsmi = _import_amdsmi() if amdsmi is None else (amdsmi or None)
         self._amdsmi_ready = False
@@ -282,7 +316,7 @@ class AmdGpuSource:
             "gpu_energy_consumed", "Energy consumed in micro Joules.", labels=LABELS
         )
         for gpu in gpus:
-            labels = [gpu.gpu_id, gpu.serial_number, gpu.card_model, gpu.card_vendor, self.hostname]
+            labels = self.label_values(gpu)
             free = (
                 gpu.vram_total_mb - gpu.vram_used_mb
                 if gpu.vram_total_mb is not None and gpu.vram_used_mb is not None
@@ -309,9 +343,19 @@ class AmdGpuSource:
                 energy.add_metric(labels, gpu.energy_uj)
         yield from gauges.values()
         yield energy
+        yield from families(((self.label_values(gpu), gpu.fields) for gpu in gpus), LABELS)
+
+    @staticmethod
+    def label_values(gpu: AmdGpu) -> list[str]:
+        return [
+            gpu.gpu_id,
+            gpu.gpu_uuid,
+            gpu.partition_id,
+            gpu.serial_number,
+            gpu.card_model,
+            gpu.card_vendor,
+        ]
 
 
 def build(options: Options) -> Exporter:
-    return Exporter(
-        "rocm-exporter", [AmdGpuSource(options.roots, options.hostname)], timeout=options.timeout
-    )
+    return Exporter("rocm-exporter", [AmdGpuSource(options.roots)], timeout=options.timeout)

@@ -126,7 +126,7 @@ class DeviceInventory:
     ):
         self.options = options
         self.nvidia = NvmlSource(options.hostname, nvml=nvml)
-        self.amd = AmdGpuSource(options.roots, options.hostname, amdsmi=amdsmi)
+        self.amd = AmdGpuSource(options.roots, amdsmi=amdsmi)
         client, reason = client_from_env(os.environ if env is None else env, options.roots)
         self.bmc = BmcSource(client, reason)
         self.software = SoftwareSource(options.roots)

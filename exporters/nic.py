@@ -11,7 +11,12 @@ Where the bytes come from depends on the NIC:
 
 All of it lands in ``rdma_{rx,tx}_bytes_total{device,port,vendor,iface}``, with the
 link state and rate beside it. Each device is read on its own: one odd device
-never hides the others.
+never hides the others. The error and congestion counters of the same ports are
+``node_infiniband_*`` (exporters.infiniband).
+
+``device`` is always the verbs device as /sys/class/infiniband and node_exporter
+name it (mlx5_0, bnxt_re0), ``iface`` the interface; a NIC without a verbs device
+(GPUBoost through ethtool alone) has no ``device`` label.
 
 The discovery here (RDMA devices, network interfaces, a port's sysfs counters) is
 the node's only walk of /sys/class/infiniband and /sys/class/net for devices:
@@ -133,7 +138,7 @@ class RdmaPort:
 class RdmaDevice:
     """One RDMA-capable NIC as sysfs describes it."""
 
-    device: str  # the IB device (mlx5_0, bnxt_re0) or, without one, the interface
+    device: str  # the verbs device (mlx5_0, bnxt_re0); "" for an ethtool-only NIC
     iface: str
     vendor: str
     driver: str
@@ -235,7 +240,7 @@ def discover_rdma_devices(roots: Roots) -> list[RdmaDevice]:
         if driver and MANGOBOOST_DRIVER.search(driver):
             devices.append(
                 RdmaDevice(
-                    device=iface,
+                    device="",
                     iface=iface,
                     vendor="mangoboost",
                     driver=driver,
@@ -312,15 +317,17 @@ class RdmaSource:
                 stats = parse_ethtool_stats(self.ethtool(dev.iface))
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 # The sysfs counters below still tell the bandwidth; say why ethtool did not.
-                log.warning("nic %s: %s; falling back to sysfs counters", dev.device, exc)
+                log.warning("nic %s: %s; falling back to sysfs counters", dev.iface, exc)
             else:
                 found = rdma_bytes_from_ethtool(dev.vendor, stats)
                 if found is not None:
                     return found["rx"], found["tx"]
-        counters = read_port_counters(self.roots, dev.device, port.port)
+        counters = read_port_counters(self.roots, dev.device, port.port) if dev.device else None
         if counters is not None:
             return counters.rx_bytes, counters.tx_bytes
-        raise LookupError(f"{dev.device} port {port.port}: no RDMA byte counters found")
+        raise LookupError(
+            f"{dev.device or dev.iface} port {port.port}: no RDMA byte counters found"
+        )
 
     def collect(self) -> Iterable[Metric]:
         labels = ["device", "port", "vendor", "iface"]
@@ -340,7 +347,7 @@ class RdmaSource:
         ok = GaugeMetricFamily(
             "mac_nic_device_ok",
             "1 when the device's counters were read this scrape, 0 when its source failed.",
-            labels=["device", "vendor"],
+            labels=["device", "vendor", "iface"],
         )
         devices = discover_rdma_devices(self.roots)
         for dev in devices:
@@ -360,11 +367,11 @@ class RdmaSource:
                     rx_bytes, tx_bytes = self._port_bytes(dev, port)
                 except (OSError, RuntimeError, LookupError, subprocess.SubprocessError) as exc:
                     device_ok = False
-                    log.warning("nic %s port %s: %s", dev.device, port.port, exc)
+                    log.warning("nic %s port %s: %s", dev.device or dev.iface, port.port, exc)
                     continue
                 rx.add_metric(values, rx_bytes)
                 tx.add_metric(values, tx_bytes)
-            ok.add_metric([dev.device, dev.vendor], 1.0 if device_ok else 0.0)
+            ok.add_metric([dev.device, dev.vendor, dev.iface], 1.0 if device_ok else 0.0)
         self._backends = self._backend_status(devices)
         yield from (rx, tx, up, state_id, rate, ok)
 
@@ -385,4 +392,11 @@ class RdmaSource:
 
 
 def build(options: Options) -> Exporter:
-    return Exporter("nic-exporter", [RdmaSource(options.roots)], timeout=options.timeout)
+    # Imported here: exporters.infiniband reads the same sysfs tree through this module.
+    from exporters.infiniband import InfinibandSource
+
+    return Exporter(
+        "nic-exporter",
+        [RdmaSource(options.roots), InfinibandSource(options.roots)],
+        timeout=options.timeout,
+    )

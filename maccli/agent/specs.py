@@ -1,7 +1,10 @@
 """What runs on an agent: the services of the contract table with this node's ports.
 
 Both `mac doctor` (which services to check, where they listen) and the four agent
-commands read the same specs, so they never disagree on a port.
+commands read the same specs, so they never disagree on a port. sys-exporter is
+node_exporter itself under the process runtime (its argv comes from
+exporters.node_exporter); a prestart step writes MAC's textfile facts and fails,
+with the install command, where node_exporter is missing.
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from contract.services import SERVICES
+from contract.services import SERVICES, SYS_EXPORTER
+from exporters import node_exporter
 from exporters.nodeconfig import SECRET_KEYS, NodeConfig, Source
 from maccli.agent.hardware import gpus
 from maccli.output import CliError
@@ -46,6 +50,9 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
         port = cfg.service_port(service.name, service.port)
         argv = [sys.executable, "-m", "exporters", service.name, "--port", str(port)]
         argv += ["--bind", bind, *roots]
+        prestart: list[list[str]] = []
+        if service.name == SYS_EXPORTER.name:
+            argv, prestart = sys_exporter_command(cfg, bind, port)
         specs.append(
             ServiceSpec(
                 service.name,
@@ -53,6 +60,7 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 port=port,
                 liveness_path=service.liveness_path,
                 env=env,
+                prestart=prestart,
                 ready_timeout=float(cfg.get("MAC_START_TIMEOUT") or 30),
                 host=probe_host,
             )
@@ -65,6 +73,32 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
             commands=["mac env unset MAC_AGENT_SERVICES"],
         )
     return specs
+
+
+def textfile_dir(cfg: NodeConfig) -> str:
+    """Where MAC writes its facts for node_exporter: MAC_TEXTFILE_DIR, else the state dir."""
+    return cfg.get("MAC_TEXTFILE_DIR") or str(cfg.state_dir / ROLE / "textfile")
+
+
+def sys_exporter_command(cfg: NodeConfig, bind: str, port: int) -> tuple[list[str], list[str]]:
+    """(node_exporter's argv, the prestart that checks it and writes MAC's facts)."""
+    explicit = cfg.get("MAC_NODE_EXPORTER")
+    try:
+        program = node_exporter.find_node_exporter(explicit)
+    except node_exporter.NodeExporterMissing:
+        # status and stop still need the spec; the prestart says how to install it.
+        program = explicit or node_exporter.PROGRAMS[0]
+    directory = textfile_dir(cfg)
+    argv = node_exporter.node_exporter_argv(
+        program,
+        bind=bind,
+        port=port,
+        textfile_dir=directory,
+        proc_root=cfg.get("MAC_PROC_ROOT") or "/proc",
+        sys_root=cfg.get("MAC_SYS_ROOT") or "/sys",
+    )
+    check = [sys.executable, "-m", "exporters.node_exporter", "--textfile-dir", directory]
+    return argv, [check]
 
 
 def runtime_and_specs(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 from exporters.amd import AmdGpuSource, parse_modules, read_sysfs_gpus
+from exporters.amd_fields import parse_dpm, parse_ras_count
 from exporters.runtime import Exporter, Roots
 from tests.exporters.conftest import FIXTURES, assert_golden, backend_available, scrape_text
+from tests.exporters.fake_amdsmi import FakeAmdSmi
 
 AMD_ROOTS = Roots(
     sys_root=str(FIXTURES / "sysfs-amd"),
@@ -16,15 +17,22 @@ AMD_ROOTS = Roots(
 )
 GPU0 = {
     "gpu_id": "0",
+    "gpu_uuid": "2b1c0e9a7f3d5000",
+    "gpu_partition_id": "0",
     "serial_number": "2b1c0e9a7f3d5000",
     "card_model": "AMD Instinct MI300X",
     "card_vendor": "AMD",
-    "hostname": "gpu-node-17",
+}
+GPU1 = {**GPU0, "gpu_id": "1", "gpu_uuid": "2b1c0e9a7f3d5001", "serial_number": "2b1c0e9a7f3d5001"}
+SMI0 = {
+    **GPU0,
+    "gpu_uuid": "5fff74a1-0000-1000-80c3-2b1c0e9a7f3d",
+    "serial_number": "0x2B1C0E9A7F3D5000",
 }
 
 
 def registry_for(roots: Roots, amdsmi=False):
-    return Exporter("rocm-exporter", [AmdGpuSource(roots, "gpu-node-17", amdsmi=amdsmi)]).registry
+    return Exporter("rocm-exporter", [AmdGpuSource(roots, amdsmi=amdsmi)]).registry
 
 
 def test_parse_modules_lists_loaded_modules():
@@ -79,45 +87,9 @@ def test_missing_dri_and_missing_module_are_reported(tmp_path):
     assert backend_available(registry, "amdgpu", reason) == 0
 
 
-class FakeAmdSmi:
-    """The amdsmi hardware boundary: two calls' worth of one MI300X."""
-
-    class AmdSmiException(Exception):
-        pass
-
-    AmdSmiTemperatureType = SimpleNamespace(EDGE=0, HOTSPOT=1, VRAM=2)
-    AmdSmiTemperatureMetric = SimpleNamespace(CURRENT=0)
-
-    def amdsmi_init(self):
-        pass
-
-    def amdsmi_get_processor_handles(self):
-        return ["h0"]
-
-    def amdsmi_get_gpu_asic_info(self, h):
-        return {"market_name": "AMD Instinct MI300X", "asic_serial": "0x2B1C0E9A7F3D5000"}
-
-    def amdsmi_get_gpu_device_bdf(self, h):
-        return "0000:05:00.0"
-
-    def amdsmi_get_gpu_activity(self, h):
-        return {"gfx_activity": 77, "umc_activity": 12, "mm_activity": "N/A"}
-
-    def amdsmi_get_gpu_vram_usage(self, h):
-        return {"vram_total": 196592, "vram_used": 8128}
-
-    def amdsmi_get_temp_metric(self, h, kind, metric):
-        if kind == self.AmdSmiTemperatureType.EDGE:
-            raise self.AmdSmiException("not supported on MI300X")
-        return {1: 55, 2: 40}[kind]
-
-    def amdsmi_get_power_info(self, h):
-        return {"average_socket_power": "N/A", "current_socket_power": 301}
-
-
 def test_amdsmi_is_used_when_it_imports():
     registry = registry_for(AMD_ROOTS, amdsmi=FakeAmdSmi())
-    labels = {**GPU0, "serial_number": "0x2B1C0E9A7F3D5000"}
+    labels = SMI0
     assert registry.get_sample_value("gpu_gfx_activity", labels) == 77
     assert registry.get_sample_value("gpu_used_vram", labels) == 8128
     assert registry.get_sample_value("gpu_edge_temperature", labels) is None  # unsupported
@@ -149,3 +121,61 @@ def test_a_failing_amdsmi_init_falls_back_to_sysfs_with_the_reason():
     assert registry.get_sample_value("gpu_gfx_activity", GPU0) == 98  # from sysfs
     reason = "amdsmi_init failed: AMDSMI_STATUS_DRIVER_NOT_LOADED; reading amdgpu sysfs"
     assert backend_available(registry, "amdsmi", reason) == 0
+
+
+def test_parse_ras_count_reads_ue_ce_and_de():
+    assert parse_ras_count("ue: 2\nce: 11\nde: 1\n") == {
+        "uncorrect": 2.0,
+        "correct": 11.0,
+        "deferred": 1.0,
+    }
+    assert parse_ras_count("ue: 0\nce: 3\n") == {"uncorrect": 0.0, "correct": 3.0}
+
+
+def test_parse_dpm_is_current_lowest_highest():
+    assert parse_dpm("0: 500Mhz\n1: 1420Mhz *\n2: 2100Mhz\n") == (1420.0, 500.0, 2100.0)
+    assert parse_dpm("0: 500Mhz\n") is None  # no current level marked
+
+
+def test_sysfs_gives_per_block_ecc_pcie_clocks_and_health():
+    registry = registry_for(AMD_ROOTS)
+    assert registry.get_sample_value("gpu_ecc_correct_umc", GPU0) == 3
+    assert registry.get_sample_value("gpu_ecc_correct_bif", GPU0) == 0  # the driver's pcie_bif
+    assert registry.get_sample_value("gpu_ecc_correct_total", GPU0) == 4  # umc 3 + gfx 1
+    assert registry.get_sample_value("gpu_ecc_uncorrect_total", GPU1) == 2
+    assert registry.get_sample_value("gpu_health", GPU0) == 1
+    assert registry.get_sample_value("gpu_health", GPU1) == 0  # uncorrectable ECC errors
+    assert registry.get_sample_value("pcie_replay_count", GPU1) == 17
+    assert registry.get_sample_value("pcie_max_speed", GPU0) == 32.0
+    gfx = {**GPU0, "clock_index": "0", "clock_type": "GFX"}
+    assert registry.get_sample_value("gpu_clock", gfx) == 1420
+    assert registry.get_sample_value("gpu_max_clock", gfx) == 2100
+    # What only amdsmi knows is absent, not zero.
+    assert registry.get_sample_value("gpu_hbm_temperature", {**GPU0, "hbm_index": "0"}) is None
+
+
+def test_amdsmi_gives_xgmi_violation_hbm_and_busy_per_xcc():
+    registry = registry_for(AMD_ROOTS, amdsmi=FakeAmdSmi())
+    assert registry.get_sample_value("gpu_ecc_correct_umc", SMI0) == 3
+    assert registry.get_sample_value("pcie_speed", SMI0) == 32.0  # 32000 MT/s
+    assert registry.get_sample_value("pcie_bandwidth", SMI0) == 1840
+    assert registry.get_sample_value("pcie_recovery_count", SMI0) == 1
+    assert registry.get_sample_value("pcie_nack_received_count", SMI0) == 2
+    assert registry.get_sample_value("gpu_hbm_temperature", {**SMI0, "hbm_index": "5"}) == 41
+    assert registry.get_sample_value("gpu_xgmi_link_rx", {**SMI0, "link_index": "1"}) == 2097152
+    # "N/A" links are left out, not reported as 0.
+    assert registry.get_sample_value("gpu_xgmi_link_tx", {**SMI0, "link_index": "7"}) is None
+    assert registry.get_sample_value("gpu_violation_ppt_residency_accumulated", SMI0) == 1200
+    busy = {**SMI0, "xcc_index": "7"}
+    assert registry.get_sample_value("gpu_gfx_busy_instantaneous", busy) == 75
+    mem = {**SMI0, "clock_index": "1", "clock_type": "MEMORY"}
+    assert registry.get_sample_value("gpu_clock", mem) == 1300
+    assert registry.get_sample_value("gpu_health", SMI0) == 1
+    assert registry.get_sample_value("gpu_energy_consumed", SMI0) == 81234567890 * 15.259
+
+
+def test_no_label_collides_with_macs_target_labels():
+    """hostname and cluster_name come from MAC's targets; the exporter never sets them."""
+    registry = registry_for(AMD_ROOTS, amdsmi=FakeAmdSmi())
+    labels = {name for metric in registry.collect() for s in metric.samples for name in s.labels}
+    assert not labels & {"hostname", "cluster_name", "node", "gpu_vendor", "maintenance"}

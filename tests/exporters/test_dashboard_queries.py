@@ -20,14 +20,21 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from testkit.ports import free_port
-from tests.exporters.conftest import ROOT, http_get
+from tests.exporters.conftest import FIXTURES, ROOT, http_get
 from tests.exporters.dashboards import QueryList, all_lists
 from tests.exporters.test_prometheus import prometheus  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
-# MAC's file-SD target labels for the node (healthcheck.targets writes the same keys).
-TARGET_LABELS = {"node": "17", "hostname": "gpu17", "gpu_vendor": "nvidia", "maintenance": "false"}
+# MAC's file-SD target labels for the node (healthcheck.targets writes the same keys;
+# cluster_name is MAC_CLUSTER_NAME, which AMD's dashboards start from).
+TARGET_LABELS = {
+    "node": "17",
+    "hostname": "gpu17",
+    "gpu_vendor": "nvidia",
+    "maintenance": "false",
+    "cluster_name": "mac",
+}
 EXPORTER_HOSTNAME = "gpu-node-17"  # what the node itself reports as its host name
 # A series present only from the second scrape on (GPM needs two samples): ready then.
 READY_QUERY = {"dcgm-exporter": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
@@ -44,9 +51,26 @@ def _fake_dcgm_exporter(port: int) -> subprocess.Popen:
     )  # fmt: skip
 
 
-# job -> how to run that exporter on recorded hardware; AMD, node_exporter, RDMA add theirs.
+def _module(*argv: str) -> Callable[[int], subprocess.Popen]:
+    def start(port: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", *argv, "--bind", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    return start
+
+
+# job -> how to run that exporter: GPU and NIC exporters on recorded hardware, and
+# sys-exporter as `mac` runs it: the real node_exporter on this machine's /proc and /sys.
 EXPORTERS: dict[str, Callable[[int], subprocess.Popen]] = {
     "dcgm-exporter": _fake_dcgm_exporter,
+    "rocm-exporter": _module("tests.exporters.fake_amdsmi"),
+    "nic-exporter": _module("exporters", "nic-exporter", "--sys-root", str(FIXTURES / "sysfs-ib")),
+    "sys-exporter": _module("exporters", "sys-exporter"),
 }
 LISTS = all_lists()
 
@@ -103,16 +127,38 @@ def _variable_values(url: str, queries: QueryList) -> dict[str, list[str]]:
     return values
 
 
+def _supplied_here(url: str, queries: QueryList) -> list[str]:
+    """The listed names the exporter supplies: all, or for one reading this host, its own.
+
+    A host-dependent exporter (node_exporter) is asked directly what it exposes on the
+    test machine; Prometheus must then return series for every one of those.
+    """
+    if not queries.host_dependent:
+        return list(queries.metrics)
+    target = next(t for t in api(url, "/api/v1/targets")["activeTargets"]
+                  if t["labels"]["job"] == queries.job)  # fmt: skip
+    _, body, _ = http_get(target["scrapeUrl"])
+    exposed = {line.split("{")[0].split(" ")[0] for line in body.splitlines()
+               if line and not line.startswith("#")}  # fmt: skip
+    names = [name for name in queries.metrics if name in exposed]
+    print(f"{queries.title}: {len(names)} of {len(queries.metrics)} names exposed here; "
+          f"absent: {sorted(set(queries.metrics) - set(names))}")  # fmt: skip
+    return names
+
+
 @pytest.mark.parametrize("queries", LISTS, ids=[q.path.stem for q in LISTS])
 def test_every_dashboard_query_returns_series(scraped, queries: QueryList):
     url = scraped(queries.job)
     values = _variable_values(url, queries)
-    empty = [name for name in queries.metrics if not query(url, queries.selector(name, values))]
+    supplied = _supplied_here(url, queries)
+    empty = [name for name in supplied if not query(url, queries.selector(name, values))]
     assert not empty, f"{queries.title}: no series for {empty}"
+    present = [name for name in queries.unsupported if query(url, name)]
+    assert not present, f"{queries.title}: listed as unsupported but served: {present}"
     metadata = api(url, "/api/v1/metadata")
     types = {name: metadata[name][0]["type"] for name in queries.types if name in metadata}
     assert types == queries.types, f"{queries.title}: types differ from the original exporter's"
-    for name in queries.metrics:
+    for name in supplied:
         for series in query(url, name):
             labels = set(series["metric"])
             assert not {label for label in labels if label.startswith("exported_")}, series

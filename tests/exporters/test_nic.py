@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporters.infiniband import InfinibandSource
 from exporters.nic import (
     PortCounters,
     RdmaSource,
@@ -29,6 +30,10 @@ IB_ROOTS = Roots(sys_root=str(FIXTURES / "sysfs-ib"))
 
 def labels(device: str, vendor: str, iface: str, port: str = "1") -> dict:
     return {"device": device, "port": port, "vendor": vendor, "iface": iface}
+
+
+def ok_labels(device: str, vendor: str, iface: str) -> dict:
+    return {"device": device, "vendor": vendor, "iface": iface}
 
 
 def test_parse_ethtool_stats_of_a_connectx():
@@ -77,7 +82,9 @@ def test_vendors_are_told_apart_from_sysfs_drivers_and_ids():
     assert found["mlx5_0"].vendor == "mellanox" and found["mlx5_0"].iface == "ens1f0np0"
     assert found["bnxt_re0"].vendor == "broadcom" and found["bnxt_re0"].pci_id == "0x14e4:0x1760"
     assert found["irdma0"].vendor == "intel"
-    assert found["enp65s0"].vendor == "mangoboost"  # no IB device: found through its driver
+    # No verbs device: found through its driver, named by its interface only.
+    mango = next(dev for dev in found.values() if dev.iface == "enp65s0")
+    assert (mango.device, mango.vendor) == ("", "mangoboost")
 
 
 def test_interfaces_know_their_rdma_device_from_the_one_ib_walk():
@@ -124,7 +131,7 @@ def test_one_odd_device_never_breaks_the_others():
     # mlx5_1: ethtool fails and sysfs has no counters at all.
     registry = Exporter("nic-exporter", [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool)]).registry
     assert (
-        registry.get_sample_value("mac_nic_device_ok", {"device": "mlx5_1", "vendor": "mellanox"})
+        registry.get_sample_value("mac_nic_device_ok", ok_labels("mlx5_1", "mellanox", "ens1f1np1"))
         == 0
     )
     assert (
@@ -133,15 +140,84 @@ def test_one_odd_device_never_breaks_the_others():
     )
     assert registry.get_sample_value("rdma_link_up", labels("mlx5_1", "mellanox", "ens1f1np1")) == 0
     assert (
-        registry.get_sample_value("mac_nic_device_ok", {"device": "mlx5_0", "vendor": "mellanox"})
+        registry.get_sample_value("mac_nic_device_ok", ok_labels("mlx5_0", "mellanox", "ens1f0np0"))
         == 1
     )
     assert registry.get_sample_value("mac_exporter_collector_success", {"collector": "rdma"}) == 1
 
 
 def test_nic_exporter_golden_output():
-    exporter = Exporter("nic-exporter", [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool)])
+    exporter = Exporter(
+        "nic-exporter",
+        [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool), InfinibandSource(IB_ROOTS)],
+    )
     assert_golden("nic-exporter", scrape_text(exporter.registry))
+
+
+def test_the_device_label_is_the_verbs_device_for_every_vendor():
+    registry = Exporter("nic-exporter", [RdmaSource(IB_ROOTS, ethtool=fixture_ethtool)]).registry
+    devices = {
+        s.labels["iface"]: s.labels["device"]
+        for metric in registry.collect()
+        if metric.name == "rdma_rx_bytes"
+        for s in metric.samples
+    }
+    assert devices == {
+        "ens1f0np0": "mlx5_0",
+        "ens2f0np0": "bnxt_re0",
+        "ens3f0": "irdma0",
+        "enp65s0": "",  # GPUBoost has no verbs device: no interface name passed off as one
+    }
+
+
+def ib(device: str, port: str = "1") -> dict:
+    return {"device": device, "port": port}
+
+
+def test_port_error_counters_have_node_exporters_names():
+    registry = Exporter("nic-exporter", [InfinibandSource(IB_ROOTS)]).registry
+    value = registry.get_sample_value
+    assert value("node_infiniband_symbol_error_total", ib("mlx5_0")) == 12
+    assert value("node_infiniband_port_errors_received_total", ib("mlx5_0")) == 3
+    assert value("node_infiniband_link_downed_total", ib("mlx5_0")) == 1
+    assert value("node_infiniband_link_error_recovery_total", ib("mlx5_0")) == 2
+    assert value("node_infiniband_port_discards_transmitted_total", ib("mlx5_0")) == 7
+    assert value("node_infiniband_port_transmit_wait_total", ib("mlx5_0")) == 991234
+    assert value("node_infiniband_port_packets_received_total", ib("mlx5_0")) == 8470988612
+    # port_rcv_data counts 4-byte words; node_exporter reports bytes.
+    assert value("node_infiniband_port_data_received_bytes_total", ib("irdma0")) == 2500000000 * 4
+    assert value("node_infiniband_state_id", ib("mlx5_1")) == 1
+    assert value("node_infiniband_physical_state_id", ib("mlx5_0")) == 5
+    assert value("node_infiniband_rate_bytes_per_second", ib("mlx5_0")) == 50e9
+    info = {"device": "mlx5_0", "board_id": "MT_0000000838", "hca_type": "MT4129"}
+    assert value("node_infiniband_info", {**info, "firmware_version": "28.39.1002"}) == 1
+
+
+def test_roce_congestion_counters_of_mlx5_and_bnxt_re_share_families():
+    registry = Exporter("nic-exporter", [InfinibandSource(IB_ROOTS)]).registry
+    value = registry.get_sample_value
+    for family, mlx5, bnxt in (
+        ("np_cnp_packets_sent", 1234, 777),
+        ("rp_cnp_packets_handled", 5321, 888),
+        ("out_of_sequence_packets_received", 44, 5),
+        ("packet_sequence_errors", 9, 4),
+        ("local_ack_timeout_errors", 2, 3),
+    ):
+        name = f"node_infiniband_{family}_total"
+        assert (value(name, ib("mlx5_0")), value(name, ib("bnxt_re0"))) == (mlx5, bnxt), name
+
+
+def test_nic_exporter_builds_with_both_sources():
+    from exporters.nic import build
+    from exporters.runtime import Options
+
+    exporter = build(Options(roots=IB_ROOTS))
+    assert (
+        exporter.registry.get_sample_value(
+            "mac_exporter_collector_success", {"collector": "infiniband"}
+        )
+        == 1
+    )
 
 
 def test_no_rdma_device_is_reported_not_fatal(tmp_path):

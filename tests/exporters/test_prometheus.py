@@ -88,8 +88,9 @@ def test_prometheus_scrapes_all_eight_services(prometheus, start_exporter):
                 break
         time.sleep(0.5)
     assert health == {service.name: "up" for service in SERVICES}
-    # And the data is queryable: Prometheus stored the exporters' own success gauges.
-    query = "count(mac_exporter_collector_success == 1) by (job)"
+    # And the data is queryable: every service says which MAC serves it (sys-exporter,
+    # node_exporter, through MAC's textfile facts).
+    query = "count(mac_exporter_build_info) by (job)"
     _, body, _ = http_get(f"{url}/api/v1/query?query={urllib.parse.quote(query)}")
     jobs = {r["metric"]["job"] for r in json.loads(body)["data"]["result"]}
     assert jobs == {service.name for service in SERVICES}

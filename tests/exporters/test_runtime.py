@@ -154,8 +154,8 @@ def test_port_in_use_is_a_clear_error():
 @pytest.mark.parametrize(
     ("service", "signum", "ready"),
     [
-        ("sys-exporter", signal.SIGTERM, "/metrics"),
-        ("sys-exporter", signal.SIGINT, "/metrics"),
+        ("nic-exporter", signal.SIGTERM, "/metrics"),
+        ("nic-exporter", signal.SIGINT, "/metrics"),
         ("mango-sdk-agent", signal.SIGTERM, "/docs"),
     ],
 )
@@ -167,6 +167,17 @@ def test_a_stop_signal_exits_cleanly(service, signum, ready):
     assert "Traceback" not in process.output()
 
 
+def test_sys_exporter_becomes_node_exporter_and_stops_on_sigterm():
+    """The same pid is node_exporter (exec), so a supervisor's SIGTERM reaches it."""
+    process = ExporterProcess("sys-exporter", *fixture_roots_args())
+    process.wait_ready("/metrics")
+    assert os.path.basename(os.readlink(f"/proc/{process.proc.pid}/exe")).startswith(
+        ("prometheus-node-exporter", "node_exporter")
+    )
+    process.proc.send_signal(signal.SIGTERM)
+    process.proc.wait(timeout=10)  # Go's default: the signal ends it at once
+
+
 def test_a_missing_root_is_a_clear_error(tmp_path):
     result = run_cli("sys-exporter", "--proc-root", str(tmp_path / "nope"))
     assert result.returncode == 2
@@ -176,18 +187,19 @@ def test_a_missing_root_is_a_clear_error(tmp_path):
 def test_a_stuck_collector_neither_stalls_scrapes_nor_blocks_the_exit(tmp_path):
     # A FIFO without a writer blocks open() in the kernel: a real hung sysfs read.
     sys_root = tmp_path / "sys"
-    (sys_root / "class" / "net" / "eth0").mkdir(parents=True)
-    os.mkfifo(sys_root / "class" / "net" / "eth0" / "operstate")
+    port = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    os.mkfifo(port / "state")
     args = fixture_roots_args()
     args[args.index("--sys-root") + 1] = str(sys_root)
-    process = ExporterProcess("sys-exporter", *args, "--collector-timeout", "1")
+    process = ExporterProcess("nic-exporter", *args, "--collector-timeout", "1")
     process.wait_ready("/health")
     for _ in range(2):
         started = time.monotonic()
         status, metrics, _ = process.get("/metrics")
         assert status == 200 and time.monotonic() - started < 4
-        assert 'mac_exporter_collector_success{collector="netclass"} 0.0' in metrics
-        assert 'node_cpu_seconds_total{cpu="0",mode="idle"}' in metrics
-    assert process.json("/health")["collectors"]["netclass"]["error"].startswith("still running")
+        assert 'mac_exporter_collector_success{collector="rdma"} 0.0' in metrics
+        assert 'mac_exporter_build_info{service="nic-exporter"' in metrics
+    assert process.json("/health")["collectors"]["rdma"]["error"].startswith("still running")
     process.proc.send_signal(signal.SIGTERM)
     assert process.proc.wait(timeout=10) == 0

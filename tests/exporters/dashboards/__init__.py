@@ -12,7 +12,13 @@ its template variables), never a copy of its JSON:
       DCGM_FI_DEV_GPU_TEMP: {matchers: ['instance=~"$instance"'], type: gauge}
 
 ``matchers`` and ``type`` are optional. More exporters' lists (node_exporter, AMD,
-RDMA) are more files here; the Prometheus test picks every file up.
+RDMA) are more files here; the Prometheus test picks every file up. Two optional
+keys more:
+
+    host_dependent: true          # the exporter reads the test machine itself: only
+                                  # the names it exposes there must return series
+    unsupported:                  # read by the dashboard, never supplied: why
+      gpu_prof_sm_active: rocprofiler counters
 """
 
 from __future__ import annotations
@@ -45,19 +51,28 @@ class QueryList:
     types: dict[str, str] = field(default_factory=dict)
     variables: dict[str, Variable] = field(default_factory=dict)
     labels: list[str] = field(default_factory=list)
+    host_dependent: bool = False
+    unsupported: dict[str, str] = field(default_factory=dict)
 
     def selector(self, name: str, values: dict[str, list[str]]) -> str:
         """``name{matchers}`` with each $variable replaced by a regex of all its values.
 
         As Grafana does for a multi-value variable set to All: the values regex-escaped,
-        then escaped again for PromQL's double-quoted string.
+        then escaped again for PromQL's double-quoted string. In an equality matcher
+        (``instance="$node"``, a single-value variable) it is the first value as is.
         """
 
         def regex(match: re.Match) -> str:
             escaped = (re.escape(v).replace("\\", "\\\\") for v in values[match.group(1)])
             return "|".join(escaped)
 
-        matchers = [VARIABLE.sub(regex, matcher) for matcher in self.metrics[name]]
+        def first(match: re.Match) -> str:
+            return values[match.group(1)][0]
+
+        matchers = [
+            VARIABLE.sub(regex if re.search(r"[=!]~", matcher) else first, matcher)
+            for matcher in self.metrics[name]
+        ]
         return f"{name}{{{', '.join(matchers)}}}" if matchers else name
 
 
@@ -99,6 +114,8 @@ def load(path: Path) -> QueryList:
         types=types,
         variables=variables,
         labels=list(data.get("labels") or []),
+        host_dependent=bool(data.get("host_dependent")),
+        unsupported={str(k): str(v) for k, v in (data.get("unsupported") or {}).items()},
     )
 
 
