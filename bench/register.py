@@ -1,16 +1,22 @@
 """Benchmark: 1,000 agents registering at once against the real master.
 
-Starts gunicorn with the uvicorn worker (the production server) on a free loopback
-port against a fresh PostgreSQL database, then, for several runs, fires 1,000
-concurrent GET /health (the baseline: one database and one Redis round trip) and
-1,000 concurrent POST /api/v1/register with distinct hostnames, and finally one
-burst of re-registrations of hosts already known. Every response must succeed and
-the inventory must end with exactly one row per host.
+Starts gunicorn with MAC's own configuration (macweb.gunicorn_conf, the production
+server) on a free loopback port against a fresh PostgreSQL database, then, for
+several runs, fires 1,000 concurrent GET /health (the baseline: one database and one
+Redis round trip) and 1,000 concurrent POST /api/v1/register with distinct hostnames,
+and finally one burst of re-registrations of hosts already known. Each client sends
+from an address of its own on 127.0.0.0/8, as agents do from their own hosts, so the
+per-address rate limit (MAC_REGISTER_RATE, left at its default) applies as it would in
+a cluster. Every response must succeed and the inventory must end with exactly one
+row per host.
 
     .venv/bin/python -m bench.register [--agents 1000] [--runs 3] [--workers 2]
+        [--profile stacks.txt]
 
-Needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/
-mac_bench_register: created and dropped here) and Redis (BENCH_REDIS_URL).
+--profile records the workers with py-spy (collapsed stacks, `pip install py-spy`)
+during the bursts, for finding where the time goes. Needs PostgreSQL
+(BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/mac_bench_register:
+created and dropped here) and Redis (BENCH_REDIS_URL).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+import psutil
 import psycopg
 
 from bench.report import median, percentile, update_section
@@ -45,16 +52,24 @@ class Burst:
     latencies_ms: list[float]
     errors: list[str]
     wall_s: float
+    server_cpu_s: float = float("nan")
 
     @property
     def rate(self) -> float:
         return len(self.latencies_ms) / self.wall_s if self.wall_s else float("nan")
 
+    @property
+    def cpu_ms(self) -> float:
+        """The server's CPU time per request (its workers', the client's excluded)."""
+        n = len(self.latencies_ms) + len(self.errors)
+        return self.server_cpu_s * 1000 / n if n else float("nan")
+
     def row(self, run: str) -> str:
         lat = self.latencies_ms
         return (
             f"| {run} | {self.name} | {len(lat) + len(self.errors)} | {len(self.errors)} | "
-            f"{median(lat):.1f} | {percentile(lat, 99):.1f} | {self.rate:.0f} |"
+            f"{median(lat):.1f} | {percentile(lat, 99):.1f} | {self.rate:.0f} | "
+            f"{self.cpu_ms:.2f} |"
         )
 
 
@@ -80,13 +95,12 @@ def server_env(db_url: str, redis_url: str, data_dir: str) -> dict[str, str]:
         MAC_REDIS_URL=redis_url,
         MAC_DATA_DIR=data_dir,
         MAC_JOIN_TOKEN=JOIN_TOKEN,
-        # The bench is one source address sending thousands of registrations.
-        MAC_REGISTER_RATE="1000000/min",
         MAC_MAX_NODES="1000000",
         MAC_LOG_LEVEL="WARNING",
         MAC_NODE_NETWORKS="127.0.0.0/8",
     )
-    env.pop("MAC_TEST_DB_NAME", None)
+    for name in ("MAC_TEST_DB_NAME", "MAC_REGISTER_RATE", "MAC_DB_POOL_SIZE"):
+        env.pop(name, None)
     return env
 
 
@@ -95,8 +109,9 @@ def start_server(env: dict[str, str], port: int, workers: int) -> subprocess.Pop
         [
             str(ROOT / ".venv" / "bin" / "gunicorn"),
             "macweb.asgi:application",
-            "-k",
-            "uvicorn_worker.UvicornWorker",
+            # Worker class, timeouts and limits: the file every runtime uses.
+            "-c",
+            "python:macweb.gunicorn_conf",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
@@ -128,48 +143,89 @@ async def wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 60) -
     raise SystemExit(f"{base}/health did not answer 200 within {timeout:.0f} s")
 
 
-Request = tuple[str, str, dict | None, dict[str, str]]  # method, url, JSON body, headers
+# method, url, JSON body, headers, source address
+Request = tuple[str, str, dict | None, dict[str, str], str]
+
+
+def source_of(run: int, i: int) -> str:
+    """The loopback address client `i` of burst `run` sends from (and registers)."""
+    return f"127.{run + 1}.{i // 250}.{i % 250 + 1}"
+
+
+class ServerCPU:
+    """CPU seconds used by the gunicorn workers (children of the arbiter), client excluded."""
+
+    def __init__(self, pid: int) -> None:
+        self.arbiter = psutil.Process(pid)
+
+    def total(self) -> float:
+        procs = [self.arbiter, *self.arbiter.children(recursive=True)]
+        seconds = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            seconds += times.user + times.system
+        return seconds
 
 
 async def burst(
-    name: str, requests: list[Request], ok: set[int], keys: dict[str, str] | None = None
+    name: str,
+    requests: list[Request],
+    ok: set[int],
+    keys: dict[str, str] | None = None,
+    cpu: ServerCPU | None = None,
 ) -> Burst:
-    """Send all requests at once (one connection each) and time every one.
+    """Send all requests at once (one connection each, from its own source) and time each.
 
     Node keys found in the responses are collected into `keys` (hostname -> key).
     """
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     timeout = aiohttp.ClientTimeout(total=120)
     latencies: list[float] = []
     errors: list[str] = []
     start_gate = asyncio.Event()
+    # A connector is bound to one local address: one session per source address.
+    sessions = [
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=True, local_addr=(source, 0)),
+            timeout=timeout,
+        )
+        for *_, source in requests
+    ]
 
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async def one(session, method: str, url: str, body: dict | None, headers: dict, _src) -> None:
+        await start_gate.wait()
+        began = time.perf_counter()
+        try:
+            async with session.request(method, url, json=body, headers=headers) as resp:
+                raw = await resp.read()
+                if resp.status in ok:
+                    latencies.append((time.perf_counter() - began) * 1000)
+                    if keys is not None and body is not None:
+                        answer = json.loads(raw)
+                        if "node_key" in answer:
+                            keys[answer["hostname"]] = answer["node_key"]
+                else:
+                    errors.append(f"{resp.status} {raw[:200].decode(errors='replace')}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
 
-        async def one(method: str, url: str, body: dict | None, headers: dict) -> None:
-            await start_gate.wait()
-            began = time.perf_counter()
-            try:
-                async with session.request(method, url, json=body, headers=headers) as resp:
-                    raw = await resp.read()
-                    if resp.status in ok:
-                        latencies.append((time.perf_counter() - began) * 1000)
-                        if keys is not None and body is not None:
-                            answer = json.loads(raw)
-                            if "node_key" in answer:
-                                keys[answer["hostname"]] = answer["node_key"]
-                    else:
-                        errors.append(f"{resp.status} {(await resp.text())[:200]}")
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-
-        tasks = [asyncio.create_task(one(*req)) for req in requests]
+    try:
+        tasks = [
+            asyncio.create_task(one(session, *req))
+            for session, req in zip(sessions, requests, strict=True)
+        ]
         await asyncio.sleep(0.05)
+        cpu_before = cpu.total() if cpu else float("nan")
         began = time.perf_counter()
         start_gate.set()
         await asyncio.gather(*tasks)
         wall = time.perf_counter() - began
-    return Burst(name, latencies, errors, wall)
+        cpu_used = cpu.total() - cpu_before if cpu else float("nan")
+    finally:
+        await asyncio.gather(*(session.close() for session in sessions))
+    return Burst(name, latencies, errors, wall, cpu_used)
 
 
 def registrations(
@@ -177,9 +233,10 @@ def registrations(
 ) -> list[Request]:
     out = []
     for i in range(agents):
+        source = source_of(run, i)
         body = registration_body(
             f"bench-r{run}-{i:05d}",
-            f"127.{run + 1}.{i // 250}.{i % 250 + 1}",
+            source,
             {"sys-exporter": 29101, "dcgm-exporter": 29150},
             gpu_vendor="nvidia",
             gpu_count=8,
@@ -188,9 +245,9 @@ def registrations(
         )
         headers = {"Authorization": f"Bearer {JOIN_TOKEN}"}
         if keys:
-            # The claimed address is not the source (127.0.0.1): the key proves identity.
+            # What `mac start agent` sends once it holds a key.
             headers["X-MAC-Node-Key"] = keys[body["hostname"]]
-        out.append(("POST", f"{base}/api/v1/register", body, headers))
+        out.append(("POST", f"{base}/api/v1/register", body, headers, source))
     return out
 
 
@@ -202,30 +259,37 @@ def count_rows(db_url: str) -> tuple[int, int, int]:
     return rows, hosts, ips
 
 
-async def measure(base: str, agents: int, runs: int) -> tuple[list[tuple[str, Burst]], int]:
+async def measure(
+    base: str, agents: int, runs: int, cpu: ServerCPU
+) -> tuple[list[tuple[str, Burst]], int]:
     results: list[tuple[str, Burst]] = []
     first_keys: dict[str, str] = {}
     for run in range(1, runs + 1):
-        health: list[Request] = [("GET", f"{base}/health", None, {})] * agents
-        results.append((str(run), await burst("GET /health", health, {200})))
+        health: list[Request] = [
+            ("GET", f"{base}/health", None, {}, source_of(run, i)) for i in range(agents)
+        ]
+        results.append((str(run), await burst("GET /health", health, {200}, cpu=cpu)))
         regs = registrations(base, run, agents)
         keys = first_keys if run == 1 else None
-        results.append((str(run), await burst("POST /register (new)", regs, {201}, keys)))
+        new = await burst("POST /register (new)", regs, {201}, keys, cpu=cpu)
+        results.append((str(run), new))
     again = registrations(base, 1, agents, first_keys)
-    results.append(("re", await burst("POST /register (again, with key)", again, {200})))
+    results.append(("re", await burst("POST /register (again, with key)", again, {200}, cpu=cpu)))
     return results, agents * runs
 
 
 def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple) -> str:
     lines = [
-        f"{args.agents} concurrent clients per burst (aiohttp, one connection each) against "
-        f"gunicorn + uvicorn worker ({args.workers} workers) on loopback, PostgreSQL "
-        "(fresh database), Redis for the rate limit and live pushes. Registrations carry "
-        "the join token and claimed 127.x addresses; `GET /health` (one database and one "
-        "Redis round trip) is the baseline, measured on the same server in the same run.",
+        f"{args.agents} concurrent clients per burst (aiohttp, one connection each, each "
+        "from its own 127.x source address) against gunicorn with macweb.gunicorn_conf "
+        f"({args.workers} uvicorn workers) on loopback, PostgreSQL (fresh database), Redis "
+        "for the rate limit (default MAC_REGISTER_RATE, per address) and live pushes. "
+        "Registrations carry the join token; `GET /health` (one database and one Redis "
+        "round trip) is the baseline, measured on the same server in the same run. "
+        "`server CPU ms` is the workers' CPU time over the burst per request.",
         "",
-        "| run | request | n | errors | median ms | p99 ms | req/s |",
-        "|---|---|---|---|---|---|---|",
+        "| run | request | n | errors | median ms | p99 ms | req/s | server CPU ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += [burst.row(run) for run, burst in results]
     by_name: dict[str, list[Burst]] = {}
@@ -236,9 +300,10 @@ def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple
         mid = median([median(b.latencies_ms) for b in bursts])
         p99 = median([percentile(b.latencies_ms, 99) for b in bursts])
         rate = median([b.rate for b in bursts])
+        cpu_ms = median([b.cpu_ms for b in bursts])
         lines.append(
             f"- {name}: median of run medians {mid:.1f} ms, median p99 {p99:.1f} ms, "
-            f"median {rate:.0f} req/s"
+            f"median {rate:.0f} req/s, {cpu_ms:.2f} ms server CPU per request"
         )
     errors = sum(len(b.errors) for _, b in results)
     total, hosts, ips = rows
@@ -256,23 +321,53 @@ def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple
 
 
 CHANGES = """\
-What changed since the previous measurement (same bench and machine, 2 workers: 169 req/s
-for `GET /health`, 64 req/s and an 11 s median for new registrations, 58 req/s again with
-key). Server CPU per request is the worker processes' CPU time over the requests of a
-1,000-client burst (client excluded), measured after each change:
+Where the time went (issue 13), found with `--profile` (py-spy, samples holding the GIL,
+both workers, under this bench's load). Before: 133 req/s and p99 7.2 s for new
+registrations, 386 req/s and p99 2.5 s for `/health` (same machine, the earlier bench:
+one source address, claimed addresses, the rate limit raised).
 
-- Django's middleware runs in sync mode under ASGI (`macweb/asgi.py`): one thread hop per
-  request instead of about fifteen. `/health` ~5.5 -> ~3.8 ms.
-- The rate limit uses one cache per process. Django keeps one per thread, and ASGI gives
-  each request a thread of its own: a Redis pool and connection per registration.
-  Registration ~18 -> ~12 ms.
-- `/health` reuses one pooled Redis client per process (was a new connection per request)
-  and reads the last sweep once. `/health` ~7.1 -> ~5.5 ms.
-- A new node's response carries its one event without querying for it, and no `count()`
-  runs per new node while node ids stay within `MAC_MAX_NODES` (the cap is still
-  enforced): two queries fewer per new node.
-- Tried, no difference beyond the noise on 2 CPUs, left as they were: 3 or 4 gunicorn
-  workers instead of 2; `MAC_DB_POOL_SIZE` 4 instead of 20."""
+- **ASGI worker setup, the largest cost.** Django gives every request a thread of its own
+  (a ThreadSensitiveContext): 1,000 clients made 1,000 threads per worker, each created,
+  started and joined. Thread and executor bookkeeping was about 30% of the workers'
+  samples, Django's own request handling 13%. The threads also fought over the 20
+  pooled connections: under the profiler the last requests waited past the pool's 5 s
+  timeout and got 503s. Now requests share MAC_API_THREADS (8) threads per worker and
+  the rest wait on the event loop (`macweb/asgi.py`); the URLconf is loaded at start,
+  not by the first request (7% of the first burst). `/health` ~3.8 -> ~1.1 ms CPU.
+- **Serializer cost.** A ModelSerializer builds its fields anew for every instance:
+  building them was ~14% of a registration, the response (node plus events) ~17% in
+  all. The agent endpoints now use serializers built once per process
+  (`node_detail_data`, same keys and values, a test compares them): ~5%. Validating the
+  request body is ~6%, left as it is.
+- **Queries per registration.** A new node: 7 round trips before (pool check, BEGIN,
+  SELECT ... FOR UPDATE by hostname, again by address, INSERT node, INSERT event,
+  COMMIT), 6 now: one locking SELECT finds both candidates, without the model's ORDER
+  BY; an address change no longer looks the holder up again. ORM compilation and the
+  round trips are ~25% of a registration.
+- **The per-request push.** Each registration sent its own message on commit, a Redis
+  round trip on the request's thread (~5%) and a frame to every open page. Changes
+  are now queued on commit and sent as one message per 200 ms window, each node's
+  latest summary (`inventory.live.queue_node_changes`); the sweep still sends its one
+  message at once.
+- **Rate-limit round trips.** One Redis transaction per request (issue 11), ~4% of a
+  registration; RedisCache's client object is now kept instead of rebuilt per call.
+- **Worker count.** 3 workers instead of 2: 267 vs 234 req/s for new registrations,
+  inside the noise of a shared machine (load 6-8 then); left at 2.
+
+Left: the target (p99 under 2 s) is not reached here: with client and server on 2
+shared CPUs a registration costs ~3.8 ms of worker CPU plus PostgreSQL's and Redis',
+so 1,000 take ~4 s of both CPUs. What remains is spread thin: uvicorn and Django's
+request plumbing, DRF's validation, ORM compilation, psycopg."""
+
+
+def start_profile(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy sampling the arbiter and its workers until SIGINT (collapsed stacks)."""
+    spy = ROOT / ".venv" / "bin" / "py-spy"
+    command = [str(spy), "record", "--pid", str(pid), "--subprocesses", "--format", "raw"]
+    command += ["--gil", "--rate", "100", "--output", str(out)]
+    proc = subprocess.Popen(command, cwd=ROOT)
+    time.sleep(1.0)  # py-spy attaches to every process before the first burst
+    return proc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-report", action="store_true", help="print, do not write the doc")
+    parser.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the workers")
     args = parser.parse_args(argv)
 
     db_url = os.environ.get(
@@ -298,9 +394,15 @@ def main(argv: list[str] | None = None) -> int:
             base = f"http://127.0.0.1:{port}"
             proc = start_server(env, port, args.workers)
             asyncio.run(wait_healthy(base, proc))
+            spy = start_profile(proc.pid, args.profile) if args.profile else None
             load_before = os.getloadavg()[0]
-            results, expected = asyncio.run(measure(base, args.agents, args.runs))
+            results, expected = asyncio.run(
+                measure(base, args.agents, args.runs, ServerCPU(proc.pid))
+            )
             load_after = os.getloadavg()[0]
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
             rows = count_rows(db_url)
     finally:
         if proc is not None and proc.poll() is None:

@@ -1,11 +1,22 @@
 """The one way live changes reach the dashboard: a batched message to one Channels group.
 
 Nothing else in MAC knows the group's name or the message type.
+
+`broadcast_node_changes` sends at once (the sweep: one message per sweep).
+`queue_node_changes` is for the inventory's service layer, which changes one node
+per request: a burst of 1,000 agents joining made 1,000 messages, each a Redis round
+trip on the request's thread and a frame to every open page. Queued changes are held
+for PUSH_WINDOW_SECONDS and sent as one message, the latest summary of each node;
+nothing queued is dropped (the rest is sent when the process exits).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import threading
+import time
 from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
@@ -15,6 +26,8 @@ log = logging.getLogger(__name__)
 
 DASHBOARD_GROUP = "mac.dashboard"
 MESSAGE_TYPE = "nodes.changed"  # handled by a consumer method named nodes_changed
+# Long enough to gather a burst of joins, short enough that a page still looks live.
+PUSH_WINDOW_SECONDS = 0.2
 
 
 def broadcast_node_changes(changes: list[dict], removed: Iterable[int] = ()) -> None:
@@ -35,6 +48,76 @@ def broadcast_node_changes(changes: list[dict], removed: Iterable[int] = ()) -> 
         async_to_sync(layer.group_send)(DASHBOARD_GROUP, message)
     except Exception:  # pragma: no cover - depends on Redis being down
         log.warning("could not push %d node changes to the dashboard", len(changes), exc_info=True)
+
+
+class _PushBuffer:
+    """Changes waiting to be sent, merged by node id; one sender thread per process.
+
+    Sending holds `_sending`, so two flushes (the thread's and an explicit one) never
+    overtake each other: a page always gets a node's summaries in the order they were
+    taken.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._sending = threading.Lock()
+        self._changes: dict[int, dict] = {}
+        self._removed: set[int] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, changes: Iterable[dict], removed: Iterable[int]) -> None:
+        with self._lock:
+            for change in changes:
+                self._removed.discard(change["id"])
+                self._changes.pop(change["id"], None)  # keeps the dict in arrival order
+                self._changes[change["id"]] = change
+            for node_id in removed:
+                self._changes.pop(node_id, None)
+                self._removed.add(node_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mac-live-push", daemon=True)
+                self._thread.start()
+            self._lock.notify()
+
+    def flush(self) -> None:
+        """Send everything queued so far, now, in one message."""
+        with self._sending:
+            with self._lock:
+                changes, removed = list(self._changes.values()), self._removed
+                self._changes, self._removed = {}, set()
+            broadcast_node_changes(changes, removed)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not (self._changes or self._removed):
+                    self._lock.wait()
+            time.sleep(PUSH_WINDOW_SECONDS)  # let the rest of the burst arrive
+            self.flush()
+
+
+_buffer = _PushBuffer()
+
+
+def queue_node_changes(changes: list[dict], removed: Iterable[int] = ()) -> None:
+    """Send these changes (summaries as in broadcast_node_changes) within
+    PUSH_WINDOW_SECONDS, in one message with whatever else changed meanwhile."""
+    _buffer.add(changes, removed)
+
+
+def flush_node_changes() -> None:
+    """Send the queued changes now (at exit, and for tests that must not wait)."""
+    _buffer.flush()
+
+
+def _forget_in_child() -> None:
+    # A forked child has no sender thread; what the parent queued is the parent's to send.
+    global _buffer
+    _buffer = _PushBuffer()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+atexit.register(flush_node_changes)
 
 
 async def join_dashboard(channel_layer, channel_name: str) -> None:

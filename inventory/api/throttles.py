@@ -37,6 +37,18 @@ def shared_cache() -> BaseCache:
     return cache
 
 
+_clients: dict[int, object] = {}
+
+
+def _client(cache: BaseCache):
+    """RedisCache's own client (its pool, its settings); Django has no public
+    INCR-with-TTL. Kept per cache: RedisCache builds a client object on every call."""
+    client = _clients.get(id(cache))
+    if client is None:
+        client = _clients.setdefault(id(cache), cache._cache.get_client(write=True))
+    return client
+
+
 _PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -50,8 +62,7 @@ def parse_rate(rate: str) -> tuple[int, int]:
 def count_in_window(cache: BaseCache, key: str, window: int) -> tuple[int, int]:
     """Add one to `key`'s fixed window; returns (hits so far, seconds the window has left)."""
     full_key = cache.make_and_validate_key(key)
-    # RedisCache's own client (its pool, its settings); Django has no public INCR-with-TTL.
-    client = cache._cache.get_client(full_key, write=True)
+    client = _client(cache)
     with client.pipeline(transaction=True) as pipe:
         pipe.set(full_key, 0, ex=window, nx=True)
         pipe.incr(full_key)

@@ -47,6 +47,7 @@ from inventory.api.serializers import (
     NodeSerializer,
     RegistrationResponseSerializer,
     RegistrationSerializer,
+    node_detail_data,
 )
 from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
 from inventory.models import Node
@@ -206,8 +207,7 @@ class RegisterView(AgentAPIView):
             )
         except services.RegistrationError as exc:
             return _error(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE, {"Retry-After": "5"})
-        context = {"recent_events": result.history} if result.history is not None else {}
-        body = NodeDetailSerializer(result.node, context=context).data
+        body = node_detail_data(result.node, result.history)
         if result.node_key:
             body["node_key"] = result.node_key
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
@@ -270,7 +270,7 @@ class SelfView(AgentAPIView):
                 "(mac start agent) or ask an admin to reset the node's key.",
                 status.HTTP_403_FORBIDDEN,
             )
-        return Response(NodeDetailSerializer(node).data)
+        return Response(node_detail_data(node))
 
 
 @extend_schema_view(

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
-from inventory.live import broadcast_node_changes
+from inventory.live import queue_node_changes
 from inventory.models import Node, NodeEvent
 
 
@@ -38,9 +38,10 @@ def push_on_commit(nodes: Iterable[Node] = (), removed: Iterable[int] = ()) -> N
     (besides the sweep's batch) that pushes. Pushing before the commit could show a
     change that then rolls back, or reach a page that reloads before the row is
     visible. Summaries are taken now, when the change is made: a deleted node has no
-    primary key by commit time.
+    primary key by commit time. The committed change is queued, not sent: a burst of
+    joins reaches the pages as one message (inventory.live.queue_node_changes).
     """
     changes = [node.summary() for node in nodes]
     removed = list(removed)
     if changes or removed:
-        transaction.on_commit(lambda: broadcast_node_changes(changes, removed))
+        transaction.on_commit(lambda: queue_node_changes(changes, removed))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from inventory.choices import EventKind, GpuVendor
@@ -133,16 +134,24 @@ def register_node(
             # Another request inserted this hostname or ip between our lookup and our
             # insert; its row is committed now, so the next lookup finds it.
             log.info("registration of %s lost an insert race (attempt %d)", reg.hostname, attempt)
-        except OperationalError:
+        except OperationalError as exc:
             # A deadlock (PostgreSQL) or a busy database (SQLite) under heavy
             # contention: the whole lookup is safe to repeat after a short pause.
-            if attempt == _MAX_ATTEMPTS:
+            # A server that cannot be reached is no contention: fail at once (503).
+            if attempt == _MAX_ATTEMPTS or _unreachable(exc):
                 raise
             time.sleep(0.02 * attempt)
     raise RegistrationError(
         f"could not register {reg.hostname}: it kept conflicting with concurrent "
         "registrations; retry in a few seconds."
     )
+
+
+def _unreachable(exc: OperationalError) -> bool:
+    """No server answered (refused, timed out, no pooled connection): psycopg reports
+    those without an SQLSTATE, unlike a deadlock (40P01) or a serialization failure."""
+    cause = exc.__cause__
+    return cause is not None and hasattr(cause, "sqlstate") and cause.sqlstate is None
 
 
 def _locked(**lookup) -> Node | None:
@@ -152,12 +161,21 @@ def _locked(**lookup) -> Node | None:
 def _register_once(
     reg: Registration, source: str, node_key: str | None, actor: str
 ) -> RegistrationResult:
-    node = _locked(hostname=reg.hostname)
-    if node is not None:
-        return _update_by_hostname(node, reg, source, node_key, actor)
-    node = _locked(ip=reg.ip)
-    if node is not None:
-        return _update_by_ip(node, reg, source, node_key, actor)
+    # One query finds (and locks) both candidates: the node with this hostname and the
+    # one holding this address, the same row, two rows or none. A lookup by hostname,
+    # then by address, took two round trips for every new node.
+    lookup = Q(hostname=reg.hostname) | Q(ip=reg.ip)
+    found = Node.objects.select_for_update().filter(lookup).order_by()  # no sort needed
+    by_name, holder = None, None
+    for node in found:
+        if node.hostname == reg.hostname:
+            by_name = node
+        else:
+            holder = node  # not the hostname's row, so it holds the address (unique)
+    if by_name is not None:
+        return _update_by_hostname(by_name, reg, source, node_key, actor, holder)
+    if holder is not None:
+        return _update_by_ip(holder, reg, source, node_key, actor)
     return _create(reg, actor)
 
 
@@ -188,8 +206,14 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
 
 
 def _update_by_hostname(
-    node: Node, reg: Registration, source: str, node_key: str | None, actor: str
+    node: Node,
+    reg: Registration,
+    source: str,
+    node_key: str | None,
+    actor: str,
+    holder: Node | None,
 ) -> RegistrationResult:
+    """`holder` is the other node that holds reg.ip, if any."""
     events: list[str] = []
     at_home = node.ip == reg.ip == source
     if not at_home and not node_key_matches(node, node_key):
@@ -201,7 +225,6 @@ def _update_by_hostname(
             "(then register from the node's own address) or deregister the node."
         )
     if node.ip != reg.ip:
-        holder = Node.objects.filter(ip=reg.ip).exclude(pk=node.pk).first()
         if holder is not None:
             raise AddressTaken(
                 f"{reg.ip} is registered to {holder.hostname}; deregister that node first."

@@ -36,6 +36,17 @@ def _fresh_rate_limits(settings):
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def _no_queued_pushes():
+    """Send what earlier tests queued for the dashboards (inventory.live holds changes
+    for a moment) before this test's dashboard joins, and this test's after it left."""
+    from inventory.live import flush_node_changes
+
+    flush_node_changes()
+    yield
+    flush_node_changes()
+
+
 @pytest.fixture
 def register(api_client):
     """POST /api/v1/register as an agent at `remote`, with optional token and node key.

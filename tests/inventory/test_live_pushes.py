@@ -326,8 +326,9 @@ def _mentions(word: str) -> set[str]:
 
 
 def test_only_the_inventory_services_and_the_sweep_push():
-    pushers = _mentions("broadcast_node_changes") - {"inventory/live.py"}
-    assert pushers == {"inventory/services/events.py", "healthcheck/sweep.py"}
+    assert _mentions("broadcast_node_changes") - {"inventory/live.py"} == {"healthcheck/sweep.py"}
+    queuers = _mentions("queue_node_changes") - {"inventory/live.py"}
+    assert queuers == {"inventory/services/events.py"}
 
 
 def test_only_inventory_live_knows_the_group_name():

@@ -139,7 +139,7 @@ def live_master(django_db_setup, tmp_path_factory) -> LiveMaster:
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "gunicorn", "macweb.asgi:application",
-                "-k", "uvicorn_worker.UvicornWorker", "--bind", f"127.0.0.1:{port}",
+                "-c", "python:macweb.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
                 "--workers", "1", "--access-logfile", "-",
             ],
             stdout=handle, stderr=subprocess.STDOUT, env=env,
