@@ -96,7 +96,8 @@ def parse_shard(query: QueryDict | Mapping[str, str]) -> tuple[int, int]:
 def render_shard(nodes: Iterable[Mapping], service: str, shard: int, of: int) -> bytes:
     """The http_sd answer: `service`'s target groups of the nodes in `shard` of `of`."""
     mine = (node for node in nodes if of == 1 or shard_of(node["id"], of) == shard)
-    return dump_groups(target_groups(mine, (service,))[service])
+    groups = target_groups(mine, (service,), cluster_name=settings.CLUSTER_NAME)
+    return dump_groups(groups[service])
 
 
 def bearer_matches(request: HttpRequest, token: str) -> bool:

@@ -224,7 +224,7 @@ def save_changes(judgement: Judgement, now: datetime) -> None:
 def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[str]:
     """The file-SD targets of every node (sys-exporter while Online, each other exporter
     while its own probe answers: healthcheck.targets); returns the jobs rewritten."""
-    return write_targets(rows, Path(sd_dir or settings.SD_DIR))
+    return write_targets(rows, Path(sd_dir or settings.SD_DIR), cluster_name=settings.CLUSTER_NAME)
 
 
 def broadcast_changes(changed: list[dict]) -> None:

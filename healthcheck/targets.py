@@ -6,8 +6,12 @@ a list of target groups, one per node on which the service is a target
 (node_targets()):
 
     [{"targets": ["10.0.0.7:29101"],
-      "labels": {"node": "42", "hostname": "gpu-07", "gpu_vendor": "nvidia",
-                 "maintenance": "false"}}]
+      "labels": {"cluster_name": "mac", "node": "42", "hostname": "gpu-07",
+                 "gpu_vendor": "nvidia", "maintenance": "false"}}]
+
+`cluster_name` (MAC_CLUSTER_NAME) is the label AMD's dashboards start every
+variable from; MAC puts it, like `hostname`, on the target, so every exporter's
+series carry it and no exporter has to be configured with it.
 
 One file per job keeps the Prometheus configuration plain (one scrape job per
 file, the job label is the service name) and means a change of, say, the GPU
@@ -39,6 +43,9 @@ from pathlib import Path
 from contract.atomicfile import write_atomically
 from contract.services import BY_NAME, SYS_EXPORTER
 from inventory.choices import NodeStatus
+
+# The cluster_name label when MAC_CLUSTER_NAME is not set.
+DEFAULT_CLUSTER_NAME = "mac"
 
 # mango-sdk-agent is an HTTP API, not an exporter: it has no /metrics to scrape.
 SCRAPED_SERVICES: tuple[str, ...] = tuple(name for name in BY_NAME if name != "mango-sdk-agent")
@@ -74,7 +81,10 @@ def node_targets(node: Mapping) -> list[str]:
 
 
 def target_groups(
-    nodes: Iterable[Mapping], services: Iterable[str] = SCRAPED_SERVICES
+    nodes: Iterable[Mapping],
+    services: Iterable[str] = SCRAPED_SERVICES,
+    *,
+    cluster_name: str = DEFAULT_CLUSTER_NAME,
 ) -> dict[str, list[str]]:
     """{service: [one target group per node, as a JSON object]} (see node_targets()).
 
@@ -89,6 +99,7 @@ def target_groups(
         if not wanted:
             continue
         labels = {
+            "cluster_name": cluster_name,
             "gpu_vendor": node["gpu_vendor"],
             "hostname": node["hostname"],
             "maintenance": "true" if node["maintenance"] else "false",
@@ -103,9 +114,12 @@ def target_groups(
     return lines
 
 
-def render_targets(nodes: Iterable[Mapping]) -> dict[str, bytes]:
+def render_targets(
+    nodes: Iterable[Mapping], *, cluster_name: str = DEFAULT_CLUSTER_NAME
+) -> dict[str, bytes]:
     """{service: file content} for every scraped service (see target_groups())."""
-    return {name: dump_groups(items) for name, items in target_groups(nodes).items()}
+    groups = target_groups(nodes, cluster_name=cluster_name)
+    return {name: dump_groups(items) for name, items in groups.items()}
 
 
 def dump_groups(lines: list[str]) -> bytes:
@@ -116,12 +130,14 @@ def dump_groups(lines: list[str]) -> bytes:
     return ("[\n" + ",\n".join(lines) + "\n]\n").encode()
 
 
-def write_targets(nodes: Iterable[Mapping], sd_dir: Path) -> list[str]:
+def write_targets(
+    nodes: Iterable[Mapping], sd_dir: Path, *, cluster_name: str = DEFAULT_CLUSTER_NAME
+) -> list[str]:
     """Write every job's file whose content changed; returns the services rewritten."""
     sd_dir = Path(sd_dir)
     sd_dir.mkdir(parents=True, exist_ok=True)
     changed = []
-    for service, content in render_targets(nodes).items():
+    for service, content in render_targets(nodes, cluster_name=cluster_name).items():
         path = target_file(sd_dir, service)
         try:
             if path.read_bytes() == content:

@@ -212,6 +212,8 @@ JOIN_TOKEN = env_str("MAC_JOIN_TOKEN")
 NODE_NETWORKS = env_networks("MAC_NODE_NETWORKS")
 MAX_NODES = env_int("MAC_MAX_NODES", 20000, minimum=1)
 REGISTER_RATE = env_str("MAC_REGISTER_RATE", "600/min")
+# The `cluster_name` label on every target (AMD's dashboards filter on it first).
+CLUSTER_NAME = env_str("MAC_CLUSTER_NAME", "mac")
 # Addresses a reverse proxy in front of the API may speak for (X-Forwarded-For).
 TRUSTED_PROXIES = env_networks("MAC_TRUSTED_PROXIES")
 # --- Hostile clients (docs/security.md).

@@ -168,6 +168,7 @@ def test_sys_exporter_json_lists_only_online_nodes(six_nodes, sd_dir):
     groups = json.loads((sd_dir / "sys-exporter.json").read_text())
     assert [g["targets"] for g in groups] == [[f"{runner.nodes[0].ip}:29101"]]
     assert groups[0]["labels"] == {
+        "cluster_name": "mac",
         "node": str(nodes[0].pk),
         "hostname": nodes[0].hostname,
         "gpu_vendor": "none",
@@ -208,6 +209,7 @@ def test_forwarding_off_keeps_nic_exporter_scraped_while_the_node_is_offline(
         {
             "targets": [f"{ip}:29500"],
             "labels": {
+                "cluster_name": "mac",
                 "node": str(node.pk),
                 "hostname": node.hostname,
                 "gpu_vendor": "none",

@@ -54,6 +54,7 @@ def test_an_offline_node_keeps_only_the_exporters_that_answered():
     assert listed(files["dcgm-exporter"]) == ["10.0.0.2:29150"]
     nic = json.loads(files["nic-exporter"])[0]
     assert nic["labels"] == {
+        "cluster_name": "mac",
         "node": "1",
         "hostname": "gpu-01",
         "gpu_vendor": "nvidia",
@@ -107,6 +108,7 @@ def test_one_group_per_node_and_job_with_its_labels(tmp_path):
         {
             "targets": ["10.0.0.1:29150"],
             "labels": {
+                "cluster_name": "mac",
                 "node": "1",
                 "hostname": "gpu-01",
                 "gpu_vendor": "nvidia",
@@ -116,6 +118,7 @@ def test_one_group_per_node_and_job_with_its_labels(tmp_path):
         {
             "targets": ["10.0.0.2:29150"],
             "labels": {
+                "cluster_name": "mac",
                 "node": "2",
                 "hostname": "gpu-02",
                 "gpu_vendor": "nvidia",
@@ -168,3 +171,10 @@ def test_ensure_creates_missing_files_and_keeps_existing_ones(tmp_path):
 def test_files_are_readable_by_another_user(tmp_path):
     write_targets([row(1, "10.0.0.1")], tmp_path)
     assert (os.stat(tmp_path / "sys-exporter.json").st_mode & 0o777) == 0o644
+
+
+def test_the_cluster_name_labels_every_group(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path, cluster_name="train-a")
+    for service in ("sys-exporter", "nic-exporter"):
+        groups = json.loads((tmp_path / f"{service}.json").read_text())
+        assert {group["labels"]["cluster_name"] for group in groups} == {"train-a"}
