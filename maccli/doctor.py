@@ -23,6 +23,8 @@ def build_context(cfg: NodeConfig) -> CheckContext:
         extra["run_root"] = cfg.get("MAC_RUN_ROOT")
     if cfg.get("MAC_USR_ROOT"):
         extra["usr_root"] = cfg.get("MAC_USR_ROOT")
+    if cfg.get("MAC_LIB_ROOT"):
+        extra["lib_root"] = cfg.get("MAC_LIB_ROOT")
     if cfg.get("MAC_RDMA_INTERVAL"):
         extra["rdma_interval"] = float(cfg.get("MAC_RDMA_INTERVAL") or 1)
     from maccli.agent.specs import agent_specs

@@ -75,6 +75,7 @@ def _roots(mac_env, forward: str) -> dict[str, str]:
         "MAC_ETC_ROOT": str(root / "etc"),
         "MAC_RUN_ROOT": str(root / "run"),
         "MAC_USR_ROOT": str(root / "usr"),
+        "MAC_LIB_ROOT": str(root / "lib"),
         # No docker and no systemctl on this prepared node.
         "PATH": f"{empty_bin}:{os.path.dirname(os.sys.executable)}",
     }
