@@ -11,6 +11,10 @@ counted from this process's start as well: /health is 200 during the first
 ~3 intervals after start-up, and 503 after that until a sweep finishes. A
 sweep recorded before a restart therefore never makes a fresh master unhealthy,
 and a master whose worker never comes up says so within about 90 s.
+
+The "targets" check says whether the last sweep could write Prometheus' file-SD
+targets: a full or read-only disk fails it with the directory and the system's
+reason, while "sweeps" stays green, since the sweep itself ran.
 """
 
 from __future__ import annotations
@@ -69,6 +73,16 @@ def check_sweeps(last: dict | None) -> tuple[bool, str]:
     )
 
 
+def check_targets(last: dict | None) -> tuple[bool, str]:
+    """Whether the last sweep could write Prometheus' targets files (a full disk...)."""
+    if not last:
+        return True, "no sweep yet since start-up"
+    error = last.get("targets_error")
+    if error:
+        return False, f"{error} (Prometheus keeps scraping the previous targets)"
+    return True, "written by the last sweep"
+
+
 def run_health_checks() -> dict:
     client = get_redis(timeout=2)  # shared by the process; its pool keeps the connection
     redis_result = check_redis(client)
@@ -77,9 +91,16 @@ def run_health_checks() -> dict:
     except Exception:
         # The redis check already fails and names the cause; do not blame sweeps too.
         sweeps_result, summary = (True, "unknown while redis is unavailable"), None
+        targets_result = sweeps_result
     else:
         sweeps_result, summary = check_sweeps(last), _last_sweep_summary(last)
-    results = {"database": check_database(), "redis": redis_result, "sweeps": sweeps_result}
+        targets_result = check_targets(last)
+    results = {
+        "database": check_database(),
+        "redis": redis_result,
+        "sweeps": sweeps_result,
+        "targets": targets_result,
+    }
     checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
     failed = [name for name, (ok, _detail) in results.items() if not ok]
     return {

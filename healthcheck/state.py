@@ -7,7 +7,11 @@ one sweep's statistics, never inventory data.
 Two keys keep sweeps from piling up:
 - `running`: a lock (SET NX PX) held while a sweep runs, released only by the
   token that took it, with a TTL below the probe interval so that a worker
-  killed mid-sweep cannot block the next one;
+  killed mid-sweep cannot block the next one. A sweep may well run longer than
+  that TTL (thousands of nodes, a slow database), so a LockHeartbeat thread
+  extends it every third of the TTL for as long as the sweep runs; and the sweep
+  checks the lock is still its own before it writes (fencing), so a sweep that
+  lost it (Redis restarted, the heartbeat starved) never writes over a newer one;
 - `slot`: taken with SET NX PX for 80 % of the interval and never released, so
   that two beat processes started by mistake (each sending a sweep per
   interval, at different phases) still give one sweep per interval.
@@ -16,12 +20,16 @@ Two keys keep sweeps from piling up:
 from __future__ import annotations
 
 import json
+import logging
 import secrets
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 import redis
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 PREFIX = "mac:sweep:"
 RUNNING_KEY = PREFIX + "running"
@@ -105,6 +113,67 @@ class SweepLock:
         return bool(self.client.eval(_RELEASE, 1, self.key, self.token))
 
 
+class SweepLockLost(RuntimeError):
+    """The sweep no longer holds the `running` lock: another sweep may be running."""
+
+
+class LockHeartbeat:
+    """Keeps a SweepLock extended from a thread while the sweep runs (a context manager).
+
+    Extends every third of the TTL, so two missed beats in a row still leave the lock
+    held. `check()` is the fence before the inventory write: it raises SweepLockLost once
+    an extension found the lock gone or taken by another token, or could not reach Redis
+    for longer than the TTL.
+    """
+
+    def __init__(self, lock: SweepLock) -> None:
+        self.lock = lock
+        self.every = max(0.05, lock.ttl_ms / 3000)
+        self.lost = ""
+        self._fenced = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="sweep-lock", daemon=True)
+        self._confirmed = time.monotonic()
+
+    def __enter__(self) -> LockHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every) and not self.lost:
+            self.beat()
+
+    def beat(self) -> None:
+        try:
+            held = self.lock.extend()
+        except redis.RedisError as exc:
+            if time.monotonic() - self._confirmed > self.lock.ttl_ms / 1000:
+                self.lost = f"cannot extend the sweep lock: {exc}"
+            return
+        if held:
+            self._confirmed = time.monotonic()
+        else:
+            self.lost = "the sweep lock expired or was taken by another sweep"
+            log.warning("sweep: %s", self.lost)
+
+    def check(self) -> None:
+        """run_sweep's on_step. Its first call comes after the probes and before the
+        inventory write: there it is the fence, raising SweepLockLost unless the lock is
+        still ours. Later calls come after that write: the sweep then finishes (targets,
+        dashboard push, statistics) so that what it saved is also shown."""
+        if self._fenced:
+            return
+        self._fenced = True
+        if not self.lost:
+            self.beat()
+        if self.lost:
+            raise SweepLockLost(self.lost)
+
+
 def take_slot(client: redis.Redis, interval: float) -> bool:
     """True once per interval, whoever asks (see the module docstring)."""
     return bool(client.set(SLOT_KEY, str(time.time()), nx=True, px=slot_ttl_ms(interval)))
@@ -129,6 +198,7 @@ class SweepStats:
     confirmed: int = 0  # Online nodes whose failed probes were repeated before judging
     outcomes: dict[str, int] = field(default_factory=dict)
     targets_rewritten: list[str] = field(default_factory=list)
+    targets_error: str = ""  # why the targets files could not be written ("" when written)
 
 
 def record_sweep(client: redis.Redis, stats: SweepStats) -> None:

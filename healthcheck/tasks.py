@@ -4,7 +4,10 @@ Beat (macweb/celery.py) sends `probe_fleet` every MAC_PROBE_INTERVAL seconds
 with an expiry below the interval, so a sweep that could not start in time is
 dropped instead of piling up behind the next one. The task itself refuses to
 run while another sweep holds the lock, or when a sweep already ran in this
-interval (two beat processes by mistake); see healthcheck.state.
+interval (two beat processes by mistake); see healthcheck.state. While the
+sweep runs, a heartbeat keeps its lock extended, however long the sweep takes;
+before it writes, the sweep checks the lock is still its own, and gives up
+(writing nothing) when it is not.
 
 acks_late with reject_on_worker_lost: the message is acknowledged only after
 the sweep, so a worker killed mid-sweep gives the message back. Nothing else
@@ -19,7 +22,14 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from healthcheck.state import SweepLock, get_redis, lock_ttl_ms, take_slot
+from healthcheck.state import (
+    LockHeartbeat,
+    SweepLock,
+    SweepLockLost,
+    get_redis,
+    lock_ttl_ms,
+    take_slot,
+)
 from healthcheck.sweep import run_sweep
 
 log = logging.getLogger(__name__)
@@ -48,7 +58,11 @@ def probe_fleet(force: bool = False) -> dict:
         if not force and not take_slot(client, settings.PROBE_INTERVAL):
             log.info("sweep skipped: a sweep already ran in this interval")
             return {"ran": False, "reason": "interval"}
-        stats = run_sweep(on_step=lock.extend)
+        with LockHeartbeat(lock) as heartbeat:
+            stats = run_sweep(on_step=heartbeat.check)
+    except SweepLockLost as exc:
+        log.warning("sweep abandoned before writing: %s", exc)
+        return {"ran": False, "reason": "lock lost"}
     finally:
         lock.release()
     return {"ran": True, "nodes": stats.nodes, "changed": stats.changed, "duration": stats.duration}

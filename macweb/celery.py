@@ -1,6 +1,7 @@
 """The Celery app of the master: Redis broker, tasks found in the Django apps, beat schedule."""
 
 import os
+from urllib.parse import urlsplit
 
 from celery import Celery
 from django.conf import settings
@@ -9,6 +10,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
 
 app = Celery("macweb")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+# kombu's Redis transport with a guard that keeps the worker alive across Redis
+# restarts (macweb/broker.py); the broker URL stays redis://. Another broker
+# (MAC_CELERY_BROKER_URL=sentinel://, amqp://...) keeps its own transport.
+if urlsplit(app.conf.broker_url or "").scheme in {"redis", "rediss"}:
+    app.conf.broker_transport = "macweb.broker:Transport"
 app.autodiscover_tasks()
 
 # The master's heartbeat: one fleet sweep per MAC_PROBE_INTERVAL. The expiry

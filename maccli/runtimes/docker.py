@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -29,6 +30,7 @@ from exporters.checks.docker import (
     describe_stale,
     stale_containers,
 )
+from exporters.nodeconfig import NodeConfig, Source
 from maccli.output import CliError, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
 from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
@@ -38,6 +40,7 @@ COMPOSE_FILES = {"agent": "docker-compose.agent.yml", "master": "docker-compose.
 PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose.service"
 AMD_DEVICES = ("kfd", "dri")
 COMPOSE_TIMEOUT = 600.0  # seconds: `up` may create every container from scratch
+COMPOSE_VARIABLE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)")
 
 
 def default_compose_dir() -> Path:
@@ -165,8 +168,23 @@ class DockerRuntime(Runtime):
         except ImageError as exc:
             raise CliError(str(exc), commands=["scripts/docker-images --help"]) from None
 
+    def _export_file_values(self, role: str) -> None:
+        """Compose substitutes ${NAME} from its own environment only: give it the values of
+        the env files too (`mac env set MAC_METRICS_TOKEN=...` on the master), as the
+        process runtime gives them to its services. The process environment still wins."""
+        try:
+            names = set(COMPOSE_VARIABLE.findall(self.compose_file(role).read_text()))
+        except OSError:
+            return  # compose itself says that the file is missing
+        cfg = NodeConfig.load()
+        for name in sorted(names - set(os.environ)):
+            value, source = cfg.lookup(name)
+            if value is not None and source in (Source.NODE, Source.USER):
+                os.environ[name] = value
+
     def _up(self, role: str, *extra: str) -> None:
         self._clear_stale(role)
+        self._export_file_values(role)
         self._check_devices()
         self._ensure_image()
         argv = self.compose(role, "up", "-d", "--no-build", *extra)
@@ -255,8 +273,13 @@ class DockerRuntime(Runtime):
             state = row.get("State", {})
             status = state.get("Status", "unknown")
             uptime = _since(state.get("StartedAt", "")) if status == "running" else None
+            # In `docker ps`'s words: "Up (healthy)", "Up (health: starting)", "Exited (1)".
             health = (state.get("Health") or {}).get("Status", "")
             shown = "Up" if status == "running" else status.capitalize()
+            if status == "exited":
+                shown += f" ({state.get('ExitCode', '?')})"
+            elif health:
+                shown += f" (health: {health})" if health == "starting" else f" ({health})"
             states.append(
                 ServiceState(
                     spec.name,
@@ -265,7 +288,7 @@ class DockerRuntime(Runtime):
                     port=spec.port,
                     uptime=uptime,
                     health=probe(spec.liveness_url) if status == "running" else "-",
-                    detail=f"{row['Name']}: {shown}" + (f" ({health})" if health else ""),
+                    detail=f"{row['Name']}: {shown}",
                 )
             )
         return states

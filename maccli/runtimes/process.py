@@ -1,121 +1,103 @@
-"""The process runtime: each service a detached local process with a pid file and a log file.
+"""The process runtime: each service a local process, supervised by supervisord.
 
-Used where no Docker engine answers, and by the tests. Layout under the state dir:
-    <state>/<role>/<service>.pid        {"pid": ..., "argv": [...], "started": <epoch>}
-    <state>/<role>/logs/<service>.log
-A pid file whose process is gone, or whose pid now belongs to another program
-(created after our start, or with another command line), is stale: it is removed
-and never signalled.
+Used where no Docker engine answers, and by the tests. It gives the guarantee that
+Docker's `restart: unless-stopped` gives the containers: a service that crashes is
+restarted (with backoff), its log rotates by size, and where the host boots with
+systemd the role's supervisord is a unit enabled at boot (maccli.systemd). See
+maccli.runtimes.supervisor for the files under `<state>/<role>/`.
+
+`mac start` runs the set-up commands of the services it is about to start, writes
+the configuration, starts (or updates) supervisord and waits until each new service
+is really up: alive, answering its liveness URL, and listening on its port itself
+rather than some leftover process that holds the port.
+
+`<state>/<role>/<service>.pid` records what runs (maccli.runtimes.pidfiles); without
+a supervisord, those files name what an older `mac` or a killed supervisord left
+running, which status shows and stop stops.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
-import signal
 import subprocess
 import time
+import xmlrpc.client
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
 
-from contract.atomicfile import write_atomically
 from maccli.output import CliError, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
+from maccli.runtimes.pidfiles import PidFiles
+from maccli.runtimes.ports import check_port_free, check_port_owner
+from maccli.runtimes.supervisor import (
+    LOG_BACKUPS,
+    LOG_MAX_BYTES,
+    STATES,
+    Program,
+    Supervisor,
+    SupervisorError,
+)
+from maccli.systemd import SystemdUnits
 
-# A reused pid belongs to a process created after our recorded start; allow clock slack.
-_CREATE_SLACK = 2.0
 # Seconds a service without a liveness URL (celery worker, beat) must survive at start.
 NO_LIVENESS_SETTLE = 2.0
+_ALIVE = {"RUNNING", "STARTING", "BACKOFF"}
 
 
 class ProcessRuntime(Runtime):
     name = "process"
 
-    def __init__(self, state_dir: Path, *, grace: float = 10.0, poll: float = 0.2) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        grace: float = 10.0,
+        poll: float = 0.2,
+        systemd: SystemdUnits | None = None,
+        log_max_bytes: int = LOG_MAX_BYTES,
+        log_backups: int = LOG_BACKUPS,
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.grace = grace
         self.poll = poll
+        self.systemd = systemd
+        self.log_max_bytes, self.log_backups = log_max_bytes, log_backups
 
     # Paths --------------------------------------------------------------------------------
     def role_dir(self, role: str) -> Path:
         return self.state_dir / role
 
     def pid_file(self, role: str, name: str) -> Path:
-        return self.role_dir(role) / f"{name}.pid"
+        return self.pid_files(role).path(name)
+
+    def pid_files(self, role: str) -> PidFiles:
+        return PidFiles(self.role_dir(role), role, grace=self.grace, poll=self.poll)
 
     def log_file(self, role: str, name: str) -> Path:
         return self.role_dir(role) / "logs" / f"{name}.log"
 
+    def supervisor(self, role: str) -> Supervisor:
+        return Supervisor(
+            self.role_dir(role),
+            grace=self.grace,
+            log_max_bytes=self.log_max_bytes,
+            log_backups=self.log_backups,
+        )
+
     def has_state(self, role: str) -> bool:
         directory = self.role_dir(role)
-        return directory.is_dir() and any(directory.glob("*.pid"))
-
-    # Pid files ----------------------------------------------------------------------------
-    def _record(self, role: str, name: str) -> dict | None:
-        path = self.pid_file(role, name)
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CliError(
-                f"cannot read {path}: {exc}", commands=[f"sudo mac status {role}"]
-            ) from None
-        try:
-            record = json.loads(text)
-            if isinstance(record, int):  # a bare pid written by hand or an older mac
-                record = {"pid": record}
-            int(record["pid"])
-        except (ValueError, KeyError, TypeError):
-            return {"pid": None, "corrupt": True}
-        return record
-
-    def _live_process(self, record: dict) -> tuple[psutil.Process | None, str]:
-        """(process, "") when the record's pid is still our service; (None, why) otherwise."""
-        pid = record.get("pid")
-        if not pid:
-            return None, "stale"
-        try:
-            proc = psutil.Process(int(pid))
-            status = proc.status()
-            create_time = proc.create_time()
-            cmdline = proc.cmdline()
-        except psutil.NoSuchProcess:
-            return None, "exited"
-        except psutil.AccessDenied:
-            return None, "stale"
-        if status == psutil.STATUS_ZOMBIE:
-            self._reap(int(pid))
-            return None, "exited"
-        started = record.get("started")
-        if started is not None and create_time > float(started) + _CREATE_SLACK:
-            return None, "stale"  # the pid was reused by a later process
-        argv = record.get("argv") or []
-        if argv and cmdline and not set(argv[1:]) & set(cmdline):
-            return None, "stale"
-        return proc, ""
-
-    @staticmethod
-    def _reap(pid: int) -> None:
-        # Only our own children can be reaped; anything else is init's job.
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-
-    def _running(self, role: str, spec: ServiceSpec) -> tuple[psutil.Process | None, str]:
-        record = self._record(role, spec.name)
-        if record is None:
-            return None, "stopped"
-        proc, why = self._live_process(record)
-        return proc, why or "running"
+        return directory.is_dir() and (
+            any(directory.glob("*.pid")) or self.supervisor(role).conf.exists()
+        )
 
     # The interface ------------------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self, role: str) -> Iterator[None]:
-        """One `mac start|stop|restart` per role at a time: pid files are never raced."""
+        """One `mac start|stop|restart` per role at a time: nothing is raced."""
         path = self.role_dir(role) / ".lock"
         with path.open("a") as handle:
             try:
@@ -136,24 +118,43 @@ class ProcessRuntime(Runtime):
                 commands=[f"sudo mac start {role}", f"MAC_STATE_DIR=~/.mac/state mac start {role}"],
             ) from None
         with self._locked(role):
-            launched: dict[str, subprocess.Popen] = {}
-            for spec in specs:
-                proc, _ = self._running(role, spec)
-                if proc is not None:
-                    continue
-                self.pid_file(role, spec.name).unlink(missing_ok=True)
+            sup = self.supervisor(role)
+            supervised = sup.answers()
+            if not supervised:
+                self.pid_files(role).stop(specs)
+            programs = sup.programs() if supervised else {}
+            new = [s for s in specs if getattr(programs.get(s.name), "state", "") not in _ALIVE]
+            for spec in new:
+                check_port_free(role, spec)
+            for spec in new:
                 for command in spec.prestart:
                     self._run_prestart(role, spec, command)
-                launched[spec.name] = self._spawn(role, spec)
-            if launched:
-                self._wait_ready(role, [s for s in specs if s.name in launched], launched)
+            changed = sup.write(specs, _base_env())
+            try:
+                if not supervised:
+                    self._boot(role, sup)
+                elif changed:
+                    sup.reload()
+                for spec in new:
+                    sup.start_program(spec.name)
+            except (SupervisorError, OSError, xmlrpc.client.Error) as exc:
+                raise CliError(
+                    f"cannot start the {role}'s supervisord: {exc}",
+                    commands=[f"tail -n 50 {directory / 'logs' / 'supervisord.log'}"],
+                ) from None
+            if new:
+                self._wait_ready(role, new, sup)
         return self.status(role, specs)
 
+    def _boot(self, role: str, sup: Supervisor) -> None:
+        if self.systemd is not None:
+            self.systemd.install(role, sup.command(foreground=True), sup.dir, self.grace)
+            sup.wait_answering(30, sup.dir / "logs" / "supervisord.log")
+        else:
+            sup.spawn()
+
     def _env(self, spec: ServiceSpec) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(spec.env)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        return env
+        return {**_base_env(), **spec.env}
 
     def _run_prestart(self, role: str, spec: ServiceSpec, command: list[str]) -> None:
         log = self.log_file(role, spec.name)
@@ -183,61 +184,39 @@ class ProcessRuntime(Runtime):
                 commands=[f"tail -n 50 {log}", f"mac start {role}"],
             )
 
-    def _spawn(self, role: str, spec: ServiceSpec) -> subprocess.Popen:
-        log = self.log_file(role, spec.name)
-        with log.open("ab") as handle:
-            handle.write(
-                f"\n==> {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(spec.argv)}\n".encode()
-            )
-            handle.flush()
-            started = time.time()
-            try:
-                popen = subprocess.Popen(
-                    spec.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=handle,
-                    stderr=subprocess.STDOUT,
-                    env=self._env(spec),
-                    # Its own session: Ctrl-C in this terminal and our exit leave it running.
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise CliError(
-                    f"cannot start {spec.name} ({spec.argv[0]}): {exc}",
-                    commands=["mac doctor", f"mac start {role}"],
-                ) from None
-        record = {"pid": popen.pid, "argv": spec.argv, "started": started}
-        write_atomically(self.pid_file(role, spec.name), json.dumps(record).encode())
-        return popen
-
-    def _wait_ready(
-        self, role: str, specs: Sequence[ServiceSpec], popens: dict[str, subprocess.Popen]
-    ) -> None:
+    def _wait_ready(self, role: str, specs: Sequence[ServiceSpec], sup: Supervisor) -> None:
         pending = {spec.name: spec for spec in specs}
-        started = time.monotonic()
         deadline = {spec.name: time.monotonic() + spec.ready_timeout for spec in specs}
-        names = ", ".join(pending)
-        with spinner(f"Starting {names} ..."):
+        first_start: dict[str, float] = {}
+        with spinner(f"Starting {', '.join(pending)} ..."):
             while pending:
+                programs = sup.programs()
                 for name, spec in list(pending.items()):
-                    code = popens[name].poll()
-                    if code is not None:
-                        self.pid_file(role, name).unlink(missing_ok=True)
-                        log = self.log_file(role, name)
+                    program = programs.get(name)
+                    log = self.log_file(role, name)
+                    if program is None or self._died(program, first_start):
+                        # Stopped, so that it does not crash-loop behind the operator's back.
+                        sup.stop_program(name)
+                        code = sup.last_exit(name)
                         raise CliError(
                             f"{name} exited during start-up (exit code {code}).",
                             hint=f"Last lines of {log}:\n{_tail(log)}\nFix the cause, then:",
                             commands=[f"tail -n 50 {log}", f"mac start {role}"],
                         )
+                    # STARTING: up, but not yet for supervisord's START_SECONDS.
+                    if program.state not in {"RUNNING", "STARTING"}:
+                        continue
+                    if _service_process(program.pid) is None:
+                        continue  # the launcher has not started the service yet
+                    since = time.time() - program.started
                     if spec.liveness_url is None:
                         # Nothing to ask: alive for a few seconds counts as started.
-                        if time.monotonic() - started >= NO_LIVENESS_SETTLE:
+                        if since >= NO_LIVENESS_SETTLE:
                             del pending[name]
                     elif probe(spec.liveness_url, 1.0) == "ok":
+                        check_port_owner(role, spec, program.pid)
                         del pending[name]
                     elif time.monotonic() > deadline[name]:
-                        log = self.log_file(role, name)
                         raise CliError(
                             f"{name} started but {spec.liveness_url} did not answer within "
                             f"{spec.ready_timeout:g} s.",
@@ -247,69 +226,68 @@ class ProcessRuntime(Runtime):
                 if pending:
                     time.sleep(self.poll)
 
+    @staticmethod
+    def _died(program: Program, first_start: dict[str, float]) -> bool:
+        """Whether the program died since we started it (its start time changed)."""
+        if program.state in {"BACKOFF", "EXITED", "FATAL", "STOPPED"}:
+            return True
+        if program.state in {"RUNNING", "STARTING"} and program.started:
+            first = first_start.setdefault(program.name, program.started)
+            return program.started != first
+        return False
+
     def stop(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
         if not self.role_dir(role).is_dir():
             return self.status(role, specs)
         with self._locked(role):
-            self._stop(role, specs)
+            sup = self.supervisor(role)
+            if sup.answers():
+                names = ", ".join(spec.name for spec in specs)
+                with spinner(f"Stopping {names} ..."):
+                    for spec in reversed(list(specs)):
+                        sup.stop_program(spec.name)
+                    if self.systemd is not None and self.systemd.installed(role):
+                        self.systemd.remove(role)
+                    sup.shutdown()
+            elif self.systemd is not None:
+                self.systemd.remove(role)
+            sup.remove_files()
+            self.pid_files(role).stop(specs)
         return self.status(role, specs)
 
-    def _stop(self, role: str, specs: Sequence[ServiceSpec]) -> None:
-        victims: list[tuple[ServiceSpec, psutil.Process]] = []
-        for spec in reversed(list(specs)):
-            proc, _ = self._running(role, spec)
-            if proc is None:
-                self.pid_file(role, spec.name).unlink(missing_ok=True)
-                continue
-            self._signal(proc, signal.SIGTERM)
-            victims.append((spec, proc))
-        if victims:
-            with spinner(f"Stopping {', '.join(spec.name for spec, _ in victims)} ..."):
-                deadline = time.monotonic() + self.grace
-                for spec, proc in victims:
-                    if not self._wait_gone(proc, deadline):
-                        self._signal(proc, signal.SIGKILL)
-                        self._wait_gone(proc, time.monotonic() + 5)
-                    self.pid_file(role, spec.name).unlink(missing_ok=True)
-
-    def _signal(self, proc: psutil.Process, sig: signal.Signals) -> None:
-        # The whole session: gunicorn and celery workers die with their master.
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                proc.send_signal(sig)
-
-    def _wait_gone(self, proc: psutil.Process, deadline: float) -> bool:
-        while time.monotonic() < deadline:
-            self._reap(proc.pid)
-            try:
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    self._reap(proc.pid)
-                    return True
-            except psutil.NoSuchProcess:
-                return True
-            time.sleep(min(self.poll, 0.05))
-        return False
-
     def status(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        sup = self.supervisor(role)
+        if not sup.answers():
+            pid_files = self.pid_files(role)
+            return [pid_files.state(spec, self.log_file(role, spec.name)) for spec in specs]
+        programs = sup.programs()
         states = []
         for spec in specs:
-            proc, state = self._running(role, spec)
+            program = programs.get(spec.name)
             log = self.log_file(role, spec.name)
-            if proc is None:
-                detail = f"log: {log}" if state in {"exited", "stale"} else ""
+            if program is None:
+                states.append(ServiceState(spec.name, "stopped", port=spec.port))
+                continue
+            state = STATES.get(program.state, program.state.lower())
+            # STARTING is up, only not yet for START_SECONDS: it counts as running.
+            up = program.state in {"RUNNING", "STARTING"}
+            service = _service_process(program.pid) if up else None
+            if service is None:
+                detail = f"log: {log}"
+                if state in {"exited", "restarting"}:
+                    detail = f"last exit: {sup.last_exit(spec.name)}; {detail}"
                 states.append(ServiceState(spec.name, state, port=spec.port, detail=detail))
                 continue
+            self.pid_files(role).write(spec, service)
             try:
-                uptime = max(0.0, time.time() - proc.create_time())
+                uptime = max(0.0, time.time() - service.create_time())
             except psutil.Error:
-                uptime = time.time() - self.pid_file(role, spec.name).stat().st_mtime
+                uptime = max(0.0, time.time() - program.started)
             states.append(
                 ServiceState(
                     spec.name,
                     "running",
-                    pid=proc.pid,
+                    pid=service.pid,
                     port=spec.port,
                     uptime=uptime,
                     health=probe(spec.liveness_url),
@@ -317,6 +295,21 @@ class ProcessRuntime(Runtime):
                 )
             )
         return states
+
+
+def _base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def _service_process(launcher_pid: int) -> psutil.Process | None:
+    """The service itself: the launcher's child (maccli.runtimes.launch)."""
+    try:
+        children = psutil.Process(launcher_pid).children()
+    except psutil.Error:
+        return None
+    return children[0] if children else None
 
 
 def _tail(path: Path, lines: int = 8) -> str:

@@ -8,6 +8,8 @@ from maccli.output import CliError
 from maccli.runtimes.base import Runtime
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
+from maccli.runtimes.supervisor import LOG_BACKUPS, LOG_MAX_BYTES
+from maccli.systemd import systemd_units
 
 
 def docker_answers(run: Runner = run_command) -> bool:
@@ -24,7 +26,13 @@ def choose_runtime(
     run: Runner = run_command,
 ) -> Runtime:
     choice = (override or cfg.get("MAC_RUNTIME") or "auto").strip().lower()
-    process = ProcessRuntime(cfg.state_dir, grace=float(cfg.get("MAC_STOP_GRACE") or 10))
+    process = ProcessRuntime(
+        cfg.state_dir,
+        grace=float(cfg.get("MAC_STOP_GRACE") or 10),
+        systemd=systemd_units(cfg.get),  # a boot-time unit where systemd runs (maccli.systemd)
+        log_max_bytes=cfg.int_value("MAC_LOG_MAX_BYTES", LOG_MAX_BYTES),
+        log_backups=cfg.int_value("MAC_LOG_BACKUPS", LOG_BACKUPS),
+    )
     if choice == "process":
         return process
     if choice == "docker":

@@ -137,9 +137,7 @@ def test_it_keeps_a_sweep_slower_than_the_lock_ttl_locked(
 
 # The sweep runs in a thread of its own: it must see the committed nodes.
 @pytest.mark.django_db(transaction=True)
-def test_a_sweep_that_lost_its_lock_writes_nothing(
-    sweep_redis, settings, sd_dir, fleet, make_node
-):
+def test_a_sweep_that_lost_its_lock_writes_nothing(sweep_redis, settings, sd_dir, fleet, make_node):
     settings.PROBE_INTERVAL, settings.PROBE_TIMEOUT = 1.0, 1.5
     runner = fleet(2)
     runner.set_node_mode(1, Mode.HANG)

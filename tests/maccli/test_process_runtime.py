@@ -1,4 +1,8 @@
-"""The process runtime: detached services with pid and log files, stale pid files, stop grace."""
+"""The process runtime: supervised services with pid and log files, stale pid files, stop grace.
+
+Supervision itself (restarts, backoff, log rotation, the port checks) is in
+test_supervision.py; the systemd unit in test_systemd_units.py.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import pytest
 from maccli.output import CliError
 from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.process import ProcessRuntime
+from maccli.runtimes.supervisor import Supervisor
 from testkit.ports import free_port
 
 SERVER = """
@@ -30,6 +35,14 @@ class H(http.server.BaseHTTPRequestHandler):
         print("request", self.path, flush=True)
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
+
+
+@pytest.fixture(autouse=True)
+def no_supervisord_left(tmp_path):
+    """A failed start leaves the role's supervisord up (as on a real host): not here."""
+    yield
+    for conf in tmp_path.glob("state/*/supervisor/supervisord.conf"):
+        Supervisor(conf.parent.parent).shutdown()
 
 
 @pytest.fixture
@@ -130,3 +143,35 @@ def test_uptime_comes_from_the_process(tmp_path, script):
     finally:
         runtime.stop("agent", [spec])
     assert set(os.listdir(runtime.role_dir("agent"))) == {"logs", ".lock"}
+
+
+FORKER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_stop_removes_the_orphans_of_a_dead_leader_left_by_an_older_mac(tmp_path):
+    # An older mac ran each service alone in its own session, as a gunicorn master with
+    # its workers: the master was killed, the workers live on in its process group.
+    script = tmp_path / "forker.py"
+    script.write_text(FORKER)
+    argv = [sys.executable, str(script)]
+    leader = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
+    orphan = int(leader.stdout.readline())
+    started = psutil.Process(leader.pid).create_time()
+    leader.kill()
+    leader.wait()
+    runtime = ProcessRuntime(tmp_path / "state", grace=2)
+    runtime.role_dir("master").mkdir(parents=True)
+    runtime.pid_file("master", "api-server").write_text(
+        json.dumps({"pid": leader.pid, "argv": argv, "started": started})
+    )
+    spec = ServiceSpec("api-server", argv)
+    left = psutil.Process(orphan)  # alive, holding what its master held
+    [state] = runtime.stop("master", [spec])
+    assert state.state == "stopped"
+    _gone, alive = psutil.wait_procs([left], timeout=5)
+    assert not [proc for proc in alive if proc.status() != psutil.STATUS_ZOMBIE]

@@ -1,10 +1,16 @@
 // The dashboard's live feed: one WebSocket, reconnected with exponential backoff and
 // jitter, a visible indicator, and a resync callback every time the socket opens so
 // that whatever happened while it was down shows up.
+//
+// A handshake that never completes (a proxy or server that accepts the connection and
+// then says nothing) would otherwise leave the page "connecting" forever, stale and
+// silent: after HANDSHAKE_TIMEOUT_MS the attempt is abandoned, the indicator says the
+// server did not answer, and the usual backoff tries again.
 
 const MAX_DELAY_MS = 30000;
 const FIRST_DELAY_MS = 500;
 const PING_MS = 25000;
+export const HANDSHAKE_TIMEOUT_MS = 10000;
 
 export function readJson(id) {
   const node = document.getElementById(id);
@@ -21,16 +27,21 @@ export function setIndicator(state, text) {
 // authUrl: a JSON endpoint that answers 401 to a logged-out browser. When the socket is
 // refused at the handshake, it tells "logged out" (stop, ask for a login) from "server
 // down" (keep retrying).
-export function connectLive({ path, onChanges, onOpen, authUrl }) {
+export function connectLive({ path, onChanges, onOpen, authUrl, handshakeTimeoutMs = HANDSHAKE_TIMEOUT_MS }) {
   let attempt = 0;
   let pinger = null;
 
   async function loggedOut() {
     try {
-      const response = await fetch(authUrl, { credentials: "same-origin", redirect: "manual" });
+      // Bounded too: a server that hangs the handshake may hang this request as well.
+      const response = await fetch(authUrl, {
+        credentials: "same-origin",
+        redirect: "manual",
+        signal: AbortSignal.timeout(handshakeTimeoutMs),
+      });
       return response.status === 401;
     } catch (e) {
-      return false;  // the server is down: that is what the retry loop is for
+      return false;  // the server is down or silent: that is what the retry loop is for
     }
   }
 
@@ -38,7 +49,13 @@ export function connectLive({ path, onChanges, onOpen, authUrl }) {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const socket = new WebSocket(`${scheme}//${location.host}${path}`);
     let opened = false;
+    let timedOut = false;
+    const handshake = setTimeout(() => {
+      timedOut = true;
+      socket.close();  // a socket still CONNECTING fails at once and fires "close"
+    }, handshakeTimeoutMs);
     socket.addEventListener("open", () => {
+      clearTimeout(handshake);
       opened = true;
       attempt = 0;
       setIndicator("live", "live");
@@ -53,6 +70,7 @@ export function connectLive({ path, onChanges, onOpen, authUrl }) {
       }
     });
     socket.addEventListener("close", async () => {
+      clearTimeout(handshake);
       clearInterval(pinger);
       if (!opened && authUrl && (await loggedOut())) {
         setIndicator("down", "logged out: reload to log in");
@@ -61,7 +79,9 @@ export function connectLive({ path, onChanges, onOpen, authUrl }) {
       attempt += 1;
       const ceiling = Math.min(MAX_DELAY_MS, FIRST_DELAY_MS * 2 ** (attempt - 1));
       const delay = ceiling / 2 + Math.random() * (ceiling / 2);  // jitter: no thundering herd
-      setIndicator("down", `reconnecting in ${Math.max(1, Math.round(delay / 1000))} s`);
+      const seconds = Math.max(1, Math.round(delay / 1000));
+      const why = timedOut ? "no answer from the server: " : "";
+      setIndicator("down", `${why}reconnecting in ${seconds} s`);
       setTimeout(open, delay);
     });
   }

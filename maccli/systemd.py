@@ -1,0 +1,136 @@
+"""Start at boot where the host boots with systemd: one `mac-<role>.service` unit.
+
+The unit runs the role's supervisord in the foreground (maccli.runtimes.supervisor),
+so systemd starts it at boot and restarts it should it die, and supervisord restarts
+each service. One unit per role rather than one per service keeps a single source of
+truth for restarts, backoff and log rotation on every host (supervisord's), whether
+systemd is there or not; `systemctl status mac-agent` still shows every service's
+process in the unit's cgroup.
+
+`mac start <role>` installs and enables the unit (when MAC_SYSTEMD allows and the host
+runs systemd as root), `mac stop <role>` disables and removes it. MAC_SYSTEMD_UNIT_DIR
+points the unit files elsewhere than /etc/systemd/system (the tests do), and
+MAC_SYSTEMD=no keeps `mac` from touching systemd at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from contract.atomicfile import write_atomically
+from exporters.checks.base import Runner, run_command
+from maccli.output import CliError
+
+UNIT_DIR = Path("/etc/systemd/system")
+# What a role needs up before it: the master's Redis (and PostgreSQL when local).
+AFTER = {"master": ["redis-server.service", "postgresql.service"]}
+
+
+def unit_name(role: str) -> str:
+    return f"mac-{role}.service"
+
+
+def host_runs_systemd(sd_run: Path = Path("/run/systemd/system")) -> bool:
+    """sd_booted(): systemd is PID 1 here (not merely installed, as in containers)."""
+    return sd_run.is_dir()
+
+
+def render_unit(role: str, command: list[str], working_dir: Path, stop_grace: float) -> str:
+    after = " ".join(["network-online.target", *AFTER.get(role, [])])
+    return "\n".join(
+        [
+            "# Written by `mac start " + role + "`; `mac stop " + role + "` removes it.",
+            "[Unit]",
+            f"Description=MAC {role} services (supervisord)",
+            f"After={after}",
+            "Wants=network-online.target",
+            "",
+            "[Service]",
+            "Type=simple",
+            "ExecStart=" + " ".join(_quote(word) for word in command),
+            f"WorkingDirectory={working_dir}",
+            # SIGTERM to supervisord alone: it stops each service's process group in
+            # turn; whatever is left after the timeout is killed with the cgroup.
+            "KillMode=mixed",
+            f"TimeoutStopSec={int(stop_grace) + 30}",
+            "Restart=always",
+            "RestartSec=5",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
+
+
+def _quote(word: str) -> str:
+    # systemd's own quoting: double quotes, with backslash escapes; % is a specifier.
+    word = word.replace("%", "%%")
+    if word and not any(char in word for char in " \t\"\\'"):
+        return word
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class SystemdUnits:
+    """Installs, enables and removes the unit of a role through systemctl."""
+
+    def __init__(self, unit_dir: Path = UNIT_DIR, run: Runner = run_command) -> None:
+        self.unit_dir = Path(unit_dir)
+        self.run = run
+
+    def path(self, role: str) -> Path:
+        return self.unit_dir / unit_name(role)
+
+    def installed(self, role: str) -> bool:
+        return self.path(role).exists()
+
+    def _systemctl(self, *args: str) -> None:
+        result = self.run(["systemctl", *args])
+        if result.returncode != 0:
+            raise CliError(
+                f"systemctl {' '.join(args)} failed: {(result.stderr or result.stdout).strip()}",
+                hint="See what systemd says, or run without systemd (MAC_SYSTEMD=no):",
+                commands=[f"journalctl -u {args[-1]} -n 50", "mac env set MAC_SYSTEMD=no"],
+            )
+
+    def install(self, role: str, command: list[str], working_dir: Path, grace: float) -> None:
+        """Write the unit (when it changed) and enable it now and at boot."""
+        text = render_unit(role, command, working_dir, grace)
+        path = self.path(role)
+        try:
+            unchanged = path.read_text() == text
+        except FileNotFoundError:
+            unchanged = False
+        if not unchanged:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, text.encode())
+            self._systemctl("daemon-reload")
+        self._systemctl("enable", "--now", unit_name(role))
+
+    def remove(self, role: str) -> None:
+        """Stop and disable the unit, and delete it: nothing of `mac` starts at boot."""
+        if not self.installed(role):
+            return
+        self._systemctl("disable", "--now", unit_name(role))
+        self.path(role).unlink(missing_ok=True)
+        self._systemctl("daemon-reload")
+
+
+def systemd_units(get: Callable[[str], str | None]) -> SystemdUnits | None:
+    """The units to use under MAC_SYSTEMD (auto | yes | no), or None for plain supervisord."""
+    choice = (get("MAC_SYSTEMD") or "auto").strip().lower()
+    if choice in {"no", "false", "0", "off"}:
+        return None
+    if choice not in {"auto", "yes", "true", "1", "on"}:
+        raise CliError(
+            f"MAC_SYSTEMD={choice!r} is not auto, yes or no.",
+            commands=["mac env set MAC_SYSTEMD=auto"],
+        )
+    if choice == "auto" and not (
+        host_runs_systemd() and os.geteuid() == 0 and shutil.which("systemctl")
+    ):
+        return None
+    return SystemdUnits(Path(get("MAC_SYSTEMD_UNIT_DIR") or UNIT_DIR))

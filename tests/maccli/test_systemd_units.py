@@ -1,0 +1,142 @@
+"""The boot-time unit `mac` installs where the host runs systemd, and its removal.
+
+The unit files go to a temporary unit directory (MAC_SYSTEMD_UNIT_DIR), never to the
+real /etc/systemd/system; `systemd-analyze verify` checks them where it is installed.
+This machine does not boot with systemd, so `systemctl` is played by a small stand-in
+that does what systemd would with the unit: run its ExecStart (supervisord in the
+foreground) on `enable --now`, and stop it on `disable --now`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from exporters.checks.base import CommandResult
+from maccli.runtimes.base import ServiceSpec
+from maccli.runtimes.process import ProcessRuntime
+from maccli.systemd import SystemdUnits, render_unit, systemd_units, unit_name
+from testkit.ports import free_port
+
+
+def _unit_text(tmp_path, role="agent") -> str:
+    command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(tmp_path / "s.conf"), "-n"]
+    return render_unit(role, command, tmp_path, stop_grace=10)
+
+
+def test_it_renders_a_unit_that_restarts_supervisord_and_starts_at_boot(tmp_path):
+    text = _unit_text(tmp_path, "master")
+    lines = text.splitlines()
+    assert (
+        f"ExecStart={sys.executable} -m supervisor.supervisord -c {tmp_path / 's.conf'} -n" in lines
+    )
+    assert "Restart=always" in lines
+    assert "KillMode=mixed" in lines
+    assert "WantedBy=multi-user.target" in lines
+    assert "After=network-online.target redis-server.service postgresql.service" in lines
+    assert f"WorkingDirectory={tmp_path}" in lines
+    assert "After=network-online.target" in _unit_text(tmp_path, "agent").splitlines()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is absent")
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
+    (tmp_path / "s.conf").write_text("")
+    path = tmp_path / unit_name("agent")
+    path.write_text(_unit_text(tmp_path))
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False
+    )
+    problems = [
+        line for line in (done.stderr + done.stdout).splitlines()
+        # Where systemd does not run, verify also reports the host's missing manager
+        # and unrelated system units; only lines about our unit matter.
+        if unit_name("agent") in line
+    ]  # fmt: skip
+    assert done.returncode == 0 or not problems, done.stderr
+    assert not problems, problems
+
+
+def test_a_path_with_spaces_and_percent_is_quoted_for_systemd(tmp_path):
+    odd = tmp_path / "my state" / "50%"
+    text = render_unit("agent", [sys.executable, "-c", str(odd / "x.conf")], odd, 5)
+    [exec_start] = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    assert f'"{odd}/x.conf"'.replace("%", "%%") in exec_start
+
+
+def test_mac_systemd_no_and_hosts_without_systemd_use_plain_supervisord(tmp_path):
+    assert systemd_units({"MAC_SYSTEMD": "no"}.get) is None
+    units = systemd_units({"MAC_SYSTEMD": "yes", "MAC_SYSTEMD_UNIT_DIR": str(tmp_path)}.get)
+    assert units is not None and units.unit_dir == tmp_path
+    from maccli.output import CliError
+
+    with pytest.raises(CliError) as caught:
+        systemd_units({"MAC_SYSTEMD": "maybe"}.get)
+    assert "MAC_SYSTEMD='maybe'" in caught.value.message
+
+
+class StandInSystemctl:
+    """What systemd does with our unit, for a host that does not run systemd."""
+
+    def __init__(self, unit_dir) -> None:
+        self.unit_dir = unit_dir
+        self.calls: list[list[str]] = []
+        self.running: dict[str, subprocess.Popen] = {}
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        verb, *rest = argv[1:]
+        if verb == "enable" and rest[0] == "--now":
+            unit = (self.unit_dir / rest[1]).read_text()
+            [line] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+            command = shlex.split(line.removeprefix("ExecStart=").replace("%%", "%"))
+            self.running[rest[1]] = subprocess.Popen(command, start_new_session=True)
+        elif verb == "disable" and rest[0] == "--now":
+            process = self.running.pop(rest[1])
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+        return CommandResult(0, "", "")
+
+
+SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_start_installs_and_enables_the_unit_and_stop_removes_it(tmp_path):
+    units_dir = tmp_path / "units"
+    systemctl = StandInSystemctl(units_dir)
+    runtime = ProcessRuntime(
+        tmp_path / "state", grace=5, systemd=SystemdUnits(units_dir, run=systemctl)
+    )
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    port = free_port()
+    spec = ServiceSpec(
+        "svc", [sys.executable, str(script), str(port)], port=port, liveness_path="/health"
+    )
+    try:
+        [state] = runtime.start("agent", [spec])
+        assert state.running and state.health == "ok"
+        unit = units_dir / "mac-agent.service"
+        assert unit.exists()
+        assert ["systemctl", "daemon-reload"] in systemctl.calls
+        assert ["systemctl", "enable", "--now", "mac-agent.service"] in systemctl.calls
+        assert f"-c {runtime.supervisor('agent').conf} -n" in unit.read_text()
+
+        [stopped] = runtime.stop("agent", [spec])
+        assert stopped.state == "stopped"
+        assert not unit.exists()
+        assert ["systemctl", "disable", "--now", "mac-agent.service"] in systemctl.calls
+        assert not systemctl.running
+    finally:
+        for process in systemctl.running.values():
+            process.kill()
