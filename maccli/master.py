@@ -98,6 +98,7 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
             prestart=api_prestart,
             ready_timeout=90,
             host=probe_host,
+            bind=bind,
         ),
         ServiceSpec(
             "worker",
@@ -149,6 +150,7 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
             prestart=prom_prestart,
             ready_timeout=60,
             host=probe_host,
+            bind=bind,
         ),
     ]
 

@@ -5,6 +5,11 @@ commands read the same specs, so they never disagree on a port. sys-exporter is
 node_exporter itself under the process runtime (its argv comes from
 exporters.node_exporter); a prestart step writes MAC's textfile facts and fails,
 with the install command, where node_exporter is missing.
+
+Under the process runtime the Python services run as one process, `exporters`
+(exporters.bundle), unless MAC_AGENT_BUNDLE=0: the commands still see one spec per
+service, and maccli.agent.bundle folds them into that process for the runtime and
+unfolds its state into one row per service, each with its own health.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 from contract.services import SERVICES, SYS_EXPORTER
 from exporters import node_exporter
 from exporters.nodeconfig import SECRET_KEYS, NodeConfig, Source
+from maccli.agent.bundle import BUNDLE_NAME, BundledRuntime
 from maccli.agent.hardware import gpus
 from maccli.output import CliError
 from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
@@ -29,14 +35,6 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     bind = cfg.get("MAC_BIND") or "0.0.0.0"
     probe_host = "127.0.0.1" if bind in {"0.0.0.0", "::", ""} else bind
     wanted = {s.strip() for s in (cfg.get("MAC_AGENT_SERVICES") or "").split(",") if s.strip()}
-    roots = []
-    for key, flag in (
-        ("MAC_SYS_ROOT", "--sys-root"),
-        ("MAC_PROC_ROOT", "--proc-root"),
-        ("MAC_DEV_ROOT", "--dev-root"),
-    ):
-        if cfg.get(key):
-            roots += [flag, cfg.get(key) or ""]
     # The exporters see the files' settings too (BMC address and the like), never the secrets.
     env = {
         key: value
@@ -48,8 +46,7 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
         if wanted and service.name not in wanted:
             continue
         port = cfg.service_port(service.name, service.port)
-        argv = [sys.executable, "-m", "exporters", service.name, "--port", str(port)]
-        argv += ["--bind", bind, *roots]
+        argv = exporter_command(cfg, [service.name, "--port", str(port)])
         prestart: list[list[str]] = []
         if service.name == SYS_EXPORTER.name:
             argv, prestart = sys_exporter_command(cfg, bind, port)
@@ -63,6 +60,7 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 prestart=prestart,
                 ready_timeout=float(cfg.get("MAC_START_TIMEOUT") or 30),
                 host=probe_host,
+                bind=bind,
             )
         )
     unknown = wanted - {s.name for s in SERVICES}
@@ -73,6 +71,60 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
             commands=["mac env unset MAC_AGENT_SERVICES"],
         )
     return specs
+
+
+def exporter_command(cfg: NodeConfig, services: list[str]) -> list[str]:
+    """`python -m exporters <services...>` with this node's address and roots."""
+    argv = [
+        sys.executable,
+        "-m",
+        "exporters",
+        *services,
+        "--bind",
+        cfg.get("MAC_BIND") or "0.0.0.0",
+    ]
+    for key, flag in (
+        ("MAC_SYS_ROOT", "--sys-root"),
+        ("MAC_PROC_ROOT", "--proc-root"),
+        ("MAC_DEV_ROOT", "--dev-root"),
+    ):
+        if cfg.get(key):
+            argv += [flag, cfg.get(key) or ""]
+    return argv
+
+
+def bundle_spec(cfg: NodeConfig, members: list[ServiceSpec]) -> ServiceSpec:
+    """The one process that serves the Python services `members` (exporters.bundle).
+
+    The runtime judges it by `/` of its first aiohttp service: that page answers
+    while the process serves, even for a service whose build failed (whose own row
+    then shows its failing /health). The members' own liveness URLs decide their rows.
+    """
+    first = next(m for m in members if m.liveness_path != "/docs")
+    return ServiceSpec(
+        BUNDLE_NAME,
+        exporter_command(cfg, [f"{m.name}={m.port}" for m in members]),
+        port=first.port,
+        liveness_path="/",
+        env=first.env,
+        ready_timeout=max(m.ready_timeout for m in members),
+        host=first.host,
+        bind=first.bind,
+    )
+
+
+def bundle_wanted(cfg: NodeConfig) -> bool:
+    """MAC_AGENT_BUNDLE (default on): the Python services in one process."""
+    value = (cfg.get("MAC_AGENT_BUNDLE") or "1").strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise CliError(
+        f"MAC_AGENT_BUNDLE={value!r} is neither 1 nor 0.",
+        hint="1 runs the Python exporters as one process (the default), 0 one process each:",
+        commands=["mac env set MAC_AGENT_BUNDLE=1"],
+    )
 
 
 def textfile_dir(cfg: NodeConfig) -> str:
@@ -108,7 +160,8 @@ def runtime_and_specs(
 
     Under Docker a GPU exporter's container needs its vendor's devices, so it runs only
     on nodes with that vendor's GPUs (a Compose profile); as a process it runs anywhere
-    and reports the missing backend in a gauge.
+    and reports the missing backend in a gauge. As processes, the Python services
+    share one (BundledRuntime) unless MAC_AGENT_BUNDLE=0.
     """
     runtime = choose_runtime(cfg, ROLE, override, remove_stale=remove_stale)
     specs = agent_specs(cfg)
@@ -121,4 +174,8 @@ def runtime_and_specs(
         runtime.profiles = [vendor] if vendor in GPU_SERVICES else []
         keep = GPU_SERVICES.get(vendor)
         specs = [s for s in specs if s.name not in GPU_SERVICES.values() or s.name == keep]
+        return runtime, specs
+    members = [s for s in specs if s.name != SYS_EXPORTER.name]
+    if bundle_wanted(cfg) and len(members) > 1:
+        runtime = BundledRuntime(runtime, bundle_spec(cfg, members), members)
     return runtime, specs

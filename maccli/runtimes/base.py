@@ -24,6 +24,8 @@ class ServiceSpec:
     ready_timeout: float = 30.0
     # How the liveness URL is reached from this host.
     host: str = "127.0.0.1"
+    # The address the service listens on ("" or a wildcard: every address).
+    bind: str = ""
 
     @property
     def liveness_url(self) -> str | None:

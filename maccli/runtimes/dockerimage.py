@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -96,6 +97,15 @@ def _fill(source: Path, wheels: Path, offline: bool) -> bool:
     quiet = {"capture_output": True} if offline else {}
     if not offline:
         print(f"==> pip: filling the wheelhouse {wheels} from the package index", flush=True)
+        # MAC's own wheel is built from source: its build backend must be in the
+        # wheelhouse too, or the next (offline, air-gapped) fill cannot build it.
+        backend = subprocess.run(
+            [*pip, "download", "--dest", str(wheels), *where, "--only-binary=:all:",
+             *build_requirements(source)],
+            check=False,
+        )  # fmt: skip
+        if backend.returncode != 0:
+            return False
     built = subprocess.run(
         [*pip, "wheel", "--wheel-dir", str(wheels), *where, str(source)], **quiet, check=False
     )
@@ -110,6 +120,12 @@ def _fill(source: Path, wheels: Path, offline: bool) -> bool:
         **quiet, check=False,
     )  # fmt: skip
     return more.returncode == 0
+
+
+def build_requirements(source: Path) -> list[str]:
+    """pyproject.toml's [build-system] requires: what pip needs to build MAC's wheel."""
+    with (source / "pyproject.toml").open("rb") as handle:
+        return list(tomllib.load(handle).get("build-system", {}).get("requires", []))
 
 
 def _older_python_requirements(wheels: Path) -> list[str]:

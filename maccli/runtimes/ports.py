@@ -16,15 +16,32 @@ import psutil
 from maccli.output import CliError
 from maccli.runtimes.base import ServiceSpec
 
+_WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
 
-def listener(port: int) -> tuple[int | None, str] | None:
-    """(pid, command line) of whatever listens on TCP `port` here, None when nothing does."""
+
+def _overlaps(bind: str, address: str) -> bool:
+    """Whether a socket bound to `bind` would collide with one listening on `address`.
+
+    A wildcard on either side takes the port on every address; two specific
+    addresses (say 127.0.0.2 and 127.0.0.3) share a port number without harm.
+    """
+    return bind in _WILDCARDS or address in _WILDCARDS or bind == address
+
+
+def listener(port: int, bind: str = "") -> tuple[int | None, str] | None:
+    """(pid, command line) of whatever listens on TCP `port` where a service bound to
+    `bind` would listen, None when nothing does."""
     try:
         connections = psutil.net_connections(kind="tcp")
     except psutil.AccessDenied:
         return None
     for conn in connections:
-        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+        if (
+            conn.status == psutil.CONN_LISTEN
+            and conn.laddr
+            and conn.laddr.port == port
+            and _overlaps(bind, conn.laddr.ip)
+        ):
             if conn.pid is None:
                 return None, "a process of another user"
             try:
@@ -39,7 +56,7 @@ def check_port_free(role: str, spec: ServiceSpec) -> None:
     liveness check is answered by whatever holds the port)."""
     if spec.port is None:
         return
-    holder = listener(spec.port)
+    holder = listener(spec.port, spec.bind)
     if holder is None:
         return
     pid, command = holder
@@ -58,7 +75,7 @@ def check_port_owner(role: str, spec: ServiceSpec, launcher_pid: int) -> None:
     """The liveness URL answered: make sure our new service answered, not another one."""
     if spec.port is None:
         return
-    holder = listener(spec.port)
+    holder = listener(spec.port, spec.bind)
     if holder is None or holder[0] is None:
         return  # not visible to us (another user); the liveness answer has to do
     pid, command = holder
