@@ -1,4 +1,4 @@
-"""Run one agent service: ``python -m exporters <service> [--port P] [--bind ADDR] ...``.
+"""Run agent services: ``python -m exporters <service> [--port P] [--bind ADDR] ...``.
 
 Also installed as the ``mac-exporter`` console script. Ports and names come from
 ``contract.services``; each service's builder is imported only when it runs, so
@@ -6,6 +6,10 @@ a service whose optional library is missing never stops the others from starting
 sys-exporter is the real node_exporter: this command writes MAC's textfile facts
 and then replaces itself with node_exporter (exporters.node_exporter), so a
 container's or supervisor's process is node_exporter itself.
+
+Several Python services may share one process, each on its own port:
+``python -m exporters bmc-agent=29102 sys-manager=29103 ...`` (exporters.bundle; what
+the process runtime runs). One service named alone runs exactly as before.
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ import logging
 import os
 import sys
 import threading
+import time
 
 from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
+from exporters.bundle import module_builder, run_bundle
 from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
 from exporters.server import PortInUseError, bind_socket, serve_asgi, serve_exporter
+
+EXIT_JOIN_SECONDS = 1.0  # how long a stopping exporter waits for its threads to end
 
 # service name -> module with build(options) returning an Exporter or an ASGI app;
 # sys-exporter's module runs node_exporter instead (see exec_node_exporter).
@@ -42,12 +50,19 @@ def parser() -> argparse.ArgumentParser:
     )
     ap = argparse.ArgumentParser(
         prog="mac-exporter",
-        description="Run one MAC agent service in the foreground.",
+        description=(
+            "Run MAC agent services in the foreground: one, or several in one process "
+            "(NAME=PORT each)."
+        ),
         epilog=f"services (name, default port, liveness path):\n{services}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("service", help="the service to run (see the list below)")
-    ap.add_argument("--port", type=int, help="TCP port (default: the service's port)")
+    ap.add_argument(
+        "service",
+        nargs="+",
+        help="the service to run (see the list below); several as NAME or NAME=PORT",
+    )
+    ap.add_argument("--port", type=int, help="TCP port of a single service (default: its own)")
     ap.add_argument("--bind", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
     ap.add_argument("--sys-root", default="/sys", help="where the host's /sys is (default /sys)")
     ap.add_argument("--proc-root", default="/proc", help="where the host's /proc is")
@@ -65,20 +80,55 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+class UsageError(Exception):
+    """A command line that names no valid set of services; the message says why."""
+
+
+def requested(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(service, port) for each service named, or UsageError naming the item at fault."""
+    wanted: list[tuple[str, int]] = []
+    for item in args.service:
+        name, sep, port_text = item.partition("=")
+        if name not in BY_NAME:
+            raise UsageError(
+                f"unknown service {name!r}. Choose one of: {', '.join(BUILDERS)}.\n"
+                "Run `mac-exporter --help` for the list with ports."
+            )
+        if sep:
+            try:
+                port = int(port_text)
+            except ValueError:
+                raise UsageError(f"{item!r}: the port after = is not a number.") from None
+        elif args.port is not None and len(args.service) == 1:
+            port = args.port
+        else:
+            port = BY_NAME[name].port
+        if not 0 <= port <= 65535:
+            where = f"{item!r}: port" if sep else "--port"
+            raise UsageError(f"{where} {port} is not a TCP port (0-65535).")
+        wanted.append((name, port))
+    names = [name for name, _ in wanted]
+    if len(wanted) > 1:
+        if args.port is not None:
+            raise UsageError("--port is for a single service; give several as NAME=PORT.")
+        if SYS_EXPORTER.name in names:
+            raise UsageError(
+                "sys-exporter is node_exporter itself and runs alone: `mac-exporter sys-exporter`."
+            )
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise UsageError(f"{', '.join(twice)} named twice.")
+    return wanted
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
-    if args.service not in BY_NAME:
+    try:
+        wanted = requested(args)
+    except UsageError as exc:
         ap.print_usage(sys.stderr)
-        print(
-            f"Error: unknown service {args.service!r}. Choose one of: {', '.join(BUILDERS)}.\n"
-            "Run `mac-exporter --help` for the list with ports.",
-            file=sys.stderr,
-        )
-        return 2
-    port = args.port if args.port is not None else BY_NAME[args.service].port
-    if not 0 <= port <= 65535:
-        print(f"Error: --port {port} is not a TCP port (0-65535).", file=sys.stderr)
+        print(f"Error: {exc}", file=sys.stderr)
         return 2
     for flag, path in (
         ("--sys-root", args.sys_root),
@@ -93,23 +143,31 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    if args.service == SYS_EXPORTER.name:
+    (service, port), *others = wanted
+    if service == SYS_EXPORTER.name:
         return exec_node_exporter(args, port)
+    label = service if not others else "exporters"
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper(), logging.INFO),
-        format=f"%(asctime)s {args.service} %(levelname)s %(message)s",
+        # In one process for several services, each line names its service itself.
+        format=f"%(asctime)s {label} %(levelname)s %(message)s",
     )
     options = Options(
         roots=Roots(args.sys_root, args.proc_root, args.dev_root, args.rootfs),
         hostname=node_hostname(),
         timeout=args.collector_timeout,
     )
+    if others:
+        builders = {name: module_builder(BUILDERS[name]) for name, _ in wanted}
+        code = run_bundle(wanted, args.bind, options, builders)
+        leave_past_stuck_threads()
+        return code
     try:
         sock = bind_socket(args.bind, port)
     except PortInUseError as exc:
-        print(f"Error: {args.service}: {exc}", file=sys.stderr)
+        print(f"Error: {service}: {exc}", file=sys.stderr)
         return 1
-    built = importlib.import_module(BUILDERS[args.service]).build(options)
+    built = importlib.import_module(BUILDERS[service]).build(options)
     # Everything imported so far lives for the whole process: keep the cyclic GC from
     # rescanning it on every collection (shorter pauses, steadier scrape latency).
     gc.collect()
@@ -135,7 +193,7 @@ def exec_node_exporter(args: argparse.Namespace, port: int) -> int:
         # node_exporter would only log "bind: address already in use"; say it MAC's way.
         bind_socket(args.bind, port).close()
     except PortInUseError as exc:
-        print(f"Error: {args.service}: {exc}", file=sys.stderr)
+        print(f"Error: {SYS_EXPORTER.name}: {exc}", file=sys.stderr)
         return 1
     textfile_dir = node_exporter.default_textfile_dir(port)
     try:
@@ -169,6 +227,11 @@ def leave_past_stuck_threads() -> None:
     Python joins pool threads at exit, and a thread blocked in the kernel never
     returns: without this a stopped exporter would hang until SIGKILL.
     """
+    # Pool threads that were told to stop need a moment to see it; a stuck one never ends.
+    deadline = time.monotonic() + EXIT_JOIN_SECONDS
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
     stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     if stuck:
         logging.getLogger("exporters").warning(

@@ -3,16 +3,24 @@
 The listening socket is bound by the caller first, so "port already in use" is a
 clear message before anything starts. SIGTERM and SIGINT stop the server cleanly
 and the process exits 0, which is what ``mac stop`` and Docker expect.
+
+``start_exporter`` and ``AsgiServer`` start a service on the running event loop and
+hand back something to stop it with, so that one loop can serve several services
+(exporters.bundle); ``serve_exporter`` and ``serve_asgi`` serve one service alone.
+Each service's blocking work (collection, /health) runs in a thread pool of its own:
+a service whose backend hangs fills its own pool, never the one the others use.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
 import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -44,44 +52,72 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+# Threads per service for its blocking handlers: a scrape and a /health at once, with
+# room for a probe that arrives while a hung collector holds one for its deadline.
+HANDLER_THREADS = 4
+
+
 def make_app(exporter: Exporter) -> web.Application:
     """The aiohttp application of one exporter: /metrics, /health and its extra routes."""
+    pool = concurrent.futures.ThreadPoolExecutor(
+        max_workers=HANDLER_THREADS, thread_name_prefix=f"{exporter.service}-http"
+    )
 
     async def metrics(_request: web.Request) -> web.Response:
         # Collection blocks (files, subprocesses, NVML): keep the event loop free.
         loop = asyncio.get_running_loop()
-        body = await loop.run_in_executor(None, exporter.exposition, exporter.registry)
+        body = await loop.run_in_executor(pool, exporter.exposition, exporter.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_request: web.Request) -> web.Response:
         loop = asyncio.get_running_loop()
-        body = await loop.run_in_executor(None, exporter.health)
-        return web.json_response(body, dumps=lambda obj: json.dumps(obj, sort_keys=True))
+        body = await loop.run_in_executor(pool, exporter.health)
+        # "failed": the service could not be built (exporters.bundle); its port still
+        # answers, with a status that every probe reads as failing.
+        status = 503 if body.get("status") == "failed" else 200
+        return web.json_response(
+            body, status=status, dumps=lambda obj: json.dumps(obj, sort_keys=True)
+        )
 
     async def index(_request: web.Request) -> web.Response:
         return web.Response(
             text=f"MAC {exporter.service}: see /metrics and /health\n", content_type="text/plain"
         )
 
+    async def release_pool(_app: web.Application) -> None:
+        pool.shutdown(wait=False, cancel_futures=True)  # a hung handler is not waited for
+
     app = web.Application()
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     app.router.add_routes(exporter.routes)
+    app.on_cleanup.append(release_pool)
     return app
 
 
-async def _serve_aiohttp(exporter: Exporter, sock: socket.socket) -> None:
+async def start_exporter(exporter: Exporter, sock: socket.socket) -> web.AppRunner:
+    """Serve the exporter on sock from the running loop; ``await runner.cleanup()`` stops it."""
+    runner = web.AppRunner(make_app(exporter), access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    host, port = sock.getsockname()[:2]
+    log.info("%s listening on http://%s:%s/", exporter.service, host, port)
+    return runner
+
+
+def stop_event_on_signals() -> asyncio.Event:
+    """An event that SIGTERM and SIGINT set (call from the loop's thread)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(make_app(exporter), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.SockSite(runner, sock)
-    await site.start()
-    host, port = sock.getsockname()[:2]
-    log.info("%s listening on http://%s:%s/", exporter.service, host, port)
+    return stop
+
+
+async def _serve_aiohttp(exporter: Exporter, sock: socket.socket) -> None:
+    stop = stop_event_on_signals()
+    runner = await start_exporter(exporter, sock)
     await stop.wait()
     log.info("%s stopping", exporter.service)
     await runner.cleanup()
@@ -93,6 +129,45 @@ def serve_exporter(exporter: Exporter, sock: socket.socket) -> None:
         asyncio.run(_serve_aiohttp(exporter, sock))
     finally:
         exporter.close()
+
+
+class AsgiServer:
+    """An ASGI app (mango-sdk-agent) served by uvicorn on a loop that serves others too.
+
+    uvicorn's own ``serve`` takes SIGTERM/SIGINT for itself; here the bundle owns the
+    signals and stops every service, so the server runs without capturing them.
+    """
+
+    def __init__(self, name: str, app: Callable, sock: socket.socket) -> None:
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        self.name = name
+        self.sock = sock
+        self.server = _Server(config)
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Start serving; raises what the server raised if it ends before it is up."""
+        self.task = asyncio.create_task(self.server.serve(sockets=[self.sock]))
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises the server's failure
+                raise RuntimeError(f"{self.name}: the ASGI server ended before it started")
+            await asyncio.sleep(0.02)
+        host, port = self.sock.getsockname()[:2]
+        log.info("%s listening on http://%s:%s/", self.name, host, port)
+
+    async def cleanup(self) -> None:
+        if self.task is None:
+            return
+        self.server.should_exit = True
+        await self.task
 
 
 def serve_asgi(app: Callable, sock: socket.socket) -> None:

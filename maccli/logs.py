@@ -1,7 +1,7 @@
 """`mac logs <service>`: what one service printed, under the runtime that runs it here.
 
 - docker: `docker logs [--tail N] [-f] mac-<service>`; the container's stdout and stderr
-  pass through unchanged.
+  pass through unchanged. The Docker master's mac-redis and mac-prometheus too.
 - process: the service's log file, `<state>/<role>/logs/<service>.log` (its stdout and
   stderr, and the runtime's own start lines); -f keeps printing what is appended, polling
   the file, until Ctrl-C.
@@ -22,13 +22,16 @@ from typing import BinaryIO
 
 from contract.services import SERVICES
 from exporters.nodeconfig import NodeConfig
+from maccli.agent.bundle import BUNDLE_NAME
 from maccli.output import CliError
 from maccli.runtimes import choose_runtime
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 
-# The services of `mac start master` (maccli.master.master_specs), by name.
-MASTER_SERVICES = ("api-server", "worker", "beat", "prometheus")
+# The services of `mac start master` (maccli.master.master_specs), by name, and
+# mac-redis, which only the Docker master runs (the process runtime uses the host's).
+MASTER_SERVICES = ("api-server", "worker", "beat", "prometheus", "redis")
+DOCKER_ONLY = {"redis": "the host's redis-server"}
 AGENT_SERVICES = tuple(service.name for service in SERVICES)
 FOLLOW_POLL = 0.25  # seconds between two looks at a followed log file
 _BLOCK = 64 * 1024
@@ -78,7 +81,22 @@ def logs(
         if isinstance(runtime, DockerRuntime):
             return docker_logs(name, role, lines, follow)
         assert isinstance(runtime, ProcessRuntime)
-        return file_logs(runtime.log_file(role, name), name, role, lines, follow)
+        if name in DOCKER_ONLY:
+            raise CliError(
+                f"{name} is not run by mac under the process runtime: the master uses "
+                f"{DOCKER_ONLY[name]}, which logs to the system journal.",
+                hint="Read it there (or, if the master runs in Docker, add --runtime docker):",
+                commands=[
+                    f"journalctl -u {name}-server -n 50",
+                    f"mac logs {name} --runtime docker",
+                ],
+            )
+        path = runtime.log_file(role, name)
+        if role == "agent" and not path.exists() and name != "sys-exporter":
+            # The Python services share one process and its log (maccli.agent.bundle).
+            bundled = runtime.log_file(role, BUNDLE_NAME)
+            path = bundled if bundled.exists() else path
+        return file_logs(path, name, role, lines, follow)
     except BrokenPipeError:
         # `mac logs ... | head`: the reader has gone, which is not an error.
         _silence_stdout()
