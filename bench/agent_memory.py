@@ -176,8 +176,6 @@ def report(before: list[Sample], after: list[Sample], baseline: list[int], bare:
 
     runs = len(after)
     launcher = median([median(s.launchers) for s in after])
-    count = len(after[0].launchers)
-    projected = median([s.total_rss for s in after]) - count * (launcher - median(bare))
     return "\n".join(
         [
             "The agent's eight services under the process runtime (`mac start agent`'s own "
@@ -194,12 +192,11 @@ def report(before: list[Sample], after: list[Sample], baseline: list[int], bare:
             "",
             f"Baseline: node_exporter alone (Debian's defaults) {_mb(median(baseline))} RSS.",
             "",
-            f"Where the supervision goes: each launcher is {_mb(launcher)} RSS, because "
-            "`python -m maccli.runtimes.launch` imports the maccli.runtimes package "
-            "(its `__init__` loads the runtimes, supervisor and rich); an interpreter "
-            f"holding only what the launcher uses is {_mb(median(bare))}. With such "
-            f"launchers the agent would be {_mb(projected)} RSS (projection from these "
-            "figures, not a measurement of that layout).",
+            f"Where the supervision goes: each launcher is {_mb(launcher)} RSS, against "
+            f"{_mb(median(bare))} for a bare interpreter holding only what the launcher "
+            "imports (maccli.runtimes loads its runtimes lazily for this reason); the rest "
+            "is supervisord. node_exporter's RSS grows with the sockets its tcpstat "
+            "collector walks: compare its row with the baseline, measured in the same run.",
             "",
             "- *services* are the processes that serve the ports: node_exporter and the "
             "Python exporters (one process after, seven before);",
