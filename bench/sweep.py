@@ -48,16 +48,16 @@ CHUNK = 5000  # nodes per fleet process (two descriptors each, under a 20,000 li
 FLEET_BASE_OCTET = 60
 
 
-def fleet_bases(total: int) -> list[tuple[str, int]]:
+def fleet_bases(total: int, octet: int = FLEET_BASE_OCTET) -> list[tuple[str, int]]:
     chunks = []
     for index, start in enumerate(range(0, total, CHUNK)):
-        chunks.append((f"127.{FLEET_BASE_OCTET + index}.0.0", min(CHUNK, total - start)))
+        chunks.append((f"127.{octet + index}.0.0", min(CHUNK, total - start)))
     return chunks
 
 
-def start_fleet(total: int) -> list[subprocess.Popen]:
+def start_fleet(total: int, octet: int = FLEET_BASE_OCTET) -> list[subprocess.Popen]:
     children = []
-    for base, count in fleet_bases(total):
+    for base, count in fleet_bases(total, octet):
         child = subprocess.Popen(
             [sys.executable, "-m", "testkit.simfleet", "--nodes", str(count), "--base", base,
              "--blackhole", "0.1", "--fault-service", "all"],
@@ -73,13 +73,13 @@ def start_fleet(total: int) -> list[subprocess.Popen]:
     return children
 
 
-def fleet_layout(total: int) -> tuple[list[str], set[str]]:
+def fleet_layout(total: int, octet: int = FLEET_BASE_OCTET) -> tuple[list[str], set[str]]:
     """Every address in order, and the black-holed ones (same rule as the fleet CLI)."""
     from testkit.simfleet import node_addresses, pick
 
     addresses: list[str] = []
     dead: set[str] = set()
-    for base, count in fleet_bases(total):
+    for base, count in fleet_bases(total, octet):
         chunk = node_addresses(count, base)
         addresses.extend(chunk)
         dead.update(chunk[i] for i in pick(count, 0.1))

@@ -15,6 +15,10 @@ Two keys keep sweeps from piling up:
 - `slot`: taken with SET NX PX for 80 % of the interval and never released, so
   that two beat processes started by mistake (each sending a sweep per
   interval, at different phases) still give one sweep per interval.
+
+A sharded sweep (healthcheck.chunks) keeps the same lock from the task that splits
+it until the task that finishes it: its token is the sweep's id, every chunk task
+extends it while it runs and checks it before writing.
 """
 
 from __future__ import annotations
@@ -89,12 +93,25 @@ def slot_ttl_ms(interval: float) -> int:
 class SweepLock:
     """The `running` lock: SET NX PX with a random token, released by token."""
 
-    def __init__(self, client: redis.Redis, ttl_ms: int, key: str = RUNNING_KEY) -> None:
+    def __init__(
+        self, client: redis.Redis, ttl_ms: int, key: str = RUNNING_KEY, token: str = ""
+    ) -> None:
         self.client = client
         self.ttl_ms = ttl_ms
         self.key = key
-        self.token = secrets.token_hex(16)
+        self.token = token or secrets.token_hex(16)
         self.held = False
+
+    @classmethod
+    def resume(cls, client: redis.Redis, ttl_ms: int, token: str) -> SweepLock:
+        """The lock a sharded sweep took, as seen by one of its chunk or finishing tasks.
+
+        It is treated as held; extend() then says whether it still is (the token is
+        still the one in Redis), which is the fence of a task that may run late.
+        """
+        lock = cls(client, ttl_ms, token=token)
+        lock.held = True
+        return lock
 
     def acquire(self) -> bool:
         self.held = bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
@@ -196,6 +213,7 @@ class SweepStats:
     went_offline: int = 0
     probes: int = 0
     confirmed: int = 0  # Online nodes whose failed probes were repeated before judging
+    chunks: int = 1  # chunk tasks that shared the sweep (healthcheck.chunks)
     outcomes: dict[str, int] = field(default_factory=dict)
     targets_rewritten: list[str] = field(default_factory=list)
     targets_error: str = ""  # why the targets files could not be written ("" when written)

@@ -3,6 +3,10 @@
     load_nodes -> probe_nodes -> judge -> save_changes -> write_targets_for
     -> broadcast_changes -> record
 
+A sharded sweep (healthcheck.chunks) runs the same steps, split: each chunk task
+loads, probes, judges and saves one range of node ids; a finishing task writes the
+targets, pushes and records. run_sweep is the whole sweep in one process.
+
 Only `probe_nodes` touches the network (through contract.liveness, plain
 asyncio); the rest reads and writes the inventory. The step functions take and
 return plain values so a test can feed `judge` hand-made probe results, or run
@@ -73,9 +77,12 @@ class Judgement:
     rows: list[dict] = field(default_factory=list)  # every node after the sweep
 
 
-def load_nodes() -> list[dict]:
-    """Every node, only the columns a sweep needs, as dicts (no model instances)."""
-    return list(Node.objects.order_by().values(*NODE_FIELDS))
+def load_nodes(id_range: tuple[int, int] | None = None) -> list[dict]:
+    """Every node (or those with lo <= id <= hi), only the columns a sweep needs, as dicts."""
+    nodes = Node.objects.order_by()
+    if id_range is not None:
+        nodes = nodes.filter(id__gte=id_range[0], id__lte=id_range[1])
+    return list(nodes.values(*NODE_FIELDS))
 
 
 def targets_for(rows: Iterable[dict]) -> list[Target]:
@@ -147,8 +154,11 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
             result.seen_ids.append(row["id"])
         status_changed = new["status"] != row["status"]
         if any(row[key] != value for key, value in new.items()):
+            previous = row["status"]
             row = {**row, **new}
-            result.changed.append({**row, "status_changed": status_changed})
+            result.changed.append(
+                {**row, "status_changed": status_changed, "previous_status": previous}
+            )
             if status_changed:
                 result.events.append(
                     NodeEvent(
@@ -194,9 +204,45 @@ def _update_groups(changed: list[dict]) -> dict[tuple, list[int]]:
     return groups
 
 
+def _drop_stale(judgement: Judgement) -> None:
+    """Optimistic concurrency for status changes, inside save_changes' transaction.
+
+    The rows were judged as they were when loaded, seconds ago; by now another writer
+    may have applied that very change (a retried chunk task running beside the first
+    attempt, whose worker looked dead). The rows about to change status are locked and
+    those whose status is no longer the one judged from are left out, with their
+    event: a change is written, and its event added, once. Status changes are few
+    per sweep, so this costs one small SELECT ... FOR UPDATE when there are any.
+    """
+    moving = {
+        row["id"]: row["previous_status"] for row in judgement.changed if row["status_changed"]
+    }
+    if not moving:
+        return
+    ids = sorted(moving)
+    current: dict[int, str] = {}
+    for start in range(0, len(ids), ID_CHUNK):  # in id order: no deadlock between writers
+        current.update(
+            Node.objects.select_for_update()
+            .filter(id__in=ids[start : start + ID_CHUNK])
+            .order_by("id")
+            .values_list("id", "status")
+        )
+    stale = {node_id for node_id, old in moving.items() if current.get(node_id) != old}
+    if stale:
+        log.info("sweep: %d status changes already applied by another writer", len(stale))
+        judgement.changed = [row for row in judgement.changed if row["id"] not in stale]
+        judgement.events = [event for event in judgement.events if event.node_id not in stale]
+
+
 def save_changes(judgement: Judgement, now: datetime) -> None:
-    """Write changed rows, their events and last_seen, in one transaction."""
+    """Write changed rows, their events and last_seen, in one transaction.
+
+    Status changes that another writer applied first are dropped from the judgement
+    (see _drop_stale), so afterwards it says what this call wrote.
+    """
     with transaction.atomic():
+        _drop_stale(judgement)
         for key, ids in _update_groups(judgement.changed).items():
             status, reason, detail, diagnosis, health, status_changed = key
             values = {
@@ -227,11 +273,29 @@ def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[
     return write_targets(rows, Path(sd_dir or settings.SD_DIR), cluster_name=settings.CLUSTER_NAME)
 
 
+def write_targets_step(rows: Iterable[dict], stats: SweepStats, sd_dir: Path | None) -> None:
+    """write_targets_for, with a write failure kept in the statistics instead of raised.
+
+    A full or read-only disk costs Prometheus its update, never the dashboard push or
+    the statistics: /health then names the disk, not the worker and beat.
+    """
+    try:
+        stats.targets_rewritten = write_targets_for(rows, sd_dir)
+    except OSError as exc:
+        where = Path(sd_dir or settings.SD_DIR)
+        stats.targets_error = f"cannot write {where}: {exc.strerror or exc}"
+        log.error("sweep: %s", stats.targets_error)
+
+
 def broadcast_changes(changed: list[dict]) -> None:
     """One message for the whole sweep: Node.summary() of every changed node, as saved."""
-    if not changed:
+    broadcast_nodes([row["id"] for row in changed])
+
+
+def broadcast_nodes(ids: list[int]) -> None:
+    """One message with Node.summary() of each of these nodes, as saved now."""
+    if not ids:
         return
-    ids = [row["id"] for row in changed]
     nodes = []
     for start in range(0, len(ids), ID_CHUNK):
         nodes.extend(Node.objects.filter(id__in=ids[start : start + ID_CHUNK]))
@@ -260,30 +324,14 @@ def run_sweep(
     judgement = judge(rows, probes, now)
     save_changes(judgement, now)
     on_step()
-    try:
-        stats.targets_rewritten = write_targets_for(judgement.rows, sd_dir)
-    except OSError as exc:
-        # A full or read-only disk costs Prometheus its update, never the dashboard push
-        # or the statistics: /health then names the disk, not the worker and beat.
-        where = Path(sd_dir or settings.SD_DIR)
-        stats.targets_error = f"cannot write {where}: {exc.strerror or exc}"
-        log.error("sweep: %s", stats.targets_error)
+    write_targets_step(judgement.rows, stats, sd_dir)
     broadcast_changes(judgement.changed)
 
     stats.finished_at = time.time()
     stats.duration = time.monotonic() - clock
     stats.nodes = len(rows)
-    stats.online = sum(row["status"] == NodeStatus.ONLINE for row in judgement.rows)
-    stats.offline = sum(row["status"] == NodeStatus.OFFLINE for row in judgement.rows)
-    stats.maintenance = sum(bool(row["maintenance"]) for row in judgement.rows)
-    stats.changed = len(judgement.changed)
-    stats.went_online = sum(event.kind == EventKind.ONLINE for event in judgement.events)
-    stats.went_offline = sum(event.kind == EventKind.OFFLINE for event in judgement.events)
-    for result in probes.values():
-        for single in result.results.values():
-            stats.probes += 1
-            key = single.outcome.value
-            stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
+    count_statuses(stats, judgement.rows)
+    count_changes(stats, judgement, probes)
     record(stats)
     log.info(
         "sweep: %d nodes, %d online, %d offline, %d changed, %d confirmed in %.2f s",
@@ -295,6 +343,26 @@ def run_sweep(
         stats.duration,
     )
     return stats
+
+
+def count_statuses(stats: SweepStats, rows: Iterable[dict]) -> None:
+    """Online, Offline and maintenance counts of the fleet after the sweep."""
+    for row in rows:
+        stats.online += row["status"] == NodeStatus.ONLINE
+        stats.offline += row["status"] == NodeStatus.OFFLINE
+        stats.maintenance += bool(row["maintenance"])
+
+
+def count_changes(stats: SweepStats, judgement: Judgement, probes: dict[int, NodeProbe]) -> None:
+    """What the sweep changed and how its probes ended, added to the statistics."""
+    stats.changed += len(judgement.changed)
+    stats.went_online += sum(event.kind == EventKind.ONLINE for event in judgement.events)
+    stats.went_offline += sum(event.kind == EventKind.OFFLINE for event in judgement.events)
+    for result in probes.values():
+        for single in result.results.values():
+            stats.probes += 1
+            key = single.outcome.value
+            stats.outcomes[key] = stats.outcomes.get(key, 0) + 1
 
 
 def record(stats: SweepStats) -> None:

@@ -19,7 +19,9 @@ app.autodiscover_tasks()
 
 # The master's heartbeat: one fleet sweep per MAC_PROBE_INTERVAL. The expiry
 # drops a sweep that could not start before the next one is due (flow 3: sweeps
-# never pile up); healthcheck.tasks refuses overlaps and duplicates.
+# never pile up); healthcheck.tasks refuses overlaps and duplicates. A fleet larger than
+# MAC_SWEEP_CHUNK_SIZE is swept by probe_chunk tasks, routed to MAC_PROBE_QUEUE by
+# settings.CELERY_TASK_ROUTES (healthcheck.chunks).
 app.conf.beat_schedule = {
     "probe-fleet": {
         "task": "healthcheck.tasks.probe_fleet",

@@ -201,6 +201,13 @@ CELERY_TIMEZONE = "UTC"
 PROBE_INTERVAL = env_float("MAC_PROBE_INTERVAL", 30.0, minimum=0.5)
 PROBE_TIMEOUT = env_float("MAC_PROBE_TIMEOUT", 3.0, minimum=0.1)
 PROBE_CONCURRENCY = env_int("MAC_PROBE_CONCURRENCY", 1000, minimum=1)
+# Sharded sweeps (healthcheck.chunks): a fleet larger than the chunk size is split into
+# chunk tasks of at most that many nodes, sent to PROBE_QUEUE; a smaller fleet is swept
+# in one task, as on a single worker. Workers near the nodes consume PROBE_QUEUE
+# (`celery worker -Q`); the master's worker also consumes Celery's default queue.
+SWEEP_CHUNK_SIZE = env_int("MAC_SWEEP_CHUNK_SIZE", 10000, minimum=1)
+PROBE_QUEUE = env_str("MAC_PROBE_QUEUE", "celery")
+CELERY_TASK_ROUTES = {"healthcheck.tasks.probe_chunk": {"queue": PROBE_QUEUE}}
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
 PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMETHEUS_PORT}")
 

@@ -142,12 +142,21 @@ def master_procs(transactional_db, processes, sweep_redis, tmp_path):
         pytest.skip("worker and beat processes share the test database: needs PostgreSQL")
     sd = tmp_path / "targets"
 
-    def start(beats: int = 1, worker: bool = True, interval: float = 1.0, timeout: float = 0.5):
+    def start(
+        beats: int = 1,
+        worker: bool = True,
+        interval: float = 1.0,
+        timeout: float = 0.5,
+        **extra_env: str,
+    ):
         env = subprocess_env(
-            MAC_PROBE_INTERVAL=str(interval),
-            MAC_PROBE_TIMEOUT=str(timeout),
-            MAC_SD_DIR=str(sd),
-            MAC_LOG_LEVEL="INFO",
+            **{
+                "MAC_PROBE_INTERVAL": str(interval),
+                "MAC_PROBE_TIMEOUT": str(timeout),
+                "MAC_SD_DIR": str(sd),
+                "MAC_LOG_LEVEL": "INFO",
+                **extra_env,
+            }
         )
         if worker:
             start_worker(env)
@@ -162,11 +171,17 @@ def master_procs(transactional_db, processes, sweep_redis, tmp_path):
         start.env = env  # type: ignore[attr-defined]
         return processes
 
-    def start_worker(env: dict | None = None, name: str = "worker") -> subprocess.Popen:
+    def start_worker(
+        env: dict | None = None, name: str = "worker", pool: str = "solo", queues: str = ""
+    ) -> subprocess.Popen:
+        """pool "prefork" runs one child process; queues is celery's -Q (default: default)."""
+        extra = ["-Q", queues] if queues else []
+        if pool == "prefork":
+            extra += ["--concurrency=1"]
         return processes.start(
             name,
-            [CELERY, "-A", "macweb", "worker", "--pool=solo", "-l", "info",
-             "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            [CELERY, "-A", "macweb", "worker", f"--pool={pool}", "-l", "info", "-n", f"{name}@%h",
+             "--without-heartbeat", "--without-gossip", "--without-mingle", *extra],
             env or start.env,  # type: ignore[attr-defined]
         )  # fmt: skip
 

@@ -1,0 +1,203 @@
+"""Real Celery workers share sharded sweeps: the same results as one worker; a death loses nothing.
+
+Beat, workers and the fleet are real processes; chunks go to a probe queue of the test's
+own (MAC_PROBE_QUEUE) that the workers consume beside Celery's default queue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from healthcheck.state import sweep_history
+from inventory.choices import NodeStatus
+from inventory.live import join_dashboard, leave_dashboard
+from inventory.models import Node, NodeEvent
+from testkit.simfleet import Mode
+from tests.healthcheck.conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+QUEUE = f"mac-probe-test-{os.getpid()}"
+STATUS_FIELDS = ("hostname", "status", "status_reason", "status_detail", "diagnosis",
+                 "exporter_health")  # fmt: skip
+
+
+@pytest.fixture
+def probe_queue(sweep_redis):
+    def clear() -> None:
+        for key in (QUEUE, f"_kombu.binding.{QUEUE}", "unacked", "unacked_index"):
+            sweep_redis.delete(key)
+
+    clear()
+    yield QUEUE
+    clear()
+
+
+@pytest.fixture
+def eight_nodes(fleet, make_node):
+    """Two chunks' worth of each: answer, refuse, hang, forwarding-off."""
+    runner = fleet(8)
+    for index in (1, 5):
+        runner.set_node_mode(index, Mode.REFUSE)
+    for index in (2, 6):
+        runner.set_node_mode(index, Mode.HANG)
+    for index in (3, 7):
+        runner.set_mode(index, "sys-exporter", Mode.BLACKHOLE)
+    return runner, [make_node(ip=node.ip) for node in runner.nodes]
+
+
+def snapshot(sd_dir: Path) -> dict:
+    return {
+        "statuses": list(Node.objects.order_by("id").values_list(*STATUS_FIELDS)),
+        "events": sorted(
+            (e.hostname, e.kind, e.message, json.dumps(e.data, sort_keys=True))
+            for e in NodeEvent.objects.all()
+        ),
+        "targets": {path.name: path.read_text() for path in sorted(sd_dir.glob("*.json"))},
+    }
+
+
+def finished_sweep(client, chunks: int) -> dict | None:
+    return next((s for s in sweep_history(client) if s["chunks"] == chunks), None)
+
+
+class Dashboard:
+    """Every push a dashboard page would get, collected on a thread while the test runs."""
+
+    def __init__(self) -> None:
+        self.changed: list[int] = []
+        self.messages = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=async_to_sync(self._listen), daemon=True)
+
+    async def _listen(self) -> None:
+        import asyncio
+
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await join_dashboard(layer, channel)
+        try:
+            while not self._stop.is_set():
+                try:
+                    async with asyncio.timeout(0.2):
+                        message = await layer.receive(channel)
+                except TimeoutError:
+                    continue
+                self.messages += 1
+                self.changed.extend(change["id"] for change in message["changes"])
+        finally:
+            await leave_dashboard(layer, channel)
+
+    def __enter__(self) -> Dashboard:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_two_workers_give_the_statuses_events_and_targets_of_one(
+    master_procs, sweep_redis, probe_queue, eight_nodes, tmp_path
+):
+    # One worker, a chunk size above the fleet: the sweep runs in one task, as before.
+    procs = master_procs(beats=1, MAC_SD_DIR=str(tmp_path / "one"), MAC_SWEEP_CHUNK_SIZE="100")
+    try:
+        wait_for(lambda: finished_sweep(sweep_redis, 1), timeout=40, interval=0.1)
+    except AssertionError:
+        pytest.fail("no sweep on one worker:\n" + procs.logs())
+    procs.stop_all()
+    expected = snapshot(tmp_path / "one")
+    NodeEvent.objects.all().delete()
+    Node.objects.update(
+        status=NodeStatus.UNKNOWN, status_reason="", status_detail="", diagnosis="",
+        exporter_health={}, last_seen=None,
+    )  # fmt: skip
+    for key in sweep_redis.scan_iter(match="mac:sweep:*"):
+        sweep_redis.delete(key)
+
+    master_procs(
+        beats=1, worker=False, MAC_SD_DIR=str(tmp_path / "two"),
+        MAC_SWEEP_CHUNK_SIZE="2", MAC_PROBE_QUEUE=probe_queue,
+    )  # fmt: skip
+    master_procs.start_worker(name="master-worker", queues=f"celery,{probe_queue}")
+    probe_worker = master_procs.start_worker(name="probe-worker", queues=probe_queue)
+    try:
+        sweep = wait_for(lambda: finished_sweep(sweep_redis, 4), timeout=40, interval=0.1)
+    except AssertionError:
+        pytest.fail("no sharded sweep:\n" + procs.logs())
+
+    # The first sharded sweep alone makes every change; later ones find none to make.
+    assert (sweep["nodes"], sweep["changed"]) == (8, 8), sweep
+    assert snapshot(tmp_path / "two") == expected
+    probe_log = probe_worker.log_path.read_text()
+    assert "probe_chunk[" in probe_log and "probe_fleet[" not in probe_log
+    master_log = (procs.log_dir / "master-worker.log").read_text()
+    assert "finish_sweep[" in master_log
+
+
+def _prober_of(workers: list[psutil.Process], ip: str) -> psutil.Process | None:
+    """The worker process (a prefork child or a solo worker) with a connection to `ip`."""
+    for worker in workers:
+        for process in [worker, *worker.children(recursive=True)]:
+            try:
+                if any(c.raddr and c.raddr.ip == ip for c in process.net_connections("tcp")):
+                    return process
+            except psutil.NoSuchProcess:
+                continue
+    return None
+
+
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
+def test_a_worker_killed_mid_chunk_loses_nothing(
+    master_procs, sweep_redis, probe_queue, eight_nodes, pool
+):
+    """prefork: the pool's child dies, its parent gives the chunk back and it runs again
+    in the same sweep. solo: the whole worker dies, its message waits for the broker's
+    visibility timeout, the sweep's lock expires and the next sweep makes up for it."""
+    runner, nodes = eight_nodes
+    hung_ip = runner.nodes[2].ip  # its chunk waits the whole 2 s timeout on it
+    procs = master_procs(
+        beats=1, worker=False, interval=3.0, timeout=2.0,
+        MAC_SWEEP_CHUNK_SIZE="2", MAC_PROBE_QUEUE=probe_queue,
+    )  # fmt: skip
+    queues = f"celery,{probe_queue}"
+    workers = [master_procs.start_worker(name=f"w{i}", pool=pool, queues=queues) for i in (1, 2)]
+    with Dashboard() as dashboard:
+        handles = [psutil.Process(worker.pid) for worker in workers]
+        try:
+            victim = wait_for(lambda: _prober_of(handles, hung_ip), timeout=60, interval=0.02)
+        except AssertionError:
+            pytest.fail("no chunk probed the hanging node:\n" + procs.logs())
+        victim.send_signal(signal.SIGKILL)
+        try:
+            wait_for(lambda: finished_sweep(sweep_redis, 4), timeout=40, interval=0.1)
+            wait_for(lambda: set(dashboard.changed) >= {n.pk for n in nodes}, timeout=10)
+        except AssertionError:
+            pytest.fail("the sweep never completed after the kill:\n" + procs.logs())
+
+    expected = {
+        node.pk: NodeStatus.OFFLINE if index % 4 else NodeStatus.ONLINE
+        for index, node in enumerate(nodes)
+    }
+    assert dict(Node.objects.values_list("pk", "status")) == expected
+    events = list(NodeEvent.objects.values_list("node_id", flat=True))
+    assert sorted(events) == sorted(expected), "one event per node, none doubled"
+    first = sweep_history(sweep_redis)[-1]
+    if pool == "prefork":
+        # Given back at once and run again: the very sweep that lost it still finished.
+        assert (first["chunks"], first["changed"]) == (4, 8), first
+        logs = procs.logs()
+        assert "WorkerLostError" in logs or "signal 9" in logs, logs
+    else:
+        # That sweep never finished; the next one probed the lost chunk's nodes again.
+        assert first["chunks"] == 4 and first["changed"] < 8, first
