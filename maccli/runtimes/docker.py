@@ -94,7 +94,9 @@ class DockerRuntime(Runtime):
         profiles: list[str] | None = None,
     ) -> None:
         self.compose_dir = Path(compose_dir or default_compose_dir())
-        self.run = run
+        # run_command's 10 s default (what runtime selection hands over) would cut a
+        # `compose up` that creates containers short: those calls need the long timeout.
+        self.run = run_long if run is run_command else run
         self.remove_stale = remove_stale
         self.project = project
         # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).

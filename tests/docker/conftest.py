@@ -24,6 +24,8 @@ import pytest
 from testkit.docker_engine import NS_IP, DockerEngine, why_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
+# The session's Docker master closes /metrics with it; its Prometheus must send it.
+METRICS_TOKEN = f"docker-metrics-{os.getpid()}"
 
 
 @pytest.fixture(scope="session")
@@ -57,10 +59,12 @@ class Node:
     root: Path
     env: dict[str, str]
 
-    def mac(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def mac(
+        self, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
         return subprocess.run(
             self.engine.ns_command(sys.executable, "-m", "maccli.main", *args),
-            capture_output=True, text=True, env=self.env, timeout=timeout, check=False,
+            capture_output=True, text=True, env=env or self.env, timeout=timeout, check=False,
         )  # fmt: skip
 
     def sh(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -122,6 +126,9 @@ def node_env(engine: DockerEngine, tmp_path_factory) -> dict[str, str]:
 def docker_master(engine, images, node_env, tmp_path_factory) -> Node:
     """`mac start master` under Docker in the namespace; it stays up for the session."""
     master = Node(engine, tmp_path_factory.mktemp("docker-master"), dict(node_env))
+    # From the env file, as an operator sets it: `mac` hands it to Compose.
+    saved = master.mac("env", "set", f"MAC_METRICS_TOKEN={METRICS_TOKEN}")
+    assert saved.returncode == 0, saved.stderr
     done = master.mac("start", "master")
     assert done.returncode == 0, done.stdout + done.stderr
     try:
@@ -146,9 +153,10 @@ def node(engine, images, node_env, tmp_path) -> Iterator[Node]:
     engine.set_ip_forward(True)
 
 
-def _http(url: str, timeout: float = 3) -> int:
+def _http(url: str, timeout: float = 3, headers: dict[str, str] | None = None) -> int:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        request = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -52,6 +52,21 @@ def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(doc
         timeout=60,
     )
     assert status.returncode == 0
+    # The table says it as `docker ps` does, not only --json.
+    table = node.mac("status")
+    rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.strip()}
+    for name in STARTED:
+        assert "Up (healthy)" in rows[name], table.stdout
+    # sys-exporter is node_exporter itself, reading the node's /proc and /sys, with MAC's
+    # textfile facts; its container stays healthy.
+    metrics = node.sh("curl", "-fsS", f"http://{NS_IP}:29101/metrics").stdout
+    for family in ("node_cpu_seconds_total", "node_memory_MemTotal_bytes", "node_load1"):
+        assert f"\n{family}" in metrics, family
+    assert 'mac_exporter_build_info{service="sys-exporter"' in metrics
+    assert "node_textfile_scrape_error 0" in metrics
+    # The container's first process became node_exporter (mac-exporter execs it).
+    program = node.engine.docker("exec", "mac-sys-exporter", "readlink", "/proc/1/exe")
+    assert program.stdout.strip() == "/usr/bin/prometheus-node-exporter", program
     registered = node.engine.docker("logs", "mac-api-server")
     log = registered.stdout + registered.stderr
     assert "/api/v1/register" in log

@@ -85,9 +85,14 @@ def test_forwarding_off_takes_the_node_offline_with_the_ip_forward_diagnosis(
     )
     assert "ip_forward" in json.dumps(offline)
     # The master's Prometheus keeps scraping nic-exporter; sys-exporter has dropped out.
+    # (A target's health stays "unknown" until its first scrape, up to a scrape interval.)
     jobs = wait_for(
-        "sys-exporter out of Prometheus's targets",
-        lambda: "sys-exporter" not in (j := _prometheus_jobs()) and j,
+        "sys-exporter out of Prometheus's targets, nic-exporter scraped",
+        lambda: (
+            "sys-exporter" not in (j := _prometheus_jobs())
+            and j.get("nic-exporter") != "unknown"
+            and j
+        ),
         timeout=60,
     )
     assert jobs.get("nic-exporter") == "up", jobs

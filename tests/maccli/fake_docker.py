@@ -104,6 +104,8 @@ def _inspect(row: dict) -> dict:
         "com.docker.compose.service": row["service"],
     }
     state = {"Status": "running", "Pid": 4242, "StartedAt": "2026-01-01T00:00:00.000000000Z"}
+    if row.get("health"):
+        state["Health"] = {"Status": row["health"]}
     return {"Name": f"/{row['name']}", "Config": {"Labels": labels}, "State": state}
 
 

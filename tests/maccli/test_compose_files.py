@@ -84,8 +84,15 @@ def test_master_compose_has_api_worker_beat_prometheus_with_named_volumes():
         assert services[name]["environment"]["MAC_SD_DIR"] == "/var/lib/mac-targets"
     api = " ".join(services["api-server"]["command"])
     steps = ("prepare_master", "migrate", "collectstatic", "createadmin")
-    for step in (*steps, "uvicorn_worker.UvicornWorker"):
+    for step in steps:
         assert step in api
+    # MAC's one gunicorn configuration, as under the process runtime (no X-Forwarded-For
+    # rewriting, bounded slow clients), with only the address and workers added.
+    assert (
+        "exec gunicorn macweb.asgi:application -c python:macweb.gunicorn_conf "
+        "--bind 0.0.0.0:28080 --workers $${MAC_API_WORKERS:-2} --access-logfile -"
+    ) in api
+    assert "-k " not in api and "UvicornWorker" not in api
     assert "exec celery -A macweb worker" in services["worker"]["command"][-1]
     assert "exec celery -A macweb beat" in services["beat"]["command"][-1]
 
@@ -104,3 +111,22 @@ def test_the_image_has_every_debian_package_the_guide_runs_in_containers():
     assert {"ethtool", "rocm-smi", "prometheus-node-exporter", "prometheus", "redis-server"} <= (
         packages
     )
+
+
+def test_master_prometheus_loads_the_rules_and_reads_the_token_the_api_server_writes():
+    compose = _load("docker-compose.master.yml")
+    services = compose["services"]
+    config = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())
+    assert config["rule_files"] == ["/etc/prometheus/rules/alerts.yml"]
+    # The rules come with the code, linked into the image where the config looks.
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert "ln -sfn /opt/mac/healthcheck/prometheus /etc/prometheus/rules" in dockerfile
+    master_job = next(j for j in config["scrape_configs"] if j["job_name"] == "mac-master")
+    token_file = master_job["authorization"]["credentials_file"]
+    assert token_file == "/etc/prometheus/auth/metrics_token"
+    assert "mac-prometheus-auth:/etc/prometheus/auth:ro" in services["prometheus"]["volumes"]
+    assert "mac-prometheus-auth:/etc/prometheus/auth" in services["api-server"]["volumes"]
+    assert "mac-prometheus-auth" in compose["volumes"]
+    api = " ".join(services["api-server"]["command"])
+    assert f"prometheus_config --metrics-token-file {token_file} &&" in api
+    assert services["api-server"]["environment"]["MAC_METRICS_TOKEN"] == "${MAC_METRICS_TOKEN:-}"

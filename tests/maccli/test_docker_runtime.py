@@ -178,3 +178,28 @@ def test_it_names_the_package_to_install_when_no_compose_exists(docker, monkeypa
         DockerRuntime().start("agent", [])
     assert "Docker Compose is missing" in caught.value.message
     assert caught.value.commands[0] == "sudo apt-get install docker-compose"
+
+
+def test_status_shows_each_containers_state_as_docker_ps_does(mac_env, docker):
+    rows = [
+        {"id": "c1", "name": "mac-sys-exporter", "project": "mac", "service": "sys-exporter",
+         "health": "healthy"},
+        {"id": "c2", "name": "mac-bmc-agent", "project": "mac", "service": "bmc-agent",
+         "health": "starting"},
+        {"id": "c3", "name": "mac-sys-manager", "project": "mac", "service": "sys-manager",
+         "health": "unhealthy"},
+    ]  # fmt: skip
+    (docker / "containers.json").write_text(json.dumps(rows))
+    mac_env.env["MAC_RUNTIME"] = "docker"
+    shown = mac_env.run("status")
+    states = {
+        line.split()[0]: " ".join(line.split()[1:4])
+        for line in shown.stdout.splitlines()
+        if line.split() and line.split()[0] in {"sys-exporter", "bmc-agent", "sys-manager"}
+    }
+    assert states["sys-exporter"].startswith("Up (healthy)"), shown.stdout
+    assert states["bmc-agent"].startswith("Up (health: starting)"), shown.stdout
+    assert states["sys-manager"].startswith("Up (unhealthy)"), shown.stdout
+    nic = next(line for line in shown.stdout.splitlines() if line.startswith("nic-exporter "))
+    assert nic.split()[1] == "stopped"  # no container: the runtime's own word
+    assert shown.returncode == 1  # nothing answers on the liveness URLs here

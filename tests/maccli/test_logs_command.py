@@ -1,6 +1,6 @@
 """`mac logs <service>`: real services under the process runtime, the stand-in docker otherwise.
 
-Under the process runtime the agent's sys-exporter and the master's api-server (its real
+Under the process runtime an agent's sw-exporter and the master's api-server (its real
 command line from maccli/master.py) run as `mac` runs them, so what `mac logs` prints
 is what those processes wrote: the api-server's access log shows an agent's
 registration, as the troubleshooting guide's `docker logs mac-api-server | grep` does.
@@ -27,8 +27,9 @@ def _agent_env(mac_env, address: str = "127.0.0.1") -> None:
     mac_env.env.update(
         {
             "MAC_BIND": address,
-            "MAC_AGENT_SERVICES": "sys-exporter",
-            "MAC_SYS_EXPORTER_PORT": str(free_port(address)),
+            # A Python exporter (sys-exporter is node_exporter, with a prestart of its own).
+            "MAC_AGENT_SERVICES": "sw-exporter",
+            "MAC_SW_EXPORTER_PORT": str(free_port(address)),
             "MAC_START_TIMEOUT": "30",
             "MAC_STOP_GRACE": "5",
         }
@@ -79,13 +80,13 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
         started = mac_env.run("start", "agent")
         assert started.returncode == 0, started.stdout + started.stderr
 
-        shown = mac_env.run("logs", "sys-exporter")
+        shown = mac_env.run("logs", "sw-exporter")
         assert shown.returncode == 0, shown.stderr
-        log = mac_env.state_dir / "agent" / "logs" / "sys-exporter.log"
+        log = mac_env.state_dir / "agent" / "logs" / "sw-exporter.log"
         assert shown.stdout == log.read_text()
-        assert "-m exporters sys-exporter --port" in shown.stdout  # the runtime's start line
+        assert "-m exporters sw-exporter --port" in shown.stdout  # the runtime's start line
 
-        last = mac_env.run("logs", "sys-exporter", "-n", "1")
+        last = mac_env.run("logs", "sw-exporter", "-n", "1")
         assert last.returncode == 0
         assert last.stdout == log.read_text().splitlines(keepends=True)[-1]
 
@@ -103,10 +104,10 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
 
 def test_follow_prints_new_lines_until_ctrl_c(mac_env):
     _agent_env(mac_env)
-    first = mac_env.run("restart", "agent")  # starts sys-exporter, no master needed
+    first = mac_env.run("restart", "agent")  # starts sw-exporter, no master needed
     assert first.returncode == 0, first.stdout + first.stderr
     follower = subprocess.Popen(
-        [sys.executable, "-m", "maccli.main", "logs", "sys-exporter", "-n", "0", "-f"],
+        [sys.executable, "-m", "maccli.main", "logs", "sw-exporter", "-n", "0", "-f"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=mac_env.env,
@@ -118,7 +119,7 @@ def test_follow_prints_new_lines_until_ctrl_c(mac_env):
         time.sleep(1)
         follower.send_signal(signal.SIGINT)
         out, err = follower.communicate(timeout=10)
-        log = (mac_env.state_dir / "agent" / "logs" / "sys-exporter.log").read_text()
+        log = (mac_env.state_dir / "agent" / "logs" / "sw-exporter.log").read_text()
     finally:
         if follower.poll() is None:
             follower.kill()
@@ -128,7 +129,7 @@ def test_follow_prints_new_lines_until_ctrl_c(mac_env):
     # Only what the restart appended (-n 0): the old service's last words, the new start.
     starts = [line for line in out.decode().splitlines() if line.startswith("==> ")]
     assert log.count("\n==> ") == 2 and len(starts) == 1, out.decode()
-    assert "-m exporters sys-exporter" in starts[0]
+    assert "-m exporters sw-exporter" in starts[0]
     assert log.endswith(out.decode())
 
 
@@ -146,6 +147,12 @@ def test_unknown_service_never_ran_and_a_closed_pipe(mac_env):
     assert never.returncode == 1
     assert "bmc-agent has not run under the process runtime here" in never.stderr
     assert "mac start agent" in never.stderr
+
+    # Under the process runtime the master's Redis is the host's: where its log is.
+    redis = mac_env.run("logs", "redis")
+    assert redis.returncode == 1
+    assert "redis is not run by mac under the process runtime" in redis.stderr
+    assert "journalctl -u redis-server" in redis.stderr
 
     bad = mac_env.run("logs", "worker", "-n", "-3")
     assert bad.returncode == 2 and "not a number of lines" in bad.stderr
@@ -184,6 +191,8 @@ def docker(mac_env, tmp_path):
     rows = [
         {"id": "c1", "name": "mac-sys-exporter", "project": "mac", "service": "sys-exporter"},
         {"id": "c2", "name": "mac-api-server", "project": "mac", "service": "api-server"},
+        {"id": "c3", "name": "mac-redis", "project": "mac", "service": "redis"},
+        {"id": "c4", "name": "mac-prometheus", "project": "mac", "service": "prometheus"},
     ]
     (state / "containers.json").write_text(json.dumps(rows))
     mac_env.env.update(
@@ -205,8 +214,20 @@ def test_docker_logs_pass_through_with_tail_and_follow(mac_env, docker):
     api = mac_env.run("logs", "api-server")
     assert api.returncode == 0
     assert api.stdout.splitlines()[0] == "mac-api-server stdout line 1"
+    # The Docker master's own Redis and Prometheus, by service or container name.
+    redis = mac_env.run("logs", "redis", "-n", "1")
+    assert redis.returncode == 0, redis.stderr
+    assert redis.stdout == "mac-redis stdout line 3\n"
+    prometheus = mac_env.run("logs", "mac-prometheus")
+    assert prometheus.returncode == 0, prometheus.stderr
+    assert prometheus.stdout.splitlines()[0] == "mac-prometheus stdout line 1"
     calls = (docker / "calls.log").read_text().splitlines()
-    assert calls == ["logs --tail 2 -f mac-sys-exporter", "logs mac-api-server"]
+    assert calls == [
+        "logs --tail 2 -f mac-sys-exporter",
+        "logs mac-api-server",
+        "logs --tail 1 mac-redis",
+        "logs mac-prometheus",
+    ]
 
     missing = mac_env.run("logs", "bmc-agent")
     assert missing.returncode == 1

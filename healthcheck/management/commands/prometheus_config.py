@@ -3,6 +3,10 @@
 `--shard K --of N` writes the config of one of N Prometheus servers that share the
 fleet through the master's http_sd endpoint (healthcheck.httpsd); run it once per
 server, K = 0..N-1.
+
+`--metrics-token-file FILE` writes only MAC_METRICS_TOKEN (empty while unset) into FILE:
+the Compose master's api-server runs it at every start, into the volume whose file the
+static docker/prometheus/prometheus.yml names.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from healthcheck.promconfig import (
     DOCKER_SD_DIR,
     LOCAL_MASTER,
     HttpSd,
+    docker_prometheus_yaml,
     render_prometheus_yaml,
 )
 from healthcheck.targets import ensure_target_files
@@ -31,7 +36,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--out", required=True, help="file to write (e.g. var/prometheus.yml)")
+        parser.add_argument("--out", help="file to write (e.g. var/prometheus.yml); required")
         parser.add_argument("--sd-dir", help="directory of the targets files (default: MAC_SD_DIR)")
         parser.add_argument(
             "--master",
@@ -49,12 +54,23 @@ class Command(BaseCommand):
             action="store_true",
             help=f"the Compose flavour: targets in {DOCKER_SD_DIR}, master at {DOCKER_MASTER}",
         )
+        parser.add_argument(
+            "--metrics-token-file",
+            help="write only MAC_METRICS_TOKEN (empty when unset) to this file, mode 0600",
+        )
 
     def handle(self, *args, **options):
+        if options["metrics_token_file"]:
+            token_file = Path(options["metrics_token_file"])
+            self._write_secret(token_file, settings.METRICS_TOKEN)
+            state = "the token" if settings.METRICS_TOKEN else "nothing (MAC_METRICS_TOKEN unset)"
+            self.stdout.write(f"Wrote {state} to {token_file}.")
+            return
+        if not options["out"]:
+            raise CommandError("--out FILE is required (or --metrics-token-file FILE).")
         out = Path(options["out"])
         if options["docker"]:
-            text = render_prometheus_yaml(DOCKER_SD_DIR, [DOCKER_MASTER], out=str(out), docker=True)
-            self._write(out, text)
+            self._write(out, docker_prometheus_yaml(str(out)))
             return
         sd_dir = Path(options["sd_dir"] or settings.SD_DIR)
         masters = [item.strip() for item in options["master"].split(",") if item.strip()]

@@ -1,0 +1,74 @@
+"""mac-prometheus on the real engine: MAC's alert rules loaded, the master scraped with
+MAC_METRICS_TOKEN when it is set (in the master's env file, as `mac env set` writes it),
+and without it when it is not."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+import yaml
+
+from healthcheck.promconfig import ALERT_RULES
+from testkit.docker_engine import NS_IP
+from tests.docker.conftest import METRICS_TOKEN, http_status, wait_for
+
+# netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
+pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
+PROMETHEUS = f"http://{NS_IP}:29090"
+
+
+def _api(path: str) -> dict:
+    try:
+        with urllib.request.urlopen(f"{PROMETHEUS}{path}", timeout=5) as response:
+            return json.loads(response.read())["data"]
+    except OSError:
+        return {}
+
+
+def _master_target() -> dict:
+    """The mac-master job's target once a scrape succeeded (the first one may come
+    before the recreated api-server answers; the next is a scrape interval later)."""
+    for target in _api("/api/v1/targets").get("activeTargets", []):
+        if target["labels"].get("job") == "mac-master" and target["health"] == "up":
+            return target
+    return {}
+
+
+def test_prometheus_loads_macs_alert_rules(docker_master):
+    shipped = {
+        rule["alert"]
+        for group in yaml.safe_load(ALERT_RULES.read_text())["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    groups = wait_for("the rules in /api/v1/rules", lambda: _api("/api/v1/rules").get("groups"))
+    loaded = {rule["name"] for group in groups for rule in group["rules"]}
+    assert shipped and shipped <= loaded, loaded
+    assert {group["file"] for group in groups} == {"/etc/prometheus/rules/alerts.yml"}
+
+
+def test_prometheus_sends_the_metrics_token_and_scrapes_without_one_when_unset(docker_master):
+    metrics = f"http://{NS_IP}:28080/metrics"
+    assert http_status(metrics) == 401
+    assert http_status(metrics, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
+    wait_for("Prometheus scraping the master with the token", _master_target, timeout=60)
+
+    # Unset (the environment wins over the env file): the api-server empties the token
+    # file, /metrics is open and Prometheus's (empty) bearer is ignored.
+    open_master = {**docker_master.env, "MAC_METRICS_TOKEN": ""}
+    restarted = docker_master.mac("restart", "master", env=open_master)
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    wait_for("the open /metrics", lambda: http_status(metrics) == 200, timeout=120)
+    token = docker_master.engine.docker(
+        "exec", "mac-prometheus", "cat", "/etc/prometheus/auth/metrics_token"
+    )
+    assert token.returncode == 0 and token.stdout == "", token.stdout + token.stderr
+    wait_for("Prometheus scraping the open master", _master_target, timeout=60)
+
+    # And back: the session's master keeps its token for the tests after this one.
+    again = docker_master.mac("restart", "master")
+    assert again.returncode == 0, again.stdout + again.stderr
+    wait_for("/metrics closed again", lambda: http_status(metrics) == 401, timeout=120)
+    wait_for("Prometheus scraping with the token again", _master_target, timeout=60)
