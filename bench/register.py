@@ -322,42 +322,43 @@ def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple
 
 CHANGES = """\
 Where the time went (issue 13), found with `--profile` (py-spy, samples holding the GIL,
-both workers, under this bench's load). Before: 133 req/s and p99 7.2 s for new
-registrations, 386 req/s and p99 2.5 s for `/health` (same machine, the earlier bench:
-one source address, claimed addresses, the rate limit raised).
+both workers, whole bench) before and after each change; kept only what the profile and
+the bench showed. Baselines: 133 req/s and p99 7.2 s for new registrations before the
+first pass; 260 req/s, p99 3.6 s, 4.1 ms worker CPU after it (load ~7); at the start of
+this pass, under the profiler, 185 req/s, p99 5.1 s, 4.05 ms (load 5-7).
 
-- **ASGI worker setup, the largest cost.** Django gives every request a thread of its own
-  (a ThreadSensitiveContext): 1,000 clients made 1,000 threads per worker, each created,
-  started and joined. Thread and executor bookkeeping was about 30% of the workers'
-  samples, Django's own request handling 13%. The threads also fought over the 20
-  pooled connections: under the profiler the last requests waited past the pool's 5 s
-  timeout and got 503s. Now requests share MAC_API_THREADS (8) threads per worker and
-  the rest wait on the event loop (`macweb/asgi.py`); the URLconf is loaded at start,
-  not by the first request (7% of the first burst). `/health` ~3.8 -> ~1.1 ms CPU.
-- **Serializer cost.** A ModelSerializer builds its fields anew for every instance:
-  building them was ~14% of a registration, the response (node plus events) ~17% in
-  all. The agent endpoints now use serializers built once per process
-  (`node_detail_data`, same keys and values, a test compares them): ~5%. Validating the
-  request body is ~6%, left as it is.
-- **Queries per registration.** A new node: 7 round trips before (pool check, BEGIN,
-  SELECT ... FOR UPDATE by hostname, again by address, INSERT node, INSERT event,
-  COMMIT), 6 now: one locking SELECT finds both candidates, without the model's ORDER
-  BY; an address change no longer looks the holder up again. ORM compilation and the
-  round trips are ~25% of a registration.
-- **The per-request push.** Each registration sent its own message on commit, a Redis
-  round trip on the request's thread (~5%) and a frame to every open page. Changes
-  are now queued on commit and sent as one message per 200 ms window, each node's
-  latest summary (`inventory.live.queue_node_changes`); the sweep still sends its one
-  message at once.
-- **Rate-limit round trips.** One Redis transaction per request (issue 11), ~4% of a
-  registration; RedisCache's client object is now kept instead of rebuilt per call.
-- **Worker count.** 3 workers instead of 2: 267 vs 234 req/s for new registrations,
-  inside the noise of a shared machine (load 6-8 then); left at 2.
+- **ASGI worker setup.** First pass: Django gave every request a thread of its own
+  (1,000 threads per worker per burst, ~30% of the samples); requests now share
+  MAC_API_THREADS (8) threads per worker and the URLconf loads at start. This pass:
+  Django's handler still sent request_started and request_finished through a hop each
+  to asgiref's one shared thread and ran every request as two more tasks (~20% of the
+  samples: the event loop's share went from 47% to 20%). `macweb/asgi.py` now serves a
+  request with one hop: signals, middleware, view and close() in the same thread.
+- **Serializer cost.** First pass: response serializers built once per process
+  (`node_detail_data`). This pass: building the request serializer's fields (DRF
+  deep-copies them per instance) was ~11% of the samples; one serializer per request
+  thread validates the body (`validated_body`), ~2%. A refused body is checked again by
+  a new serializer, so the 400s are DRF's, message for message.
+- **Queries per registration.** A new node: 7 round trips at first, 6 after the first
+  pass (one locking SELECT for both candidates), 5 now: pool check, BEGIN, INSERT node
+  ... ON CONFLICT DO NOTHING, INSERT event, COMMIT. A registration without a node key
+  inserts first and looks up (and locks) only when the hostname or address is taken;
+  the lookup and its ORM compilation were ~12% of the samples. New registrations
+  3.8 -> 2.4 ms worker CPU under the profiler. A re-registration (with its key) keeps
+  the lookup, an UPDATE, its event and the query for its 20 latest events: ~4.5 ms.
+- **The per-request push.** Coalesced in the first pass: one message per 200 ms
+  window, on commit (`inventory.live.queue_node_changes`); now ~0.5% of the samples.
+- **Rate-limit round trips.** One Redis transaction per request (issue 11), ~4%.
+- **Left as they are.** psycopg's check of each pooled connection (~1% of the samples
+  and a round trip; Django passes the check to the pool itself, and the outage
+  recovery relies on it); DRF's renderer and content negotiation (~3%) and the
+  middleware the agent endpoints do not use (~3%): small, and a plain JsonResponse
+  would change headers. Worker count: 3 workers gave no clear gain in the first pass.
+  synchronous_commit stays on (durability).
 
-Left: the target (p99 under 2 s) is not reached here: with client and server on 2
-shared CPUs a registration costs ~3.8 ms of worker CPU plus PostgreSQL's and Redis',
-so 1,000 take ~4 s of both CPUs. What remains is spread thin: uvicorn and Django's
-request plumbing, DRF's validation, ORM compilation, psycopg."""
+Left: new registrations reach p99 ~2.0-2.5 s at 1,000 at once, not yet under 2 s,
+with the client (~1,000 aiohttp sessions) on the same 2 shared CPUs; re-registrations
+~4.4 s."""
 
 
 def start_profile(pid: int, out: Path) -> subprocess.Popen:

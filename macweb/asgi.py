@@ -5,8 +5,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import django
 from asgiref.sync import sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.db import close_old_connections
+from django.http import FileResponse
+from django.urls import set_script_prefix
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
 django.setup(set_prefix=False)
@@ -16,20 +20,27 @@ from django.urls import get_resolver  # noqa: E402
 
 
 class SyncMiddlewareASGIHandler(ASGIHandler):
-    """Django's ASGI handler with the middleware chain run in sync mode, on a few threads.
+    """Django's ASGI handler, serving each request with one hop to one of a few threads.
 
     Every middleware here can run either way, and in async mode Django moves each one's
     sync hooks to the request's thread and back: about fifteen thread hops per request.
-    In sync mode the chain and a sync view run in one thread after one hop; an async
-    view (the dashboard's charts) is awaited from it on the event loop, holding only
-    that thread.
+    Here the chain runs in sync mode: the request_started signal, the middleware and a
+    sync view, and for a response already in memory its close() (request_finished,
+    which returns the thread's database connection to the pool), all in one thread
+    after one hop; an async view (the dashboard's charts) is awaited from it on the
+    event loop, holding only that thread. Django's own handler sent each of those two
+    signals through a hop of its own to asgiref's one shared thread, and ran each
+    request as two more tasks (the request, and a listener for the client going
+    away, which cannot stop a sync view anyway): together a fifth of a worker's CPU
+    at 1,000 registrations (docs/benchmarks.md). A streamed response (static files)
+    is sent and closed as Django does.
 
     Django also gives every request a thread of its own (a ThreadSensitiveContext):
     a burst of 1,000 agents made 1,000 threads per worker, each started and joined,
-    about a third of the worker's CPU (docs/benchmarks.md), all contending for the
-    GIL and for MAC_DB_POOL_SIZE connections, so that the last of them waited past the
-    pool's timeout and got 503s. Here requests share MAC_API_THREADS threads per
-    worker: the rest wait on the event loop, cheaply, and never for a connection.
+    about a third of the worker's CPU, all contending for the GIL and for
+    MAC_DB_POOL_SIZE connections, so that the last of them waited past the pool's
+    timeout and got 503s. Here requests share MAC_API_THREADS threads per worker: the
+    rest wait on the event loop, cheaply, and never for a connection.
     """
 
     def __init__(self) -> None:
@@ -46,19 +57,38 @@ class SyncMiddlewareASGIHandler(ASGIHandler):
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
         await self.handle(scope, receive, send)
 
-    async def get_response_async(self, request):
-        serve = sync_to_async(self._serve, thread_sensitive=False, executor=self.executor)
-        return await serve(request)
+    def _in_thread(self, func):
+        return sync_to_async(func, thread_sensitive=False, executor=self.executor)
 
-    def _serve(self, request):
-        # What request_started and request_finished do for a request's own thread: those
-        # signals now run in another one, so this thread returns its database connection
-        # (to the pool) itself, and drops a broken one, as Django would.
-        close_old_connections()
+    async def handle(self, scope, receive, send):
         try:
-            return self.get_response(request)
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        response = await self._in_thread(self._serve)(scope, body_file)
+        try:
+            await self.send_response(response, send)
         finally:
+            if response.streaming:
+                await self._in_thread(response.close)()
+            body_file.close()
+
+    def _serve(self, scope, body_file):
+        set_script_prefix(get_script_prefix(scope))
+        # request_started runs close_old_connections, as for a request's own thread.
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.get_response(request)
+        response._handler_class = self.__class__
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        if response.streaming:
+            # Closed once streamed, from another thread: return this one's connection now.
             close_old_connections()
+        else:
+            response.close()  # request_finished, here, in the thread that used the database
+        return response
 
 
 django_asgi_app = SyncMiddlewareASGIHandler()

@@ -48,6 +48,7 @@ from inventory.api.serializers import (
     RegistrationResponseSerializer,
     RegistrationSerializer,
     node_detail_data,
+    validated_body,
 )
 from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
 from inventory.models import Node
@@ -179,9 +180,7 @@ class RegisterView(AgentAPIView):
         ],
     )
     def post(self, request):
-        serializer = RegistrationSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
+        data = validated_body(RegistrationSerializer, request.data)
         claimed = data.pop("ip", None)
         vouched = request.auth is VALID_JOIN_TOKEN
         address = claimed if claimed is not None and vouched else source_address(request.META)
@@ -233,9 +232,7 @@ class DeregisterView(AgentAPIView):
         },
     )
     def post(self, request):
-        serializer = DeregistrationSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        hostname = serializer.validated_data["hostname"]
+        hostname = validated_body(DeregistrationSerializer, request.data)["hostname"]
         if self.node_key() is None:
             # Refused before the lookup: without a key, whether the name exists is not told.
             return _error(

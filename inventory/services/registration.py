@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, OperationalError, connections, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -161,6 +161,14 @@ def _locked(**lookup) -> Node | None:
 def _register_once(
     reg: Registration, source: str, node_key: str | None, actor: str
 ) -> RegistrationResult:
+    if node_key is None:
+        # No key: most likely a node's first registration (a known node sends the key it
+        # was given). Inserting first, unless the hostname or address is taken, saves the
+        # lookup's round trip; when one is taken the insert does nothing and the rules
+        # below decide, in the same transaction.
+        result = _create_unless_taken(reg, actor)
+        if result is not None:
+            return result
     # One query finds (and locks) both candidates: the node with this hostname and the
     # one holding this address, the same row, two rows or none. A lookup by hostname,
     # then by address, took two round trips for every new node.
@@ -179,7 +187,7 @@ def _register_once(
     return _create(reg, actor)
 
 
-def _create(reg: Registration, actor: str) -> RegistrationResult:
+def _new_node(reg: Registration) -> tuple[Node, str]:
     key, key_hash = new_node_key()
     now = timezone.now()
     node = Node(
@@ -190,7 +198,52 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
         node_key_hash=key_hash,
         **reg.reported(),
     )
+    return node, key
+
+
+def _insert_unless_taken(node: Node) -> bool:
+    """INSERT `node` unless a row holds its hostname or ip; True (and node.pk set) if it went in.
+
+    ON CONFLICT DO NOTHING, where a plain INSERT would fail: a conflict is no error, so
+    the transaction carries on, and PostgreSQL logs nothing. Django's bulk_create can
+    ignore conflicts but then does not tell whether the row went in.
+    """
+    connection = connections[router.db_for_write(Node)]
+    quote = connection.ops.quote_name
+    meta = Node._meta
+    fields = [f for f in meta.concrete_fields if not f.primary_key]
+    # Only the model's own (quoted) names are formatted in; every value is a parameter.
+    columns = ", ".join(quote(f.column) for f in fields)
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) "  # noqa: S608
+        f"VALUES ({', '.join(['%s'] * len(fields))}) "
+        f"ON CONFLICT DO NOTHING RETURNING {quote(meta.pk.column)}"
+    )
+    params = [f.get_db_prep_save(f.pre_save(node, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    node.pk = row[0]
+    node._state.adding, node._state.db = False, connection.alias
+    return True
+
+
+def _create_unless_taken(reg: Registration, actor: str) -> RegistrationResult | None:
+    node, key = _new_node(reg)
+    if not _insert_unless_taken(node):
+        return None
+    return _created(node, key, reg, actor)
+
+
+def _create(reg: Registration, actor: str) -> RegistrationResult:
+    node, key = _new_node(reg)
     node.save(force_insert=True)  # an IntegrityError here goes to register_node's retry
+    return _created(node, key, reg, actor)
+
+
+def _created(node: Node, key: str, reg: Registration, actor: str) -> RegistrationResult:
     # Ids are distinct positive integers, so the table never holds more rows than its
     # largest id, and every node whose id is past the cap was counted when it came: while
     # ids stay within the cap (a young inventory) counting, a query per new node, can be
