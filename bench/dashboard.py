@@ -31,8 +31,9 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.benchdb import bench_database  # noqa: E402
 from bench.report import median, percentile, update_section  # noqa: E402
-from bench.webfleet import OPERATOR, bench_database, make_operator, populate  # noqa: E402
+from bench.webfleet import OPERATOR, make_operator, populate  # noqa: E402
 from testkit import dashboard_servers as servers  # noqa: E402
 
 PAGE_RUNS = 15

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import random
@@ -41,7 +42,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+
+from bench.benchdb import bench_database, sweep_state_cleared
+from bench.report import update_section
 
 REPO = Path(__file__).resolve().parent.parent
 POLL = 0.01
@@ -219,12 +222,6 @@ def report(trials: list[Trial], args, fleet: int, wrong_off: int, sweeps: list, 
     return "\n".join(lines)
 
 
-def _database_urls() -> tuple[str, str, str]:
-    admin = os.environ.get("MAC_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    name = f"mac_bench_detection_{os.getpid()}"
-    return admin, urlunparse(urlparse(admin)._replace(path=f"/{name}")), name
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.detection", description=__doc__.split("\n")[0]
@@ -238,37 +235,27 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         raise SystemExit("bench.detection needs root: it cuts a host in a network namespace")
 
-    import psycopg
-
-    admin_url, bench_url, name = _database_urls()
     tmp = tempfile.mkdtemp(prefix="mac-bench-detection-")
     os.environ.update(
-        DATABASE_URL=bench_url,
         MAC_DATA_DIR=tmp,
         MAC_SD_DIR=str(Path(tmp) / "targets"),
         MAC_PROBE_TIMEOUT=str(args.timeout),
         MAC_PROBE_INTERVAL=str(args.interval),
-        DJANGO_SETTINGS_MODULE="macweb.settings",
     )
-    os.environ.pop("MAC_TEST_DB_NAME", None)
     os.environ.setdefault("MAC_REDIS_URL", "redis://127.0.0.1:6379/3")
     load = os.getloadavg()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     fleet: list[subprocess.Popen] = []
     agent: subprocess.Popen | None = None
     clock: Clock | None = None
+    # Dropped last: the database (then the sweep's Redis keys) outlive the processes.
+    stack = contextlib.ExitStack()
+    stack.enter_context(sweep_state_cleared())
+    stack.enter_context(bench_database("mac_bench_detection"))
     try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
         from bench.sweep import create_nodes, fleet_layout, start_fleet
         from inventory.models import Node
         from testkit.hostcut import cut_lab
 
-        call_command("migrate", verbosity=0)
         addresses, dead = fleet_layout(args.fleet)
         print(f"starting a simulated fleet of {args.fleet:,} nodes...", flush=True)
         fleet = start_fleet(args.fleet)
@@ -328,8 +315,6 @@ def main(argv: list[str] | None = None) -> int:
         body = report(trials, args, args.fleet, wrong_off, state["sweeps"], load)
         print(body)
         if not args.no_report:
-            from bench.report import update_section
-
             update_section("detection", "Detection: time from death to Offline", body)
     finally:
         if clock is not None:
@@ -338,16 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             child.terminate()
         for child in [*fleet, *([agent] if agent else [])]:
             child.wait(30)
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        import redis
-
-        client = redis.Redis.from_url(os.environ["MAC_REDIS_URL"])
-        for key in client.scan_iter(match="mac:sweep:*"):
-            client.delete(key)
+        stack.close()
     return 0
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.webfleet import OPERATOR, bench_database, make_operator, populate  # noqa: E402
+from bench.benchdb import bench_database  # noqa: E402
+from bench.webfleet import OPERATOR, make_operator, populate  # noqa: E402
 from testkit import dashboard_servers as servers  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"

@@ -39,9 +39,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import psutil
+
+from bench.benchdb import bench_database, sweep_state_cleared
+from bench.report import update_section
 
 REPO = Path(__file__).resolve().parent.parent
 CHUNK = 5000  # nodes per fleet process (two descriptors each, under a 20,000 limit)
@@ -317,13 +319,6 @@ def report(results: list[dict], check: dict | None, args, load: tuple[float, ...
     return "\n".join(lines)
 
 
-def _database_urls() -> tuple[str, str]:
-    admin = os.environ.get("MAC_BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
-    parsed = urlparse(admin)
-    name = f"mac_bench_sweep_{os.getpid()}"
-    return admin, urlunparse(parsed._replace(path=f"/{name}")), name
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.sweep", description=__doc__.split("\n")[0]
@@ -338,63 +333,38 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
-    import psycopg
-
-    admin_url, bench_url, name = _database_urls()
     tmp = tempfile.mkdtemp(prefix="mac-bench-sweep-")
     os.environ.update(
-        DATABASE_URL=bench_url,
         MAC_DATA_DIR=tmp,
         MAC_SD_DIR=str(Path(tmp) / "targets"),
         MAC_PROBE_TIMEOUT=str(args.timeout),
         MAC_PROBE_CONCURRENCY=str(args.concurrency),
-        DJANGO_SETTINGS_MODULE="macweb.settings",
     )
-    os.environ.pop("MAC_TEST_DB_NAME", None)
     os.environ.setdefault("MAC_REDIS_URL", "redis://127.0.0.1:6379/3")
     load = os.getloadavg()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     fleet: list[subprocess.Popen] = []
-    try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        addresses, dead = fleet_layout(max(sizes))
-        print(f"starting a simulated fleet of {max(sizes):,} nodes...", flush=True)
-        fleet = start_fleet(max(sizes))
-        results = []
-        for size in sizes:
-            print(f"sweeping {size:,} nodes...", flush=True)
-            results.append(bench_size(size, addresses, dead, args.runs, args))
-        check = None
-        if args.check_sweeps:
-            print(f"{args.check_sweeps} sweeps of 1,000 nodes for false offlines...", flush=True)
-            check = check_many(addresses, dead, args.check_sweeps)
-        body = report(results, check, args, load)
-        print(body)
-        if not args.no_report:
-            from bench.report import update_section
-
-            update_section("sweep", "Fleet sweep (healthcheck.sweep)", body)
-    finally:
-        for child in fleet:
-            child.terminate()
-        for child in fleet:
-            child.wait(30)
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        import redis
-
-        client = redis.Redis.from_url(os.environ["MAC_REDIS_URL"])
-        for key in client.scan_iter(match="mac:sweep:*"):
-            client.delete(key)
+    with bench_database("mac_bench_sweep"), sweep_state_cleared():
+        try:
+            addresses, dead = fleet_layout(max(sizes))
+            print(f"starting a simulated fleet of {max(sizes):,} nodes...", flush=True)
+            fleet = start_fleet(max(sizes))
+            results = []
+            for size in sizes:
+                print(f"sweeping {size:,} nodes...", flush=True)
+                results.append(bench_size(size, addresses, dead, args.runs, args))
+            check = None
+            if args.check_sweeps:
+                print(f"{args.check_sweeps} sweeps of 1,000 nodes: false offlines?", flush=True)
+                check = check_many(addresses, dead, args.check_sweeps)
+            body = report(results, check, args, load)
+            print(body)
+            if not args.no_report:
+                update_section("sweep", "Fleet sweep (healthcheck.sweep)", body)
+        finally:
+            for child in fleet:
+                child.terminate()
+            for child in fleet:
+                child.wait(30)
     return 0
 
 

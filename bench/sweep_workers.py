@@ -27,6 +27,7 @@ loopback 127.80.0.0 upwards for the fleet.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import subprocess
@@ -37,6 +38,8 @@ from pathlib import Path
 
 import psutil
 
+from bench.benchdb import bench_database, sweep_state_cleared
+from bench.report import update_section
 from bench.sweep import create_nodes, fleet_layout, measure, start_fleet
 
 REPO = Path(__file__).resolve().parent.parent
@@ -225,14 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-report", action="store_true", help="print, do not touch docs/")
     args = parser.parse_args(argv)
 
-    import psycopg
-
-    from bench.sweep import _database_urls
-
-    admin_url, bench_url, name = _database_urls()
     tmp = Path(tempfile.mkdtemp(prefix="mac-bench-workers-"))
     os.environ.update(
-        DATABASE_URL=bench_url,
         MAC_DATA_DIR=str(tmp),
         MAC_SD_DIR=str(tmp / "targets"),
         MAC_PROBE_TIMEOUT=str(args.timeout),
@@ -241,21 +238,16 @@ def main(argv: list[str] | None = None) -> int:
         MAC_SWEEP_CHUNK_SIZE=str(max(1, args.nodes // args.chunks)),
         MAC_PROBE_QUEUE=f"mac-bench-probe-{os.getpid()}",
         MAC_LOG_LEVEL="WARNING",
-        DJANGO_SETTINGS_MODULE="macweb.settings",
     )
-    os.environ.pop("MAC_TEST_DB_NAME", None)
     os.environ.setdefault("MAC_REDIS_URL", "redis://127.0.0.1:6379/2")
     load = os.getloadavg()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
     fleet: list[subprocess.Popen] = []
+    queue = os.environ["MAC_PROBE_QUEUE"]
+    # Dropped last: the database (then the sweep's and the queue's Redis keys).
+    stack = contextlib.ExitStack()
+    stack.enter_context(sweep_state_cleared(queue, f"_kombu.binding.{queue}"))
+    stack.enter_context(bench_database("mac_bench_workers"))
     try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
         addresses, dead = fleet_layout(args.nodes, FLEET_OCTET)
         print(f"starting a simulated fleet of {args.nodes:,} nodes...", flush=True)
         fleet = start_fleet(args.nodes, FLEET_OCTET)
@@ -267,27 +259,13 @@ def main(argv: list[str] | None = None) -> int:
         body = report(results, args, load)
         print(body)
         if not args.no_report:
-            from bench.report import update_section
-
             update_section("sweep_workers", "Sharded sweeps on 1, 2 and 4 workers", body)
     finally:
         for child in fleet:
             child.terminate()
         for child in fleet:
             child.wait(30)
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        import redis
-
-        client = redis.Redis.from_url(os.environ["MAC_REDIS_URL"])
-        for key in client.scan_iter(match="mac:sweep:*"):
-            client.delete(key)
-        client.delete(
-            os.environ["MAC_PROBE_QUEUE"], f"_kombu.binding.{os.environ['MAC_PROBE_QUEUE']}"
-        )
+        stack.close()
     return 0
 
 

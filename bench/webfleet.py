@@ -1,73 +1,18 @@
 """A throwaway PostgreSQL database holding a simulated fleet, for the dashboard's benchmark
 and screenshots.
 
-`bench_database()` creates a database of its own on the PostgreSQL server that
-DATABASE_URL names (or the local default), points Django at it, migrates it, and
-drops it on the way out, so nothing is left behind and the tests' databases are
-never touched. `populate()` fills it with a plausible fleet: NVIDIA, AMD and
-CPU-only nodes, a few offline for each diagnosis, some in maintenance.
+The database comes from bench.benchdb.bench_database(); `populate()` fills it with a
+plausible fleet: NVIDIA, AMD and CPU-only nodes, a few offline for each diagnosis,
+some in maintenance.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import os
 import random
-import secrets
-from collections.abc import Iterator
 from datetime import timedelta
 
-import dj_database_url
-
 FIRST_IP = ipaddress.IPv4Address("10.12.0.1")
-DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/postgres"
-
-
-@contextlib.contextmanager
-def bench_database(prefix: str = "mac_bench_web") -> Iterator[str]:
-    """Create, migrate and finally drop a database; yields its DATABASE_URL.
-
-    Must run before Django is set up: the URL goes into the environment first.
-    """
-    import psycopg
-
-    server = dj_database_url.parse(os.environ.get("DATABASE_URL") or DEFAULT_SERVER)
-    name = f"{prefix}_{os.getpid()}"
-    admin = {
-        "host": server["HOST"] or "127.0.0.1",
-        "port": server["PORT"] or 5432,
-        "user": server["USER"] or "postgres",
-        "password": server["PASSWORD"] or None,
-        "dbname": "postgres",
-        "autocommit": True,
-    }
-    with psycopg.connect(**admin) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    auth = admin["user"] + (f":{admin['password']}" if admin["password"] else "")
-    url = f"postgres://{auth}@{admin['host']}:{admin['port']}/{name}"
-    os.environ["DATABASE_URL"] = url
-    os.environ.pop("MAC_TEST_DB_NAME", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
-    # A throwaway key for a throwaway database, shared with the servers the benchmark
-    # starts through their environment (the settings never make one up).
-    os.environ.setdefault("MAC_SECRET_KEY", secrets.token_urlsafe(50))
-    try:
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("prepare_master", verbosity=0)
-        call_command("migrate", verbosity=0)
-        yield url
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        with psycopg.connect(**admin) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 OFFLINE_CASES = [
