@@ -53,6 +53,7 @@ class Burst:
     errors: list[str]
     wall_s: float
     server_cpu_s: float = float("nan")
+    client_cpu_s: float = float("nan")
 
     @property
     def rate(self) -> float:
@@ -64,12 +65,18 @@ class Burst:
         n = len(self.latencies_ms) + len(self.errors)
         return self.server_cpu_s * 1000 / n if n else float("nan")
 
+    @property
+    def client_share(self) -> float:
+        """The client's CPU time over the burst as a share of all CPU time spent on it."""
+        spent = self.client_cpu_s + self.server_cpu_s
+        return self.client_cpu_s / spent if spent else float("nan")
+
     def row(self, run: str) -> str:
         lat = self.latencies_ms
         return (
             f"| {run} | {self.name} | {len(lat) + len(self.errors)} | {len(self.errors)} | "
             f"{median(lat):.1f} | {percentile(lat, 99):.1f} | {self.rate:.0f} | "
-            f"{self.cpu_ms:.2f} |"
+            f"{self.cpu_ms:.2f} | {self.client_share:.0%} |"
         )
 
 
@@ -170,7 +177,117 @@ class ServerCPU:
         return seconds
 
 
-async def burst(
+def client_cpu() -> float:
+    """CPU seconds this (client) process has used so far, all threads."""
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+class _Exchange(asyncio.Protocol):
+    """One request on one fresh connection: send the bytes, read one response.
+
+    The response is complete when its headers and Content-Length bytes of body are in
+    (the point aiohttp's resp.read() returns), so latencies compare with aiohttp's.
+    """
+
+    def __init__(self, request: bytes, done: asyncio.Future) -> None:
+        self.request, self.done = request, done
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0 or self.done.done():
+            return
+        head = bytes(self.buffer[:head_end]).decode("latin-1").split("\r\n")
+        length = 0
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        body = bytes(self.buffer[head_end + 4 :])
+        if len(body) >= length:
+            self.done.set_result((int(head[0].split()[1]), body[:length]))
+            self.transport.close()
+
+    def connection_lost(self, exc) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc or ConnectionResetError("closed before a full response"))
+
+
+def raw_request(method: str, url: str, body: dict | None, headers: dict[str, str]) -> bytes:
+    """The HTTP/1.1 request aiohttp would send for the same call (Connection: close)."""
+    parts = urlsplit(url)
+    payload = json.dumps(body).encode() if body is not None else b""
+    lines = [f"{method} {parts.path} HTTP/1.1", f"Host: {parts.netloc}"]
+    lines += ["Accept: */*", "Accept-Encoding: gzip, deflate", "User-Agent: bench.register"]
+    lines += ["Connection: close"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    if body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
+
+async def raw_burst(
+    name: str,
+    requests: list[Request],
+    ok: set[int],
+    keys: dict[str, str] | None = None,
+    cpu: ServerCPU | None = None,
+) -> Burst:
+    """aiohttp_burst(), with plain asyncio connections instead of 1,000 aiohttp sessions.
+
+    The same requests (bytes prepared before the start, as aiohttp prepares its
+    sessions), one new connection each from its own source address, timed from the
+    connect to the whole response.
+    """
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors: list[str] = []
+    start_gate = asyncio.Event()
+    prepared = [(raw_request(m, u, b, h), b, s) for m, u, b, h, s in requests]
+    host, port = urlsplit(requests[0][1]).hostname, urlsplit(requests[0][1]).port
+
+    async def one(request: bytes, body: dict | None, source: str) -> None:
+        await start_gate.wait()
+        began = time.perf_counter()
+        done = loop.create_future()
+        try:
+            await loop.create_connection(
+                lambda: _Exchange(request, done), host, port, local_addr=(source, 0)
+            )
+            status, raw = await asyncio.wait_for(done, 120)
+        except (OSError, TimeoutError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            return
+        if status in ok:
+            latencies.append((time.perf_counter() - began) * 1000)
+            if keys is not None and body is not None:
+                answer = json.loads(raw)
+                if "node_key" in answer:
+                    keys[answer["hostname"]] = answer["node_key"]
+        else:
+            errors.append(f"{status} {raw[:200].decode(errors='replace')}")
+
+    tasks = [asyncio.create_task(one(*req)) for req in prepared]
+    await asyncio.sleep(0.05)
+    cpu_before = cpu.total() if cpu else float("nan")
+    client_before = client_cpu()
+    began = time.perf_counter()
+    start_gate.set()
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - began
+    client_used = client_cpu() - client_before
+    cpu_used = cpu.total() - cpu_before if cpu else float("nan")
+    return Burst(name, latencies, errors, wall, cpu_used, client_used)
+
+
+async def aiohttp_burst(
     name: str,
     requests: list[Request],
     ok: set[int],
@@ -218,14 +335,16 @@ async def burst(
         ]
         await asyncio.sleep(0.05)
         cpu_before = cpu.total() if cpu else float("nan")
+        client_before = client_cpu()
         began = time.perf_counter()
         start_gate.set()
         await asyncio.gather(*tasks)
         wall = time.perf_counter() - began
+        client_used = client_cpu() - client_before
         cpu_used = cpu.total() - cpu_before if cpu else float("nan")
     finally:
         await asyncio.gather(*(session.close() for session in sessions))
-    return Burst(name, latencies, errors, wall, cpu_used)
+    return Burst(name, latencies, errors, wall, cpu_used, client_used)
 
 
 def registrations(
@@ -260,8 +379,9 @@ def count_rows(db_url: str) -> tuple[int, int, int]:
 
 
 async def measure(
-    base: str, agents: int, runs: int, cpu: ServerCPU
+    base: str, agents: int, runs: int, cpu: ServerCPU, client: str = "raw"
 ) -> tuple[list[tuple[str, Burst]], int]:
+    burst = CLIENTS[client]
     results: list[tuple[str, Burst]] = []
     first_keys: dict[str, str] = {}
     for run in range(1, runs + 1):
@@ -278,18 +398,28 @@ async def measure(
     return results, agents * runs
 
 
+CLIENTS = {"raw": raw_burst, "aiohttp": aiohttp_burst}
+CLIENT_WORDS = {
+    "raw": "plain asyncio connections sending prepared HTTP/1.1 requests",
+    "aiohttp": "aiohttp, one session per client",
+}
+
+
 def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple) -> str:
     lines = [
-        f"{args.agents} concurrent clients per burst (aiohttp, one connection each, each "
-        "from its own 127.x source address) against gunicorn with macweb.gunicorn_conf "
-        f"({args.workers} uvicorn workers) on loopback, PostgreSQL (fresh database), Redis "
-        "for the rate limit (default MAC_REGISTER_RATE, per address) and live pushes. "
+        f"{args.agents} concurrent clients per burst ({CLIENT_WORDS[args.client]}, one "
+        "connection each, each from its own 127.x source address) against gunicorn with "
+        f"macweb.gunicorn_conf ({args.workers} uvicorn workers) on loopback, PostgreSQL "
+        "(fresh database), Redis for the rate limit (default MAC_REGISTER_RATE, per "
+        "address) and live pushes. "
         "Registrations carry the join token; `GET /health` (one database and one Redis "
         "round trip) is the baseline, measured on the same server in the same run. "
-        "`server CPU ms` is the workers' CPU time over the burst per request.",
+        "`server CPU ms` is the workers' CPU time over the burst per request; `client "
+        "CPU` the bench client's share of all CPU time the client and the workers spent "
+        "on the burst.",
         "",
-        "| run | request | n | errors | median ms | p99 ms | req/s | server CPU ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | request | n | errors | median ms | p99 ms | req/s | server CPU ms | client CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [burst.row(run) for run, burst in results]
     by_name: dict[str, list[Burst]] = {}
@@ -301,9 +431,11 @@ def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple
         p99 = median([percentile(b.latencies_ms, 99) for b in bursts])
         rate = median([b.rate for b in bursts])
         cpu_ms = median([b.cpu_ms for b in bursts])
+        share = median([b.client_share for b in bursts])
         lines.append(
             f"- {name}: median of run medians {mid:.1f} ms, median p99 {p99:.1f} ms, "
-            f"median {rate:.0f} req/s, {cpu_ms:.2f} ms server CPU per request"
+            f"median {rate:.0f} req/s, {cpu_ms:.2f} ms server CPU per request, "
+            f"client {share:.0%} of the CPU"
         )
     errors = sum(len(b.errors) for _, b in results)
     total, hosts, ips = rows
@@ -356,9 +488,32 @@ this pass, under the profiler, 185 req/s, p99 5.1 s, 4.05 ms (load 5-7).
   would change headers. Worker count: 3 workers gave no clear gain in the first pass.
   synchronous_commit stays on (durability).
 
-Left: new registrations reach p99 ~2.0-2.5 s at 1,000 at once, not yet under 2 s,
-with the client (~1,000 aiohttp sessions) on the same 2 shared CPUs; re-registrations
-~4.4 s."""
+- **Third pass: compiled statements.** Compiling the ORM's queries was ~20% of a
+  re-registration's samples (lookup, UPDATE, event INSERT, the 20 latest events):
+  `inventory.services.statements` compiles each from its queryset once per process and
+  then only passes parameters (inserts and updates write what save() writes).
+  Re-registration 3.6-4.0 -> ~3.0 ms worker CPU, p99 ~4 -> ~2.5 s.
+- **Third pass: fewer round trips.** On PostgreSQL a new node and its 'registered'
+  event go in as one statement (INSERT ... ON CONFLICT DO NOTHING inside a WITH, the
+  event inserted from its RETURNING): 4 round trips (pool check, BEGIN, the insert,
+  COMMIT); SQLite keeps two inserts. The rate limit is one Redis script (EVALSHA)
+  instead of a MULTI/EXEC of three commands (~4% of the samples before).
+- **Third pass: the client.** The bench client's CPU over each burst, against the
+  workers': with aiohttp (1,000 sessions) 14% for registrations and 22% for /health,
+  so part of p99 was the client's. The client is now plain asyncio connections sending
+  the same HTTP/1.1 request from the same 127.x addresses, timed the same way (connect
+  to the whole body): 8% and 12%. Like for like, for the registrations and the /health
+  baseline both; `--client aiohttp` runs the old one. Back to back before this pass's
+  server changes (load 1-3): new registrations p99 2.31 s with aiohttp, 2.08 s with
+  the plain client.
+- **Third pass: left.** The pool check, DRF's renderer (~1.6%) and the middleware
+  (~4%: whitenoise, axes, sessions, CSRF, auth run for agents too), for the reasons
+  above. MAC_API_THREADS 4 vs 8 and 3 workers vs 2: within the noise at load 4-7,
+  defaults kept.
+
+Re-registrations (lookup, UPDATE, event, 20 latest events: 6 round trips) stay the
+slowest at ~2.5 s p99; a lighter response body would need a change to the documented
+API (the schema, docs/api.md and `mac`), not made here."""
 
 
 def start_profile(pid: int, out: Path) -> subprocess.Popen:
@@ -376,6 +531,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--client",
+        choices=sorted(CLIENTS),
+        default="raw",
+        help="raw: plain asyncio connections (default); aiohttp: one session per client",
+    )
     parser.add_argument("--no-report", action="store_true", help="print, do not write the doc")
     parser.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the workers")
     args = parser.parse_args(argv)
@@ -398,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
             spy = start_profile(proc.pid, args.profile) if args.profile else None
             load_before = os.getloadavg()[0]
             results, expected = asyncio.run(
-                measure(base, args.agents, args.runs, ServerCPU(proc.pid))
+                measure(base, args.agents, args.runs, ServerCPU(proc.pid), args.client)
             )
             load_after = os.getloadavg()[0]
             if spy is not None:

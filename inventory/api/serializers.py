@@ -17,6 +17,7 @@ from rest_framework import serializers
 
 from inventory.choices import GpuVendor
 from inventory.models import Node, NodeEvent
+from inventory.services import statements
 from inventory.validators import MAX_HOSTNAME, UNSTORABLE, normalize_hostname, storable_text
 
 MAX_LABELS = 32
@@ -315,9 +316,15 @@ _NODE_FIELDS = _NodeFieldsSerializer()
 _EVENT_FIELDS = NodeEventSerializer()
 
 
+# node.events.all()[:RECENT_EVENTS], compiled once (inventory.services.statements).
+_RECENT_EVENTS = statements.PreparedSelect(
+    NodeEvent, lambda node: NodeEvent.objects.filter(node=node)[:RECENT_EVENTS], node=-1
+)
+
+
 def _events_data(node: Node, recent: list[NodeEvent] | None) -> list[dict]:
     if recent is None:
-        recent = node.events.all()[:RECENT_EVENTS]
+        recent = _RECENT_EVENTS.run(node=node.pk)
     return [_EVENT_FIELDS.to_representation(event) for event in recent]
 
 

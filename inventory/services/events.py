@@ -8,6 +8,7 @@ from django.db import transaction
 
 from inventory.live import queue_node_changes
 from inventory.models import Node, NodeEvent
+from inventory.services import statements
 
 
 def new_event(
@@ -27,7 +28,7 @@ def record_event(
     node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
 ) -> NodeEvent:
     event = new_event(node, kind, message, actor=actor, data=data)
-    event.save(force_insert=True)
+    statements.insert(event)  # event.save(force_insert=True), compiled once
     return event
 
 

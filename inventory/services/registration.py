@@ -19,14 +19,15 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, connections, router, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from inventory.choices import EventKind, GpuVendor
 from inventory.models import Node, NodeEvent
+from inventory.services import statements
 from inventory.services.changes import remove_node
-from inventory.services.events import push_on_commit, record_event
+from inventory.services.events import new_event, push_on_commit, record_event
 from inventory.services.keys import new_node_key, node_key_matches
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,17 @@ def _unreachable(exc: OperationalError) -> bool:
     return cause is not None and hasattr(cause, "sqlstate") and cause.sqlstate is None
 
 
+# Compiled once (inventory.services.statements); no sort needed.
+_CANDIDATES = statements.PreparedSelect(
+    Node,
+    lambda hostname, ip: (
+        Node.objects.select_for_update().filter(Q(hostname=hostname) | Q(ip=ip)).order_by()
+    ),
+    hostname="stand-in hostname",
+    ip="0.0.0.0",  # a stand-in compiled into the SQL, never used as an address
+)
+
+
 def _locked(**lookup) -> Node | None:
     return Node.objects.select_for_update().filter(**lookup).first()
 
@@ -172,10 +184,8 @@ def _register_once(
     # One query finds (and locks) both candidates: the node with this hostname and the
     # one holding this address, the same row, two rows or none. A lookup by hostname,
     # then by address, took two round trips for every new node.
-    lookup = Q(hostname=reg.hostname) | Q(ip=reg.ip)
-    found = Node.objects.select_for_update().filter(lookup).order_by()  # no sort needed
     by_name, holder = None, None
-    for node in found:
+    for node in _CANDIDATES.run(hostname=reg.hostname, ip=reg.ip):
         if node.hostname == reg.hostname:
             by_name = node
         else:
@@ -201,40 +211,13 @@ def _new_node(reg: Registration) -> tuple[Node, str]:
     return node, key
 
 
-def _insert_unless_taken(node: Node) -> bool:
-    """INSERT `node` unless a row holds its hostname or ip; True (and node.pk set) if it went in.
-
-    ON CONFLICT DO NOTHING, where a plain INSERT would fail: a conflict is no error, so
-    the transaction carries on, and PostgreSQL logs nothing. Django's bulk_create can
-    ignore conflicts but then does not tell whether the row went in.
-    """
-    connection = connections[router.db_for_write(Node)]
-    quote = connection.ops.quote_name
-    meta = Node._meta
-    fields = [f for f in meta.concrete_fields if not f.primary_key]
-    # Only the model's own (quoted) names are formatted in; every value is a parameter.
-    columns = ", ".join(quote(f.column) for f in fields)
-    sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns}) "  # noqa: S608
-        f"VALUES ({', '.join(['%s'] * len(fields))}) "
-        f"ON CONFLICT DO NOTHING RETURNING {quote(meta.pk.column)}"
-    )
-    params = [f.get_db_prep_save(f.pre_save(node, True), connection) for f in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
-        return False
-    node.pk = row[0]
-    node._state.adding, node._state.db = False, connection.alias
-    return True
-
-
 def _create_unless_taken(reg: Registration, actor: str) -> RegistrationResult | None:
     node, key = _new_node(reg)
-    if not _insert_unless_taken(node):
+    # The node and its 'registered' event in one statement where the database can.
+    event = new_event(node, EventKind.REGISTERED, _registered_message(reg), actor=actor)
+    if not statements.insert_with(node, event, "node", unless_taken=True):
         return None
-    return _created(node, key, reg, actor)
+    return _created(node, key, reg, actor, event)
 
 
 def _create(reg: Registration, actor: str) -> RegistrationResult:
@@ -243,7 +226,13 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
     return _created(node, key, reg, actor)
 
 
-def _created(node: Node, key: str, reg: Registration, actor: str) -> RegistrationResult:
+def _registered_message(reg: Registration) -> str:
+    return f"registered from {reg.ip}"
+
+
+def _created(
+    node: Node, key: str, reg: Registration, actor: str, event: NodeEvent | None = None
+) -> RegistrationResult:
     # Ids are distinct positive integers, so the table never holds more rows than its
     # largest id, and every node whose id is past the cap was counted when it came: while
     # ids stay within the cap (a young inventory) counting, a query per new node, can be
@@ -254,7 +243,8 @@ def _created(node: Node, key: str, reg: Registration, actor: str) -> Registratio
             f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
             "deregister unused nodes or raise the limit."
         )
-    event = record_event(node, EventKind.REGISTERED, f"registered from {reg.ip}", actor=actor)
+    if event is None:
+        event = record_event(node, EventKind.REGISTERED, _registered_message(reg), actor=actor)
     return RegistrationResult(node, True, key, [EventKind.REGISTERED], history=[event])
 
 
@@ -323,7 +313,7 @@ def _refresh(node: Node, reg: Registration, actor: str, events: list[str]) -> Re
     key = None
     if not node.node_key_hash:
         key, node.node_key_hash = new_node_key()
-    node.save()
+    statements.update(node)  # node.save(), with its UPDATE compiled once
     events.append(EventKind.REREGISTERED)
     message = f"re-registered from {reg.ip}" + ("; new node key issued" if key else "")
     record_event(node, EventKind.REREGISTERED, message, actor=actor)
