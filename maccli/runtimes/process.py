@@ -158,7 +158,10 @@ class ProcessRuntime(Runtime):
 
     def _run_prestart(self, role: str, spec: ServiceSpec, command: list[str]) -> None:
         log = self.log_file(role, spec.name)
-        words = command[3:] if command[1:3] == ["-m", "django"] else command
+        # What people recognise: `prepare_master`, not `python -m django prepare_master`.
+        words = command
+        if command[1:2] == ["-m"]:
+            words = command[3:] if command[2:3] == ["django"] else command[2:]
         with spinner(f"{spec.name}: {' '.join(words[:2])}"), log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()
