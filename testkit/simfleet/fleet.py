@@ -1,49 +1,12 @@
-"""A simulated fleet: N fake agents on distinct loopback addresses, for tests, benchmarks, demos.
-
-Each fake node owns one address 127.X.Y.Z and serves, on the contract's ports,
-the liveness URL of each service it runs (sys-exporter `:29101/metrics` with a
-small exposition made by prometheus_client, nic-exporter `:29500/metrics`, and
-any other service of contract.services). Every port of every node can be
-switched at run time to:
-
-- answer: 200 and a valid body;
-- refuse: nothing listens, the kernel answers RST (connection refused);
-- hang: the connection is accepted and the request read, no answer ever comes;
-- blackhole: SYNs are dropped, the client's connect times out. On loopback a
-  packet cannot really be lost, so the port gets a listener with a backlog of 0
-  whose single accept slot is taken by a connection nobody accepts; Linux drops
-  every further SYN to a full accept queue, which is exactly what a dead host or a
-  DROP firewall looks like from the client;
-- bad_body: 200 with HTML instead of an exposition;
-- http_500: an HTTP 500.
-
-The servers are a minimal HTTP/1.1 responder on asyncio transports rather than
-aiohttp.web: one answer per connection, a pre-rendered body, no per-request
-task. 10,000 nodes must cost little CPU next to the master's sweep they are
-measuring, on the same two cores.
-
-Use from Python with `FleetThread` (a background event loop with synchronous
-controls) or `SimFleet` inside a running loop; from the shell:
-
-    python -m testkit.simfleet --nodes 100 --base 127.20.0.0 \
-        [--register http://MASTER:28080 --token T] [--blackhole 0.1]
-
-Each node needs one file descriptor per served port: at 10,000 nodes with two
-services that is 20,000, so the soft RLIMIT_NOFILE is raised to the hard limit
-and a larger fleet is split across processes (different --base).
-"""
+"""The fleet itself: fake agents on loopback addresses, each port switchable at run time."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import hashlib
 import ipaddress
 import json
 import os
-import signal
 import socket
-import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +15,6 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from contract.liveness import loop_factory, raise_nofile_limit
-from contract.master_api import registration_body
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
 
 DEFAULT_BASE = "127.20.0.0"
@@ -354,160 +316,3 @@ class FleetThread:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def pick(count: int, fraction: float, offset: float = 0.0) -> set[int]:
-    """floor(count * fraction) node indexes spread evenly over the fleet."""
-    if fraction <= 0:
-        return set()
-    step = 1 / fraction
-    return {int(k * step + offset * step) % count for k in range(int(count * fraction))}
-
-
-async def register_fleet(
-    fleet: SimFleet, master: str, token: str = "", concurrency: int = 20
-) -> tuple[int, list[str]]:
-    """POST /api/v1/register for every node, from its own loopback address.
-
-    Each request leaves from the node's address, as a real agent's does, so the
-    master records that address and a re-run re-registers the same rows without
-    node keys. The join token is sent when given; 429 answers are retried after
-    their Retry-After.
-    """
-    import aiohttp
-
-    url = master.rstrip("/") + "/api/v1/register"
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    semaphore = asyncio.Semaphore(concurrency)
-    errors: list[str] = []
-    registered = 0
-
-    async def one(node: SimNode) -> None:
-        nonlocal registered
-        body = registration_body(
-            node.hostname,
-            node.ip,
-            node.exporters(),
-            agent_version="simfleet",
-            machine_id=hashlib.sha256(node.ip.encode()).hexdigest()[:32],
-            labels={"simulated": "true"},
-        )
-        async with (
-            semaphore,
-            aiohttp.ClientSession(
-                timeout=timeout, connector=aiohttp.TCPConnector(local_addr=(node.ip, 0))
-            ) as session,
-        ):
-            for _attempt in range(20):
-                async with session.post(url, json=body, headers=headers) as response:
-                    if response.status == 429:
-                        await asyncio.sleep(float(response.headers.get("Retry-After", "1")))
-                        continue
-                    if response.status in (200, 201):
-                        registered += 1
-                    else:
-                        errors.append(
-                            f"{node.hostname}: HTTP {response.status} {await response.text()}"
-                        )
-                    return
-            errors.append(f"{node.hostname}: still rate-limited after 20 tries")
-
-    timeout = aiohttp.ClientTimeout(total=30)
-    await asyncio.gather(*(one(node) for node in fleet.nodes))
-    return registered, errors
-
-
-async def _serve(args: argparse.Namespace) -> int:
-    fleet = SimFleet(
-        args.nodes, base=args.base, ips=args.ip or None, services=args.services.split(",")
-    )
-    needed = sum(len(node.ports) for node in fleet.nodes) + 100
-    limit = raise_nofile_limit()
-    if needed > limit:
-        print(
-            f"Error: {len(fleet.nodes)} nodes need about {needed} open files, "
-            f"the limit is {limit}. "
-            "Split the fleet across processes with different --base and fewer --nodes.",
-            file=sys.stderr,
-        )
-        return 2
-    await fleet.start()
-    count = len(fleet.nodes)
-    faults = [(Mode.BLACKHOLE, args.blackhole, 0.0), (Mode.HANG, args.hang, 1 / 3)]
-    faults.append((Mode.REFUSE, args.refuse, 2 / 3))
-    for mode, fraction, offset in faults:
-        for index in pick(count, fraction, offset):
-            if args.fault_service == "all":
-                await fleet.set_node_mode(index, mode)
-            else:
-                await fleet.set_mode(index, args.fault_service, mode)
-    first, last = fleet.nodes[0].ip, fleet.nodes[-1].ip
-    print(f"serving {count} simulated nodes on {first} .. {last} ({args.services})", flush=True)
-    if args.register:
-        done, errors = await register_fleet(fleet, args.register, args.token)
-        print(f"registered {done} of {count} nodes with {args.register}", flush=True)
-        for error in errors[:10]:
-            print(f"  {error}", file=sys.stderr)
-        if errors and not done:
-            print(
-                "Error: no node could register; check the master URL and --token (MAC_JOIN_TOKEN).",
-                file=sys.stderr,
-            )
-            await fleet.stop()
-            return 1
-    print("READY", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await fleet.stop()
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m testkit.simfleet",
-        description="Serve N fake MAC agents on loopback addresses (and optionally register them).",
-    )
-    parser.add_argument("--nodes", type=int, default=10, help="number of fake nodes")
-    parser.add_argument("--base", default=DEFAULT_BASE, help="addresses start after this one")
-    parser.add_argument("--ip", action="append", help="explicit address (repeatable)")
-    parser.add_argument(
-        "--services",
-        default=",".join(DEFAULT_SERVICES),
-        help="comma-separated services each node serves (names from contract.services)",
-    )
-    parser.add_argument("--blackhole", type=float, default=0.0, help="fraction black-holed")
-    parser.add_argument("--hang", type=float, default=0.0, help="fraction that hang")
-    parser.add_argument("--refuse", type=float, default=0.0, help="fraction of nodes refusing")
-    parser.add_argument(
-        "--fault-service",
-        default=SYS_EXPORTER.name,
-        help="the service whose port fails, or 'all' for every port of the node",
-    )
-    parser.add_argument(
-        "--register", metavar="URL", help="master to register with, e.g. http://m:28080"
-    )
-    parser.add_argument("--token", default="", help="the master's join token (MAC_JOIN_TOKEN)")
-    args = parser.parse_args(argv)
-    faulty = args.blackhole or args.hang or args.refuse
-    if faulty and args.fault_service not in ("all", *args.services.split(",")):
-        parser.error(f"--fault-service {args.fault_service!r} is not one of --services")
-    if args.nodes < 1 and not args.ip:
-        parser.error("--nodes must be at least 1")
-    try:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            return runner.run(_serve(args))
-    except ValueError as exc:
-        parser.error(str(exc))
-    except OSError as exc:
-        print(
-            f"Error: cannot listen: {exc}. Is another fleet using these addresses?", file=sys.stderr
-        )
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
