@@ -36,8 +36,8 @@ import psutil
 
 from bench.report import median, update_section
 from contract.services import SERVICES, SYS_EXPORTER
-from exporters.nodeconfig import NodeConfig
 from maccli.agent.specs import ROLE, runtime_and_specs
+from node.config import NodeConfig
 from testkit.ports import free_port
 
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"

@@ -41,8 +41,8 @@ import psutil
 from bench.report import median, update_section
 from contract.master_api import MasterClient
 from contract.services import SERVICES
-from exporters.nodeconfig import NodeConfig
 from maccli.runtimes.dockerimage import default_wheelhouse
+from node.config import NodeConfig
 from testkit.docker_engine import HOST_IP, NS_IP, DockerEngine, why_unavailable
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from exporters.checks import CheckContext, CheckResult, CheckStatus, run_checks
-from exporters.nodeconfig import NodeConfig
 from maccli import output
+from node.config import NodeConfig
 
 SYMBOLS = {
     CheckStatus.PASS: "pass",

@@ -9,17 +9,17 @@ from __future__ import annotations
 import json
 import os
 
-from exporters.envfile import write_env_file
-from exporters.nodeconfig import (
+from maccli import output
+from maccli.envvalues import mask, validate
+from maccli.output import CliError
+from node.config import (
     PER_NODE_KEYS,
     SECRET_KEYS,
     ConfigError,
     NodeConfig,
     Source,
 )
-from maccli import output
-from maccli.envvalues import mask, validate
-from maccli.output import CliError
+from node.envfile import write_env_file
 
 
 def _split(assignment: str) -> tuple[str, str]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from exporters.envfile import KEY_RE
-from exporters.nodeconfig import ConfigError, valid_hostname
+from node.config import ConfigError, valid_hostname
+from node.envfile import KEY_RE
 
 
 def valid_address_or_hostname(value: str) -> bool:

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import BinaryIO
 
 from contract.services import SERVICES
-from exporters.nodeconfig import NodeConfig
 from maccli.agent.bundle import BUNDLE_NAME
 from maccli.output import CliError
 from maccli.runtimes import choose_runtime
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
+from node.config import NodeConfig
 
 # The services of `mac start master` (maccli.master.master_specs), by name, and
 # mac-redis, which only the Docker master runs (the process runtime uses the host's).

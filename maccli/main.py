@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from contract import __version__
-from exporters.nodeconfig import ConfigError
 from maccli import output
 from maccli.output import CliError
+from node.config import ConfigError
 
 EXAMPLES = """\
 examples:

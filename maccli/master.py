@@ -18,12 +18,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from contract.services import MASTER_PROMETHEUS_PORT
-from exporters.nodeconfig import NodeConfig
 from maccli import output
 from maccli.agent import print_states
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
 from maccli.runtimes.process import ProcessRuntime
+from node.config import NodeConfig
 
 ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ from contract.diagnosis import describe, diagnose
 from contract.liveness import DEFAULT_TIMEOUT, NodeProbe, Target, outcome_words, run_probe
 from contract.outcomes import DIAGNOSIS_LABELS, Diagnosis, Outcome
 from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER
-from exporters.nodeconfig import NodeConfig, valid_hostname
 from maccli import output
 from maccli.output import CliError
+from node.config import NodeConfig, valid_hostname
 
 MAX_TIMEOUT = 60.0
 

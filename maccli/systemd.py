@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contract.atomicfile import write_atomically
-from exporters.checks.base import Runner, run_command
 from maccli.output import CliError
+from node.commands import Runner, run_command
 
 UNIT_DIR = Path("/etc/systemd/system")
 # What a role needs up before it: the master's Redis (and PostgreSQL when local).

@@ -6,53 +6,21 @@ Interface (fixed; the check functions themselves live in modules of this package
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from exporters.checks import config, docker, gpu, master, network, rdma, services
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus
 
+__all__ = ["CHECKS", "CheckContext", "CheckResult", "CheckStatus", "run_checks"]
 
-class CheckStatus(StrEnum):
-    PASS = "pass"  # noqa: S105 (a check outcome, not a password)
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
-
-
-@dataclass
-class CheckResult:
-    id: str  # stable identifier, e.g. "ip_forward"
-    title: str  # what was checked, for people
-    status: CheckStatus
-    detail: str = ""  # what was found
-    fix: str = ""  # the exact command(s) that fix it; empty when passing
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class CheckContext:
-    """Where checks read the system; tests point every path at a prepared directory."""
-
-    proc_root: str = "/proc"
-    sys_root: str = "/sys"
-    dev_root: str = "/dev"
-    etc_root: str = "/etc"
-    extra: dict = field(default_factory=dict)
-
-
-def _registered() -> list:
-    # Imported here: the check modules import the types above from this package.
-    from exporters.checks import config, docker, gpu, master, network, rdma, services
-
-    return [
-        *config.CHECKS,
-        *master.CHECKS,
-        *services.CHECKS,
-        *network.CHECKS,
-        *docker.CHECKS,
-        *gpu.CHECKS,
-        *rdma.CHECKS,
-    ]
+# The guide's order: configuration, the master, services, network, Docker, GPUs, RDMA.
+CHECKS = [
+    *config.CHECKS,
+    *master.CHECKS,
+    *services.CHECKS,
+    *network.CHECKS,
+    *docker.CHECKS,
+    *gpu.CHECKS,
+    *rdma.CHECKS,
+]
 
 
 def _as_list(results: CheckResult | list[CheckResult]) -> list[CheckResult]:
@@ -69,7 +37,7 @@ def run_checks(ctx: CheckContext | None = None) -> list[CheckResult]:
     only = set(ctx.extra.get("only") or ())
     skip = set(ctx.extra.get("skip") or ())
     results: list[CheckResult] = []
-    for check in _registered():
+    for check in CHECKS:
         try:
             found = _as_list(check(ctx))
         except Exception as exc:  # a bug in one check must not blank the report

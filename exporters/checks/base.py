@@ -1,4 +1,4 @@
-"""What every check shares: the command runner and the context's settings.
+"""What every check shares: its result types, and the context it reads the system through.
 
 Checks never call subprocess directly; they go through these helpers, which read
 their stand-ins from CheckContext.extra, so a test can point any check at a
@@ -10,37 +10,41 @@ and contract.liveness.check_url for a service's liveness URL.
 from __future__ import annotations
 
 import shutil
-import subprocess
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
-from exporters.checks import CheckContext
-from exporters.nodeconfig import NodeConfig
+from node.commands import Runner, run_command
+from node.config import NodeConfig
+
+
+class CheckStatus(StrEnum):
+    PASS = "pass"  # noqa: S105 (a check outcome, not a password)
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
 
 
 @dataclass
-class CommandResult:
-    returncode: int
-    stdout: str = ""
-    stderr: str = ""
+class CheckResult:
+    id: str  # stable identifier, e.g. "ip_forward"
+    title: str  # what was checked, for people
+    status: CheckStatus
+    detail: str = ""  # what was found
+    fix: str = ""  # the exact command(s) that fix it; empty when passing
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
-Runner = Callable[[Sequence[str]], CommandResult]
+@dataclass
+class CheckContext:
+    """Where checks read the system; tests point every path at a prepared directory."""
 
-
-def run_command(argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
-    """Run a command; a missing program is exit code 127 like in a shell, never an exception."""
-    try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except FileNotFoundError:
-        return CommandResult(127, "", f"{argv[0]}: command not found")
-    except subprocess.TimeoutExpired:
-        return CommandResult(124, "", f"{argv[0]}: timed out after {timeout:g}s")
-    except OSError as exc:
-        return CommandResult(126, "", f"{argv[0]}: {exc}")
-    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+    proc_root: str = "/proc"
+    sys_root: str = "/sys"
+    dev_root: str = "/dev"
+    etc_root: str = "/etc"
+    extra: dict = field(default_factory=dict)
 
 
 def runner(ctx: CheckContext) -> Runner:

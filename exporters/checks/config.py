@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import config
-from exporters.nodeconfig import Source, valid_hostname
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config
+from node.config import Source, valid_hostname
 
 
 def check_master_ip(ctx: CheckContext) -> CheckResult:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import Runner, runner
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
+from node.commands import Runner
 
 COMPOSE_PROJECT = "mac"
 PS_FORMAT = '{{.Names}}\t{{.Label "com.docker.compose.project"}}'

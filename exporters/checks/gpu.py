@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 
 from exporters.amd import AMD_PCI_VENDOR, amd_cards
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import which
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, which
 from exporters.runtime import Roots
 
 NVIDIA_PCI_VENDOR = "0x10de"

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from contract.master_api import MasterClient
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import config, timeout
-from exporters.nodeconfig import NodeConfig
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout
+from node.config import NodeConfig
 
 
 def _client(ctx: CheckContext, cfg: NodeConfig) -> MasterClient:

@@ -12,8 +12,7 @@ import re
 from pathlib import Path
 
 from contract.services import SERVICES
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import runner
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
 
 SYSCTL_FILE = "/etc/sysctl.d/99-mac-ipforward.conf"
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from exporters.checks import CheckContext, CheckResult, CheckStatus
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus
 from exporters.nic import discover_rdma_devices, read_port_counters
 from exporters.runtime import Roots
 

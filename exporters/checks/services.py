@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from contract.liveness import check_url, outcome_words
 from contract.services import SERVICES
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.base import config, runner
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
 from exporters.node_exporter import INSTALL_FIX, NodeExporterMissing, find_node_exporter
 
 

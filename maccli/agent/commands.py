@@ -6,7 +6,6 @@ import json
 
 from rich.text import Text
 
-from exporters.nodeconfig import NodeConfig
 from maccli import output
 from maccli.agent import guards
 from maccli.agent.registration import (
@@ -21,6 +20,7 @@ from maccli.agent.registration import (
 from maccli.agent.specs import ROLE, runtime_and_specs
 from maccli.output import CliError
 from maccli.runtimes import ServiceState
+from node.config import NodeConfig
 
 
 def _shown_state(s: ServiceState) -> Text:

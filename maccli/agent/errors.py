@@ -8,8 +8,8 @@ runs; the code that talks to the master only decides when to raise them.
 from __future__ import annotations
 
 from contract.master_api import Reply
-from exporters.nodeconfig import NodeConfig
 from maccli.output import CliError
+from node.config import NodeConfig
 
 
 def health_command(cfg: NodeConfig) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from exporters.checks.gpu import detect_gpus
 from exporters.nic import NetInterface, discover_interfaces
-from exporters.nodeconfig import NodeConfig
 from exporters.runtime import Roots
+from node.config import NodeConfig
 
 
 def gpus(cfg: NodeConfig) -> tuple[str, int]:

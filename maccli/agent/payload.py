@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from contract.master_api import registration_body
-from exporters.nodeconfig import NodeConfig
 from maccli.agent import hardware
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
+from node.config import NodeConfig
 
 
 def parse_labels(text: str) -> dict[str, str]:

@@ -8,13 +8,13 @@ not a join token lets it trust the claimed one.
 from __future__ import annotations
 
 from contract.master_api import MasterClient, Reply, route_address
-from exporters.envfile import write_env_file
-from exporters.nodeconfig import NODE_KEY, NodeConfig
 from maccli import output
 from maccli.agent import errors
 from maccli.agent.payload import build_payload
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
+from node.config import NODE_KEY, NodeConfig
+from node.envfile import write_env_file
 
 
 def client(cfg: NodeConfig, source_ip: str | None = None, timeout: float = 10.0) -> MasterClient:

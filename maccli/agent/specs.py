@@ -19,12 +19,12 @@ import sys
 
 from contract.services import SERVICES, SYS_EXPORTER
 from exporters import node_exporter
-from exporters.nodeconfig import SECRET_KEYS, NodeConfig, Source
 from maccli.agent.bundle import BUNDLE_NAME, BundledRuntime
 from maccli.agent.hardware import gpus
 from maccli.output import CliError
 from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
 from maccli.runtimes.docker import DockerRuntime
+from node.config import SECRET_KEYS, NodeConfig, Source
 
 ROLE = "agent"
 GPU_SERVICES = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from exporters.checks.base import CommandResult, Runner, run_command
 from exporters.checks.docker import (
     COMPOSE_PROJECT,
     REMOVE_STALE_COMMAND,
@@ -30,11 +29,12 @@ from exporters.checks.docker import (
     describe_stale,
     stale_containers,
 )
-from exporters.nodeconfig import NodeConfig, Source
 from maccli.output import CliError, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
 from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
 from maccli.runtimes.dockerimage import source_root as image_source
+from node.commands import CommandResult, Runner, run_command
+from node.config import NodeConfig, Source
 
 COMPOSE_FILES = {"agent": "docker-compose.agent.yml", "master": "docker-compose.master.yml"}
 PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose.service"

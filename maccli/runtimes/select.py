@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from exporters.checks.base import Runner, run_command
-from exporters.nodeconfig import NodeConfig
 from maccli.output import CliError
 from maccli.runtimes.base import Runtime
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import LOG_BACKUPS, LOG_MAX_BYTES
 from maccli.systemd import systemd_units
+from node.commands import Runner, run_command
+from node.config import NodeConfig
 
 
 def docker_answers(run: Runner = run_command) -> bool:

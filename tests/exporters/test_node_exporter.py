@@ -15,10 +15,10 @@ import yaml
 
 from contract.services import SYS_EXPORTER
 from exporters import node_exporter
-from exporters.nodeconfig import NodeConfig
 from maccli.agent.specs import agent_specs
 from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
+from node.config import NodeConfig
 from testkit.ports import free_port
 from tests.exporters.conftest import ROOT
 from tests.exporters.dashboards import HERE

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,88 +81,6 @@ def mac_env(tmp_path: Path) -> MacEnv:
     mac = MacEnv(tmp_path, env)
     mac.mounts("/dev/vda1 / ext4 rw,relatime 0 0")
     return mac
-
-
-# --- a real master for the end-to-end tests ------------------------------------------------
-
-
-@dataclass
-class LiveMaster:
-    port: int
-    process: subprocess.Popen
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-def _test_database_url() -> str:
-    """DATABASE_URL rewritten to the database pytest-django created (MAC_TEST_DB_NAME)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    from django.db import connections
-
-    name = connections["default"].settings_dict["NAME"]
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(parts._replace(path=f"/{name}"))
-
-
-@pytest.fixture(scope="session")
-def live_master(django_db_setup, tmp_path_factory) -> LiveMaster:
-    """gunicorn + uvicorn worker on a free loopback port, on the test database.
-
-    Tests that use it take `transactional_db`, so what they and the server write is
-    committed (each sees the other's rows) and flushed afterwards.
-    """
-    import urllib.request
-
-    from testkit.ports import free_port
-
-    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
-        pytest.skip("the end-to-end master runs on PostgreSQL: set DATABASE_URL")
-    port = free_port()
-    data = tmp_path_factory.mktemp("master-data")
-    log = data / "api-server.log"
-    env = {
-        **os.environ,
-        "DATABASE_URL": _test_database_url(),
-        "MAC_DATA_DIR": str(data),
-        # No beat here: a long interval keeps /health's sweep check green.
-        "MAC_PROBE_INTERVAL": "3600",
-        "MAC_REGISTER_RATE": "100000/min",
-        "DJANGO_SETTINGS_MODULE": "macweb.settings",
-    }
-    env.pop("MAC_JOIN_TOKEN", None)
-    with log.open("wb") as handle:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "gunicorn", "macweb.asgi:application",
-                "-c", "python:macweb.gunicorn_conf", "--bind", f"127.0.0.1:{port}",
-                "--workers", "1", "--access-logfile", "-",
-            ],
-            stdout=handle, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
-    master = LiveMaster(port, process, log)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{master.url}/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"the test master did not become healthy:\n{log.read_text()[-3000:]}")
-        time.sleep(0.3)
-    yield master
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def loopback_address(salt: int) -> str:

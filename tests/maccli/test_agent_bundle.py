@@ -11,12 +11,12 @@ import psutil
 import pytest
 
 from contract.services import SERVICES, SYS_EXPORTER
-from exporters.nodeconfig import NodeConfig
 from maccli.agent.bundle import BUNDLE_NAME, BundledRuntime
 from maccli.agent.specs import ROLE, runtime_and_specs
 from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import Supervisor
+from node.config import NodeConfig
 from testkit.ports import free_port
 from tests.exporters.conftest import FIXTURES, ROOT
 

@@ -14,10 +14,10 @@ import sys
 import pytest
 
 from exporters.checks.docker import REMOVE_STALE_COMMAND
-from exporters.nodeconfig import NodeConfig
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.select import choose_runtime
+from node.config import NodeConfig
 
 FAKE = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 CONFLICT = 'Conflict. The container name "/mac-...'
@@ -106,7 +106,7 @@ def test_start_agent_refuses_stale_containers_then_removes_them_on_request(
 
 def test_a_conflict_from_compose_itself_gets_the_same_advice(docker, monkeypatch, tmp_path):
     # Nothing stale at check time, but `up` hits a leftover (created in between).
-    from exporters.checks.base import run_command
+    from node.commands import run_command
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))

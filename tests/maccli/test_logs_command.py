@@ -38,10 +38,10 @@ def _agent_env(mac_env, address: str = "127.0.0.1") -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
-    from exporters.nodeconfig import NodeConfig
     from maccli.master import master_specs
     from maccli.runtimes.process import ProcessRuntime
-    from tests.maccli.conftest import _test_database_url
+    from node.config import NodeConfig
+    from tests.conftest import live_database_url
 
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         pytest.skip("the api-server runs on the test PostgreSQL database: set DATABASE_URL")
@@ -60,7 +60,7 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
     api.prestart = []
     api.env.update(
         {
-            "DATABASE_URL": _test_database_url(),
+            "DATABASE_URL": live_database_url(),
             "MAC_PROBE_INTERVAL": "3600",
             "MAC_REGISTER_RATE": "100000/min",
             "MAC_JOIN_TOKEN": "",

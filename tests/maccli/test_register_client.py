@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from contract.master_api import MasterClient, route_address
-from exporters.nodeconfig import NodeConfig
 from maccli.agent.hardware import nics
 from maccli.agent.payload import build_payload, parse_labels
 from maccli.output import CliError
+from node.config import NodeConfig
 from testkit.fakehttp import JsonHandler, serving
 
 

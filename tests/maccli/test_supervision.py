@@ -93,8 +93,8 @@ def test_it_restarts_an_exporter_killed_with_sigkill(runtime):
 
 
 def _api_server_spec(tmp_path) -> ServiceSpec:
-    from exporters.nodeconfig import NodeConfig
     from maccli.master import master_specs
+    from node.config import NodeConfig
 
     port = free_port()
     data = tmp_path / "data"

@@ -17,10 +17,10 @@ import sys
 
 import pytest
 
-from exporters.checks.base import CommandResult
 from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.process import ProcessRuntime
 from maccli.systemd import SystemdUnits, render_unit, systemd_units, unit_name
+from node.commands import CommandResult
 from testkit.ports import free_port
 
 

@@ -6,14 +6,14 @@ import stat
 
 import pytest
 
-from exporters.envfile import parse_env_text, write_env_file
-from exporters.nodeconfig import (
+from maccli.envvalues import validate
+from node.config import (
     ConfigError,
     NodeConfig,
     Source,
     filesystem_of,
 )
-from maccli.envvalues import validate
+from node.envfile import parse_env_text, write_env_file
 
 
 def _config(tmp_path, environ=None, node="", user=""):

@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 
 from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.base import CommandResult
 from exporters.checks.docker import (
     REMOVE_STALE_COMMAND,
     check_docker_enabled,
     check_stale_containers,
 )
+from node.commands import CommandResult
 
 
 def _ctx(tmp_path: Path, answers: dict) -> CheckContext:

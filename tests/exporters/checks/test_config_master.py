@@ -10,7 +10,7 @@ from exporters.checks import CheckContext, CheckStatus
 from exporters.checks.config import check_master_ip, check_node_name
 from exporters.checks.master import check_master_reachable, check_node_registered
 from exporters.checks.services import service_checks
-from exporters.nodeconfig import NodeConfig
+from node.config import NodeConfig
 from testkit.ports import free_port
 
 

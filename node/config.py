@@ -23,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from contract.services import MASTER_API_PORT
-from exporters.envfile import read_env_file
+from node.envfile import read_env_file
 
 DEFAULT_NODE_ENV_FILE = "/etc/mango/mac/env"
 DEFAULT_USER_ENV_FILE = "~/.mac/env"

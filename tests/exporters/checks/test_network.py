@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.base import CommandResult
 from exporters.checks.network import (
     check_ip_forward,
     check_ip_forward_persisted,
     check_networkd_forwarding,
 )
+from node.commands import CommandResult
 
 
 def _ctx(tmp_path: Path, version: int | None = 252, networkd: str = "active") -> CheckContext:
