@@ -90,6 +90,17 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
         "  mac status\n"
         "  mac restart agent",
     ),
+    Diagnosis.PORT_BLOCKED: (
+        "The node runs its exporters on the host network, and other ports of the host "
+        "answer, but sys-exporter's port (29101) times out. Forwarding plays no part in host "
+        "mode: either sys-exporter accepts connections and never replies (hung), or a "
+        "firewall on the host drops that port.",
+        "On the agent, see whether sys-exporter answers locally, and restart it if it hangs:\n"
+        "  curl -m4 -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:29101/metrics\n"
+        "  mac restart agent\n"
+        "If it answers locally, a host firewall drops the port; look for the rule:\n"
+        "  sudo iptables -S INPUT; sudo nft list ruleset | grep 29101",
+    ),
 }
 
 

@@ -41,6 +41,9 @@ class Diagnosis(StrEnum):
     SERVICE_DOWN = "service_down"
     HOST_DOWN = "host_down"
     EXPORTER_BROKEN = "exporter_broken"
+    # Host mode: 29101 times out while the host answers on other ports; forwarding
+    # plays no part, so sys-exporter hangs or a host firewall drops its port.
+    PORT_BLOCKED = "port_blocked"
 
 
 DIAGNOSIS_LABELS: dict[Diagnosis, str] = {
@@ -49,4 +52,5 @@ DIAGNOSIS_LABELS: dict[Diagnosis, str] = {
     Diagnosis.SERVICE_DOWN: "the exporter service is down",
     Diagnosis.HOST_DOWN: "host down or network cut",
     Diagnosis.EXPORTER_BROKEN: "the exporter answers but is broken",
+    Diagnosis.PORT_BLOCKED: "sys-exporter hangs or a host firewall drops its port",
 }

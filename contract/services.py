@@ -7,13 +7,26 @@ port is written down exactly once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class AgentNetwork(StrEnum):
+    """How an agent's exporters are reached (MAC_AGENT_NETWORK), reported at registration.
+
+    HOST puts every exporter on the host network: nothing depends on IPv4 forwarding.
+    BRIDGE is the guide's original layout: the exporters behind published (DNAT'd)
+    ports, nic-exporter alone on the host network (`Service.network` below).
+    """
+
+    HOST = "host"
+    BRIDGE = "bridge"
 
 
 @dataclass(frozen=True)
 class Service:
     name: str
     port: int
-    network: str  # "bridge" or "host" under Docker
+    network: str  # "bridge" or "host" under Docker in bridge mode (AgentNetwork.BRIDGE)
     liveness_path: str
     description: str
 

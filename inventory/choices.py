@@ -9,6 +9,7 @@ from django.db import models
 
 from contract import outcomes
 from contract.outcomes import OUTCOME_LABELS, Outcome
+from contract.services import AgentNetwork as ContractNetwork
 
 
 class NodeStatus(models.TextChoices):
@@ -57,3 +58,12 @@ class EventKind(models.TextChoices):
     MAINTENANCE_ON = "maintenance_on", "Maintenance on"
     MAINTENANCE_OFF = "maintenance_off", "Maintenance off"
     KEY_RESET = "key_reset", "Node key reset"
+    IP_FORWARD_RESET = "ip_forward_reset", "IPv4 forwarding reset on the node"
+
+
+class AgentNetwork(models.TextChoices):
+    """The agent's network mode as it registered (contract.services.AgentNetwork)."""
+
+    UNKNOWN = "", "unknown"  # an agent older than the mode
+    HOST = ContractNetwork.HOST.value, "host network"
+    BRIDGE = ContractNetwork.BRIDGE.value, "bridge (published ports)"

@@ -10,7 +10,14 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
-from inventory.choices import Diagnosis, EventKind, GpuVendor, NodeStatus, StatusReason
+from inventory.choices import (
+    AgentNetwork,
+    Diagnosis,
+    EventKind,
+    GpuVendor,
+    NodeStatus,
+    StatusReason,
+)
 
 
 class Node(models.Model):
@@ -29,6 +36,10 @@ class Node(models.Model):
     status_changed_at = models.DateTimeField(default=timezone.now)
     gpu_vendor = models.CharField(max_length=16, choices=GpuVendor.choices, default=GpuVendor.NONE)
     gpu_count = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=64, blank=True, default="")
+    agent_network = models.CharField(
+        max_length=8, choices=AgentNetwork.choices, blank=True, default=AgentNetwork.UNKNOWN
+    )
     nics = models.JSONField(default=list, blank=True)
     # {"sys-exporter": 29101, ...}: what the agent said it runs.
     exporters = models.JSONField(default=dict, blank=True)
@@ -66,6 +77,8 @@ class Node(models.Model):
             "maintenance": self.maintenance,
             "gpu_vendor": self.gpu_vendor,
             "gpu_count": self.gpu_count,
+            "gpu_model": self.gpu_model,
+            "agent_network": self.agent_network,
             "exporter_health": self.exporter_health,
             "last_seen": self.last_seen.isoformat() if self.last_seen else None,
             "status_changed_at": self.status_changed_at.isoformat(),

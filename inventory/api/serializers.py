@@ -15,7 +15,7 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from inventory.choices import GpuVendor
+from inventory.choices import AgentNetwork, GpuVendor
 from inventory.models import Node, NodeEvent
 from inventory.services import statements
 from inventory.validators import MAX_HOSTNAME, UNSTORABLE, normalize_hostname, storable_text
@@ -196,6 +196,13 @@ class RegistrationSerializer(serializers.Serializer):
     )
     gpu_vendor = serializers.ChoiceField(choices=GpuVendor.choices, default=GpuVendor.NONE)
     gpu_count = StrictIntegerField(min_value=0, max_value=1024, default=0)
+    gpu_model = StrictCharField(max_length=64, allow_blank=True, default="")
+    agent_network = serializers.ChoiceField(
+        choices=AgentNetwork.choices,
+        default=AgentNetwork.UNKNOWN,
+        help_text="host: every exporter on the host network; bridge: published ports. "
+        "Empty from agents older than the mode.",
+    )
     nics = serializers.ListField(child=NicField(), max_length=MAX_NICS, default=list)
     exporters = LimitedDictField(
         child=StrictIntegerField(min_value=1, max_value=65535),
@@ -274,6 +281,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "maintenance",
             "gpu_vendor",
             "gpu_count",
+            "gpu_model",
+            "agent_network",
             "labels",
             "last_seen",
             "status_changed_at",

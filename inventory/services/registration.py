@@ -78,6 +78,8 @@ class Registration:
     ip: str
     gpu_vendor: str = GpuVendor.NONE
     gpu_count: int = 0
+    gpu_model: str = ""
+    agent_network: str = ""
     nics: list = field(default_factory=list)
     exporters: dict = field(default_factory=dict)
     agent_version: str = ""
@@ -89,6 +91,8 @@ class Registration:
         return {
             "gpu_vendor": self.gpu_vendor,
             "gpu_count": self.gpu_count,
+            "gpu_model": self.gpu_model,
+            "agent_network": self.agent_network,
             "nics": self.nics,
             "exporters": self.exporters,
             "agent_version": self.agent_version,

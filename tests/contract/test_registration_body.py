@@ -14,6 +14,8 @@ def test_it_builds_every_field_with_agent_defaults():
         "ip": "10.0.0.17",
         "gpu_vendor": "none",
         "gpu_count": 0,
+        "gpu_model": "",
+        "agent_network": "",
         "nics": [],
         "exporters": {"sys-exporter": 29101},
         "agent_version": __version__,
