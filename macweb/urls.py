@@ -4,12 +4,14 @@ from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
 from django.views import defaults
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
+
+from macweb.api_schema import SchemaView
 
 urlpatterns = [
     path("", include("healthcheck.urls")),
     path("api/v1/", include("inventory.api.urls")),
-    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
