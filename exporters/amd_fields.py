@@ -3,9 +3,10 @@
 The names, units and extra labels are AMD device-metrics-exporter's (all gauges
 there, so gauges here): ``gpu_ecc_{correct,uncorrect,deferred}_<block>`` and their
 ``_total``, ``pcie_*``, ``gpu_clock``/``gpu_min_clock``/``gpu_max_clock``
-{clock_index, clock_type}, ``gpu_xgmi_link_{rx,tx}`` {link_index} (KB),
-``gpu_violation_*`` (MI300 throttle residency), ``gpu_hbm_temperature`` {hbm_index},
-``gpu_gfx_busy_instantaneous`` {xcc_index} and ``gpu_health``.
+{clock_index, clock_type: "system" for sclk, "memory" for mclk},
+``gpu_xgmi_link_{rx,tx}`` {link_index} (KB), ``gpu_violation_*`` (MI300 throttle
+residency), ``gpu_hbm_temperature`` {hbm_index}, ``gpu_gfx_busy_instantaneous``
+{xcc_index} and ``gpu_health``.
 
 Two readers fill the same ``GpuFields``: amdsmi (``read_amdsmi_fields``), and the
 amdgpu driver's sysfs where amdsmi is missing (``read_sysfs_fields``: ``ras/*_err_count``,
@@ -52,6 +53,9 @@ VIOLATIONS = {
     "vr_thm_residency_acc": "vr_thermal_residency_accumulated",
     "hbm_thm_residency_acc": "hbm_thermal_residency_accumulated",
 }
+# amdsmi clock domain -> AMD's clock_type label: gpuagent's GPU_CLOCK_TYPE_* name in lower
+# case (sclk is "system", mclk "memory"), as device-metrics-exporter's metricslist.md shows.
+CLOCK_TYPES = {"GFX": "system", "MEM": "memory"}
 DPM_LINE = re.compile(r"^\s*(\d+):\s*(\d+)\s*Mhz\s*(\*)?", re.I)
 SPEED = re.compile(r"^\s*([\d.]+)\s*GT/s")
 
@@ -117,7 +121,7 @@ def read_sysfs_fields(device: Path) -> GpuFields:
         match = SPEED.match(read_value(device / filename) or "")
         if match:
             fields.pcie[family] = float(match.group(1))
-    for kind, filename in (("GFX", "pp_dpm_sclk"), ("MEMORY", "pp_dpm_mclk")):
+    for kind, filename in (("system", "pp_dpm_sclk"), ("memory", "pp_dpm_mclk")):
         dpm = parse_dpm(read_text(device / filename) or "")
         if dpm:
             fields.clocks.append((kind, *dpm))
@@ -177,7 +181,7 @@ def read_amdsmi_fields(amdsmi: ModuleType, handle, attempt: Callable) -> GpuFiel
         if value is not None:
             fields.pcie[family] = value * scale
     clk = getattr(amdsmi, "AmdSmiClkType", None)
-    for kind in ("GFX", "MEM"):
+    for kind, label in CLOCK_TYPES.items():
         info = (
             call(amdsmi, attempt, "amdsmi_get_clock_info", handle, getattr(clk, kind))
             if clk
@@ -185,7 +189,6 @@ def read_amdsmi_fields(amdsmi: ModuleType, handle, attempt: Callable) -> GpuFiel
         )
         current = _number((info or {}).get("clk"))
         if current is not None:
-            label = "MEMORY" if kind == "MEM" else kind
             fields.clocks.append(
                 (label, current, _number(info.get("min_clk")), _number(info.get("max_clk")))
             )

@@ -7,6 +7,8 @@ dashboards written for node_exporter work unchanged:
 * ``ports/<n>/counters/*``: the IBTA port counters every verbs driver keeps
   (symbol and receive errors, link downed and recovered, discards, transmit wait,
   packets; ``port_{rcv,xmit}_data`` count 4-byte words and are reported in bytes);
+* ``ports/<n>/counters_ext/*``: the 64-bit counters of kernels before 4.5 (mlx4),
+  as node_exporter's ``node_infiniband_legacy_*``;
 * ``ports/<n>/hw_counters/*``: the RoCE congestion and retransmission counters.
   mlx5 names them as node_exporter expects (``np_cnp_sent``, ``rp_cnp_handled``,
   ``out_of_sequence``, ``packet_seq_err``, ``local_ack_timeout_err``...). bnxt_re
@@ -140,6 +142,53 @@ PORT_COUNTERS: dict[str, tuple[str, int, str]] = {
         "vl15_dropped",
         1,
         "Number of incoming VL15 packets dropped due to resource limitations.",
+    ),
+}
+
+# counters_ext/<file> -> (family, unit multiplier, help): the 64-bit counters that
+# kernels before 4.5 kept beside the 32-bit ones (mlx4), as node_exporter's
+# ``legacy_*`` families; the data counters count 4-byte words there too.
+LEGACY_COUNTERS: dict[str, tuple[str, int, str]] = {
+    "port_multicast_rcv_packets": (
+        "legacy_multicast_packets_received",
+        1,
+        "Number of multicast packets received",
+    ),
+    "port_multicast_xmit_packets": (
+        "legacy_multicast_packets_transmitted",
+        1,
+        "Number of multicast packets transmitted",
+    ),
+    "port_rcv_data_64": (
+        "legacy_data_received_bytes",
+        4,
+        "Number of data octets received on all links",
+    ),
+    "port_rcv_packets_64": (
+        "legacy_packets_received",
+        1,
+        "Number of data packets received on all links",
+    ),
+    "port_unicast_rcv_packets": (
+        "legacy_unicast_packets_received",
+        1,
+        "Number of unicast packets received",
+    ),
+    "port_unicast_xmit_packets": (
+        "legacy_unicast_packets_transmitted",
+        1,
+        "Number of unicast packets transmitted",
+    ),
+    "port_xmit_data_64": (
+        "legacy_data_transmitted_bytes",
+        4,
+        "Number of data octets transmitted on all links",
+    ),
+    # node_exporter's help says "received" here as well; kept so the HELP lines match.
+    "port_xmit_packets_64": (
+        "legacy_packets_transmitted",
+        1,
+        "Number of data packets received on all links",
     ),
 }
 
@@ -282,10 +331,11 @@ class InfinibandSource:
         ):
             if value is not None:
                 gauges[key].add_metric(labels, value)
-        for filename, (family, unit, doc) in PORT_COUNTERS.items():
-            value = read_int(port_dir / "counters" / filename)
-            if value is not None:
-                counter(family, doc).add_metric(labels, value * unit)
+        for folder, table in (("counters_ext", LEGACY_COUNTERS), ("counters", PORT_COUNTERS)):
+            for filename, (family, unit, doc) in table.items():
+                value = read_int(port_dir / folder / filename)
+                if value is not None:
+                    counter(family, doc).add_metric(labels, value * unit)
         hw = port_dir / "hw_counters"
         for family, (files, doc) in HW_COUNTERS.items():
             for filename in files:

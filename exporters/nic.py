@@ -253,9 +253,12 @@ def discover_rdma_devices(roots: Roots) -> list[RdmaDevice]:
 
 # Where sysfs keeps a port's byte counters, best first, and the bytes each unit holds:
 # Thor2's hw_counters count bytes, the standard IB counters 4-byte words (IBTA
-# PortCounters).
+# PortCounters). Kernels before 4.5 keep the 64-bit word counters apart, in
+# counters_ext, and their counters/port_*_data are 32-bit and stop at 4294967295
+# (16 GiB) for good; node_exporter's capture of such an mlx4 port has both.
 SYSFS_COUNTERS = (
     ("hw_counters/rx_bytes", "hw_counters/tx_bytes", 1),
+    ("counters_ext/port_rcv_data_64", "counters_ext/port_xmit_data_64", 4),
     ("counters/port_rcv_data", "counters/port_xmit_data", 4),
 )
 

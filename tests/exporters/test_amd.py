@@ -147,7 +147,7 @@ def test_sysfs_gives_per_block_ecc_pcie_clocks_and_health():
     assert registry.get_sample_value("gpu_health", GPU1) == 0  # uncorrectable ECC errors
     assert registry.get_sample_value("pcie_replay_count", GPU1) == 17
     assert registry.get_sample_value("pcie_max_speed", GPU0) == 32.0
-    gfx = {**GPU0, "clock_index": "0", "clock_type": "GFX"}
+    gfx = {**GPU0, "clock_index": "0", "clock_type": "system"}
     assert registry.get_sample_value("gpu_clock", gfx) == 1420
     assert registry.get_sample_value("gpu_max_clock", gfx) == 2100
     # What only amdsmi knows is absent, not zero.
@@ -168,7 +168,7 @@ def test_amdsmi_gives_xgmi_violation_hbm_and_busy_per_xcc():
     assert registry.get_sample_value("gpu_violation_ppt_residency_accumulated", SMI0) == 1200
     busy = {**SMI0, "xcc_index": "7"}
     assert registry.get_sample_value("gpu_gfx_busy_instantaneous", busy) == 75
-    mem = {**SMI0, "clock_index": "1", "clock_type": "MEMORY"}
+    mem = {**SMI0, "clock_index": "1", "clock_type": "memory"}
     assert registry.get_sample_value("gpu_clock", mem) == 1300
     assert registry.get_sample_value("gpu_health", SMI0) == 1
     assert registry.get_sample_value("gpu_energy_consumed", SMI0) == 81234567890 * 15.259
