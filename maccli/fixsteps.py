@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from contract.atomicfile import write_atomically
 from exporters.checks.base import CheckContext
-from exporters.checks.fixes import MakeDirs, Mac, Run, SetSysctl, SetSysctlInFile, Step, WriteFile
+from exporters.checks.fixes import Mac, MakeDirs, Run, SetSysctl, SetSysctlInFile, Step, WriteFile
 from node.commands import run_command
 
 # Enabling and starting a service, or a networkd reload, can take a while on a busy host.

@@ -130,9 +130,7 @@ def check_ip_forward_persisted(ctx: CheckContext) -> CheckResult:
         detail = f"{shown} sets net.ipv4.ip_forward = {effective}, so it is off after a reboot"
         steps = (SetSysctlInFile(shown, KEY, "1"), RELOAD_SYSCTL)
     status, note = _off_status(ctx)
-    return CheckResult(
-        "ip_forward_persisted", title, status, detail + (note or "."), steps=steps
-    )
+    return CheckResult("ip_forward_persisted", title, status, detail + (note or "."), steps=steps)
 
 
 CHECKS = (check_ip_forward, check_ip_forward_persisted)

@@ -64,9 +64,9 @@ def parse_default_route(text: str) -> str | None:
             rank = int(metric)
         except ValueError:
             continue
-        if up and destination == "00000000" and mask == "00000000":
-            if best is None or rank < best[0]:
-                best = (rank, iface)
+        default = up and destination == "00000000" and mask == "00000000"
+        if default and (best is None or rank < best[0]):
+            best = (rank, iface)
     return best[1] if best else None
 
 
@@ -75,9 +75,9 @@ def parse_networkctl_list(text: str) -> str | None:
     for line in text.splitlines():
         fields = line.split()
         # IDX LINK TYPE OPERATIONAL SETUP
-        if len(fields) >= 5 and fields[0].isdigit() and fields[2] != "loopback":
-            if fields[4] in _CONFIGURED:
-                return fields[1]
+        managed = len(fields) >= 5 and fields[0].isdigit() and fields[4] in _CONFIGURED
+        if managed and fields[2] != "loopback":
+            return fields[1]
     return None
 
 
