@@ -74,7 +74,8 @@ def parse_carrier_gains(text: str) -> list[CarrierGain]:
             at = int(entry["__REALTIME_TIMESTAMP"]) / 1e6
         except (KeyError, TypeError, ValueError):
             continue
-        if isinstance(link, str) and LINK_NAME.fullmatch(link):
+        # lo "gains carrier" whenever networkd starts: never what reset forwarding.
+        if isinstance(link, str) and LINK_NAME.fullmatch(link) and link != "lo":
             gains.append(CarrierGain(link, at))
     return sorted(gains, key=lambda gain: gain.at)
 
