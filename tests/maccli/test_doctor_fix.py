@@ -139,3 +139,25 @@ def test_stale_containers_are_removed_by_name_and_ours_are_kept(mac_env, node):
     assert "rm -f mac-sys-exporter" in (state / "calls.log").read_text().splitlines()
     left = json.loads((state / "containers.json").read_text())
     assert [row["name"] for row in left] == ["mac-nic-exporter"]
+
+
+def test_the_nvidia_container_toolkit_is_never_installed_only_its_commands_shown(mac_env, node):
+    gpu = node / "sys/bus/pci/devices/0000:3b:00.0"
+    _write(gpu / "vendor", "0x10de\n")
+    _write(gpu / "class", "0x030200\n")
+    (node / "dev").mkdir()
+    docker = mac_env.root / "bin/docker"  # a Docker client, and no nvidia-ctk beside it
+    docker.write_text("#!/bin/sh\nexit 1\n")
+    docker.chmod(0o755)
+    mac_env.env.update({"MAC_SYS_ROOT": str(node / "sys"), "MAC_DEV_ROOT": str(node / "dev")})
+
+    result = mac_env.run("doctor", "--fix", "--yes", "nvidia_toolkit")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert any(
+        line.startswith("Not applied by --fix (run it yourself) for nvidia_toolkit: 1 NVIDIA GPU")
+        for line in lines
+    ), lines
+    assert "  sudo apt install nvidia-container-toolkit" in lines
+    assert not any(line.startswith("Fixing") or "  $ " in line for line in lines)
+    assert "Nothing here can be applied by --fix; run the commands above." in lines
