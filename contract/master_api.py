@@ -1,4 +1,4 @@
-"""HTTP client of the master's node API: /health, register, deregister and self.
+"""HTTP client of the master's node API: /health, register, deregister, self and its events.
 
 Also the one builder of a registration body, for `mac start agent` and the
 simulated fleets of the tests and benchmarks alike.
@@ -157,6 +157,10 @@ class MasterClient:
 
     def self_info(self) -> Reply:
         return self.request("GET", "/api/v1/self")
+
+    def report_event(self, payload: dict) -> Reply:
+        """Add an event to the calling node's history (sys-manager's ip_forward resets)."""
+        return self.request("POST", "/api/v1/nodes/self/events", payload)
 
 
 def _describe(exc: OSError, timeout: float) -> str:

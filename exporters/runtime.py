@@ -355,3 +355,8 @@ class Exporter:
 
     def close(self) -> None:
         self.runner.close()
+        # Sources that hold a thread of their own (sys-manager's ip_forward watch) stop too.
+        for source in self.sources:
+            closer = getattr(source, "close", None)
+            if callable(closer):
+                closer()

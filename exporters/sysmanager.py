@@ -5,21 +5,30 @@
 ``{"ok": bool, "checks": [CheckResult.to_dict(), ...]}``; ``ok`` is false when any
 check failed. ``/metrics`` exposes the latest results as
 ``mac_node_check_status{check,status}`` so Prometheus can alert on them.
+
+It also watches net.ipv4.ip_forward (exporters.ipforward: `mac_ipforward_*`), sets it
+back at once with MAC_IPFORWARD_REASSERT=1, and reports every reset to the master
+(exporters.ipforward_report), where it shows in the node's history.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from contract.master_api import MasterClient
 from exporters.checks import CheckContext, CheckResult, CheckStatus, run_checks
+from exporters.ipforward import DEFAULT_INTERVAL, IpForwardWatch
+from exporters.ipforward_report import ResetReporter
 from exporters.runtime import Exporter, Options, Roots
+from node.config import DEFAULT_NODE_ENV_FILE, ConfigError, NodeConfig
 
 log = logging.getLogger("exporters")
 
@@ -33,6 +42,62 @@ def check_context(roots: Roots) -> CheckContext:
         sys_root=roots.sys_root,
         dev_root=roots.dev_root,
         etc_root=str(roots.host("/etc")),
+        extra={
+            "run_root": str(roots.host("/run")),
+            "usr_root": str(roots.host("/usr")),
+            "lib_root": str(roots.host("/lib")),
+        },
+    )
+
+
+def node_config(roots: Roots, environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """The node's `mac env` settings; in a container, the host's per-node file under rootfs
+    (where `mac start agent` keeps MASTER_IP and the node key)."""
+    environ = dict(os.environ if environ is None else environ)
+    if roots.rootfs != "/" and not environ.get("MAC_NODE_ENV_FILE"):
+        environ["MAC_NODE_ENV_FILE"] = str(roots.host(DEFAULT_NODE_ENV_FILE))
+    return NodeConfig.load(environ)
+
+
+def master_client(roots: Roots) -> MasterClient | None:
+    """A client of the master with this node's key, or None before registration."""
+    cfg = node_config(roots)
+    try:
+        url = cfg.master_url
+    except ConfigError:
+        return None
+    if not cfg.master_ip or not cfg.node_key:
+        return None
+    return MasterClient(url, timeout=5.0, node_key=cfg.node_key)
+
+
+def _switch(cfg: NodeConfig, key: str) -> bool:
+    value = (cfg.get(key) or "0").strip().lower()
+    if value in {"1", "yes", "true", "on"}:
+        return True
+    if value not in {"0", "no", "false", "off", ""}:
+        log.error("%s=%r is neither 1 nor 0; taken as 0 (mac env set %s=1)", key, value, key)
+    return False
+
+
+def ipforward_watch(options: Options, report: ResetReporter) -> IpForwardWatch:
+    """The watch as the node's settings ask: MAC_IPFORWARD_REASSERT, MAC_IPFORWARD_INTERVAL."""
+    cfg = node_config(options.roots)
+    try:
+        interval = float(cfg.get("MAC_IPFORWARD_INTERVAL") or DEFAULT_INTERVAL)
+    except ValueError:
+        interval = 0.0
+    if not 0.05 <= interval <= 60:
+        log.error("MAC_IPFORWARD_INTERVAL must be 0.05 to 60 seconds; using %s", DEFAULT_INTERVAL)
+        interval = DEFAULT_INTERVAL
+    journal = options.roots.host("/var/log/journal")
+    return IpForwardWatch(
+        options.roots.proc_root,
+        reassert=_switch(cfg, "MAC_IPFORWARD_REASSERT"),
+        interval=interval,
+        on_reset=report.add,
+        # In a container the host's persistent journal is read from its files.
+        journal_dir=str(journal) if options.roots.rootfs != "/" and journal.is_dir() else None,
     )
 
 
@@ -95,6 +160,8 @@ def build(
     options: Options, runner: Callable[[CheckContext], list[CheckResult]] = run_checks
 ) -> Exporter:
     source = ChecksSource(check_context(options.roots), runner=runner)
+    report = ResetReporter(lambda: master_client(options.roots)).start()
+    watch = ipforward_watch(options, report).start()
 
     async def diagnostics(_request: web.Request) -> web.Response:
         loop = asyncio.get_running_loop()
@@ -103,7 +170,7 @@ def build(
 
     return Exporter(
         "sys-manager",
-        [source],
+        [source, watch, report],
         # The checks probe the master and local services: give them more than a file read.
         timeout=max(options.timeout, 10.0),
         routes=[web.get("/diagnostics", diagnostics)],

@@ -1,12 +1,28 @@
-"""`mac doctor`: the troubleshooting guide's checks on this node, each with its fix."""
+"""`mac doctor`: the troubleshooting guide's checks on this node, each with its fix.
+
+`mac doctor --fix [CHECK...]` applies the fixes that checks give as steps
+(exporters.checks.fixes): it shows the exact commands, asks (no terminal, or no answer,
+is a no), applies them (maccli.fixsteps), then runs each check again and shows what
+it finds now. The exit status says whether everything asked for now passes.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import sys
+from collections.abc import Callable, Sequence
 
-from exporters.checks import CheckContext, CheckResult, CheckStatus, run_checks
+from exporters.checks import CHECK_IDS, CheckContext, CheckResult, CheckStatus, run_checks
+from exporters.checks.fixes import Mac, Step, needs_root
 from maccli import output
+from maccli.fixsteps import MacCommand, apply_step
+from maccli.output import CliError
 from node.config import NodeConfig
+
+TROUBLE = (CheckStatus.FAIL, CheckStatus.WARN)
+SETTLED = (CheckStatus.PASS, CheckStatus.SKIP)
 
 SYMBOLS = {
     CheckStatus.PASS: "pass",
@@ -75,8 +91,29 @@ def _by_fix(results: list[CheckResult]) -> dict[tuple[CheckStatus, str], list[Ch
     return groups
 
 
-def doctor(as_json: bool = False, ctx: CheckContext | None = None) -> int:
-    ctx = ctx or build_context(NodeConfig.load())
+def _narrowed(ctx: CheckContext, names: Sequence[str]) -> CheckContext:
+    """The context that runs only the named checks; unknown names are a usage error."""
+    unknown = [name for name in names if name.split(":", 1)[0] not in CHECK_IDS]
+    if unknown:
+        raise CliError(
+            f"unknown check {', '.join(repr(name) for name in unknown)}.",
+            hint=f"The checks are: {', '.join(CHECK_IDS)} (service:<name> for one service).",
+            commands=["mac doctor"],
+            code=2,
+        )
+    if not names:
+        return ctx
+    return dataclasses.replace(ctx, extra={**ctx.extra, "only": set(names)})
+
+
+def _print(line: str, style: str = "") -> None:
+    output.out().print(line, style=style or None, markup=False, highlight=False)
+
+
+def doctor(
+    as_json: bool = False, ctx: CheckContext | None = None, names: Sequence[str] = ()
+) -> int:
+    ctx = _narrowed(ctx or build_context(NodeConfig.load()), names)
     with output.spinner("Running checks ..."):
         results = run_checks(ctx)
     failed = any(r.status == CheckStatus.FAIL for r in results)
@@ -86,3 +123,117 @@ def doctor(as_json: bool = False, ctx: CheckContext | None = None) -> int:
     else:
         print_results(results)
     return 1 if failed else 0
+
+
+# --- mac doctor --fix ------------------------------------------------------------------------
+
+
+def ask(question: str) -> bool:
+    """y/N on a terminal; anything else (no terminal, end of input) is a no."""
+    if not sys.stdin.isatty():
+        _print(f"{question}no (standard input is not a terminal; --yes applies without asking)")
+        return False
+    try:
+        answer = input(question)
+    except EOFError:
+        return False
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def _groups(results: list[CheckResult]) -> dict[tuple[Step, ...], list[CheckResult]]:
+    """Results that have steps, by identical steps (every service down: one restart),
+    the `mac restart agent` kind last: system fixes first, then the services."""
+    groups: dict[tuple[Step, ...], list[CheckResult]] = {}
+    for result in results:
+        groups.setdefault(result.steps, []).append(result)
+    return dict(sorted(groups.items(), key=lambda item: any(isinstance(s, Mac) for s in item[0])))
+
+
+def _heading(label: str, group: list[CheckResult]) -> str:
+    if len(group) == 1:
+        return f"{label} {group[0].id}: {group[0].detail}"
+    return f"{label} {', '.join(r.id for r in group)}:"
+
+
+def _show_plan(fixable: dict, manual: list[CheckResult]) -> None:
+    for steps, group in fixable.items():
+        _print("")
+        _print(_heading("Fix for", group))
+        for step in steps:
+            _print(f"  {step.line()}", "cyan")
+    for result in manual:
+        _print("")
+        _print(_heading("Not applied by --fix (run it yourself) for", [result]))
+        for line in result.fix.splitlines():
+            _print(f"  {line}", "cyan")
+
+
+def _apply(
+    steps: tuple[Step, ...], group: list[CheckResult], ctx: CheckContext, mac: MacCommand
+) -> list[CheckResult]:
+    """Apply the steps in order (stop at the first that fails), then run the checks again."""
+    ids = [result.id for result in group]
+    _print("")
+    _print(f"Fixing {', '.join(ids)}:")
+    for step in steps:
+        _print(f"  $ {step.line()}")
+        applied = apply_step(step, ctx, mac)
+        if not applied.ok:
+            _print(f"    failed: {applied.error}", "red")
+            break
+    after = run_checks(dataclasses.replace(ctx, extra={**ctx.extra, "only": set(ids)}))
+    for result in after:
+        _print(f"  now {result.status.value}: {result.id}: {result.detail}", _STYLE[result.status])
+    return after
+
+
+_STYLE = {CheckStatus.PASS: "green", CheckStatus.SKIP: "dim"} | dict.fromkeys(TROUBLE, "red")
+
+
+def fix(
+    names: Sequence[str] = (),
+    *,
+    yes: bool = False,
+    dry_run: bool = False,
+    mac: MacCommand,
+    ctx: CheckContext | None = None,
+    confirm: Callable[[str], bool] = ask,
+) -> int:
+    """`mac doctor --fix`: 0 when everything asked for passes (or is skipped) afterwards."""
+    ctx = _narrowed(ctx or build_context(NodeConfig.load()), names)
+    with output.spinner("Running checks ..."):
+        results = run_checks(ctx)
+    trouble = [result for result in results if result.status in TROUBLE]
+    if not trouble:
+        shown = ", ".join(result.id for result in results) or "the checks"
+        _print(f"Nothing to fix: {shown} {'pass' if len(results) != 1 else 'passes'}.")
+        return 0
+    fixable = _groups([result for result in trouble if result.steps])
+    manual = [result for result in trouble if not result.steps]
+    _show_plan(fixable, manual)
+    if not fixable:
+        _print("\nNothing here can be applied by --fix; run the commands above.")
+        return 1
+    if dry_run:
+        _print("\nDry run: nothing was changed.")
+        return 1
+    if os.geteuid() != 0 and any(needs_root(steps) for steps in fixable):
+        ids = " ".join(result.id for group in fixable.values() for result in group)
+        raise CliError(
+            "these fixes change the system and need root; nothing was changed.",
+            hint="Run them as root:",
+            commands=[f"sudo mac doctor --fix {ids}"],
+        )
+    if not yes and not confirm("\nApply these fixes? [y/N] "):
+        _print("Nothing was changed.")
+        return 1
+    now = list(manual)
+    for steps, group in fixable.items():
+        now += _apply(steps, group, ctx, mac)
+    left = sorted({result.id for result in now if result.status not in SETTLED})
+    _print("")
+    if left:
+        _print(f"Still to fix: {', '.join(left)}. See `mac doctor` for each.", "red")
+        return 1
+    _print("Fixed: every check asked for passes now.", "green")
+    return 0

@@ -18,6 +18,7 @@ examples:
   mac start agent                          start the exporters and register
   mac status                               services, health, and what the master says
   mac doctor                               every check of the troubleshooting guide
+  sudo mac doctor --fix ip_forward         apply a check's fix (asks first), check again
   mac stop agent                           deregister and stop
   mac start master                         api-server, worker, beat, prometheus
   mac logs api-server | grep /api/v1/register   (master) which agents registered
@@ -80,8 +81,21 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true")
     _add_runtime(st)
 
-    doc = sub.add_parser("doctor", help="run the troubleshooting guide's checks")
+    doc = sub.add_parser(
+        "doctor",
+        help="run the troubleshooting guide's checks (--fix: apply their fixes)",
+        description="Run the troubleshooting guide's checks and print the fix of each "
+        "problem. With --fix, show the exact commands of each failing or warning check "
+        "(or of the CHECKs named), ask, apply them, and check again; exit 0 only when "
+        "everything asked for passes.",
+    )
+    doc.add_argument("checks", nargs="*", metavar="CHECK", help="only these checks (ids)")
     doc.add_argument("--json", action="store_true", help='{"ok": ..., "checks": [...]}')
+    doc.add_argument("--fix", action="store_true", help="apply the fixes, after asking")
+    doc.add_argument("--yes", action="store_true", help="with --fix: apply without asking")
+    doc.add_argument(
+        "--dry-run", action="store_true", help="with --fix: show the commands, change nothing"
+    )
 
     logs = sub.add_parser(
         "logs",
@@ -141,7 +155,13 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             return envcmd.env_list(as_json=args.json)
         raise CliError("mac env needs an action.", commands=["mac env list", "mac env --help"])
     if args.command == "doctor":
-        return doctor.doctor(as_json=args.json)
+        if not args.fix:
+            if args.yes or args.dry_run:
+                ap.error("--yes and --dry-run go with --fix")
+            return doctor.doctor(as_json=args.json, names=args.checks)
+        if args.json:
+            ap.error("--fix prints what it does; it has no --json form")
+        return doctor.fix(args.checks, yes=args.yes, dry_run=args.dry_run, mac=main)
     if args.command == "logs":
         return logscmd.logs(args.service, args.role, args.lines, args.follow, args.runtime)
     if args.command == "probe":

@@ -11,6 +11,13 @@ process in the unit's cgroup.
 runs systemd as root), `mac stop <role>` disables and removes it. MAC_SYSTEMD_UNIT_DIR
 points the unit files elsewhere than /etc/systemd/system (the tests do), and
 MAC_SYSTEMD=no keeps `mac` from touching systemd at all.
+
+The unit is ordered after network.target, not network-online.target: the services
+listen on MAC_BIND (every address by default) and supervisord retries one whose
+address is not up yet, while network-online.target can wait minutes for a link
+without carrier (systemd-networkd-wait-online). Under a real systemd (a booted
+nspawn container, tests/maccli/test_nspawn_systemd.py) the old ordering held
+`systemctl enable --now` for as long.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from maccli.output import CliError
 from node.commands import Runner, run_command
 
 UNIT_DIR = Path("/etc/systemd/system")
+# `enable --now` waits for the start job; supervisord's start is quick, a loaded host not.
+SYSTEMCTL_TIMEOUT = 90.0
 # What a role needs up before it: the master's Redis (and PostgreSQL when local).
 AFTER = {"master": ["redis-server.service", "postgresql.service"]}
 
@@ -39,14 +48,13 @@ def host_runs_systemd(sd_run: Path = Path("/run/systemd/system")) -> bool:
 
 
 def render_unit(role: str, command: list[str], working_dir: Path, stop_grace: float) -> str:
-    after = " ".join(["network-online.target", *AFTER.get(role, [])])
+    after = " ".join(["network.target", *AFTER.get(role, [])])
     return "\n".join(
         [
             "# Written by `mac start " + role + "`; `mac stop " + role + "` removes it.",
             "[Unit]",
             f"Description=MAC {role} services (supervisord)",
             f"After={after}",
-            "Wants=network-online.target",
             "",
             "[Service]",
             "Type=simple",
@@ -77,9 +85,9 @@ def _quote(word: str) -> str:
 class SystemdUnits:
     """Installs, enables and removes the unit of a role through systemctl."""
 
-    def __init__(self, unit_dir: Path = UNIT_DIR, run: Runner = run_command) -> None:
+    def __init__(self, unit_dir: Path = UNIT_DIR, run: Runner | None = None) -> None:
         self.unit_dir = Path(unit_dir)
-        self.run = run
+        self.run = run or (lambda argv: run_command(argv, timeout=SYSTEMCTL_TIMEOUT))
 
     def path(self, role: str) -> Path:
         return self.unit_dir / unit_name(role)

@@ -6,10 +6,12 @@ Interface (fixed; the check functions themselves live in modules of this package
 
 from __future__ import annotations
 
-from exporters.checks import config, docker, gpu, master, network, rdma, services
+from collections.abc import Callable
+
+from exporters.checks import config, docker, gpu, master, network, networkd, rdma, services
 from exporters.checks.base import CheckContext, CheckResult, CheckStatus
 
-__all__ = ["CHECKS", "CheckContext", "CheckResult", "CheckStatus", "run_checks"]
+__all__ = ["CHECKS", "CHECK_IDS", "CheckContext", "CheckResult", "CheckStatus", "run_checks"]
 
 # The guide's order: configuration, the master, services, network, Docker, GPUs, RDMA.
 CHECKS = [
@@ -17,10 +19,20 @@ CHECKS = [
     *master.CHECKS,
     *services.CHECKS,
     *network.CHECKS,
+    *networkd.CHECKS,
     *docker.CHECKS,
     *gpu.CHECKS,
     *rdma.CHECKS,
 ]
+
+
+def check_id(check: Callable) -> str:
+    """The id (or id prefix, "service" for service:<name>) of what a check function reports."""
+    return getattr(check, "check_id", check.__name__.removeprefix("check_"))
+
+
+# Every id a check reports, or its prefix: what `mac doctor --fix CHECK...` accepts.
+CHECK_IDS = tuple(check_id(check) for check in CHECKS)
 
 
 def _as_list(results: CheckResult | list[CheckResult]) -> list[CheckResult]:
@@ -36,8 +48,11 @@ def run_checks(ctx: CheckContext | None = None) -> list[CheckResult]:
     ctx = ctx or CheckContext()
     only = set(ctx.extra.get("only") or ())
     skip = set(ctx.extra.get("skip") or ())
+    wanted = {name.split(":", 1)[0] for name in only}
     results: list[CheckResult] = []
     for check in CHECKS:
+        if only and check_id(check) not in wanted:
+            continue  # not asked for: not run at all (some wait on the network or sleep)
         try:
             found = _as_list(check(ctx))
         except Exception as exc:  # a bug in one check must not blank the report

@@ -10,9 +10,11 @@ and contract.liveness.check_url for a service's liveness URL.
 from __future__ import annotations
 
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
+from exporters.checks.fixes import Step, render
 from node.commands import Runner, run_command
 from node.config import NodeConfig
 
@@ -31,9 +33,24 @@ class CheckResult:
     status: CheckStatus
     detail: str = ""  # what was found
     fix: str = ""  # the exact command(s) that fix it; empty when passing
+    # The fix as steps `mac doctor --fix` can apply; `fix` is then rendered from them,
+    # so the text shown is what --fix runs. Empty for fixes left to the operator.
+    steps: tuple[Step, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.steps:
+            if self.fix:
+                raise ValueError(f"{self.id}: a fix given as steps has no text of its own")
+            self.fix = render(self.steps)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": str(self.status),
+            "detail": self.detail,
+            "fix": self.fix,
+        }
 
 
 @dataclass
@@ -45,6 +62,34 @@ class CheckContext:
     dev_root: str = "/dev"
     etc_root: str = "/etc"
     extra: dict = field(default_factory=dict)
+
+    def _roots(self) -> tuple[tuple[str, str], ...]:
+        return (
+            ("/proc", self.proc_root),
+            ("/sys", self.sys_root),
+            ("/dev", self.dev_root),
+            ("/etc", self.etc_root),
+            ("/run", self.extra.get("run_root", "/run")),
+            ("/usr", self.extra.get("usr_root", "/usr")),
+            ("/lib", self.extra.get("lib_root", "/lib")),
+        )
+
+    def local(self, host_path: str) -> Path:
+        """Where a host path (/etc/sysctl.d/..., /proc/sys/...) is under this context's roots."""
+        for prefix, root in self._roots():
+            if host_path == prefix or host_path.startswith(prefix + "/"):
+                return Path(root, host_path[len(prefix) :].lstrip("/"))
+        return Path(host_path)
+
+    def host(self, local_path: Path | str) -> str:
+        """The host path a local one stands for: what a printed command must name."""
+        for prefix, root in self._roots():
+            try:
+                rest = Path(local_path).relative_to(root)
+            except ValueError:
+                continue
+            return prefix if str(rest) == "." else f"{prefix}/{rest}"
+        return str(local_path)
 
 
 def runner(ctx: CheckContext) -> Runner:

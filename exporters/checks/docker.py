@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
+from exporters.checks.fixes import Run
 from node.commands import Runner
 
 COMPOSE_PROJECT = "mac"
+ENABLE_DOCKER = Run(("systemctl", "enable", "--now", "docker"))
 PS_FORMAT = '{{.Names}}\t{{.Label "com.docker.compose.project"}}'
 REMOVE_STALE_COMMAND = "docker rm -f $(docker ps -aq --filter 'name=^/mac-')"
 _ENABLED_STATES = {"enabled", "enabled-runtime", "static", "alias", "indirect", "generated"}
@@ -67,7 +69,8 @@ def check_stale_containers(ctx: CheckContext) -> CheckResult:
         CheckStatus.FAIL,
         f"{describe_stale(stale)}: `mac start agent` would fail with "
         '"Conflict. The container name ... is already in use".',
-        f"{REMOVE_STALE_COMMAND}\nmac start agent",
+        # Exactly the foreign ones: the generic REMOVE_STALE_COMMAND would take ours too.
+        steps=(Run(("docker", "rm", "-f", *(c.name for c in stale)), root=False),),
     )
 
 
@@ -87,7 +90,6 @@ def check_docker_enabled(ctx: CheckContext) -> CheckResult:
     installed = any(path.exists() for path in _unit_paths(ctx))
     answer = runner(ctx)(["systemctl", "is-enabled", "docker.service"])
     state = answer.stdout.strip().splitlines()[0] if answer.stdout.strip() else ""
-    fix = "sudo systemctl enable --now docker\nmac status"
     if state in _ENABLED_STATES:
         return CheckResult("docker_enabled", title, CheckStatus.PASS, f"docker.service is {state}")
     if state in {"disabled", "masked", "masked-runtime", "linked", "linked-runtime"}:
@@ -96,7 +98,11 @@ def check_docker_enabled(ctx: CheckContext) -> CheckResult:
             title,
             CheckStatus.FAIL,
             f"docker.service is {state}: after a reboot the agent's containers stay down.",
-            fix if not state.startswith("masked") else "sudo systemctl unmask docker\n" + fix,
+            steps=(
+                (Run(("systemctl", "unmask", "docker")), ENABLE_DOCKER)
+                if state.startswith("masked")
+                else (ENABLE_DOCKER,)
+            ),
         )
     if not installed:
         return CheckResult(
@@ -117,7 +123,7 @@ def check_docker_enabled(ctx: CheckContext) -> CheckResult:
         CheckStatus.FAIL,
         f"docker.service is installed but not enabled ({wants} is missing): after a reboot "
         "the agent's containers stay down.",
-        fix,
+        steps=(ENABLE_DOCKER,),
     )
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 from contract.liveness import check_url, outcome_words
 from contract.services import SERVICES
 from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
+from exporters.checks.fixes import Mac
 from exporters.node_exporter import INSTALL_FIX, NodeExporterMissing, find_node_exporter
+
+RESTART_AGENT = Mac(("restart", "agent"))
 
 
 def check_node_exporter(ctx: CheckContext) -> CheckResult:
@@ -74,10 +77,12 @@ def service_checks(ctx: CheckContext) -> list[CheckResult]:
                 title,
                 CheckStatus.FAIL,
                 f"{url}: {found}",
-                "mac status\nmac restart agent",
+                steps=(RESTART_AGENT,),
             )
         )
     return results
 
+
+service_checks.check_id = "service"  # type: ignore[attr-defined]  # reports service:<name>
 
 CHECKS = (check_node_exporter, service_checks)

@@ -20,7 +20,7 @@ from inventory.services.changes import (
     set_maintenance,
     set_maintenance_of,
 )
-from inventory.services.events import record_event
+from inventory.services.events import record_event, record_ip_forward_reset
 from inventory.services.keys import hash_node_key, new_node_key, node_for_key, node_key_matches
 from inventory.services.registration import (
     AGENT_ACTOR,
@@ -52,6 +52,7 @@ __all__ = [
     "node_for_key",
     "node_key_matches",
     "record_event",
+    "record_ip_forward_reset",
     "register_node",
     "remove_node",
     "remove_nodes",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import transaction
 
+from inventory.choices import EventKind
 from inventory.live import queue_node_changes
 from inventory.models import Node, NodeEvent
 from inventory.services import statements
@@ -46,3 +48,29 @@ def push_on_commit(nodes: Iterable[Node] = (), removed: Iterable[int] = ()) -> N
     removed = list(removed)
     if changes or removed:
         transaction.on_commit(lambda: queue_node_changes(changes, removed))
+
+
+def record_ip_forward_reset(
+    node: Node,
+    *,
+    when: datetime,
+    link: str = "",
+    carrier_at: datetime | None = None,
+    reasserted: bool = False,
+    resets: int = 1,
+) -> NodeEvent:
+    """A reset of net.ipv4.ip_forward that the node's sys-manager saw, in its history."""
+    message = "IPv4 forwarding was reset to 0 on the node"
+    if resets > 1:
+        message = f"IPv4 forwarding was reset to 0 on the node {resets} times"
+    if link:
+        message += f", after {link} gained carrier"
+    message += "; sys-manager set it back to 1" if reasserted else "; it stays 0 until fixed"
+    data = {
+        "when": when.isoformat(),
+        "link": link,
+        "carrier_at": carrier_at.isoformat() if carrier_at else None,
+        "reasserted": reasserted,
+        "resets": resets,
+    }
+    return record_event(node, EventKind.IP_FORWARD_RESET, message, actor="sys-manager", data=data)

@@ -56,14 +56,20 @@ def promtool_test(tmp_path: Path, input_series: list[dict], alerts: list[dict]) 
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def firing(at: str, name: str, labels: dict, summary: str, description: str) -> dict:
+def firing(
+    at: str, name: str, labels: dict, summary: str, description: str, **annotations: str
+) -> dict:
     return {
         "eval_time": at,
         "alertname": name,
         "exp_alerts": [
             {
                 "exp_labels": labels,
-                "exp_annotations": {"summary": summary, "description": description},
+                "exp_annotations": {
+                    "summary": summary,
+                    "description": description,
+                    **annotations,
+                },
             }
         ],
     }
@@ -81,7 +87,7 @@ def test_the_rules_file_passes_promtool_check():
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 6 rules found" in run.stdout
+    assert "SUCCESS: 7 rules found" in run.stdout
 
 
 def test_the_masters_prometheus_config_loads_the_rules(tmp_path):
@@ -92,7 +98,7 @@ def test_the_masters_prometheus_config_loads_the_rules(tmp_path):
         ["promtool", "check", "config", str(out)], capture_output=True, text=True, check=False
     )
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "SUCCESS: 6 rules found" in run.stdout
+    assert "SUCCESS: 7 rules found" in run.stdout
 
 
 def test_a_node_offline_for_a_minute_alerts_with_the_masters_diagnosis(tmp_path):
@@ -281,4 +287,45 @@ def test_flat_rdma_error_counters_stay_quiet(tmp_path):
         tmp_path,
         [series("node_infiniband_symbol_error_total", IB_PORT, "41x30")],
         [quiet("25m", "RdmaPortErrorsRising")],
+    )
+
+
+SYS_MANAGER = {"job": "sys-manager", "instance": "198.18.0.3:29103", **NODE}
+RESET_DESCRIPTION = (
+    "net.ipv4.ip_forward dropped to 0 on gpu-03: bridge-networked exporters stop answering "
+    "the master. The node's history on the master says which link gained carrier just "
+    "before. Run `sudo mac doctor --fix` on the node."
+)
+RUNBOOK = "docs/troubleshooting.md#offline-on-the-dashboard-yet-every-service-is-up-ip_forward"
+
+
+def test_an_ip_forward_reset_alerts_at_once_and_clears_after_fifteen_quiet_minutes(tmp_path):
+    resting = {**SYS_MANAGER, "node": "4", "hostname": "gpu-04", "maintenance": "true"}
+    promtool_test(
+        tmp_path,
+        [
+            # One reset at 3m (sys-manager's counter 0 -> 1), nothing after.
+            series("mac_ipforward_resets_total", SYS_MANAGER, "0 0 0 1x30"),
+            series("mac_ipforward_resets_total", resting, "0 0 0 1x30"),
+        ],
+        [
+            quiet("2m", "MacIpForwardReset"),
+            firing(
+                "3m",
+                "MacIpForwardReset",
+                {**SYS_MANAGER, "severity": "warning"},
+                "IPv4 forwarding was reset on gpu-03",
+                RESET_DESCRIPTION,
+                runbook_url=RUNBOOK,
+            ),
+            quiet("19m", "MacIpForwardReset"),
+        ],
+    )
+
+
+def test_a_restarted_sys_manager_starting_again_from_zero_is_no_reset(tmp_path):
+    promtool_test(
+        tmp_path,
+        [series("mac_ipforward_resets_total", SYS_MANAGER, "2x5 0x10")],
+        [quiet("6m", "MacIpForwardReset"), quiet("12m", "MacIpForwardReset")],
     )

@@ -115,7 +115,10 @@ def start_api_server(tmp: Path, env: dict[str, str] | None = None, workers: int 
     deadline = time.monotonic() + 90
     while True:
         try:
-            with urllib.request.urlopen(f"{server.url}/api/v1/schema/", timeout=2):
+            # A long timeout: the first schema build can take seconds on a loaded machine,
+            # and a second request racing it trips drf-spectacular's lazy extension loading
+            # (not thread-safe: AttributeError, a 500 in the log).
+            with urllib.request.urlopen(f"{server.url}/api/v1/schema/", timeout=30):
                 return server
         except OSError:
             pass

@@ -62,7 +62,8 @@ def test_doctor_finds_the_stale_containers_and_prints_the_removal_command(mac_en
     stale = checks["stale_containers"]
     assert stale["status"] == "fail"
     assert "mac-sys-exporter (project deploy)" in stale["detail"]
-    assert stale["fix"].splitlines()[0] == "docker rm -f $(docker ps -aq --filter 'name=^/mac-')"
+    # Exactly the foreign containers, by name (what `mac doctor --fix` runs).
+    assert stale["fix"] == "docker rm -f mac-sys-exporter mac-nic-exporter"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -144,7 +144,6 @@ def test_docker_not_enabled_at_boot_is_reported_with_the_enable_command(mac_env)
     lines = result.stdout.splitlines()
     assert any(line.startswith("fail") and "docker.service is disabled" in line for line in lines)
     assert "  sudo systemctl enable --now docker" in lines
-    assert "  mac status" in lines
 
 
 def test_services_down_together_get_their_shared_fix_once(mac_env):

@@ -38,9 +38,10 @@ def test_it_renders_a_unit_that_restarts_supervisord_and_starts_at_boot(tmp_path
     assert "Restart=always" in lines
     assert "KillMode=mixed" in lines
     assert "WantedBy=multi-user.target" in lines
-    assert "After=network-online.target redis-server.service postgresql.service" in lines
+    assert "After=network.target redis-server.service postgresql.service" in lines
     assert f"WorkingDirectory={tmp_path}" in lines
-    assert "After=network-online.target" in _unit_text(tmp_path, "agent").splitlines()
+    assert "After=network.target" in _unit_text(tmp_path, "agent").splitlines()
+    assert not any("network-online" in line for line in lines)  # see maccli.systemd
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is absent")

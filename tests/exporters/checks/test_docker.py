@@ -6,11 +6,8 @@ import os
 from pathlib import Path
 
 from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.docker import (
-    REMOVE_STALE_COMMAND,
-    check_docker_enabled,
-    check_stale_containers,
-)
+from exporters.checks.docker import check_docker_enabled, check_stale_containers
+from exporters.checks.fixes import Run
 from node.commands import CommandResult
 
 
@@ -37,7 +34,17 @@ def test_docker_disabled_at_boot_fails_with_enable_now(tmp_path):
     result = check_docker_enabled(ctx)
     assert result.status == CheckStatus.FAIL
     assert "docker.service is disabled" in result.detail
-    assert result.fix.splitlines()[0] == "sudo systemctl enable --now docker"
+    assert result.steps == (Run(("systemctl", "enable", "--now", "docker")),)
+    assert result.fix == "sudo systemctl enable --now docker"
+
+
+def test_a_masked_docker_is_unmasked_first(tmp_path):
+    _install_unit(tmp_path)
+    ctx = _ctx(tmp_path, {("systemctl", "is-enabled"): CommandResult(1, "masked\n")})
+    assert check_docker_enabled(ctx).fix.splitlines() == [
+        "sudo systemctl unmask docker",
+        "sudo systemctl enable --now docker",
+    ]
 
 
 def test_docker_enabled_passes(tmp_path):
@@ -72,8 +79,11 @@ def test_containers_of_another_project_fail_with_the_removal_command(tmp_path):
     assert "mac-sys-exporter (project deploy)" in result.detail
     assert "mac-bmc-agent (project none)" in result.detail
     assert "mac-nic-exporter" not in result.detail
-    assert result.fix.splitlines() == [REMOVE_STALE_COMMAND, "mac start agent"]
-    assert REMOVE_STALE_COMMAND == "docker rm -f $(docker ps -aq --filter 'name=^/mac-')"
+    # Exactly the foreign containers, by name: never this project's own mac-nic-exporter.
+    assert result.steps == (
+        Run(("docker", "rm", "-f", "mac-sys-exporter", "mac-bmc-agent"), root=False),
+    )
+    assert result.fix == "docker rm -f mac-sys-exporter mac-bmc-agent"
 
 
 def test_only_our_own_project_passes(tmp_path):
