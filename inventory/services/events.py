@@ -9,6 +9,7 @@ from django.db import transaction
 from inventory.live import queue_node_changes
 from inventory.models import Node, NodeEvent
 from inventory.services import statements
+from inventory.signals import maintenance_changed
 
 
 def new_event(
@@ -46,3 +47,12 @@ def push_on_commit(nodes: Iterable[Node] = (), removed: Iterable[int] = ()) -> N
     removed = list(removed)
     if changes or removed:
         transaction.on_commit(lambda: queue_node_changes(changes, removed))
+
+
+def announce_maintenance_on_commit(node_ids: Iterable[int]) -> None:
+    """Tell the apps above the inventory (alerting: silences) once the change commits."""
+    ids = sorted(set(node_ids))
+    if ids:
+        transaction.on_commit(
+            lambda: maintenance_changed.send_robust(sender=Node, node_ids=ids)
+        )
