@@ -52,7 +52,10 @@ class NotificationChannelAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("State", {"fields": ("config_error", "checked_at", "created_by", "created_at", "updated_at")}),
+        (
+            "State",
+            {"fields": ("config_error", "checked_at", "created_by", "created_at", "updated_at")},
+        ),
     )
 
     @admin.display(description="filters")

@@ -33,8 +33,9 @@ def _chooser(name: str, label: str, codes: Iterable[str], template: str, fallbac
     branches = []
     for code in codes:
         keyword = "if" if not branches else "else if"
+        called = template.format(code)
         branches.append(
-            f'{{{{ {keyword} eq .Labels.{label} "{code}" }}}}{{{{ template "{template.format(code)}" }}}}'
+            f'{{{{ {keyword} eq .Labels.{label} "{code}" }}}}{{{{ template "{called}" }}}}'
         )
     body = "".join(branches) + f"{{{{ else }}}}{fallback}{{{{ end }}}}" if branches else fallback
     return _define(name, body)
@@ -91,10 +92,16 @@ Fix:
 {{ end }}
 {{- end }}
 
-{{ define "mac.hosts" }}{{ range $i, $a := .Alerts }}{{ if $i }}, {{ end }}{{ or $a.Labels.hostname $a.Labels.instance }}{{ end }}{{ end }}
+{{ define "mac.hosts" }}
+  {{- range $i, $a := .Alerts }}{{ if $i }}, {{ end }}
+    {{- or $a.Labels.hostname $a.Labels.instance }}
+  {{- end }}
+{{- end }}
 
 {{ define "mac.email.subject" -}}
-[MAC {{ .Status | toUpper }}{{ if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}] {{ .CommonLabels.alertname }}: {{ template "mac.hosts" . }}
+[MAC {{ .Status | toUpper }}
+  {{- if eq .Status "firing" }}:{{ .Alerts.Firing | len }}{{ end }}]
+  {{- " " }}{{ .CommonLabels.alertname }}: {{ template "mac.hosts" . }}
 {{- end }}
 
 {{ define "mac.email.text" -}}

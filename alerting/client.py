@@ -10,7 +10,6 @@ the dashboard and /health show as they are ("alerts unavailable: <why>").
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -48,7 +47,7 @@ class Alertmanager:
             raise AlertmanagerUnavailable(
                 f"{self.url} answered {method} {path} with HTTP {exc.code}: {detail}"
             ) from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise AlertmanagerUnavailable(
                 f"{self.url} did not answer within {self.timeout:g} s"
             ) from None

@@ -8,7 +8,7 @@ from alerting.choices import Severity
 from alerting.models import NotificationChannel, channel_errors
 from alerting.secrets import keep_if_empty, url_hint
 
-SECRET_HELP = "Write-only: never shown again. Leave empty to keep the stored one."
+WRITE_ONLY_HELP = "Write-only: never shown again. Leave empty to keep the stored one."
 
 
 class SecretField(forms.CharField):
@@ -33,8 +33,8 @@ class NotificationChannelForm(forms.ModelForm):
         help_text="Alertmanager matchers, one per line, all of which must hold: "
         'cluster_name="prod", hostname=~"gpu-.*", gpu_vendor!="amd".',
     )
-    url = SecretField(label="URL", max_length=2000, help_text=SECRET_HELP)
-    smtp_password = SecretField(label="SMTP password", max_length=500, help_text=SECRET_HELP)
+    url = SecretField(label="URL", max_length=2000, help_text=WRITE_ONLY_HELP)
+    smtp_password = SecretField(label="SMTP password", max_length=500, help_text=WRITE_ONLY_HELP)
     forget_smtp_password = forms.BooleanField(
         required=False, help_text="Tick to remove the stored SMTP password."
     )
@@ -82,9 +82,13 @@ class NotificationChannelForm(forms.ModelForm):
         old_password = stored.smtp_password if stored else ""
         data["url"] = keep_if_empty(data.get("url"), old_url)
         data["smtp_password"] = (
-            "" if data.get("forget_smtp_password") else keep_if_empty(data.get("smtp_password"), old_password)
+            ""
+            if data.get("forget_smtp_password")
+            else keep_if_empty(data.get("smtp_password"), old_password)
         )
-        probe = NotificationChannel(**{name: data.get(name) for name in self.Meta.fields if name in data})
+        probe = NotificationChannel(
+            **{name: data.get(name) for name in self.Meta.fields if name in data}
+        )
         for field, messages in channel_errors(probe).items():
             if field in self.fields and field not in self.errors:
                 for message in messages:

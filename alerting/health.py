@@ -20,7 +20,8 @@ def check_alertmanager(client: Alertmanager | None = None) -> tuple[bool, str]:
     except AlertmanagerUnavailable as exc:
         return False, f"alerts unavailable: {exc}"
     version = (status.get("versionInfo") or {}).get("version", "?")
-    return True, f"Alertmanager {version} at {settings.ALERTMANAGER_URL}, up since {status.get('uptime', '?')}"
+    since = status.get("uptime", "?")
+    return True, f"Alertmanager {version} at {settings.ALERTMANAGER_URL}, up since {since}"
 
 
 def check_channels() -> tuple[bool, str]:

@@ -17,7 +17,9 @@ from django.db import models
 from alerting.choices import ChannelKind, Severity
 
 # One Alertmanager matcher: a label name, an operator, a value (quoted or not).
-MATCHER = re.compile(r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|[^"\s]\S*)\s*$')
+MATCHER = re.compile(
+    r'^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|[^"\s]\S*)\s*$'
+)
 # Labels MAC itself uses for routing; a channel's filter may not use them.
 RESERVED_LABELS = frozenset({"severity", "mac_test_channel", "mac_test_id"})
 _URL = URLValidator(schemes=["http", "https"])

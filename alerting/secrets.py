@@ -24,4 +24,4 @@ def url_hint(url: str) -> str:
 
 def keep_if_empty(new: str | None, old: str) -> str:
     """An empty field on edit keeps the stored secret."""
-    return old if not new else new
+    return new if new else old

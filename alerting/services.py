@@ -133,11 +133,12 @@ def describe_applied(applied: Applied) -> list[tuple[bool, str]]:
     if applied.config_error:
         said.append((False, f"alertmanager.yml kept as it was: {applied.config_error}"))
     elif applied.reload_error:
-        said.append(
-            (False, f"Alertmanager not reloaded ({applied.reload_error}); MAC retries on its next poll.")
-        )
+        why = applied.reload_error
+        said.append((False, f"Alertmanager not reloaded ({why}); MAC retries on its next poll."))
     elif applied.reloaded:
-        said.append((True, f"Alertmanager reloaded with {len(applied.included)} channel(s) in use."))
+        said.append(
+            (True, f"Alertmanager reloaded with {len(applied.included)} channel(s) in use.")
+        )
     return said
 
 

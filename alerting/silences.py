@@ -80,7 +80,9 @@ def _parse_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def reconcile(node_ids: Iterable[int] | None = None, client: Alertmanager | None = None) -> Reconciled:
+def reconcile(
+    node_ids: Iterable[int] | None = None, client: Alertmanager | None = None
+) -> Reconciled:
     """Create and expire MAC's silences so they match maintenance (of `node_ids`, or all).
 
     Raises AlertmanagerUnavailable when Alertmanager does not answer; the next poll

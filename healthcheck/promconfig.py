@@ -162,11 +162,13 @@ class RulesError(ValueError):
 def shipped_rule_names() -> list[str]:
     """The alert names in MAC's rules file."""
     rules = yaml.safe_load(ALERT_RULES.read_text())
-    return [rule["alert"] for group in rules["groups"] for rule in group["rules"] if "alert" in rule]
+    return [
+        rule["alert"] for group in rules["groups"] for rule in group["rules"] if "alert" in rule
+    ]
 
 
 def parse_rule_for(text: str, known: Iterable[str]) -> dict[str, str]:
-    """"MacNodeOffline=30s,GpuXidError=0s" -> {rule: duration}, checked against `known`."""
+    """ "MacNodeOffline=30s,GpuXidError=0s" -> {rule: duration}, checked against `known`."""
     known = set(known)
     overrides: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):

@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from inventory.api import views
+from inventory.api import maintenance, views
 
 router = SimpleRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
@@ -12,5 +12,10 @@ urlpatterns = [
     path("register", views.RegisterView.as_view(), name="register"),
     path("deregister", views.DeregisterView.as_view(), name="deregister"),
     path("self", views.SelfView.as_view(), name="self"),
+    path(
+        "nodes/<int:pk>/maintenance",
+        maintenance.NodeMaintenanceView.as_view(),
+        name="node-maintenance",
+    ),
     *router.urls,
 ]

@@ -53,6 +53,4 @@ def announce_maintenance_on_commit(node_ids: Iterable[int]) -> None:
     """Tell the apps above the inventory (alerting: silences) once the change commits."""
     ids = sorted(set(node_ids))
     if ids:
-        transaction.on_commit(
-            lambda: maintenance_changed.send_robust(sender=Node, node_ids=ids)
-        )
+        transaction.on_commit(lambda: maintenance_changed.send_robust(sender=Node, node_ids=ids))

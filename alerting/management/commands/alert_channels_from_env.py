@@ -23,5 +23,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{exc}. Fix the variable (mac env set ...) and start the master again."
             ) from None
-        for line in lines or ["No MAC_ALERT_WEBHOOK_URL or MAC_ALERT_EMAIL_TO: no channel from the environment."]:
+        for line in lines or [
+            "No MAC_ALERT_WEBHOOK_URL or MAC_ALERT_EMAIL_TO: no channel from the environment."
+        ]:
             self.stdout.write(line)

@@ -16,7 +16,9 @@ from alerting.models import NotificationChannel
 
 
 class Command(BaseCommand):
-    help = "Write Alertmanager's configuration (MAC_ALERTMANAGER_DIR) from the notification channels."
+    help = (
+        "Write Alertmanager's configuration (MAC_ALERTMANAGER_DIR) from the notification channels."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -38,7 +40,9 @@ class Command(BaseCommand):
                 "MAC_ALERTMANAGER_DIR writable for this user, or point it elsewhere."
             ) from None
         if applied.config_error:
-            raise CommandError(f"Alertmanager would refuse the configuration: {applied.config_error}")
+            raise CommandError(
+                f"Alertmanager would refuse the configuration: {applied.config_error}"
+            )
         path = services.config_path()
         names = dict(NotificationChannel.objects.values_list("pk", "name"))
         state = "Wrote" if applied.written else "Kept (unchanged)"

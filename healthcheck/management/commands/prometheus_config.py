@@ -20,8 +20,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from healthcheck.httpsd import ShardError, parse_shard
 from contract.atomicfile import write_atomically
+from healthcheck.httpsd import ShardError, parse_shard
 from healthcheck.promconfig import (
     ALERT_RULES,
     DOCKER_MASTER,
@@ -135,7 +135,9 @@ class Command(BaseCommand):
         except RulesError as exc:
             raise CommandError(f"MAC_ALERT_FOR: {exc}") from None
         try:
-            write_atomically(rendered, render_alert_rules(overrides, settings.RUNBOOK_BASE_URL).encode())
+            write_atomically(
+                rendered, render_alert_rules(overrides, settings.RUNBOOK_BASE_URL).encode()
+            )
         except OSError as exc:
             raise CommandError(f"cannot write {rendered}: {exc}") from None
         self.stdout.write(f"Wrote {rendered} (MAC_ALERT_FOR={settings.ALERT_FOR or '-'}).")
