@@ -86,8 +86,9 @@ class NotificationChannelForm(forms.ModelForm):
             if data.get("forget_smtp_password")
             else keep_if_empty(data.get("smtp_password"), old_password)
         )
+        model_fields = {field.name for field in NotificationChannel._meta.concrete_fields}
         probe = NotificationChannel(
-            **{name: data.get(name) for name in self.Meta.fields if name in data}
+            **{name: value for name, value in data.items() if name in model_fields}
         )
         for field, messages in channel_errors(probe).items():
             if field in self.fields and field not in self.errors:
