@@ -13,8 +13,14 @@ from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel
 
 
+# /health answers load balancers and agents: a hung Alertmanager must not hold it long.
+HEALTH_TIMEOUT = 1.0
+
+
 def check_alertmanager(client: Alertmanager | None = None) -> tuple[bool, str]:
-    client = client or Alertmanager.from_settings()
+    client = client or Alertmanager(
+        settings.ALERTMANAGER_URL, min(settings.ALERTMANAGER_TIMEOUT, HEALTH_TIMEOUT)
+    )
     try:
         status = client.status()
     except AlertmanagerUnavailable as exc:
