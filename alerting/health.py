@@ -12,7 +12,6 @@ from django.conf import settings
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel
 
-
 # /health answers load balancers and agents: a hung Alertmanager must not hold it long.
 HEALTH_TIMEOUT = 1.0
 
