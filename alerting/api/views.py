@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
@@ -14,12 +19,38 @@ from alerting.api.serializers import NotificationChannelSerializer
 from alerting.models import NotificationChannel
 
 _SENT = inline_serializer("TestNotificationSent", {"detail": serializers.CharField()})
+_DETAIL = inline_serializer("AlertChannelError", {"detail": serializers.CharField()})
+# What every operation may answer besides its success: who may call it, which channel.
+DENIED = {
+    401: OpenApiResponse(_DETAIL, description="no session and no valid API token"),
+    403: OpenApiResponse(_DETAIL, description="the user is not staff"),
+}
+NOT_FOUND = {404: OpenApiResponse(_DETAIL, description="no channel has that id")}
+BAD_REQUEST = {
+    400: OpenApiResponse(
+        description='{"<field>": ["message"]}: the field Alertmanager would refuse'
+    )
+}
 
 
 def _actor(request) -> str:
     return f"api:{request.user.get_username()}"
 
 
+@extend_schema_view(
+    list=extend_schema(
+        responses={200: NotificationChannelSerializer(many=True), **BAD_REQUEST, **DENIED}
+    ),
+    create=extend_schema(responses={201: NotificationChannelSerializer, **BAD_REQUEST, **DENIED}),
+    retrieve=extend_schema(responses={200: NotificationChannelSerializer, **DENIED, **NOT_FOUND}),
+    update=extend_schema(
+        responses={200: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **NOT_FOUND}
+    ),
+    partial_update=extend_schema(
+        responses={200: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **NOT_FOUND}
+    ),
+    destroy=extend_schema(responses={204: None, **DENIED, **NOT_FOUND}),
+)
 class NotificationChannelViewSet(viewsets.ModelViewSet):
     """Where alerts go. Every change rewrites alertmanager.yml and reloads Alertmanager;
     `config_error` says why a channel is left out (the others keep working)."""
@@ -49,6 +80,8 @@ class NotificationChannelViewSet(viewsets.ModelViewSet):
         responses={
             202: _SENT,
             409: OpenApiResponse(_SENT, description="disabled, left out, or Alertmanager down"),
+            **DENIED,
+            **NOT_FOUND,
         },
         summary="Send a test notification to this channel (through Alertmanager)",
     )

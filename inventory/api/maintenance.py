@@ -42,6 +42,8 @@ class NodeMaintenanceView(APIView):
         responses={
             200: MaintenanceResultSerializer,
             400: OpenApiResponse(description='{"maintenance": ["..."]}'),
+            401: OpenApiResponse(description="no session and no valid API token"),
+            403: OpenApiResponse(description="the user is not staff"),
             404: OpenApiResponse(description="no node has that id"),
         },
     )
