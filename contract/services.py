@@ -47,5 +47,7 @@ SYS_EXPORTER = BY_NAME["sys-exporter"]
 NIC_EXPORTER = BY_NAME["nic-exporter"]
 MASTER_API_PORT = 28080
 MASTER_PROMETHEUS_PORT = 29090
+# In MAC's range, so that a site's own Alertmanager on 9093 is left alone.
+MASTER_ALERTMANAGER_PORT = 29093
 # The header in which an agent shows the master its per-node key.
 NODE_KEY_HEADER = "X-MAC-Node-Key"

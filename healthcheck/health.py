@@ -15,6 +15,10 @@ and a master whose worker never comes up says so within about 90 s.
 The "targets" check says whether the last sweep could write Prometheus' file-SD
 targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
+
+"alertmanager" and "alert_channels" (alerting.health) only degrade the answer: the
+master still probes and shows nodes without them, so /health stays 200 with
+`"status": "degraded"` and names them in `degraded`, while nobody would be notified.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from alerting.health import check_alertmanager, check_channels
 from contract import __version__
 from healthcheck.state import get_redis, last_sweep
 
@@ -101,11 +106,18 @@ def run_health_checks() -> dict:
         "sweeps": sweeps_result,
         "targets": targets_result,
     }
-    checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
     failed = [name for name, (ok, _detail) in results.items() if not ok]
+    optional = {"alertmanager": check_alertmanager()}
+    if results["database"][0]:
+        optional["alert_channels"] = check_channels()
+    degraded = [name for name, (ok, _detail) in optional.items() if not ok]
+    results.update(optional)
+    checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
+    status = "unhealthy" if failed else "degraded" if degraded else "ok"
     return {
-        "status": "ok" if not failed else "unhealthy",
+        "status": status,
         "failed": failed,
+        "degraded": degraded,
         "checks": checks,
         "version": __version__,
         "last_sweep": summary,

@@ -4,13 +4,20 @@ A node dropped from the file-SD targets vanishes from Prometheus (its series go
 stale, so `up == 0` never fires). These series stay, one per registered node,
 so alert rules can fire on Offline nodes:
 
-    mac_node_up{node, hostname, gpu_vendor, maintenance}     1 Online, 0 otherwise
-    mac_node_status{node, hostname, status, reason, diagnosis, maintenance}   1
+    mac_node_up{node, hostname, cluster_name, gpu_vendor, maintenance}   1 Online, else 0
+    mac_node_status{node, hostname, cluster_name, status, reason, diagnosis, maintenance}  1
     mac_node_exporter_up{node, hostname, service}   1 when that exporter answered its
                                                     last probe, 0 when it did not
     mac_nodes{status}                                          nodes per status
     mac_sweep_duration_seconds, mac_sweep_probe_duration_seconds
     mac_sweep_last_timestamp_seconds, mac_sweeps_total, mac_probes_total{outcome}
+    mac_sweep_targets_written       1 when the last sweep could write the targets files
+    mac_probe_interval_seconds      MAC_PROBE_INTERVAL, so rules can tell a stalled sweep
+
+Labels hold codes only (status, reason and diagnosis are choices' values, node is the
+id): their number stays bounded, and the words and fixes reach notifications through
+Alertmanager templates (alerting.amtemplate). cluster_name (MAC_CLUSTER_NAME) is the
+label every target carries too, so one silence matcher fits every alert of a node.
 
 Each exporter stays in its targets file while its own probe answers, even on an
 Offline node (under ip_forward=0 nic-exporter is still scraped), so mac_node_up says
@@ -26,6 +33,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 
+from django.conf import settings
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -44,19 +52,22 @@ class InventoryCollector(Collector):
         up = GaugeMetricFamily(
             "mac_node_up",
             "1 when the node's sys-exporter answered the last sweep (Online), else 0.",
-            labels=["node", "hostname", "gpu_vendor", "maintenance"],
+            labels=["node", "hostname", "cluster_name", "gpu_vendor", "maintenance"],
         )
         status = GaugeMetricFamily(
             "mac_node_status",
             "Always 1; the labels carry the node's status, reason and diagnosis.",
-            labels=["node", "hostname", "status", "reason", "diagnosis", "maintenance"],
-        )
+            labels=[
+                "node", "hostname", "cluster_name", "status", "reason", "diagnosis", "maintenance",
+            ],
+        )  # fmt: skip
         exporter_up = GaugeMetricFamily(
             "mac_node_exporter_up",
             "1 when the exporter answered its liveness probe in the last sweep, else 0; "
             "an exporter that answers stays a Prometheus target even on an Offline node.",
             labels=["node", "hostname", "service"],
         )
+        cluster = settings.CLUSTER_NAME
         counts: Counter[str] = Counter({choice: 0 for choice in NodeStatus.values})
         rows = Node.objects.order_by("id").values_list(
             "id",
@@ -73,9 +84,9 @@ class InventoryCollector(Collector):
             flag = "true" if maintenance else "false"
             node = str(node_id)
             up.add_metric(
-                [node, hostname, vendor, flag], 1.0 if state == NodeStatus.ONLINE else 0.0
+                [node, hostname, cluster, vendor, flag], 1.0 if state == NodeStatus.ONLINE else 0.0
             )
-            status.add_metric([node, hostname, state, reason, diagnosis, flag], 1.0)
+            status.add_metric([node, hostname, cluster, state, reason, diagnosis, flag], 1.0)
             for service, answered in sorted((health or {}).items()):
                 exporter_up.add_metric([node, hostname, service], 1.0 if answered else 0.0)
             counts[state] += 1
@@ -86,6 +97,11 @@ class InventoryCollector(Collector):
         for state, count in sorted(counts.items()):
             nodes.add_metric([state], count)
         yield nodes
+        yield GaugeMetricFamily(
+            "mac_probe_interval_seconds",
+            "Seconds between fleet sweeps (MAC_PROBE_INTERVAL).",
+            value=settings.PROBE_INTERVAL,
+        )
         yield from self._sweep_metrics()
 
     def _sweep_metrics(self) -> Iterator[Metric]:
@@ -118,6 +134,12 @@ class InventoryCollector(Collector):
                 "mac_sweep_last_timestamp_seconds",
                 "Unix time the last sweep finished.",
                 value=last["finished_at"],
+            )
+            yield GaugeMetricFamily(
+                "mac_sweep_targets_written",
+                "1 when the last sweep could write Prometheus' targets files, 0 when it "
+                "could not (full or read-only disk; /health says why).",
+                value=0.0 if last.get("targets_error") else 1.0,
             )
 
 

@@ -16,7 +16,8 @@ from healthcheck.metrics import master_registry
 @require_GET
 def health(request):
     report = run_health_checks()
-    return JsonResponse(report, status=200 if report["status"] == "ok" else 503)
+    # Degraded (Alertmanager down) is still 200: agents and load balancers keep using it.
+    return JsonResponse(report, status=503 if report["status"] == "unhealthy" else 200)
 
 
 def _metrics_token_accepted(request) -> bool:

@@ -3,6 +3,8 @@
 Nothing else in MAC knows the group's name or the message type.
 
 `broadcast_node_changes` sends at once (the sweep: one message per sweep).
+`broadcast_alerts` sends the firing alerts the Alertmanager poller (alerting.tasks)
+saw change, on the same group.
 `queue_node_changes` is for the inventory's service layer, which changes one node
 per request: a burst of 1,000 agents joining made 1,000 messages, each a Redis round
 trip on the request's thread and a frame to every open page. Queued changes are held
@@ -26,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DASHBOARD_GROUP = "mac.dashboard"
 MESSAGE_TYPE = "nodes.changed"  # handled by a consumer method named nodes_changed
+ALERTS_MESSAGE_TYPE = "alerts.changed"  # handled by a consumer method named alerts_changed
 # Long enough to gather a burst of joins, short enough that a page still looks live.
 PUSH_WINDOW_SECONDS = 0.2
 
@@ -48,6 +51,24 @@ def broadcast_node_changes(changes: list[dict], removed: Iterable[int] = ()) -> 
         async_to_sync(layer.group_send)(DASHBOARD_GROUP, message)
     except Exception:  # pragma: no cover - depends on Redis being down
         log.warning("could not push %d node changes to the dashboard", len(changes), exc_info=True)
+
+
+def broadcast_alerts(snapshot: dict) -> None:
+    """Send the fleet's firing alerts (alerting.queries.AlertSnapshot.as_dict()) to
+    every open dashboard: the poller of Alertmanager calls this when they change.
+
+    The same group as the node changes, so a page has one socket; like them, a lost
+    push is logged, and the page rereads the alerts when its socket reopens.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(
+            DASHBOARD_GROUP, {"type": ALERTS_MESSAGE_TYPE, "alerts": snapshot}
+        )
+    except Exception:  # pragma: no cover - depends on Redis being down
+        log.warning("could not push the firing alerts to the dashboard", exc_info=True)
 
 
 class _PushBuffer:

@@ -1,4 +1,4 @@
-"""`mac start|stop|restart|status master`: api-server, worker, beat and Prometheus.
+"""`mac start|stop|restart|status master`: api-server, worker, beat, Prometheus, Alertmanager.
 
 Under the process runtime the master's set-up runs first (prepare_master, migrate,
 collectstatic, the admin user, Prometheus's configuration); under Docker the images
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from contract.services import MASTER_PROMETHEUS_PORT
+from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT
 from maccli import output
 from maccli.agent import print_states
 from maccli.output import CliError
@@ -45,16 +45,59 @@ def prometheus_port(cfg: NodeConfig) -> int:
     return cfg.int_value("MAC_PROMETHEUS_PORT", MASTER_PROMETHEUS_PORT)
 
 
+def alertmanager_port(cfg: NodeConfig) -> int:
+    return cfg.int_value("MAC_ALERTMANAGER_PORT", MASTER_ALERTMANAGER_PORT)
+
+
+def alertmanager_spec(
+    cfg: NodeConfig, data: Path, env: dict[str, str], bind: str, probe_host: str
+) -> ServiceSpec:
+    """Debian's prometheus-alertmanager on 29093, its configuration written from the
+    notification channels just before it starts (alerting.amconfig)."""
+    port = alertmanager_port(cfg)
+    directory = Path(env["MAC_ALERTMANAGER_DIR"])
+    django = [sys.executable, "-m", "django"]
+    prestart = []
+    if _has_command("alerting.management.commands.alertmanager_config"):
+        prestart = [[*django, "alert_channels_from_env"], [*django, "alertmanager_config"]]
+    return ServiceSpec(
+        "alertmanager",
+        [
+            cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
+            f"--config.file={directory / 'alertmanager.yml'}",
+            f"--storage.path={data / 'alertmanager-data'}",
+            f"--web.listen-address={bind}:{port}",
+            # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
+            "--cluster.listen-address=",
+        ],
+        port=port,
+        liveness_path="/-/ready",
+        env=env,
+        prestart=prestart,
+        ready_timeout=60,
+        host=probe_host,
+        bind=bind,
+    )
+
+
 def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     py = sys.executable
     data = data_dir(cfg)
     bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
     probe_host = "127.0.0.1" if bind in {"0.0.0.0", "::"} else bind
     api_port, prom_port = cfg.master_port, prometheus_port(cfg)
+    # A site's own Alertmanager (MAC_ALERTMANAGER_URL) replaces MAC's: none runs here.
+    site_alertmanager = cfg.get("MAC_ALERTMANAGER_URL")
     env = {
         "DJANGO_SETTINGS_MODULE": "macweb.settings",
         "MAC_DATA_DIR": str(data),
         "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{probe_host}:{prom_port}",
+        "MAC_ALERTMANAGER_URL": site_alertmanager
+        or f"http://{probe_host}:{alertmanager_port(cfg)}",
+        "MAC_ALERTMANAGER_DIR": cfg.get("MAC_ALERTMANAGER_DIR") or str(data / "alertmanager"),
+        "MAC_ALERTMANAGER_MANAGED": cfg.get("MAC_ALERTMANAGER_MANAGED")
+        or ("0" if site_alertmanager else "1"),
+        "MAC_PUBLIC_URL": cfg.get("MAC_PUBLIC_URL") or f"http://{_public_host(cfg)}:{api_port}",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
     django = [py, "-m", "django"]
@@ -74,7 +117,7 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 "--master", f"{probe_host}:{api_port}",
             ]
         )  # fmt: skip
-    return [
+    specs = [
         ServiceSpec(
             "api-server",
             [
@@ -153,6 +196,9 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
             bind=bind,
         ),
     ]
+    if not site_alertmanager:
+        specs.append(alertmanager_spec(cfg, data, env, bind, probe_host))
+    return specs
 
 
 def _redis_answers(url: str) -> tuple[bool, str]:
@@ -196,6 +242,13 @@ def _host_address() -> str:
         return "127.0.0.1"
 
 
+def _public_host(cfg: NodeConfig) -> str:
+    """The master's address as agents and people reach it."""
+    bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
+    wildcard = bind in {"0.0.0.0", "::"}
+    return cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
+
+
 def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     specs = master_specs(cfg)
@@ -216,15 +269,19 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     else:
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
-    bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
-    wildcard = bind in {"0.0.0.0", "::"}
-    host = cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
+    host = _public_host(cfg)
     api, prom = f"http://{host}:{cfg.master_port}", f"http://{host}:{prometheus_port(cfg)}"
     lines = [
         f"Dashboard:   {api}/",
         f"API docs:    {api}/api/v1/docs/",
         f"Health:      curl {api}/health",
         f"Prometheus:  {prom}/targets",
+        "Alerts:      "
+        + (
+            f"http://{host}:{alertmanager_port(cfg)}/ (channels: {api}/admin/alerting/)"
+            if not cfg.get("MAC_ALERTMANAGER_URL")
+            else f"{cfg.get('MAC_ALERTMANAGER_URL')} (the site's Alertmanager)"
+        ),
     ]
     if admin:
         lines.append(f"Admin:       {admin}")

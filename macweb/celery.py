@@ -28,4 +28,11 @@ app.conf.beat_schedule = {
         "schedule": settings.PROBE_INTERVAL,
         "options": {"expires": settings.PROBE_INTERVAL * 0.9},
     },
+    # The dashboard's firing alerts, a failed reload retried, maintenance silences put
+    # back (alerting.tasks).
+    "sync-alertmanager": {
+        "task": "alerting.tasks.sync_alertmanager",
+        "schedule": settings.ALERT_POLL_INTERVAL,
+        "options": {"expires": settings.ALERT_POLL_INTERVAL * 0.9},
+    },
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -67,6 +68,22 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}.")
     return number
+
+
+# A Prometheus/Alertmanager duration: 30s, 5m, 1h30m, 500ms.
+_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
+
+
+def env_duration(name: str, default: str) -> str:
+    """A duration as Prometheus and Alertmanager write it (`30s`, `5m`, `1h30m`)."""
+    value = _raw(name)
+    if value is None or value == "":
+        return default
+    if not _DURATION.match(value):
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a duration; write it as Prometheus does, e.g. 30s, 5m, 1h."
+        )
+    return value
 
 
 def env_list(name: str, default: list[str] | None = None) -> list[str]:

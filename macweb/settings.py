@@ -18,9 +18,10 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from contract.services import MASTER_PROMETHEUS_PORT
+from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT
 from macweb.envconf import (
     env_bool,
+    env_duration,
     env_float,
     env_int,
     env_list,
@@ -61,6 +62,7 @@ INSTALLED_APPS = [
     "axes",
     "macweb",
     "inventory",
+    "alerting",
     "healthcheck",
 ]
 
@@ -210,6 +212,47 @@ PROBE_QUEUE = env_str("MAC_PROBE_QUEUE", "celery")
 CELERY_TASK_ROUTES = {"healthcheck.tasks.probe_chunk": {"queue": PROBE_QUEUE}}
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
 PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMETHEUS_PORT}")
+
+# Prometheus' scrape and rule-evaluation interval (manage.py prometheus_config).
+SCRAPE_INTERVAL = env_duration("MAC_SCRAPE_INTERVAL", "15s")
+# `for:` of MAC's alert rules, overridden per rule: "MacNodeOffline=3m,GpuXidError=0s"
+# (healthcheck.promconfig.parse_rule_for renders the rules with them; docs/alerts.md).
+ALERT_FOR = env_str("MAC_ALERT_FOR")
+# Prefixed to each rule's runbook_url (docs/troubleshooting.md#...), e.g. where the docs
+# are published; empty keeps the path relative to a MAC checkout.
+RUNBOOK_BASE_URL = env_str("MAC_RUNBOOK_BASE_URL")
+
+# --- Alerts (the alerting app, docs/alerts.md): Alertmanager, channels, maintenance.
+# The Alertmanager that MAC's Prometheus sends to, the dashboard reads and silences go to.
+ALERTMANAGER_URL = env_str(
+    "MAC_ALERTMANAGER_URL", f"http://127.0.0.1:{MASTER_ALERTMANAGER_PORT}"
+).rstrip("/")
+# Whether MAC writes that Alertmanager's configuration from the notification channels;
+# off for a site's own Alertmanager (its routes are the site's).
+ALERTMANAGER_MANAGED = env_bool("MAC_ALERTMANAGER_MANAGED", True)
+# alertmanager.yml and the notification templates MAC generates (mac.tmpl).
+ALERTMANAGER_DIR = env_path("MAC_ALERTMANAGER_DIR", DATA_DIR / "alertmanager")
+ALERTMANAGER_TIMEOUT = env_float("MAC_ALERTMANAGER_TIMEOUT", 3.0, minimum=0.1)
+# Validates each channel's piece of configuration (Debian's prometheus-alertmanager).
+AMTOOL_BIN = env_str("MAC_AMTOOL_BIN", "amtool")
+# How often beat asks Alertmanager for the firing alerts (the dashboard's live list)
+# and puts back missing maintenance silences.
+ALERT_POLL_INTERVAL = env_float("MAC_ALERT_POLL_INTERVAL", 10.0, minimum=0.5)
+ALERT_GROUP_WAIT = env_duration("MAC_ALERT_GROUP_WAIT", "30s")
+ALERT_GROUP_INTERVAL = env_duration("MAC_ALERT_GROUP_INTERVAL", "5m")
+ALERT_REPEAT_INTERVAL = env_duration("MAC_ALERT_REPEAT_INTERVAL", "4h")
+# The dashboard's address as people reach it, for the node link in notifications.
+PUBLIC_URL = env_str("MAC_PUBLIC_URL").rstrip("/")
+# A channel made at `mac start master` (manage.py alert_channels_from_env), for a first
+# install without the admin.
+ALERT_WEBHOOK_URL = env_str("MAC_ALERT_WEBHOOK_URL")
+ALERT_EMAIL_TO = env_str("MAC_ALERT_EMAIL_TO")
+SMTP_HOST = env_str("MAC_SMTP_HOST")
+SMTP_PORT = env_int("MAC_SMTP_PORT", 587, minimum=1, maximum=65535)
+SMTP_USER = env_str("MAC_SMTP_USER")
+SMTP_PASSWORD = env_str("MAC_SMTP_PASSWORD")
+SMTP_FROM = env_str("MAC_SMTP_FROM")
+SMTP_TLS = env_bool("MAC_SMTP_TLS", True)
 
 # --- Dashboard (macweb.dashboard): how long a chart waits for Prometheus' query_range.
 DASHBOARD_PROMETHEUS_TIMEOUT = env_float("MAC_DASHBOARD_PROMETHEUS_TIMEOUT", 5.0, minimum=0.1)

@@ -11,6 +11,7 @@ from macweb.api_schema import SchemaView
 urlpatterns = [
     path("", include("healthcheck.urls")),
     path("api/v1/", include("inventory.api.urls")),
+    path("api/v1/", include("alerting.api.urls")),
     path("api/v1/schema/", SchemaView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),

@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from inventory.api import node_events, views
+from inventory.api import maintenance, node_events, views
 
 router = SimpleRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
@@ -13,5 +13,10 @@ urlpatterns = [
     path("deregister", views.DeregisterView.as_view(), name="deregister"),
     path("self", views.SelfView.as_view(), name="self"),
     path("nodes/self/events", node_events.node_self_events, name="node-self-events"),
+    path(
+        "nodes/<int:pk>/maintenance",
+        maintenance.NodeMaintenanceView.as_view(),
+        name="node-maintenance",
+    ),
     *router.urls,
 ]

@@ -8,7 +8,12 @@ from django.db import transaction
 
 from inventory.choices import EventKind
 from inventory.models import Node, NodeEvent
-from inventory.services.events import new_event, push_on_commit, record_event
+from inventory.services.events import (
+    announce_maintenance_on_commit,
+    new_event,
+    push_on_commit,
+    record_event,
+)
 
 
 def remove_node(node: Node, *, actor: str, message: str) -> None:
@@ -29,6 +34,8 @@ def remove_nodes(nodes: Iterable[Node], *, actor: str, message: str) -> int:
         NodeEvent.objects.bulk_create(events)
         Node.objects.filter(pk__in=ids).delete()
         push_on_commit(removed=ids)
+        # A node in maintenance has a silence; it goes with the node.
+        announce_maintenance_on_commit(node.pk for node in nodes if node.maintenance)
     return len(ids)
 
 
@@ -57,6 +64,7 @@ def set_maintenance_of(nodes: Iterable[Node], on: bool, *, actor: str) -> list[N
             for node in changed
         )
         push_on_commit(changed)
+        announce_maintenance_on_commit(node.pk for node in changed)
     return changed
 
 
@@ -103,6 +111,7 @@ def edit_node_by_admin(node: Node, changes: dict[str, tuple], *, actor: str) -> 
             on = bool(changes["maintenance"][1])
             kind = EventKind.MAINTENANCE_ON if on else EventKind.MAINTENANCE_OFF
             record_event(node, kind, f"maintenance {'on' if on else 'off'}", actor=actor)
+            announce_maintenance_on_commit([node.pk])
         if "ip" in changes:
             old, new = changes["ip"]
             record_event(

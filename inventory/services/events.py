@@ -11,6 +11,7 @@ from inventory.choices import EventKind
 from inventory.live import queue_node_changes
 from inventory.models import Node, NodeEvent
 from inventory.services import statements
+from inventory.signals import maintenance_changed
 
 
 def new_event(
@@ -74,3 +75,10 @@ def record_ip_forward_reset(
         "resets": resets,
     }
     return record_event(node, EventKind.IP_FORWARD_RESET, message, actor="sys-manager", data=data)
+
+
+def announce_maintenance_on_commit(node_ids: Iterable[int]) -> None:
+    """Tell the apps above the inventory (alerting: silences) once the change commits."""
+    ids = sorted(set(node_ids))
+    if ids:
+        transaction.on_commit(lambda: maintenance_changed.send_robust(sender=Node, node_ids=ids))

@@ -67,3 +67,7 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
             )
             event[FRAME_KEY] = frame
         await self.send(text_data=frame)
+
+    async def alerts_changed(self, event: dict) -> None:
+        """The firing alerts from broadcast_alerts(), as they are (one small frame)."""
+        await self.send_json({"type": "alerts.changed", "alerts": event["alerts"]})

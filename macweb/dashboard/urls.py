@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from macweb.dashboard import views
+from macweb.dashboard import alerts, views
 
 app_name = "dashboard"
 
@@ -11,4 +11,7 @@ urlpatterns = [
     path("fleet.json", views.fleet_json, name="fleet-json"),
     path("nodes/<int:pk>/", views.node_detail, name="node"),
     path("nodes/<int:pk>/charts/<slug:chart>.json", views.node_chart, name="node-chart"),
+    path("alerts.json", alerts.fleet_alerts_json, name="alerts-json"),
+    path("nodes/<int:pk>/alerts.json", alerts.node_alerts_json, name="node-alerts-json"),
+    path("nodes/<int:pk>/maintenance", alerts.node_maintenance, name="node-maintenance"),
 ]

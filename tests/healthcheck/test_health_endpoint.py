@@ -5,11 +5,23 @@ import pytest
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def fresh_master(monkeypatch):
+    """A master that has just started (its grace period before the first sweep), whatever
+    time the test run has spent before this module."""
+    import time
+
+    from healthcheck import health
+
+    monkeypatch.setattr(health, "PROCESS_STARTED", time.time())
+
+
 def test_it_answers_200_with_checks(client):
     response = client.get("/health")
     assert response.status_code == 200
     body = response.json()
-    assert body["status"] == "ok"
+    # Nothing fatal; whether Alertmanager runs is tests/alerting/test_health.py's concern.
+    assert body["status"] in ("ok", "degraded") and body["failed"] == []
     assert body["checks"]["database"]["ok"] is True
     assert body["checks"]["redis"]["ok"] is True
 
@@ -39,7 +51,7 @@ def _record(client, finished_ago: float, **extra) -> None:
 def test_it_says_when_the_last_sweep_finished(client, sweep_redis):
     _record(sweep_redis, finished_ago=5)
     body = client.get("/health").json()
-    assert body["status"] == "ok"
+    assert body["failed"] == []
     assert body["checks"]["sweeps"]["ok"] is True
     assert "finished 5 s ago" in body["checks"]["sweeps"]["detail"]
     assert body["last_sweep"]["duration_seconds"] == 1.0

@@ -36,12 +36,13 @@ def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_r
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     got = samples(response)
-    base = {"gpu_vendor": "none", "maintenance": "false"}
+    base = {"gpu_vendor": "none", "maintenance": "false", "cluster_name": "mac"}
     key = tuple(sorted({"node": str(up.pk), "hostname": "gpu-01", **base}.items()))
     assert got[("mac_node_up", key)] == 1.0
     labels = {
         "node": str(down.pk),
         "hostname": "gpu-02",
+        "cluster_name": "mac",
         "gpu_vendor": "amd",
         "maintenance": "true",
     }
@@ -49,6 +50,7 @@ def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_r
     status_labels = {
         "node": str(down.pk),
         "hostname": "gpu-02",
+        "cluster_name": "mac",
         "status": "offline",
         "reason": "timeout",
         "diagnosis": "ip_forward_off",
@@ -97,6 +99,19 @@ def test_sweep_figures_are_exported(client, sweep_redis):
     assert got[("mac_probes_total", (("outcome", "ok"),))] == 36
     assert got[("mac_probes_total", (("outcome", "timeout"),))] == 4
     assert got[("mac_sweeps_total", ())] == 2
+    assert got[("mac_sweep_targets_written", ())] == 1.0
+
+
+def test_what_the_masters_own_alert_rules_need_is_exported(client, sweep_redis, settings):
+    settings.PROBE_INTERVAL = 7.0
+    stats = SweepStats(started_at=1000.0, finished_at=1002.5, duration=2.5)
+    stats.targets_error = "cannot write /var/lib/mac/targets: No space left on device"
+    record_sweep(sweep_redis, stats)
+
+    got = samples(client.get("/metrics"))
+
+    assert got[("mac_probe_interval_seconds", ())] == 7.0
+    assert got[("mac_sweep_targets_written", ())] == 0.0
 
 
 def test_without_redis_the_node_series_still_come_out(client, make_node, settings):

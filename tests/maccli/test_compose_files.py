@@ -7,7 +7,12 @@ from pathlib import Path
 
 import yaml
 
-from contract.services import MASTER_API_PORT, MASTER_PROMETHEUS_PORT, SERVICES
+from contract.services import (
+    MASTER_ALERTMANAGER_PORT,
+    MASTER_API_PORT,
+    MASTER_PROMETHEUS_PORT,
+    SERVICES,
+)
 
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 
@@ -57,11 +62,11 @@ def test_nic_exporter_reads_sys_and_gpu_exporters_get_their_devices():
     assert {"${MAC_DEV_ROOT:-/dev}/kfd:/dev/kfd", "${MAC_DEV_ROOT:-/dev}/dri:/dev/dri"} <= devices
 
 
-def test_master_compose_has_api_worker_beat_prometheus_with_named_volumes():
+def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_volumes():
     compose = _load("docker-compose.master.yml")
     assert "name" not in compose and "version" not in compose
     services = compose["services"]
-    assert set(services) == {"redis", "api-server", "worker", "beat", "prometheus"}
+    assert set(services) == {"redis", "api-server", "worker", "beat", "prometheus", "alertmanager"}
     for name, spec in services.items():
         assert spec["container_name"] == f"mac-{name}"
         # All from MAC's own image (Debian's prometheus and redis-server): no registry.
@@ -95,6 +100,17 @@ def test_master_compose_has_api_worker_beat_prometheus_with_named_volumes():
     assert "-k " not in api and "UvicornWorker" not in api
     assert "exec celery -A macweb worker" in services["worker"]["command"][-1]
     assert "exec celery -A macweb beat" in services["beat"]["command"][-1]
+    # Alertmanager on 29093 reads what the api-server writes; its silences on a volume.
+    alerts = services["alertmanager"]
+    assert _published(alerts["ports"]) == [(MASTER_ALERTMANAGER_PORT, MASTER_ALERTMANAGER_PORT)]
+    command = alerts["command"][-1]
+    assert f"--web.listen-address=:{MASTER_ALERTMANAGER_PORT}" in command
+    assert "--cluster.listen-address=" in command
+    assert "mac-alertmanager:/alertmanager" in alerts["volumes"]
+    assert "mac-alertmanager-config:/var/lib/mac-alertmanager:ro" in alerts["volumes"]
+    assert "mac-alertmanager-config:/var/lib/mac-alertmanager" in services["api-server"]["volumes"]
+    for step in ("alert_channels_from_env", "alertmanager_config"):
+        assert step in api
 
 
 def test_dockerfile_takes_the_base_as_an_argument_and_installs_from_the_wheelhouse_only():

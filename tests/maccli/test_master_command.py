@@ -1,4 +1,5 @@
-"""`mac start|status|stop master` with the process runtime: api-server, worker, beat, Prometheus.
+"""`mac start|status|stop master` with the process runtime: api-server, worker, beat,
+Prometheus and Alertmanager.
 
 The master runs on its own embedded SQLite database in a temporary data directory
 (never the shared PostgreSQL), with free loopback ports and this run's Redis db.
@@ -21,6 +22,10 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.prometheus,
     pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is missing"),
+    pytest.mark.skipif(
+        not shutil.which("prometheus-alertmanager"),
+        reason="Debian's prometheus-alertmanager is missing",
+    ),
 ]
 
 
@@ -38,7 +43,7 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 def test_start_status_stop_master(mac_env):
-    api, prom = free_port(), free_port()
+    api, prom, alerts = free_port(), free_port(), free_port()
     mac_env.env.pop("DATABASE_URL", None)
     mac_env.env.pop("SECRET_KEY", None)  # the key file of prepare_master, as on a real master
     mac_env.env.update(
@@ -46,6 +51,7 @@ def test_start_status_stop_master(mac_env):
             "MAC_DATA_DIR": str(mac_env.root / "data"),
             "MAC_MASTER_PORT": str(api),
             "MAC_PROMETHEUS_PORT": str(prom),
+            "MAC_ALERTMANAGER_PORT": str(alerts),
             "MAC_MASTER_BIND": "127.0.0.1",
             "MAC_API_WORKERS": "1",
             "MAC_WORKER_CONCURRENCY": "1",
@@ -82,6 +88,7 @@ def test_start_status_stop_master(mac_env):
         rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[2:]}
         assert rows["api-server"][1:4] == ["running", "ok", str(api)]
         assert rows["prometheus"][1:4] == ["running", "ok", str(prom)]
+        assert rows["alertmanager"][1:4] == ["running", "ok", str(alerts)]
         assert rows["worker"][1] == rows["beat"][1] == "running"
 
         again = mac_env.run("start", "master", timeout=240)
@@ -95,7 +102,7 @@ def test_start_status_stop_master(mac_env):
         }
         family = [proc for pid in pids.values() for proc in _tree(pid)]
         stopped = mac_env.run("stop", "master")
-    assert set(pids) == {"api-server", "worker", "beat", "prometheus"}
+    assert set(pids) == {"api-server", "worker", "beat", "prometheus", "alertmanager"}
     assert stopped.returncode == 0, stopped.stderr
     assert "Stopped the master (process runtime)." in stopped.stdout
     # Gunicorn's and Celery's own children go too.

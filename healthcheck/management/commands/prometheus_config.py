@@ -4,6 +4,10 @@
 fleet through the master's http_sd endpoint (healthcheck.httpsd); run it once per
 server, K = 0..N-1.
 
+Alerts go to MAC_ALERTMANAGER_URL (`--alertmanager`). With MAC_ALERT_FOR or
+MAC_RUNBOOK_BASE_URL set, the rules Prometheus loads are a copy rendered beside the
+config (`rules/alerts.yml`), not the shipped file.
+
 `--metrics-token-file FILE` writes only MAC_METRICS_TOKEN (empty while unset) into FILE:
 the Compose master's api-server runs it at every start, into the volume whose file the
 static docker/prometheus/prometheus.yml names.
@@ -16,6 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from contract.atomicfile import write_atomically
 from healthcheck.httpsd import ShardError, parse_shard
 from healthcheck.promconfig import (
     ALERT_RULES,
@@ -23,8 +28,13 @@ from healthcheck.promconfig import (
     DOCKER_SD_DIR,
     LOCAL_MASTER,
     HttpSd,
+    RulesError,
+    alertmanager_config,
     docker_prometheus_yaml,
+    parse_rule_for,
+    render_alert_rules,
     render_prometheus_yaml,
+    shipped_rule_names,
 )
 from healthcheck.targets import ensure_target_files
 
@@ -43,7 +53,15 @@ class Command(BaseCommand):
             default=LOCAL_MASTER,
             help="HOST:PORT of the master's API, scraped for /metrics (comma-separated)",
         )
-        parser.add_argument("--scrape-interval", default="15s", help="e.g. 15s")
+        parser.add_argument(
+            "--scrape-interval",
+            help="scrape and rule evaluation interval, e.g. 15s (default: MAC_SCRAPE_INTERVAL)",
+        )
+        parser.add_argument(
+            "--alertmanager",
+            help="URL of the Alertmanager alerts go to (default: MAC_ALERTMANAGER_URL); "
+            "'none' sends them nowhere",
+        )
         parser.add_argument(
             "--shard",
             help="this Prometheus's shard, 0..N-1: discover targets from the master's http_sd",
@@ -88,12 +106,42 @@ class Command(BaseCommand):
             str(sd_dir.resolve()),
             masters,
             out=str(out),
-            scrape_interval=options["scrape_interval"],
+            scrape_interval=options["scrape_interval"] or settings.SCRAPE_INTERVAL,
             metrics_token_file=self._write_metrics_token(out),
-            rule_files=[str(ALERT_RULES)],
+            rule_files=[self._rules(out)],
             http_sd=http_sd,
+            alertmanagers=self._alertmanagers(options["alertmanager"]),
         )
         self._write(out, text)
+
+    def _alertmanagers(self, given: str | None) -> list[str]:
+        url = given or settings.ALERTMANAGER_URL
+        if url.lower() == "none":
+            return []
+        try:
+            alertmanager_config(url)
+        except ValueError as exc:
+            raise CommandError(f"--alertmanager / MAC_ALERTMANAGER_URL: {exc}") from None
+        return [url]
+
+    def _rules(self, out: Path) -> str:
+        """The shipped rules, or a copy with MAC_ALERT_FOR and MAC_RUNBOOK_BASE_URL applied."""
+        rendered = out.parent / "rules" / "alerts.yml"
+        if not settings.ALERT_FOR and not settings.RUNBOOK_BASE_URL:
+            rendered.unlink(missing_ok=True)
+            return str(ALERT_RULES)
+        try:
+            overrides = parse_rule_for(settings.ALERT_FOR, shipped_rule_names())
+        except RulesError as exc:
+            raise CommandError(f"MAC_ALERT_FOR: {exc}") from None
+        try:
+            write_atomically(
+                rendered, render_alert_rules(overrides, settings.RUNBOOK_BASE_URL).encode()
+            )
+        except OSError as exc:
+            raise CommandError(f"cannot write {rendered}: {exc}") from None
+        self.stdout.write(f"Wrote {rendered} (MAC_ALERT_FOR={settings.ALERT_FOR or '-'}).")
+        return str(rendered.resolve())
 
     def _http_sd(self, options: dict, master: str, out: Path) -> HttpSd | None:
         """The shard of `--shard K --of N` with MAC_SD_TOKEN in a file; None for file-SD."""

@@ -61,12 +61,16 @@ export function connectLive({ path, onChanges, onOpen, authUrl, handshakeTimeout
       setIndicator("live", "live");
       pinger = setInterval(() => socket.send(JSON.stringify({ type: "ping" })), PING_MS);
       onOpen();
+      document.dispatchEvent(new CustomEvent("mac:live-open"));
     });
     socket.addEventListener("message", (event) => {
       let msg;
       try { msg = JSON.parse(event.data); } catch (e) { return; }
       if (msg && msg.type === "nodes.changed" && Array.isArray(msg.changes)) {
         onChanges(msg.changes, Array.isArray(msg.removed) ? msg.removed : []);
+      } else if (msg && msg.type) {
+        // Other feeds on the same socket (alerts.js) listen for these.
+        document.dispatchEvent(new CustomEvent("mac:live", { detail: msg }));
       }
     });
     socket.addEventListener("close", async () => {

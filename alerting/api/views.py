@@ -1,0 +1,95 @@
+"""The notification channels API (/api/v1/alert-channels/): staff only, thin over services."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import serializers, status, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+
+from alerting import services
+from alerting.api.serializers import NotificationChannelSerializer
+from alerting.models import NotificationChannel
+
+_SENT = inline_serializer("TestNotificationSent", {"detail": serializers.CharField()})
+_DETAIL = inline_serializer("AlertChannelError", {"detail": serializers.CharField()})
+# What every operation may answer besides its success: who may call it, which channel.
+DENIED = {
+    401: OpenApiResponse(_DETAIL, description="no session and no valid API token"),
+    403: OpenApiResponse(_DETAIL, description="the user is not staff"),
+}
+NOT_FOUND = {404: OpenApiResponse(_DETAIL, description="no channel has that id")}
+BAD_REQUEST = {
+    400: OpenApiResponse(
+        description='{"<field>": ["message"]}: the field Alertmanager would refuse'
+    )
+}
+
+
+def _actor(request) -> str:
+    return f"api:{request.user.get_username()}"
+
+
+@extend_schema_view(
+    list=extend_schema(
+        responses={200: NotificationChannelSerializer(many=True), **BAD_REQUEST, **DENIED}
+    ),
+    create=extend_schema(responses={201: NotificationChannelSerializer, **BAD_REQUEST, **DENIED}),
+    retrieve=extend_schema(responses={200: NotificationChannelSerializer, **DENIED, **NOT_FOUND}),
+    update=extend_schema(
+        responses={200: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **NOT_FOUND}
+    ),
+    partial_update=extend_schema(
+        responses={200: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **NOT_FOUND}
+    ),
+    destroy=extend_schema(responses={204: None, **DENIED, **NOT_FOUND}),
+)
+class NotificationChannelViewSet(viewsets.ModelViewSet):
+    """Where alerts go. Every change rewrites alertmanager.yml and reloads Alertmanager;
+    `config_error` says why a channel is left out (the others keep working)."""
+
+    queryset = NotificationChannel.objects.all()
+    serializer_class = NotificationChannelSerializer
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAdminUser]
+    filterset_fields = ["kind", "enabled"]
+
+    def perform_create(self, serializer) -> None:
+        channel = NotificationChannel(**serializer.validated_data)
+        services.save_channel(channel, actor=_actor(self.request))
+        serializer.instance = channel
+
+    def perform_update(self, serializer) -> None:
+        channel = serializer.instance
+        for name, value in serializer.validated_data.items():
+            setattr(channel, name, value)
+        services.save_channel(channel, actor=_actor(self.request))
+
+    def perform_destroy(self, instance) -> None:
+        services.delete_channels([instance])
+
+    @extend_schema(
+        request=None,
+        responses={
+            202: _SENT,
+            409: OpenApiResponse(_SENT, description="disabled, left out, or Alertmanager down"),
+            **DENIED,
+            **NOT_FOUND,
+        },
+        summary="Send a test notification to this channel (through Alertmanager)",
+    )
+    @action(detail=True, methods=["post"])
+    def test(self, request, pk=None):
+        channel = self.get_object()
+        try:
+            sent = services.send_test_notification(channel, actor=_actor(request))
+        except services.ChannelError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response({"detail": sent}, status=status.HTTP_202_ACCEPTED)

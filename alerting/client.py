@@ -1,0 +1,96 @@
+"""A small blocking client of Alertmanager's HTTP API (v2) and its lifecycle endpoints.
+
+Everything MAC asks of Alertmanager goes through here: its status (is it up, which
+configuration did it load, since when does it run), the firing alerts, silences, a
+test alert, and `POST /-/reload`. Every call has a deadline (MAC_ALERTMANAGER_TIMEOUT)
+and every failure is an AlertmanagerUnavailable whose text says why in words, which
+the dashboard and /health show as they are ("alerts unavailable: <why>").
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+
+from django.conf import settings
+
+
+class AlertmanagerUnavailable(Exception):
+    """Alertmanager did not answer, or answered with an error; str() says which."""
+
+
+@dataclass
+class Alertmanager:
+    url: str
+    timeout: float
+
+    @classmethod
+    def from_settings(cls) -> Alertmanager:
+        return cls(settings.ALERTMANAGER_URL, settings.ALERTMANAGER_TIMEOUT)
+
+    def _call(self, method: str, path: str, body: object = None, query: dict | None = None):
+        url = self.url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query, doseq=True)
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (http(s) URL from settings)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace").strip()[:300]
+            raise AlertmanagerUnavailable(
+                f"{self.url} answered {method} {path} with HTTP {exc.code}: {detail}"
+            ) from None
+        except TimeoutError:
+            raise AlertmanagerUnavailable(
+                f"{self.url} did not answer within {self.timeout:g} s"
+            ) from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            words = getattr(reason, "strerror", None) or str(reason)
+            raise AlertmanagerUnavailable(f"cannot reach {self.url}: {words}") from None
+        except OSError as exc:
+            raise AlertmanagerUnavailable(f"cannot reach {self.url}: {exc}") from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    # Reads ---------------------------------------------------------------------------------
+    def status(self) -> dict:
+        """GET /api/v2/status: the loaded configuration (config.original) and the uptime."""
+        return self._call("GET", "/api/v2/status")
+
+    def alerts(self, *, active: bool = True, silenced: bool = False) -> list[dict]:
+        """Alerts Alertmanager holds now: by default, the ones that notify (firing, not
+        silenced, not inhibited)."""
+        query = {"active": "true" if active else "false", "silenced": str(silenced).lower()}
+        query["inhibited"] = "false"
+        return self._call("GET", "/api/v2/alerts", query=query) or []
+
+    def silences(self) -> list[dict]:
+        return self._call("GET", "/api/v2/silences") or []
+
+    # Writes --------------------------------------------------------------------------------
+    def create_silence(self, silence: dict) -> str:
+        """POST /api/v2/silences; returns the new silence's id."""
+        answer = self._call("POST", "/api/v2/silences", body=silence) or {}
+        return answer.get("silenceID", "")
+
+    def expire_silence(self, silence_id: str) -> None:
+        self._call("DELETE", f"/api/v2/silence/{urllib.parse.quote(silence_id)}")
+
+    def post_alerts(self, alerts: list[dict]) -> None:
+        self._call("POST", "/api/v2/alerts", body=alerts)
+
+    def reload(self) -> None:
+        """POST /-/reload: Alertmanager rereads alertmanager.yml (an error names the line)."""
+        self._call("POST", "/-/reload")

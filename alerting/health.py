@@ -1,0 +1,43 @@
+"""Alerting's part of the master's /health: is Alertmanager up, is every channel in use.
+
+Both are "degraded" checks (healthcheck.health): the master keeps probing, storing and
+showing nodes without them, but nobody would be told of a failure, which an operator
+must see.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from alerting.client import Alertmanager, AlertmanagerUnavailable
+from alerting.models import NotificationChannel
+
+# /health answers load balancers and agents: a hung Alertmanager must not hold it long.
+HEALTH_TIMEOUT = 1.0
+
+
+def check_alertmanager(client: Alertmanager | None = None) -> tuple[bool, str]:
+    client = client or Alertmanager(
+        settings.ALERTMANAGER_URL, min(settings.ALERTMANAGER_TIMEOUT, HEALTH_TIMEOUT)
+    )
+    try:
+        status = client.status()
+    except AlertmanagerUnavailable as exc:
+        return False, f"alerts unavailable: {exc}"
+    version = (status.get("versionInfo") or {}).get("version", "?")
+    since = status.get("uptime", "?")
+    return True, f"Alertmanager {version} at {settings.ALERTMANAGER_URL}, up since {since}"
+
+
+def check_channels() -> tuple[bool, str]:
+    """Every enabled channel made it into alertmanager.yml (names the ones that did not)."""
+    if not settings.ALERTMANAGER_MANAGED:
+        return True, "routes are the site's own (MAC_ALERTMANAGER_MANAGED=0)"
+    enabled = NotificationChannel.objects.filter(enabled=True)
+    bad = list(enabled.exclude(config_error="").values_list("name", "config_error"))
+    if bad:
+        return False, "; ".join(f"channel {name!r} left out: {error}" for name, error in bad)
+    count = enabled.count()
+    if not count:
+        return True, "no notification channel yet: alerts reach nobody (Admin > Alerts)"
+    return True, f"{count} channel(s) in use"

@@ -1,0 +1,120 @@
+"""What the dashboard and /health read from Alertmanager: firing alerts and silences.
+
+Every answer says whether Alertmanager could be asked (`available`) and, when not,
+why (`error`): pages show "alerts unavailable: <why>" and keep working.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from django.conf import settings
+
+from alerting.client import Alertmanager, AlertmanagerUnavailable
+from alerting.silences import CREATED_BY
+
+# The live list carries at most this many alerts (the count is always the full one).
+LIST_LIMIT = 100
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class AlertSnapshot:
+    """The fleet's firing alerts (not silenced, not inhibited), as the dashboard lists them."""
+
+    available: bool
+    error: str = ""
+    count: int = 0
+    alerts: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def digest(self) -> str:
+        """Changes exactly when what a page shows changes."""
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def alert_row(alert: dict) -> dict:
+    """One alert as the pages show it: codes and plain values only."""
+    labels = alert.get("labels", {})
+    annotations = alert.get("annotations", {})
+    status = alert.get("status", {})
+    return {
+        "fingerprint": alert.get("fingerprint", ""),
+        "alertname": labels.get("alertname", ""),
+        "severity": labels.get("severity", ""),
+        "summary": annotations.get("summary", "") or labels.get("alertname", ""),
+        "hostname": labels.get("hostname") or labels.get("Hostname") or "",
+        "node": labels.get("node", ""),
+        "starts_at": alert.get("startsAt", ""),
+        "silenced": bool(status.get("silencedBy")),
+        "runbook_url": annotations.get("runbook_url", ""),
+    }
+
+
+def _sort_key(row: dict) -> tuple:
+    return (_SEVERITY_ORDER.get(row["severity"], 9), row["starts_at"], row["fingerprint"])
+
+
+def firing_alerts(client: Alertmanager | None = None) -> AlertSnapshot:
+    client = client or Alertmanager.from_settings()
+    try:
+        alerts = client.alerts()
+    except AlertmanagerUnavailable as exc:
+        return AlertSnapshot(available=False, error=str(exc))
+    rows = sorted((alert_row(alert) for alert in alerts), key=_sort_key)
+    return AlertSnapshot(available=True, count=len(rows), alerts=rows[:LIST_LIMIT])
+
+
+def silence_row(silence: dict) -> dict:
+    return {
+        "id": silence.get("id", ""),
+        "state": silence.get("status", {}).get("state", ""),
+        "created_by": silence.get("createdBy", ""),
+        "by_mac": silence.get("createdBy") == CREATED_BY,
+        "comment": silence.get("comment", ""),
+        "starts_at": silence.get("startsAt", ""),
+        "ends_at": silence.get("endsAt", ""),
+        "matchers": [
+            f"{m.get('name')}{'=' if m.get('isEqual', True) else '!'}"
+            f"{'~' if m.get('isRegex') else ''}{m.get('value')}"
+            for m in silence.get("matchers", [])
+        ],
+    }
+
+
+def _applies_to(silence: dict, node_id: int) -> bool:
+    """A live silence with an exact matcher on this node's id."""
+    if silence.get("status", {}).get("state") not in {"active", "pending"}:
+        return False
+    return any(
+        m.get("name") == "node" and m.get("value") == str(node_id) and not m.get("isRegex")
+        and m.get("isEqual", True)
+        for m in silence.get("matchers", [])
+    )  # fmt: skip
+
+
+def node_alerts(node_id: int, client: Alertmanager | None = None) -> dict:
+    """One node's firing alerts (silenced ones too, flagged) and the silences on it."""
+    client = client or Alertmanager.from_settings()
+    try:
+        alerts = client.alerts(silenced=True)
+        silences = client.silences()
+    except AlertmanagerUnavailable as exc:
+        return {"available": False, "error": str(exc), "alerts": [], "silences": []}
+    mine = [
+        alert
+        for alert in alerts
+        if alert.get("labels", {}).get("node") == str(node_id)
+        and alert.get("labels", {}).get("cluster_name", settings.CLUSTER_NAME)
+        == settings.CLUSTER_NAME
+    ]
+    return {
+        "available": True,
+        "error": "",
+        "alerts": sorted((alert_row(alert) for alert in mine), key=_sort_key),
+        "silences": [silence_row(s) for s in silences if _applies_to(s, node_id)],
+    }

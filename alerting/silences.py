@@ -1,0 +1,120 @@
+"""Maintenance means silence: one Alertmanager silence per node in maintenance.
+
+MAC makes its silences with `createdBy: "mac"` and matchers `node="<id>"` plus
+`cluster_name="<MAC_CLUSTER_NAME>"` (the labels every MAC alert carries), and touches
+no other silence: ones that people made stay as they are. `reconcile()` makes the
+silences match the inventory:
+
+- a node in maintenance without an active MAC silence gets one (also after
+  Alertmanager lost its silences: killed before its snapshot, or a new data volume);
+- a MAC silence whose node is no longer in maintenance, or is gone, is expired;
+- a silence close to its end (they last SILENCE_DAYS) is replaced by a fresh one.
+
+It runs when a node's maintenance changes (alerting.receivers, through a Celery task)
+and on every poll of Alertmanager by beat (alerting.tasks.sync_alertmanager).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils import timezone
+
+from alerting.client import Alertmanager
+from inventory.models import Node
+
+CREATED_BY = "mac"
+SILENCE_DAYS = 365
+RENEW_DAYS = 30
+LIVE_STATES = {"active", "pending"}
+
+
+@dataclass
+class Reconciled:
+    created: list[int] = field(default_factory=list)  # node ids
+    expired: list[int] = field(default_factory=list)
+
+
+def matchers(node_id: int) -> list[dict]:
+    return [
+        {"name": "node", "value": str(node_id), "isRegex": False, "isEqual": True},
+        {"name": "cluster_name", "value": settings.CLUSTER_NAME, "isRegex": False, "isEqual": True},
+    ]
+
+
+def new_silence(node_id: int, hostname: str, now: dt.datetime | None = None) -> dict:
+    now = now or timezone.now()
+    return {
+        "matchers": matchers(node_id),
+        "startsAt": now.isoformat(),
+        "endsAt": (now + dt.timedelta(days=SILENCE_DAYS)).isoformat(),
+        "createdBy": CREATED_BY,
+        "comment": (
+            f"MAC maintenance of {hostname} (node {node_id}, cluster {settings.CLUSTER_NAME}). "
+            "MAC ends it when the node's maintenance flag is cleared."
+        ),
+    }
+
+
+def node_of(silence: dict) -> int | None:
+    """The node id of a silence MAC made for this cluster, else None (someone else's)."""
+    if silence.get("createdBy") != CREATED_BY:
+        return None
+    if silence.get("status", {}).get("state") not in LIVE_STATES:
+        return None
+    found = {
+        item.get("name"): item.get("value")
+        for item in silence.get("matchers", [])
+        if not item.get("isRegex") and item.get("isEqual", True)
+    }
+    if found.get("cluster_name") != settings.CLUSTER_NAME:
+        return None
+    value = found.get("node", "")
+    return int(value) if value.isdigit() else None
+
+
+def _parse_time(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def reconcile(
+    node_ids: Iterable[int] | None = None, client: Alertmanager | None = None
+) -> Reconciled:
+    """Create and expire MAC's silences so they match maintenance (of `node_ids`, or all).
+
+    Raises AlertmanagerUnavailable when Alertmanager does not answer; the next poll
+    tries again.
+    """
+    client = client or Alertmanager.from_settings()
+    ours: dict[int, list[dict]] = {}
+    for silence in client.silences():
+        node_id = node_of(silence)
+        if node_id is not None:
+            ours.setdefault(node_id, []).append(silence)
+    in_maintenance = Node.objects.filter(maintenance=True)
+    if node_ids is not None:
+        node_ids = set(node_ids)
+        in_maintenance = in_maintenance.filter(pk__in=node_ids)
+    wanted = dict(in_maintenance.values_list("pk", "hostname"))
+    considered = set(node_ids) if node_ids is not None else set(wanted) | set(ours)
+    now = timezone.now()
+    renew_before = now + dt.timedelta(days=RENEW_DAYS)
+    done = Reconciled()
+    for node_id in sorted(considered):
+        existing = ours.get(node_id, [])
+        if node_id in wanted:
+            lasting = [s for s in existing if _parse_time(s["endsAt"]) > renew_before]
+            if lasting:
+                continue
+            client.create_silence(new_silence(node_id, wanted[node_id], now))
+            done.created.append(node_id)
+            for silence in existing:  # the old one, about to end, is replaced
+                client.expire_silence(silence["id"])
+        elif existing:
+            for silence in existing:
+                client.expire_silence(silence["id"])
+            done.expired.append(node_id)
+    return done

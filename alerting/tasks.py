@@ -1,0 +1,73 @@
+"""Celery tasks of the alerting app: keep Alertmanager in step, and tell the dashboards.
+
+`sync_alertmanager` runs on beat every MAC_ALERT_POLL_INTERVAL seconds (macweb.celery),
+with an expiry below the interval so polls never pile up. One poll:
+
+1. asks Alertmanager for its firing alerts; when what a page would show changed since
+   the last poll (including "alerts unavailable: <why>" and back), pushes it to every
+   open dashboard (inventory.live.broadcast_alerts);
+2. when Alertmanager answers: retries a reload that failed earlier, and reconciles
+   the maintenance silences (alerting.silences), which puts back what a restarted
+   Alertmanager lost.
+
+`sync_silences` is the immediate update after a node's maintenance changed
+(alerting.receivers).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+from alerting import services, silences
+from alerting.client import Alertmanager, AlertmanagerUnavailable
+from alerting.queries import firing_alerts
+from inventory.live import broadcast_alerts
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_KEY = "alerting:snapshot-digest"
+
+
+@shared_task(
+    name="alerting.tasks.sync_alertmanager",
+    ignore_result=True,
+    expires=settings.ALERT_POLL_INTERVAL * 0.9,
+)
+def sync_alertmanager() -> dict:
+    client = Alertmanager.from_settings()
+    snapshot = firing_alerts(client)
+    digest = snapshot.digest()
+    pushed = cache.get(SNAPSHOT_KEY) != digest
+    if pushed:
+        broadcast_alerts(snapshot.as_dict())
+        cache.set(SNAPSHOT_KEY, digest, None)
+    result = {"available": snapshot.available, "firing": snapshot.count, "pushed": pushed}
+    if not snapshot.available:
+        return result
+    if cache.get(services.RELOAD_PENDING_KEY):
+        applied = services.apply_channels(client=client)
+        result["reloaded"] = applied.reloaded
+    try:
+        done = silences.reconcile(client=client)
+    except AlertmanagerUnavailable as exc:
+        log.warning("maintenance silences not reconciled: %s", exc)
+        return result
+    if done.created or done.expired:
+        log.info("silences: made for nodes %s, expired for nodes %s", done.created, done.expired)
+    result.update(silences_created=done.created, silences_expired=done.expired)
+    return result
+
+
+@shared_task(name="alerting.tasks.sync_silences", ignore_result=True)
+def sync_silences(node_ids: list[int]) -> dict:
+    """Make or expire the silences of these nodes now (their maintenance changed)."""
+    try:
+        done = silences.reconcile(node_ids)
+    except AlertmanagerUnavailable as exc:
+        log.warning("silences of nodes %s not updated (beat's poll retries): %s", node_ids, exc)
+        return {"ok": False, "error": str(exc)}
+    return {"ok": True, "created": done.created, "expired": done.expired}

@@ -1,0 +1,58 @@
+"""PUT /api/v1/nodes/<id>/maintenance: staff switch a node's maintenance flag.
+
+The change goes through inventory.services (an event, the live push, and the
+`maintenance_changed` signal after commit, on which the alerting app silences or
+unsilences the node in Alertmanager).
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.generics import get_object_or_404
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from inventory import services
+from inventory.models import Node
+
+
+class MaintenanceSerializer(serializers.Serializer):
+    maintenance = serializers.BooleanField(
+        help_text="true: in maintenance (its alerts are silenced); false: back in service."
+    )
+
+
+class MaintenanceResultSerializer(MaintenanceSerializer):
+    id = serializers.IntegerField()
+    hostname = serializers.CharField()
+    changed = serializers.BooleanField(help_text="false when it already had that value")
+
+
+class NodeMaintenanceView(APIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(
+        operation_id="node_maintenance",
+        summary="Put a node in maintenance, or take it out (staff)",
+        request=MaintenanceSerializer,
+        responses={
+            200: MaintenanceResultSerializer,
+            400: OpenApiResponse(description='{"maintenance": ["..."]}'),
+            401: OpenApiResponse(description="no session and no valid API token"),
+            403: OpenApiResponse(description="the user is not staff"),
+            404: OpenApiResponse(description="no node has that id"),
+        },
+    )
+    def put(self, request, pk: int):
+        body = MaintenanceSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        node = get_object_or_404(Node, pk=pk)
+        on = body.validated_data["maintenance"]
+        changed = services.set_maintenance(node, on, actor=f"api:{request.user.get_username()}")
+        return Response(
+            {"id": node.pk, "hostname": node.hostname, "maintenance": on, "changed": changed}
+        )

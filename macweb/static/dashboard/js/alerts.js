@@ -1,0 +1,93 @@
+// The alerts panel of the fleet and node pages: firing alerts from Alertmanager through
+// the master (alerts.json), updated live by "alerts.changed" pushes on the page's one
+// WebSocket (live.js re-emits them as "mac:live" events). When Alertmanager is down the
+// panel says "alerts unavailable: <why>" and the rest of the page is untouched.
+// Data goes in with textContent only.
+import { el, refreshTimes } from "./live.js";
+
+const panel = document.getElementById("alerts-panel");
+const cfg = {
+  json_url: panel.dataset.jsonUrl,
+  node_url: panel.dataset.nodeUrl || "",
+  node_id: panel.dataset.nodeId || "",
+};
+const list = document.getElementById("alerts-list");
+const silences = document.getElementById("silences-list");
+
+function nodeLink(alert) {
+  if (!alert.node || !cfg.node_url) return el("span", "mono", alert.hostname || "");
+  const link = el("a", "mono", alert.hostname || `node ${alert.node}`);
+  link.href = cfg.node_url.replace("{id}", encodeURIComponent(alert.node));
+  return link;
+}
+
+function alertItem(alert) {
+  const li = el("li", alert.silenced ? "silenced" : null);
+  li.dataset.fingerprint = alert.fingerprint;
+  li.append(el("span", `sev sev-${alert.severity}`, alert.severity || "?"));
+  li.append(el("span", "alert-name", alert.alertname));
+  if (alert.hostname && !cfg.node_id) li.append(nodeLink(alert));
+  li.append(el("span", "alert-summary", alert.summary));
+  if (alert.starts_at) {
+    const since = el("time", "muted", alert.starts_at);
+    since.setAttribute("datetime", alert.starts_at);
+    li.append(since);
+  }
+  if (alert.silenced) li.append(el("span", "muted", "(silenced)"));
+  return li;
+}
+
+function silenceItem(silence) {
+  const li = el("li");
+  li.append(el("span", "sev", silence.state));
+  li.append(el("span", "alert-name", silence.by_mac ? "maintenance (MAC)" : `by ${silence.created_by}`));
+  li.append(el("span", "mono", silence.matchers.join(", ")));
+  li.append(el("span", "muted", silence.comment));
+  return li;
+}
+
+export function render(data) {
+  const count = document.getElementById("alerts-count");
+  const state = document.getElementById("alerts-state");
+  if (!data.available) {
+    panel.dataset.state = "unavailable";
+    count.textContent = "?";
+    state.textContent = `alerts unavailable: ${data.error}`;
+    list.replaceChildren();
+    if (silences) silences.replaceChildren();
+    return;
+  }
+  const firing = data.alerts.filter((a) => !a.silenced).length;
+  const total = data.count ?? firing;
+  panel.dataset.state = total ? "firing" : "quiet";
+  count.textContent = String(total);
+  state.textContent = total ? `${total} firing` : "no alert firing";
+  list.replaceChildren(...data.alerts.map(alertItem));
+  if (data.count > data.alerts.length) {
+    list.append(el("li", "muted", `… and ${data.count - data.alerts.length} more`));
+  }
+  if (silences) {
+    const items = (data.silences || []).map(silenceItem);
+    silences.replaceChildren(...(items.length ? items : [el("li", "muted", "none")]));
+  }
+  refreshTimes(panel);
+}
+
+async function load() {
+  try {
+    const response = await fetch(cfg.json_url, { credentials: "same-origin" });
+    if (response.ok) render(await response.json());
+  } catch (e) {
+    // The master itself is unreachable: live.js's indicator already says so.
+  }
+}
+
+document.addEventListener("mac:live", (event) => {
+  const msg = event.detail;
+  if (msg.type !== "alerts.changed") return;
+  // The fleet page shows the push as it is; a node page asks for its own alerts again.
+  if (cfg.node_id) load();
+  else render(msg.alerts);
+});
+document.addEventListener("mac:live-open", load);
+load();

@@ -1,0 +1,134 @@
+"""Channels become Alertmanager's configuration: a real Alertmanager loads what MAC writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import stat
+
+import pytest
+
+from alerting import services
+from alerting.models import NotificationChannel
+from contract.diagnosis import DESCRIPTIONS
+from testkit.alerting import body_text
+from tests.alerting.conftest import needs_alertmanager
+
+pytestmark = [pytest.mark.django_db, needs_alertmanager]
+
+
+def webhook_channel(name: str, url: str, **fields) -> NotificationChannel:
+    channel = NotificationChannel(name=name, kind="webhook", url=url, **fields)
+    services.save_channel(channel, actor="test")
+    return channel
+
+
+def loaded_receivers(alertmanager) -> str:
+    return alertmanager.get("/api/v2/status")["config"]["original"]
+
+
+def test_a_bad_channel_is_left_out_and_the_others_still_reach_alertmanager(alertmanager, webhook):
+    good = webhook_channel("ops hook", webhook.url)
+    bad = webhook_channel("broken filter", webhook.url, matchers=['rack=~"["'])
+
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert "missing closing ]" in bad.config_error
+    assert good.config_error == "" and good.checked_at is not None
+    loaded = loaded_receivers(alertmanager)
+    assert good.receiver_name in loaded
+    assert bad.receiver_name not in loaded
+
+
+def test_the_configuration_file_is_private_and_rewritten_only_on_change(alertmanager, webhook):
+    webhook_channel("ops hook", webhook.url)
+    path = services.config_path()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it holds the channels' secrets
+    before = path.stat().st_mtime_ns
+    again = services.apply_channels()
+    assert not again.written and path.stat().st_mtime_ns == before
+
+
+def test_editing_a_channel_reloads_alertmanager_with_the_new_route(alertmanager, webhook):
+    channel = webhook_channel("ops hook", webhook.url)
+    assert 'cluster_name="prod"' not in loaded_receivers(alertmanager)
+
+    channel.matchers = ['cluster_name="prod"']
+    channel.severities = ["critical"]
+    applied = services.save_channel(channel, actor="test")
+
+    assert applied.reloaded
+    loaded = loaded_receivers(alertmanager)
+    assert 'cluster_name="prod"' in loaded and 'severity=~"critical"' in loaded
+
+
+def test_a_test_notification_reaches_that_channel_only(alertmanager, webhook):
+    chosen = webhook_channel("chosen", webhook.url + "?to=chosen")
+    webhook_channel("other", webhook.url + "?to=other")
+
+    said = services.send_test_notification(chosen, actor="admin:tester")
+
+    assert "chosen" in said
+    got = webhook.wait_for(lambda body: body["receiver"] == chosen.receiver_name, timeout=20)
+    assert got is not None
+    assert got.body["alerts"][0]["labels"]["alertname"] == "MacTestNotification"
+    assert not webhook.matching(lambda body: body["receiver"] != chosen.receiver_name)
+
+
+def test_a_disabled_or_refused_channel_says_why_it_cannot_be_tested(alertmanager, webhook):
+    off = webhook_channel("off", webhook.url, enabled=False)
+    with pytest.raises(services.ChannelError, match="disabled"):
+        services.send_test_notification(off, actor="test")
+    bad = webhook_channel("bad", webhook.url, matchers=['rack=~"["'])
+    with pytest.raises(services.ChannelError, match="left out"):
+        services.send_test_notification(bad, actor="test")
+
+
+def test_an_offline_node_email_carries_host_reason_diagnosis_fix_and_link(
+    alertmanager, smtp, am_settings
+):
+    am_settings.PUBLIC_URL = "http://mac.example.test:28080"
+    channel = NotificationChannel(
+        name="ops mail", kind="email", email_to="ops@example.test", smtp_host="127.0.0.1",
+        smtp_port=smtp.port, smtp_from="mac@example.test", smtp_require_tls=False,
+        severities=["critical"],
+    )  # fmt: skip
+    services.save_channel(channel, actor="test")
+    now = dt.datetime.now(dt.UTC)
+    # The alert as Prometheus sends MacNodeOffline: codes in labels, words from mac.tmpl.
+    alertmanager_client = services.Alertmanager.from_settings()
+    alertmanager_client.post_alerts(
+        [
+            {
+                "labels": {
+                    "alertname": "MacNodeOffline",
+                    "severity": "critical",
+                    "node": "42",
+                    "hostname": "gpu-42",
+                    "cluster_name": "mac",
+                    "reason": "timeout",
+                    "diagnosis": "ip_forward_off",
+                    "status": "offline",
+                },
+                "annotations": {
+                    "summary": "Node gpu-42 is offline",
+                    "runbook_url": "docs/troubleshooting.md#a-node-is-offline-macnodeoffline",
+                },
+                "startsAt": now.isoformat(),
+            }
+        ]
+    )
+
+    message = smtp.wait_for(lambda m: "MacNodeOffline" in m["Subject"], timeout=30)
+
+    assert message is not None
+    assert message["Subject"] == "[MAC FIRING:1] MacNodeOffline: gpu-42"
+    assert message["To"] == "ops@example.test"
+    text = body_text(message)
+    text_of, fix = DESCRIPTIONS["ip_forward_off"]
+    assert "Host:      gpu-42" in text
+    assert "Reason:    sys-exporter timed out" in text
+    assert "Diagnosis: IPv4 forwarding is off on the agent" in text
+    assert " ".join(text_of.split()) in " ".join(text.split())
+    assert "sudo sysctl -w net.ipv4.ip_forward=1" in text and fix.splitlines()[0] in text
+    assert "Node page: http://mac.example.test:28080/nodes/42/" in text
+    assert f"Since:     {now:%Y-%m-%d %H:%M}" in text

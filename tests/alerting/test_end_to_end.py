@@ -1,0 +1,276 @@
+"""Alerts reach people, end to end, with every process real.
+
+`mac start master` (process runtime) runs gunicorn, the Celery worker and beat, Debian's
+Prometheus and Alertmanager; the channels come from MAC_ALERT_WEBHOOK_URL and
+MAC_ALERT_EMAIL_TO, pointing at a webhook receiver and an aiosmtpd sink in this test.
+Simulated nodes (testkit.simfleet) stop answering and come back. The intervals are
+short through MAC's own settings: MAC_PROBE_INTERVAL=1, MAC_SCRAPE_INTERVAL=1s,
+MAC_ALERT_FOR=MacNodeOffline=2s, MAC_ALERT_GROUP_WAIT=1s, MAC_ALERT_GROUP_INTERVAL=2s,
+MAC_ALERT_POLL_INTERVAL=1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contract.diagnosis import DESCRIPTIONS
+from testkit.alerting import SmtpSink, WebhookReceiver, body_text
+from testkit.alertstack import AlertStack
+from testkit.simfleet import FleetThread, loopback_base, register_fleet
+
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.prometheus,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        not (shutil.which("prometheus") and shutil.which("prometheus-alertmanager")),
+        reason="Debian's prometheus and prometheus-alertmanager are needed",
+    ),
+]
+
+# How long a dead node may take to reach the webhook here: a sweep (1 s), a scrape and
+# an evaluation (1 s each), `for: 2s`, group_wait 1 s, plus a loaded CI machine.
+NOTIFY_WITHIN = 60
+
+
+class Stack:
+    def __init__(self, master: AlertStack, fleet: FleetThread, webhook, smtp) -> None:
+        self.master, self.fleet, self.webhook, self.smtp = master, fleet, webhook, smtp
+        self.admin = master.admin()
+        self.ids = {
+            n["hostname"]: n["id"] for n in self.admin.get_json("/api/v1/nodes/")["results"]
+        }
+
+    def host(self, index: int) -> str:
+        return self.fleet.nodes[index].hostname
+
+    def offline_notifications(self, host: str, status: str) -> list:
+        def about(body: dict) -> bool:
+            return body["status"] == status and any(
+                a["labels"].get("alertname") == "MacNodeOffline"
+                and a["labels"].get("hostname") == host
+                and a["status"] == status
+                for a in body["alerts"]
+            )
+
+        return self.webhook.matching(about)
+
+    def wait_notification(self, host: str, status: str, after: int = 0):
+        return self.master.wait(
+            f"a {status} MacNodeOffline notification for {host}",
+            lambda: self.offline_notifications(host, status)[after:],
+            timeout=NOTIFY_WITHIN,
+        )[0]
+
+    def set_maintenance(self, host: str, on: bool) -> None:
+        answer = self.admin.send_json(
+            "PUT", f"/api/v1/nodes/{self.ids[host]}/maintenance", {"maintenance": on}
+        )
+        assert answer["maintenance"] is on
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Iterator[Stack]:
+    webhook, smtp = WebhookReceiver(), SmtpSink()
+    fleet = FleetThread(2, base=loopback_base()).start()
+    master = AlertStack(
+        Path(tmp_path_factory.mktemp("alert-master")),
+        {
+            "MAC_PROBE_INTERVAL": "1",
+            "MAC_PROBE_TIMEOUT": "1",
+            "MAC_SCRAPE_INTERVAL": "1s",
+            "MAC_ALERT_FOR": "MacNodeOffline=2s",
+            "MAC_ALERT_GROUP_WAIT": "1s",
+            "MAC_ALERT_GROUP_INTERVAL": "2s",
+            "MAC_ALERT_POLL_INTERVAL": "1",
+            "MAC_ALERT_WEBHOOK_URL": webhook.url,
+            "MAC_ALERT_EMAIL_TO": "ops@example.test",
+            "MAC_SMTP_HOST": "127.0.0.1",
+            "MAC_SMTP_PORT": str(smtp.port),
+            "MAC_SMTP_FROM": "mac@example.test",
+            "MAC_SMTP_TLS": "0",
+        },
+    )
+    try:
+        started = master.start()
+        assert "Alerts:      http://127.0.0.1:" in started.stdout
+        registered, errors = asyncio.run(register_fleet(fleet.fleet, master.url))
+        assert registered == 2 and not errors
+        hosts = {node.hostname for node in fleet.nodes}
+        master.wait(
+            "both nodes Online",
+            lambda: {h for h, up in master.node_up().items() if up == 1.0} >= hosts,
+        )
+        yield Stack(master, fleet, webhook, smtp)
+    finally:
+        master.stop()
+        fleet.stop()
+        webhook.close()
+        smtp.close()
+
+
+def test_mac_status_master_lists_alertmanager(stack):
+    shown = stack.master.mac("status", "master")
+    rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[2:] if line.split()}
+    assert rows["alertmanager"][1:4] == ["running", "ok", str(stack.master.am_port)]
+    config = stack.master.get_json(f"{stack.master.prom_url}/api/v1/alertmanagers")
+    active = [a["url"] for a in config["data"]["activeAlertmanagers"]]
+    assert active == [f"http://127.0.0.1:{stack.master.am_port}/api/v2/alerts"]
+
+
+def test_a_dead_node_notifies_once_by_webhook_and_email_then_resolves(stack):
+    host = stack.host(0)
+    stack.fleet.set_node_mode(0, "refuse")  # the agent's services are gone
+    died = time.time()
+
+    firing = stack.wait_notification(host, "firing")
+    [alert] = [a for a in firing.body["alerts"] if a["labels"]["hostname"] == host]
+    assert alert["labels"]["diagnosis"] == "service_down"
+    assert alert["labels"]["reason"] == "refused"
+    assert alert["annotations"]["runbook_url"].endswith("#a-node-is-offline-macnodeoffline")
+    assert firing.received_at - died < NOTIFY_WITHIN
+
+    mail = stack.smtp.wait_for(lambda m: host in m["Subject"], timeout=NOTIFY_WITHIN)
+    assert mail is not None and mail["Subject"].startswith("[MAC FIRING:1] MacNodeOffline")
+    text = " ".join(body_text(mail).split())
+    words, _fix = DESCRIPTIONS["service_down"]
+    assert f"Host: {host}" in text and "Reason: connection refused" in text
+    assert " ".join(words.split()) in text and "mac restart agent" in text
+    assert f"Node page: {stack.master.url}/nodes/{stack.ids[host]}/" in text
+
+    time.sleep(5)  # a few group intervals: still the one notification
+    assert len(stack.offline_notifications(host, "firing")) == 1
+
+    stack.fleet.set_node_mode(0, "answer")
+    resolved = stack.wait_notification(host, "resolved")
+    assert resolved.body["status"] == "resolved"
+    assert stack.smtp.wait_for(lambda m: m["Subject"].startswith("[MAC RESOLVED]"), NOTIFY_WITHIN)
+
+
+def test_a_node_in_maintenance_is_silenced_and_notifies_nobody(stack):
+    host, node_id = stack.host(1), stack.ids[stack.host(1)]
+    stack.set_maintenance(host, True)
+    [silence] = stack.master.wait(
+        "MAC's silence for the node",
+        lambda: [
+            s
+            for s in stack.master.mac_silences()
+            if {"name": "node", "value": str(node_id), "isRegex": False, "isEqual": True}
+            in s["matchers"]
+        ],
+        timeout=30,
+    )
+    assert host in silence["comment"]
+
+    stack.fleet.set_node_mode(1, "refuse")
+    stack.master.wait("the node Offline", lambda: stack.master.node_up().get(host) == 0.0)
+    time.sleep(12)  # well past for + scrape + evaluation + group_wait
+    assert stack.offline_notifications(host, "firing") == []
+
+    stack.fleet.set_node_mode(1, "answer")
+    stack.set_maintenance(host, False)
+    stack.master.wait("the silence expired", lambda: not stack.master.mac_silences(), timeout=30)
+
+
+def test_editing_a_channel_in_the_admin_reloads_alertmanager_with_the_new_route(stack):
+    channels = stack.admin.get_json("/api/v1/alert-channels/?kind=webhook")["results"]
+    [hook] = channels
+    change = f"/admin/alerting/notificationchannel/{hook['id']}/change/"
+    page = stack.admin.get(change)
+    assert "hooks" not in page or stack.webhook.url not in page  # the URL is write-only
+    stack.admin.post_form(
+        change,
+        {
+            "name": hook["name"],
+            "kind": "webhook",
+            "enabled": "on",
+            "send_resolved": "on",
+            "severities": ["critical", "warning"],
+            "matchers": 'cluster_name="mac"',
+            "url": "",
+            "email_to": "",
+            "smtp_host": "",
+            "smtp_port": "587",
+            "smtp_user": "",
+            "smtp_password": "",
+            "smtp_from": "",
+            "smtp_require_tls": "on",
+        },
+        page,
+    )
+
+    def loaded() -> str:
+        return stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["config"]["original"]
+
+    stack.master.wait(
+        "the new route in Alertmanager",
+        lambda: 'severity=~"critical|warning"' in loaded() and 'cluster_name="mac"' in loaded(),
+        timeout=10,
+    )
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_the_fleet_page_shows_the_firing_alert_and_clears_it(stack):
+    from playwright.sync_api import expect, sync_playwright
+
+    host = stack.host(0)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.set_default_timeout(NOTIFY_WITHIN * 1000)
+        page.goto(f"{stack.master.url}/accounts/login/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", "admin-pass-for-alert-tests")
+        page.click("button[type=submit]")
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        expect(page.locator("#alerts-panel")).to_have_attribute("data-state", "quiet")
+
+        stack.fleet.set_node_mode(0, "refuse")
+        row = page.locator("#alerts-list li", has_text="MacNodeOffline")
+        expect(row).to_contain_text(host)
+        expect(page.locator("#alerts-count")).to_have_text("1")
+        page.screenshot(path=str(stack.master.root / "fleet-alert.png"))
+
+        stack.fleet.set_node_mode(0, "answer")
+        expect(row).to_have_count(0)
+        expect(page.locator("#alerts-panel")).to_have_attribute("data-state", "quiet")
+        browser.close()
+
+
+def test_a_killed_alertmanager_comes_back_with_its_silences(stack):
+    host = stack.host(1)
+    stack.set_maintenance(host, True)
+    stack.master.wait("the silence", stack.master.mac_silences, timeout=30)
+    started = stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["uptime"]
+    stack.master.kill_service("alertmanager")  # SIGKILL: silences not snapshotted
+
+    said = stack.master.wait(
+        "the dashboard saying alerts are unavailable",
+        lambda: (a := stack.admin.get_json("/alerts.json"))["available"] is False and a,
+        timeout=20,
+        every=0.05,
+    )
+    assert said["error"].startswith("cannot reach")
+    health = stack.master.get_json(f"{stack.master.url}/health")
+    assert health["status"] in ("degraded", "ok")  # ok once the supervisor has restarted it
+
+    stack.master.wait(
+        "Alertmanager restarted by the supervisor",
+        lambda: (
+            stack.admin.get_json("/alerts.json")["available"]
+            and stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["uptime"] != started
+        ),
+        timeout=60,
+    )
+    [silence] = stack.master.wait("the silence put back", stack.master.mac_silences, timeout=30)
+    assert host in silence["comment"]
+    stack.set_maintenance(host, False)

@@ -1,0 +1,46 @@
+"""/health with Alertmanager down, or a channel left out: degraded (200), and says why."""
+
+from __future__ import annotations
+
+import pytest
+
+from alerting import services
+from alerting.models import NotificationChannel
+from tests.alerting.conftest import needs_alertmanager
+
+pytestmark = pytest.mark.django_db
+
+
+def test_alertmanager_down_degrades_health_without_failing_it(client, am_settings):
+    response = client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["degraded"] == ["alertmanager"] and body["failed"] == []
+    detail = body["checks"]["alertmanager"]["detail"]
+    assert detail.startswith("alerts unavailable: cannot reach http://127.0.0.1:")
+
+
+@needs_alertmanager
+def test_a_running_alertmanager_and_good_channels_are_ok(client, alertmanager, webhook):
+    services.save_channel(
+        NotificationChannel(name="hook", kind="webhook", url=webhook.url), actor="t"
+    )
+    body = client.get("/health").json()
+    assert body["degraded"] == []
+    assert body["checks"]["alertmanager"]["detail"].startswith("Alertmanager 0.")
+    assert body["checks"]["alert_channels"]["detail"] == "1 channel(s) in use"
+
+
+@needs_alertmanager
+def test_a_channel_left_out_is_named_in_health(client, alertmanager, webhook):
+    channel = NotificationChannel(
+        name="broken", kind="webhook", url=webhook.url, matchers=['a=~"("']
+    )
+    services.save_channel(channel, actor="t")
+    body = client.get("/health").json()
+    assert body["status"] == "degraded" and body["degraded"] == ["alert_channels"]
+    assert (
+        "channel 'broken' left out: error parsing regexp"
+        in body["checks"]["alert_channels"]["detail"]
+    )

@@ -1,0 +1,96 @@
+"""Maintenance means silence: MAC's silences in a real Alertmanager follow the inventory."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from alerting import silences
+from alerting.client import Alertmanager
+from inventory import services as inventory
+from tests.alerting.conftest import needs_alertmanager
+
+pytestmark = [pytest.mark.django_db, needs_alertmanager]
+
+
+@pytest.fixture
+def eager_celery():
+    """The signal's task runs in the test, as a worker would run it."""
+    from macweb.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def live(alertmanager) -> list[dict]:
+    return [s for s in alertmanager.get("/api/v2/silences") if s["status"]["state"] == "active"]
+
+
+def test_maintenance_on_creates_a_silence_for_the_node_and_off_expires_it(
+    alertmanager, make_node, eager_celery, django_capture_on_commit_callbacks
+):
+    node = make_node("gpu-07", "10.1.0.7")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        inventory.set_maintenance(node, True, actor="admin:tester")
+
+    [silence] = live(alertmanager)
+    assert silence["createdBy"] == "mac"
+    assert f"node {node.pk}" in silence["comment"] and "gpu-07" in silence["comment"]
+    matchers = {m["name"]: m["value"] for m in silence["matchers"]}
+    assert matchers == {"node": str(node.pk), "cluster_name": "mac"}
+
+    with django_capture_on_commit_callbacks(execute=True):
+        inventory.set_maintenance(node, False, actor="admin:tester")
+
+    assert live(alertmanager) == []
+
+
+def test_silences_that_people_made_are_never_touched(alertmanager, make_node):
+    node = make_node("gpu-08", "10.1.0.8")
+    now = dt.datetime.now(dt.UTC)
+    theirs = Alertmanager.from_settings().create_silence(
+        {
+            "matchers": silences.matchers(node.pk),
+            "startsAt": now.isoformat(),
+            "endsAt": (now + dt.timedelta(hours=2)).isoformat(),
+            "createdBy": "oncall@example.test",
+            "comment": "switch work",
+        }
+    )
+
+    done = silences.reconcile()  # the node is not in maintenance
+
+    assert done.expired == []
+    assert [s["id"] for s in live(alertmanager)] == [theirs]
+
+
+def test_a_node_that_leaves_the_inventory_loses_its_silence(
+    alertmanager, make_node, eager_celery, django_capture_on_commit_callbacks
+):
+    node = make_node("gpu-09", "10.1.0.9", maintenance=True)
+    silences.reconcile()
+    assert len(live(alertmanager)) == 1
+
+    with django_capture_on_commit_callbacks(execute=True):
+        inventory.remove_node(node, actor="admin:tester", message="gone")
+
+    assert live(alertmanager) == []
+
+
+def test_silences_lost_by_a_killed_alertmanager_come_back(alertmanager, make_node):
+    first = make_node("gpu-10", "10.1.0.10", maintenance=True)
+    second = make_node("gpu-11", "10.1.0.11", maintenance=True)
+    assert sorted(silences.reconcile().created) == [first.pk, second.pk]
+
+    alertmanager.kill()  # SIGKILL: no snapshot, the silences are gone
+    alertmanager.start()
+    assert live(alertmanager) == []
+
+    done = silences.reconcile()
+
+    assert sorted(done.created) == [first.pk, second.pk]
+    assert len(live(alertmanager)) == 2
+    assert silences.reconcile().created == []  # nothing made twice

@@ -1,0 +1,92 @@
+"""Beat's poll: firing alerts pushed to the dashboards when they change, Alertmanager or not."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.cache import cache
+
+from alerting import tasks
+from alerting.client import Alertmanager
+from inventory import live
+from macweb.celery import app
+from tests.alerting.conftest import needs_alertmanager
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def dashboard():
+    """A channel in the dashboards' group, as an open page's consumer is."""
+    layer = get_channel_layer()
+    name = async_to_sync(layer.new_channel)()
+    async_to_sync(live.join_dashboard)(layer, name)
+    cache.delete(tasks.SNAPSHOT_KEY)
+
+    def receive() -> dict:
+        async def one() -> dict:
+            return await asyncio.wait_for(layer.receive(name), timeout=10)
+
+        return async_to_sync(one)()
+
+    yield receive
+    async_to_sync(live.leave_dashboard)(layer, name)
+
+
+def test_the_poll_is_scheduled_below_its_interval():
+    entry = app.conf.beat_schedule["sync-alertmanager"]
+    assert entry["task"] == "alerting.tasks.sync_alertmanager"
+    assert 0 < entry["options"]["expires"] < entry["schedule"]
+
+
+def test_alertmanager_down_is_pushed_once_with_the_reason(am_settings, dashboard):
+    first = tasks.sync_alertmanager()
+    message = dashboard()
+    assert message["type"] == "alerts.changed"
+    assert message["alerts"]["available"] is False
+    assert "cannot reach" in message["alerts"]["error"]
+    assert first["pushed"] is True
+    assert tasks.sync_alertmanager()["pushed"] is False  # nothing new, nothing sent
+
+
+@needs_alertmanager
+def test_a_new_firing_alert_is_pushed(alertmanager, dashboard, make_node):
+    tasks.sync_alertmanager()
+    assert dashboard()["alerts"] == {"available": True, "error": "", "count": 0, "alerts": []}
+    Alertmanager.from_settings().post_alerts(
+        [
+            {
+                "labels": {
+                    "alertname": "MacNodeOffline",
+                    "severity": "critical",
+                    "node": "5",
+                    "hostname": "gpu-05",
+                    "cluster_name": "mac",
+                },
+                "annotations": {"summary": "Node gpu-05 is offline"},
+                "startsAt": dt.datetime.now(dt.UTC).isoformat(),
+            }
+        ]
+    )
+
+    assert tasks.sync_alertmanager()["pushed"] is True
+    snapshot = dashboard()["alerts"]
+    while not snapshot["count"]:  # an earlier snapshot may still be queued; pages keep the last
+        snapshot = dashboard()["alerts"]
+    assert snapshot["count"] == 1
+    [row] = snapshot["alerts"]
+    assert (row["alertname"], row["hostname"], row["node"], row["severity"]) == (
+        "MacNodeOffline", "gpu-05", "5", "critical",
+    )  # fmt: skip
+
+
+@needs_alertmanager
+def test_the_poll_puts_back_a_missing_maintenance_silence(alertmanager, make_node):
+    node = make_node("gpu-06", "10.1.0.6", maintenance=True)
+    result = tasks.sync_alertmanager()
+    assert result["silences_created"] == [node.pk]
+    assert tasks.sync_alertmanager()["silences_created"] == []

@@ -1,0 +1,71 @@
+"""The dashboard's alerts: JSON for the panels, the live frame, the maintenance switch."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+from django.test import Client
+
+from inventory.live import broadcast_alerts
+from tests.macweb.dashboard.test_consumer import open_socket
+
+pytestmark = pytest.mark.django_db
+
+DOWN = "http://127.0.0.1:9"  # nothing listens on the discard port
+
+
+def test_the_alerts_json_needs_a_login(client):
+    assert client.get("/alerts.json").status_code == 401
+    assert client.get("/nodes/1/alerts.json").status_code == 401
+
+
+def test_alertmanager_down_is_said_and_the_pages_still_render(client, user, make_node, settings):
+    settings.ALERTMANAGER_URL = DOWN
+    node = make_node("gpu-31", "10.1.0.31")
+    client.force_login(user)
+
+    fleet = client.get("/alerts.json").json()
+    assert fleet["available"] is False and fleet["error"].startswith("cannot reach")
+    one = client.get(f"/nodes/{node.pk}/alerts.json").json()
+    assert one == {"available": False, "error": fleet["error"], "alerts": [], "silences": []}
+    page = client.get("/").content.decode()
+    assert 'id="alerts-panel"' in page and "gpu-31" in page
+    node_page = client.get(f"/nodes/{node.pk}/").content.decode()
+    assert 'data-json-url="/nodes/' in node_page
+    assert "maintenance-toggle" not in node_page  # not staff
+    assert client.get("/nodes/999999/alerts.json").status_code == 404
+
+
+def test_staff_switch_maintenance_from_the_node_page(client, staff, user, make_node):
+    node = make_node("gpu-32", "10.1.0.32")
+    url = f"/nodes/{node.pk}/maintenance"
+    client.force_login(user)
+    assert client.post(url, {"maintenance": "on"}).status_code == 403
+    client.force_login(staff)
+    assert (
+        'id="maintenance-toggle">Start maintenance'
+        in client.get(f"/nodes/{node.pk}/").content.decode()
+    )
+    assert client.post(url, {"maintenance": "sometimes"}).status_code == 400
+    response = client.post(url, {"maintenance": "on"})
+    assert response.status_code == 302 and response["Location"] == f"/nodes/{node.pk}/"
+    node.refresh_from_db()
+    assert node.maintenance is True
+    event = node.events.first()
+    assert (event.kind, event.actor) == ("maintenance_on", "dashboard:admin")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+async def test_an_alerts_push_reaches_an_open_page(user):
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    comm = await open_socket(client.cookies[settings.SESSION_COOKIE_NAME].value)
+    snapshot = {"available": False, "error": "cannot reach it", "count": 0, "alerts": []}
+    await sync_to_async(broadcast_alerts)(snapshot)
+    frame = await comm.receive_json_from(timeout=10)
+    assert frame == {"type": "alerts.changed", "alerts": snapshot}
+    await comm.disconnect()
+    await sync_to_async(connections.close_all)()
