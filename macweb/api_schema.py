@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView
 
 
 class SchemaView(SpectacularAPIView):
     _generating = threading.Lock()
 
+    @extend_schema(exclude=True)  # as the view it wraps: the schema is not in itself
     def get(self, request, *args, **kwargs):
         with self._generating:
             return super().get(request, *args, **kwargs)

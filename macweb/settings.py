@@ -315,6 +315,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two choice fields are named "kind": an event's and a notification channel's.
+    "ENUM_NAME_OVERRIDES": {
+        "EventKindEnum": "inventory.choices.EventKind",
+        "ChannelKindEnum": "alerting.choices.ChannelKind",
+    },
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAC_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 
