@@ -28,6 +28,9 @@ its containers run in.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from contract.services import AgentNetwork
 from maccli import output
 from maccli.envvalues import network_mode_error
@@ -38,6 +41,43 @@ from node.config import ConfigError, NodeConfig, Source
 from node.envfile import write_env_file
 
 NETWORK_KEY = "MAC_AGENT_NETWORK"
+# The bind options of the host's / in sys-exporter's container (host mode's overlay).
+ROOTFS_KEY = "MAC_ROOTFS_OPTIONS"
+
+
+def root_propagates(mountinfo: str) -> bool:
+    """Whether / is a shared or slave mount in this mountinfo text (proc(5)).
+
+    Docker refuses an rslave bind of / otherwise ("path / is mounted on / but it is
+    not a shared or slave mount"): a host booted by systemd has it shared, a host or
+    container that never made it so has it private.
+    """
+    fields: list[str] = []
+    for line in mountinfo.splitlines():
+        parts = line.split()
+        if len(parts) > 6 and parts[4] == "/":
+            fields = parts[6 : parts.index("-")]  # the last mount on / is the one seen
+    return any(f.startswith(("shared:", "master:")) for f in fields)
+
+
+def prepare_rootfs_mount(cfg: NodeConfig) -> None:
+    """Host mode: give sys-exporter the host's / with rslave where Docker allows it, else
+    read-only without propagation (MAC_ROOTFS_OPTIONS=ro), and say what that costs."""
+    if cfg.get(ROOTFS_KEY) is not None:
+        return  # the operator's choice (environment or env files)
+    mountinfo = Path(cfg.get("MAC_PROC_ROOT") or "/proc", "self", "mountinfo")
+    try:
+        propagates = root_propagates(mountinfo.read_text())
+    except OSError:
+        return
+    if not propagates:
+        os.environ[ROOTFS_KEY] = "ro"
+        output.warn(
+            "/ is a private mount here, so sys-exporter gets the host's / read-only without "
+            "mount propagation: file systems mounted later show in its figures after "
+            "`mac restart agent`. To have them at once, make / shared (as systemd does at "
+            "boot): sudo mount --make-rshared /"
+        )
 
 
 def parse_network(value: str, where: str = NETWORK_KEY) -> AgentNetwork:
@@ -83,6 +123,8 @@ def choose_for_start(
     running = runtime.running_network(specs)
     chosen, why = _docker_mode(cfg, wanted, running)
     runtime.network, runtime.previous_network = chosen, running
+    if chosen == AgentNetwork.HOST:
+        prepare_rootfs_mount(cfg)
     if why:
         _remember(cfg, chosen, why)
     if running is not None and running != chosen:
@@ -169,4 +211,6 @@ def choose_for_running(
             f"sudo mac start agent --network {configured}"
         )
     runtime.network = mode
+    if restart and mode == AgentNetwork.HOST:
+        prepare_rootfs_mount(cfg)
     return mode

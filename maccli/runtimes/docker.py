@@ -258,9 +258,8 @@ class DockerRuntime(Runtime):
             output = (result.stderr or result.stdout).strip()
             if "Conflict" in output and "already in use" in output:
                 raise stale_error(role, output.splitlines()[-1])
-            last = output.splitlines()[-1] if output else f"exit code {result.returncode}"
             raise CliError(
-                f"{tool} up failed: {last}",
+                f"{tool} up failed: {compose_errors(output, result.returncode)}",
                 commands=[
                     " ".join(self.compose(role, "logs", "--tail", "50")),
                     f"mac start {role}",
@@ -357,6 +356,19 @@ class DockerRuntime(Runtime):
                 )
             )
         return states
+
+
+def compose_errors(output: str, code: int) -> str:
+    """What went wrong in Compose's output: its ERROR lines (1.29 ends with a bare
+    "Encountered errors while bringing up the project."), else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("ERROR:", "Error"))]
+    # 1.29 prints each failure twice ("for mac-x" and "for x"): once is enough.
+    # ("ERROR: for NAME  WHAT": only WHAT)
+    unique = list(dict.fromkeys(e.partition("  ")[2] if "  " in e else e for e in errors))
+    if unique:
+        return "; ".join(unique)
+    return lines[-1] if lines else f"exit code {code}"
 
 
 def _since(stamp: str) -> float | None:

@@ -240,3 +240,58 @@ def test_the_process_runtime_is_host_and_refuses_bridge(mac_env):
     # Set for the cluster (a shared home) but not possible here: host, with a warning.
     cfg = _config(mac_env, MAC_AGENT_NETWORK="bridge")
     assert network.choose_for_start(cfg, runtime, [], None) == "host"
+
+
+PRIVATE_ROOT = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+SHARED_ROOT = "27 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+SLAVE_ROOT = "2 1 0:5 / / rw master:1 - overlay overlay rw\n"
+
+
+def test_it_reads_whether_the_host_s_root_propagates_mounts():
+    assert network.root_propagates(SHARED_ROOT) is True
+    assert network.root_propagates(SLAVE_ROOT) is True  # e.g. inside `ip netns exec`
+    assert network.root_propagates(PRIVATE_ROOT) is False
+    # The last mount on / is the one a process sees.
+    assert network.root_propagates(SHARED_ROOT + PRIVATE_ROOT) is False
+    assert network.root_propagates("") is False
+
+
+def test_sys_exporter_gets_rslave_where_docker_allows_it_else_plain_read_only(
+    mac_env, monkeypatch, capsys
+):
+    proc = mac_env.root / "proc" / "self"
+    proc.mkdir(parents=True)
+    monkeypatch.delenv(network.ROOTFS_KEY, raising=False)
+    (proc / "mountinfo").write_text(SHARED_ROOT)
+    network.prepare_rootfs_mount(_config(mac_env))
+    assert network.ROOTFS_KEY not in os.environ  # the overlay's default: ro,rslave
+
+    (proc / "mountinfo").write_text(PRIVATE_ROOT)
+    network.prepare_rootfs_mount(_config(mac_env))
+    assert os.environ[network.ROOTFS_KEY] == "ro"
+    assert "sudo mount --make-rshared /" in capsys.readouterr().err
+
+    # An operator's own value is never replaced.
+    monkeypatch.setenv(network.ROOTFS_KEY, "ro,rshared")
+    network.prepare_rootfs_mount(_config(mac_env, MAC_ROOTFS_OPTIONS="ro,rshared"))
+    assert os.environ[network.ROOTFS_KEY] == "ro,rshared"
+
+
+def test_a_failed_up_names_compose_s_error_not_its_last_line():
+    from maccli.runtimes.docker import compose_errors
+
+    output = (
+        "Creating mac-sys-exporter ... error\n\n"
+        "ERROR: for mac-sys-exporter  Cannot start service sys-exporter: path / is mounted "
+        "on / but it is not a shared or slave mount\n"
+        "Creating mac-sw-exporter ... done\n\n"
+        "ERROR: for sys-exporter  Cannot start service sys-exporter: path / is mounted on / "
+        "but it is not a shared or slave mount\n"
+        "Encountered errors while bringing up the project.\n"
+    )
+    assert compose_errors(output, 1) == (
+        "Cannot start service sys-exporter: path / is mounted on / but it is not a shared "
+        "or slave mount"
+    )
+    assert compose_errors("pulling...\nno such image\n", 1) == "no such image"
+    assert compose_errors("", 3) == "exit code 3"

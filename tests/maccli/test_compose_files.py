@@ -77,7 +77,8 @@ def test_host_overlay_puts_every_exporter_on_the_host_and_node_exporter_as_its_r
         assert "ports" not in spec and "networks" not in spec
     sys_exporter = compose["services"]["sys-exporter"]
     assert sys_exporter["pid"] == "host"
-    assert sys_exporter["volumes"] == ["/:/host/root:ro,rslave"]
+    # rslave by default; `mac` makes it ro where the host's / cannot propagate.
+    assert sys_exporter["volumes"] == ["/:/host/root:${MAC_ROOTFS_OPTIONS:-ro,rslave}"]
     shared = _load("docker-compose.agent.yml")["services"]["sys-exporter"]
     command = shared["command"]
     assert command[command.index("--rootfs") + 1] == "/host/root"  # --path.rootfs
