@@ -120,11 +120,16 @@ def _namespace_interfaces(node: Node) -> set[str]:
     return {line.split(":")[1].strip().split("@")[0] for line in listed}
 
 
-def _network_devices(metrics: str, family: str) -> set[str]:
-    for parsed in text_string_to_metric_families(metrics):
-        if parsed.name == family:
-            return {sample.labels["device"] for sample in parsed.samples}
-    raise AssertionError(f"{family} is missing from sys-exporter's page")
+def _network_devices(metrics: str, series: str) -> set[str]:
+    """The `device` labels of one series of sys-exporter's page (prometheus_client's parser)."""
+    devices = {
+        sample.labels["device"]
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == series
+    }
+    assert devices, f"{series} is missing from sys-exporter's page"
+    return devices
 
 
 def _veth_end(node: Node) -> str:
