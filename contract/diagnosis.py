@@ -3,24 +3,32 @@
 The master cannot log into a node, but the pattern of what answers says a lot:
 nic-exporter runs on the host network while the other exporters sit behind
 Docker's bridge and DNAT, so "the host network answers, the bridge times out" is
-the signature of IPv4 forwarding switched off on the agent. `describe()` turns
-each code into a sentence and the commands that fix it; the dashboard, the API
-and `mac status` all show the same text.
+the signature of IPv4 forwarding switched off on the agent. That holds only for
+an agent in bridge mode: in host mode (MAC_AGENT_NETWORK=host, reported at
+registration) every exporter is on the host network and forwarding plays no part,
+so the same pattern means sys-exporter hangs or a host firewall drops its port.
+An agent older than the mode reports none and is judged as before (bridge).
+`describe()` turns each code into a sentence and the commands that fix it; the
+dashboard, the API and `mac status` all show the same text.
 """
 
 from __future__ import annotations
 
 from contract.liveness import NodeProbe
 from contract.outcomes import Diagnosis, Outcome
-from contract.services import BY_NAME, NIC_EXPORTER
+from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork
 
 BRIDGE_SERVICES = frozenset(
     name for name, service in BY_NAME.items() if service.network == "bridge"
 )
 
 
-def diagnose(probe: NodeProbe) -> str:
-    """The Diagnosis code for one node's probes ("" while its sys-exporter answers)."""
+def diagnose(probe: NodeProbe, network: str = "") -> str:
+    """The Diagnosis code for one node's probes ("" while its sys-exporter answers).
+
+    `network` is the node's agent_network as it registered: "host", "bridge", or ""
+    for an agent older than the mode (judged as bridge, the only layout it had).
+    """
     sys_result = probe.sys
     if sys_result.outcome is Outcome.OK:
         return Diagnosis.NONE
@@ -31,6 +39,12 @@ def diagnose(probe: NodeProbe) -> str:
     if sys_result.outcome is Outcome.UNREACHABLE:
         return Diagnosis.HOST_DOWN
     # sys-exporter timed out: who else answered?
+    if network == AgentNetwork.HOST:
+        # No DNAT anywhere: another port of the host answering proves the path works.
+        others = [r for name, r in probe.results.items() if name != SYS_EXPORTER.name]
+        return (
+            Diagnosis.PORT_BLOCKED if any(r.host_answered for r in others) else Diagnosis.HOST_DOWN
+        )
     bridge = [r for name, r in probe.results.items() if name in BRIDGE_SERVICES]
     if any(r.host_answered for r in bridge):
         # Another bridge exporter gets through, so forwarding works: this one hangs.
@@ -91,10 +105,11 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
         "  mac restart agent",
     ),
     Diagnosis.PORT_BLOCKED: (
-        "The node runs its exporters on the host network, and other ports of the host "
-        "answer, but sys-exporter's port (29101) times out. Forwarding plays no part in host "
-        "mode: either sys-exporter accepts connections and never replies (hung), or a "
-        "firewall on the host drops that port.",
+        "The node runs its exporters on the host network (MAC_AGENT_NETWORK=host), and other "
+        "ports of the host answer (nic-exporter on 29500 among them), but sys-exporter's "
+        "port (29101) times out. This is not an ip_forward problem: in host mode nothing is "
+        "DNAT'd, so forwarding plays no part. Either sys-exporter accepts connections and "
+        "never replies (hung), or a firewall on the host drops that port.",
         "On the agent, see whether sys-exporter answers locally, and restart it if it hangs:\n"
         "  curl -m4 -s -o /dev/null -w '%{http_code}\\n' http://127.0.0.1:29101/metrics\n"
         "  mac restart agent\n"

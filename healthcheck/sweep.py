@@ -59,6 +59,7 @@ NODE_FIELDS = (
     "gpu_vendor",
     "exporters",
     "exporter_health",
+    "agent_network",  # the diagnosis depends on it (contract.diagnosis)
 )
 WRITE_BATCH = 1000
 ID_CHUNK = 5000  # ids per `WHERE id IN (...)`, well under SQLite's 32,766 parameters
@@ -147,7 +148,7 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
             "status": NodeStatus.ONLINE if answered else NodeStatus.OFFLINE,
             "status_reason": StatusReason(probe.sys.outcome.value),
             "status_detail": "" if answered else probe.sys.detail,
-            "diagnosis": diagnose(probe),
+            "diagnosis": diagnose(probe, row.get("agent_network", "")),
             "exporter_health": probe.health(),
         }
         if answered:

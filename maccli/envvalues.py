@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from contract.services import AgentNetwork
 from node.config import ConfigError, valid_hostname
 from node.envfile import KEY_RE
 
@@ -19,6 +20,14 @@ def valid_address_or_hostname(value: str) -> bool:
         return True
     except ValueError:
         return valid_hostname(value)
+
+
+def network_mode_error(where: str, value: str) -> ConfigError:
+    """What a bad MAC_AGENT_NETWORK (or --network) gets: the allowed values, and what they do."""
+    return ConfigError(
+        f"{where}={value!r} is not a network mode: use host (every exporter on the host "
+        "network, the default) or bridge (published ports, the guide's layout)."
+    )
 
 
 def _check_port(key: str, value: str) -> None:
@@ -45,6 +54,8 @@ def validate(key: str, value: str) -> None:
         raise ConfigError(
             f"NODE_NAME={value!r} is not a valid host name (letters, digits, hyphens and dots)."
         )
+    if key == "MAC_AGENT_NETWORK" and value not in set(AgentNetwork):
+        raise network_mode_error(key, value)
     if key == "MAC_RUNTIME" and value not in {"auto", "docker", "process"}:
         raise ConfigError(f"MAC_RUNTIME={value!r}: use auto, docker or process.")
     if key == "MAC_MASTER_PORT" or (key.endswith("_PORT") and key.startswith("MAC_")):

@@ -16,6 +16,7 @@ examples:
   mac env set MASTER_IP=10.0.0.5          join this master (per-user ~/.mac/env)
   sudo mac env set --node MASTER_IP=10.0.0.5   per-node /etc/mango/mac/env (shared homes)
   mac start agent                          start the exporters and register
+  mac start agent --network bridge         ... behind published ports (default: host)
   mac status                               services, health, and what the master says
   mac doctor                               every check of the troubleshooting guide
   sudo mac doctor --fix ip_forward         apply a check's fix (asks first), check again
@@ -75,6 +76,14 @@ def parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(verb, help=text)
         cmd.add_argument("role", choices=["agent", "master"])
         _add_runtime(cmd, stale=verb != "stop")
+        if verb == "start":
+            cmd.add_argument(
+                "--network",
+                choices=["host", "bridge"],
+                help="agent under Docker: host (every exporter on the host network, the "
+                "default for new installs) or bridge (published ports); saved in the "
+                "per-node file as MAC_AGENT_NETWORK",
+            )
 
     st = sub.add_parser("status", help="services, their health, and the master's view")
     st.add_argument("role", nargs="?", choices=["agent", "master"], default="agent")
@@ -130,6 +139,12 @@ def parser() -> argparse.ArgumentParser:
         help="seconds per probe (default: MAC_PROBE_TIMEOUT, else 3, as the master)",
     )
     probe.add_argument("--json", action="store_true", help="results and diagnosis as JSON")
+    probe.add_argument(
+        "--network",
+        choices=["host", "bridge"],
+        help="the node's network mode, on which the diagnosis depends (default: what the "
+        "master says, when this node probes its own address; else unknown)",
+    )
     return ap
 
 
@@ -165,7 +180,9 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     if args.command == "logs":
         return logscmd.logs(args.service, args.role, args.lines, args.follow, args.runtime)
     if args.command == "probe":
-        return probecmd.probe(args.address, timeout=args.timeout, as_json=args.json)
+        return probecmd.probe(
+            args.address, timeout=args.timeout, as_json=args.json, network=args.network
+        )
     if args.command == "status":
         if args.role == "master":
             return master.status(args.runtime)
@@ -174,8 +191,17 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         module = agent if args.role == "agent" else master
         if args.command == "stop":
             return module.stop(args.runtime)
-        action = module.start if args.command == "start" else module.restart
-        return action(args.runtime, remove_stale=args.remove_stale)
+        if args.command == "restart":
+            return module.restart(args.runtime, remove_stale=args.remove_stale)
+        if args.role == "agent":
+            return agent.start(args.runtime, args.remove_stale, args.network)
+        if args.network:
+            raise CliError(
+                "--network is the agent's network mode; the master has none.",
+                commands=["mac start master"],
+                code=2,
+            )
+        return master.start(args.runtime, remove_stale=args.remove_stale)
     ap.print_help()
     return 2
 

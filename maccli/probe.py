@@ -9,6 +9,11 @@ see?) and anywhere else on the path to the node.
 The master probes sys-exporter, nic-exporter and the services the node registered. A
 service that refuses the connection is not running there, so a node would not have
 registered it: the diagnosis leaves such services out, as the master's would.
+
+The diagnosis depends on the node's network mode (host or bridge, reported at
+registration): `--network` gives it; without it, a node probing its own address asks
+its master (GET /api/v1/self with its node key); otherwise it is unknown and the node
+is judged as an agent older than the mode, as the master would.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import socket
 
 from contract.diagnosis import describe, diagnose
 from contract.liveness import DEFAULT_TIMEOUT, NodeProbe, Target, outcome_words, run_probe
+from contract.master_api import MasterClient
 from contract.outcomes import DIAGNOSIS_LABELS, Diagnosis, Outcome
-from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER
+from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER, AgentNetwork
 from maccli import output
 from maccli.output import CliError
 from node.config import NodeConfig, valid_hostname
@@ -76,6 +82,31 @@ def _timeout(cfg: NodeConfig, given: float | None) -> float:
     return given
 
 
+def node_network(cfg: NodeConfig, ip: str, given: str | None) -> tuple[str, str]:
+    """(the node's network mode, where it comes from); ("", "") when nobody says.
+
+    Without --network, a node probing its own address asks its master what it
+    registered; the master answers with the mode only to the node's own key.
+    """
+    if given:
+        return given, "--network"
+    if not (cfg.node_key and cfg.master_ip):
+        return "", ""
+    client = MasterClient(
+        cfg.master_url, timeout=3.0, join_token=cfg.join_token, node_key=cfg.node_key
+    )
+    reply = client.self_info()
+    body = reply.body if reply.ok and isinstance(reply.body, dict) else {}
+    if body.get("ip") != ip or body.get("agent_network") not in set(AgentNetwork):
+        return "", ""
+    return body["agent_network"], f"registered with master {cfg.master_ip}"
+
+
+def service_network(service_network: str, mode: str) -> str:
+    """Where a service listens in this mode: everything on the host in host mode."""
+    return AgentNetwork.HOST.value if mode == AgentNetwork.HOST else service_network
+
+
 def judged(results: dict) -> dict:
     """The results the master's diagnosis would have: refusing extras are not running."""
     keep = {SYS_EXPORTER.name, NIC_EXPORTER.name}
@@ -86,10 +117,13 @@ def judged(results: dict) -> dict:
     }
 
 
-def probe(target: str, timeout: float | None = None, as_json: bool = False) -> int:
-
+def probe(
+    target: str, timeout: float | None = None, as_json: bool = False, network: str | None = None
+) -> int:
     ip = resolve(target)
-    seconds = _timeout(NodeConfig.load(), timeout)
+    cfg = NodeConfig.load()
+    seconds = _timeout(cfg, timeout)
+    mode, mode_source = node_network(cfg, ip, network)
     names = tuple(service.name for service in SERVICES)
     if not as_json:
         output.err().print(f"Probing {len(names)} services of {ip} (timeout {seconds:g} s) ...")
@@ -102,7 +136,7 @@ def probe(target: str, timeout: float | None = None, as_json: bool = False) -> i
             {
                 "service": service.name,
                 "port": service.port,
-                "network": service.network,
+                "network": service_network(service.network, mode),
                 "url": f"http://{host}:{service.port}{service.liveness_path}",
                 "outcome": str(result.outcome),
                 "words": outcome_words(result),
@@ -112,7 +146,7 @@ def probe(target: str, timeout: float | None = None, as_json: bool = False) -> i
             }
         )
     basis = judged(node.results)
-    code = diagnose(NodeProbe(node.node_id, ip, basis))
+    code = diagnose(NodeProbe(node.node_id, ip, basis), mode)
     meaning, fix = describe(code)
     online = node.sys.ok
     label = DIAGNOSIS_LABELS[Diagnosis(code)] if code else ""
@@ -123,6 +157,8 @@ def probe(target: str, timeout: float | None = None, as_json: bool = False) -> i
                     "address": target,
                     "ip": ip,
                     "timeout": seconds,
+                    "network": mode,
+                    "network_source": mode_source,
                     "online": online,
                     "results": rows,
                     "judged_on": sorted(basis),
@@ -150,6 +186,13 @@ def probe(target: str, timeout: float | None = None, as_json: bool = False) -> i
             for row in rows
         ],
     )
+    if mode:
+        output.say(f"Network mode: {mode} ({mode_source}).")
+    else:
+        output.say(
+            "Network mode: unknown (judged as an agent older than the mode, as the master "
+            "does); give it with --network host|bridge."
+        )
     sys_row = rows[[s.name for s in SERVICES].index(SYS_EXPORTER.name)]
     if online:
         output.ok(f"sys-exporter answers: the master marks {ip} Online.")

@@ -7,7 +7,7 @@ import json
 from rich.text import Text
 
 from maccli import output
-from maccli.agent import guards
+from maccli.agent import guards, network
 from maccli.agent.registration import (
     agent_ip,
     check_master,
@@ -52,7 +52,13 @@ def print_states(states: list[ServiceState], title: str = "") -> None:
     output.table(["SERVICE", "STATE", "HEALTH", "PORT", "UPTIME", "PID"], rows, title=title)
 
 
-def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+def _title(runtime_name: str, mode: str) -> str:
+    return f"Agent services ({runtime_name} runtime, {mode} network)"
+
+
+def start(
+    runtime_name: str | None = None, remove_stale: bool = False, network_mode: str | None = None
+) -> int:
     cfg = NodeConfig.load()
     master_ip = guards.require_master_ip(cfg)
     guards.warn_shared_master_ip(cfg)
@@ -62,9 +68,10 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     ip = agent_ip(cfg)
     check_master(cfg, client(cfg, source_ip=ip, timeout=5))
     runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
+    mode = network.choose_for_start(cfg, runtime, specs, network_mode)
     states = runtime.start(ROLE, specs)
-    print_states(states, f"Agent services ({runtime.name} runtime)")
-    node = register(cfg, hostname, ip, specs)
+    print_states(states, _title(runtime.name, mode))
+    node = register(cfg, hostname, ip, specs, network.reported_network(runtime))
     state = str(node.get("status", "unknown")).capitalize()
     output.say(
         f"Node {node.get('hostname', hostname)} ({node.get('ip', ip)}) is {state} on the "
@@ -77,6 +84,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
 def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime, specs = runtime_and_specs(cfg, runtime_name)
+    network.choose_for_running(cfg, runtime, specs)
     hostname, deregistered, problem = deregister(cfg, cfg.node_name()[0])
     states = runtime.stop(ROLE, specs)
     if deregistered:
@@ -94,8 +102,9 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
+    mode = network.choose_for_running(cfg, runtime, specs, restart=True)
     states = runtime.restart(ROLE, specs)
-    print_states(states, f"Agent services ({runtime.name} runtime)")
+    print_states(states, _title(runtime.name, mode))
     if cfg.node_key:
         output.ok("Restarted; the node stays registered.")
     else:
@@ -106,6 +115,7 @@ def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
 def status(runtime_name: str | None = None, as_json: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime, specs = runtime_and_specs(cfg, runtime_name)
+    mode = network.choose_for_running(cfg, runtime, specs)
     states = runtime.status(ROLE, specs)
     line, node = master_view(cfg)
     healthy = all(s.running and s.health in ("ok", "-") for s in states)
@@ -114,6 +124,7 @@ def status(runtime_name: str | None = None, as_json: bool = False) -> int:
             json.dumps(
                 {
                     "runtime": runtime.name,
+                    "network": str(mode),
                     "services": [s.__dict__ for s in states],
                     "master": node,
                     "master_line": line,
@@ -122,6 +133,6 @@ def status(runtime_name: str | None = None, as_json: bool = False) -> int:
             )
         )
         return 0 if healthy else 1
-    print_states(states, f"Agent services ({runtime.name} runtime)")
+    print_states(states, _title(runtime.name, mode))
     output.say(line)
     return 0 if healthy else 1

@@ -23,8 +23,12 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def build_payload(cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSpec]) -> dict:
-    """What POST /api/v1/register gets from this node: its hardware, services and labels."""
+def build_payload(
+    cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSpec], agent_network: str
+) -> dict:
+    """What POST /api/v1/register gets from this node: its hardware, services, labels, and
+    the network mode of the runtime that runs them (maccli.agent.network.reported_network),
+    on which the master's diagnosis depends."""
     vendor, count = hardware.gpus(cfg)
     return registration_body(
         hostname,
@@ -32,6 +36,7 @@ def build_payload(cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSp
         {spec.name: spec.port for spec in specs if spec.port is not None},
         gpu_vendor=vendor,
         gpu_count=count,
+        agent_network=agent_network,
         nics=hardware.nics(cfg),
         labels=parse_labels(cfg.get("MAC_LABELS") or ""),
         machine_id=hardware.machine_id(cfg),

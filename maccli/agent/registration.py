@@ -60,10 +60,12 @@ def _only_sweeps_failing(reply: Reply) -> bool:
     return reply.status == 503 and body.get("failed") == ["sweeps"]
 
 
-def register(cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSpec]) -> dict:
+def register(
+    cfg: NodeConfig, hostname: str, ip: str, specs: list[ServiceSpec], agent_network: str
+) -> dict:
     """Register (or re-register) this node; its node key goes to the per-node file."""
     master = client(cfg, source_ip=ip)
-    payload = build_payload(cfg, hostname, ip, specs)
+    payload = build_payload(cfg, hostname, ip, specs, agent_network)
     with output.spinner(f"Registering {hostname} ({ip}) with {cfg.master_url} ..."):
         reply = master.register(payload)
     if not reply.ok or not isinstance(reply.body, dict):

@@ -5,6 +5,12 @@ Compose comes as the v2 plugin (`docker compose`) or, on Debian's docker.io, as
 runtime reads back (containers, states, health) comes from the engine itself
 (`docker ps` / `docker inspect`), which both versions label the same way.
 
+The agent's network mode (MAC_AGENT_NETWORK, chosen by maccli.agent.network) is a
+second compose file over docker-compose.agent.yml: docker-compose.agent.host.yml
+(every exporter on the host network) or docker-compose.agent.bridge.yml (the guide's
+published ports). Each exporter listens on the node's own port for it, which this
+runtime hands to Compose as MAC_<SERVICE>_PORT.
+
 Before `up`: MAC's image is built when it is missing (offline, maccli.runtimes.dockerimage),
 the AMD profile's devices must exist, and containers named mac-* that belong to another
 Compose project (a raw `docker compose up` elsewhere, project "deploy") are found,
@@ -22,6 +28,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+from contract.services import AgentNetwork
 from exporters.checks.docker import (
     COMPOSE_PROJECT,
     REMOVE_STALE_COMMAND,
@@ -37,6 +44,12 @@ from node.commands import CommandResult, Runner, run_command
 from node.config import NodeConfig, Source
 
 COMPOSE_FILES = {"agent": "docker-compose.agent.yml", "master": "docker-compose.master.yml"}
+# The agent's network modes, each an overlay of the agent's file (contract AgentNetwork).
+NETWORK_FILES = {
+    AgentNetwork.HOST: "docker-compose.agent.host.yml",
+    AgentNetwork.BRIDGE: "docker-compose.agent.bridge.yml",
+}
+BRIDGE_NETWORK = "agent"  # the bridge of docker-compose.agent.bridge.yml
 PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose.service"
 AMD_DEVICES = ("kfd", "dri")
 COMPOSE_TIMEOUT = 600.0  # seconds: `up` may create every container from scratch
@@ -101,21 +114,29 @@ class DockerRuntime(Runtime):
         self.project = project
         # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).
         self.profiles = list(profiles or [])
+        # The agent's network mode (maccli.agent.network sets it); None: no overlay. And
+        # the mode its containers ran in before this command, when that was seen.
+        self.network: AgentNetwork | None = None
+        self.previous_network: AgentNetwork | None = None
         self._compose: list[str] | None = None
 
     @property
     def image(self) -> str:
         return os.environ.get("MAC_IMAGE") or DEFAULT_IMAGE
 
-    def compose_file(self, role: str) -> Path:
-        return self.compose_dir / COMPOSE_FILES[role]
+    def compose_files(self, role: str) -> list[Path]:
+        """The role's compose file, then the agent's network-mode overlay."""
+        files = [self.compose_dir / COMPOSE_FILES[role]]
+        if role == "agent" and self.network is not None:
+            files.append(self.compose_dir / NETWORK_FILES[self.network])
+        return files
 
     def compose(self, role: str, *args: str) -> list[str]:
         if self._compose is None:
             self._compose = find_compose(self.run)
         profiles = [arg for name in self.profiles for arg in ("--profile", name)]
-        file = str(self.compose_file(role))
-        return [*self._compose, "-p", self.project, "-f", file, *profiles, *args]
+        files = [arg for path in self.compose_files(role) for arg in ("-f", str(path))]
+        return [*self._compose, "-p", self.project, *files, *profiles, *args]
 
     def _clear_stale(self, role: str) -> None:
         try:
@@ -174,19 +195,59 @@ class DockerRuntime(Runtime):
         """Compose substitutes ${NAME} from its own environment only: give it the values of
         the env files too (`mac env set MAC_METRICS_TOKEN=...` on the master), as the
         process runtime gives them to its services. The process environment still wins."""
-        try:
-            names = set(COMPOSE_VARIABLE.findall(self.compose_file(role).read_text()))
-        except OSError:
-            return  # compose itself says that the file is missing
+        names = self._compose_variables(role)
         cfg = NodeConfig.load()
         for name in sorted(names - set(os.environ)):
             value, source = cfg.lookup(name)
             if value is not None and source in (Source.NODE, Source.USER):
                 os.environ[name] = value
 
-    def _up(self, role: str, *extra: str) -> None:
+    def _compose_variables(self, role: str) -> set[str]:
+        names: set[str] = set()
+        for path in self.compose_files(role):
+            try:
+                names.update(COMPOSE_VARIABLE.findall(path.read_text()))
+            except OSError:
+                continue  # compose itself says that the file is missing
+        return names
+
+    def _export_ports(self, role: str, specs: Sequence[ServiceSpec]) -> None:
+        """Each service's port as the node's configuration gives it (MAC_<SERVICE>_PORT,
+        else the table's port plus MAC_PORT_OFFSET), for the compose files' ${...}."""
+        names = self._compose_variables(role)
+        for spec in specs:
+            name = f"MAC_{spec.name.upper().replace('-', '_')}_PORT"
+            if spec.port is not None and name in names:
+                os.environ[name] = str(spec.port)
+
+    def running_network(self, specs: Sequence[ServiceSpec]) -> AgentNetwork | None:
+        """The mode the agent's containers run in now, None when there are none.
+
+        nic-exporter is on the host network in both modes; any other exporter on a
+        network of its own means bridge mode.
+        """
+        modes = {
+            row.get("HostConfig", {}).get("NetworkMode", "")
+            for name, row in self._containers(specs).items()
+            if name != "nic-exporter"
+        }
+        if not modes:
+            return None
+        return AgentNetwork.HOST if modes == {"host"} else AgentNetwork.BRIDGE
+
+    def drop_bridge_network(self) -> None:
+        """Remove the bridge that bridge mode left, once the agent runs in host mode.
+
+        Compose removes only the networks of the files it is given, and host mode's
+        files name none; an unused bridge would stay behind (harmless, but confusing
+        in `docker network ls`). A network still in use is left alone by Docker.
+        """
+        self.run(["docker", "network", "rm", f"{self.project}_{BRIDGE_NETWORK}"])
+
+    def _up(self, role: str, specs: Sequence[ServiceSpec], *extra: str) -> None:
         self._clear_stale(role)
         self._export_file_values(role)
+        self._export_ports(role, specs)
         self._check_devices()
         self._ensure_image()
         argv = self.compose(role, "up", "-d", "--no-build", *extra)
@@ -197,9 +258,8 @@ class DockerRuntime(Runtime):
             output = (result.stderr or result.stdout).strip()
             if "Conflict" in output and "already in use" in output:
                 raise stale_error(role, output.splitlines()[-1])
-            last = output.splitlines()[-1] if output else f"exit code {result.returncode}"
             raise CliError(
-                f"{tool} up failed: {last}",
+                f"{tool} up failed: {compose_errors(output, result.returncode)}",
                 commands=[
                     " ".join(self.compose(role, "logs", "--tail", "50")),
                     f"mac start {role}",
@@ -207,7 +267,9 @@ class DockerRuntime(Runtime):
             )
 
     def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
-        self._up(role)
+        self._up(role, specs)
+        if self.previous_network == AgentNetwork.BRIDGE and self.network == AgentNetwork.HOST:
+            self.drop_bridge_network()
         self._wait_ready(role, specs)
         return self.status(role, specs)
 
@@ -239,7 +301,7 @@ class DockerRuntime(Runtime):
         return self.status(role, specs)
 
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
-        self._up(role, "--force-recreate")
+        self._up(role, specs, "--force-recreate")
         self._wait_ready(role, specs)
         return self.status(role, specs)
 
@@ -294,6 +356,19 @@ class DockerRuntime(Runtime):
                 )
             )
         return states
+
+
+def compose_errors(output: str, code: int) -> str:
+    """What went wrong in Compose's output: its ERROR lines (1.29 ends with a bare
+    "Encountered errors while bringing up the project."), else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("ERROR:", "Error"))]
+    # 1.29 prints each failure twice ("for mac-x" and "for x"): once is enough.
+    # ("ERROR: for NAME  WHAT": only WHAT)
+    unique = list(dict.fromkeys(e.partition("  ")[2] if "  " in e else e for e in errors))
+    if unique:
+        return "; ".join(unique)
+    return lines[-1] if lines else f"exit code {code}"
 
 
 def _since(stamp: str) -> float | None:

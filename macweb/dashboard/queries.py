@@ -17,7 +17,7 @@ from django.http import QueryDict
 from contract.diagnosis import describe
 from contract.services import SYS_EXPORTER
 from healthcheck.targets import SCRAPED_SERVICES, node_targets
-from inventory.choices import Diagnosis, GpuVendor, NodeStatus, StatusReason
+from inventory.choices import AgentNetwork, Diagnosis, GpuVendor, NodeStatus, StatusReason
 from inventory.models import Node
 
 PAGE_SIZE = 100
@@ -140,6 +140,7 @@ def vocabulary() -> dict:
         "status": dict(NodeStatus.choices),
         "reason": dict(StatusReason.choices),
         "vendor": dict(GpuVendor.choices),
+        "network": dict(AgentNetwork.choices),
         "diagnosis": {code: describe_diagnosis(code) for code in Diagnosis.values if code},
     }
 
@@ -150,6 +151,7 @@ def node_row(node: Node) -> dict:
     row["status_text"] = node.get_status_display()
     row["status_reason_text"] = node.get_status_reason_display() if node.status_reason else ""
     row["diagnosis_info"] = describe_diagnosis(node.diagnosis)
+    row["agent_network_text"] = node.get_agent_network_display()
     return row
 
 

@@ -88,3 +88,46 @@ def test_service_down_fix_restarts_the_agent():
 def test_an_unknown_code_is_named_not_raised():
     text, fix = describe("bogus")
     assert "bogus" in text and fix == ""
+
+
+# The guide's pattern, by the mode the agent registered with.
+FORWARD_PATTERN = {"sys_exporter": Outcome.TIMEOUT, "nic_exporter": Outcome.OK}
+
+
+def test_a_host_mode_node_whose_29101_times_out_while_29500_answers_has_a_blocked_port():
+    assert diagnose(node(**FORWARD_PATTERN), "host") == Diagnosis.PORT_BLOCKED
+
+
+def test_a_host_mode_node_is_never_diagnosed_with_ip_forward_off():
+    patterns = [
+        FORWARD_PATTERN,
+        {**FORWARD_PATTERN, "dcgm_exporter": Outcome.TIMEOUT},
+        {**FORWARD_PATTERN, "sw_exporter": Outcome.OK},
+        {"sys_exporter": Outcome.TIMEOUT, "nic_exporter": Outcome.REFUSED},
+    ]
+    for outcomes in patterns:
+        assert diagnose(node(**outcomes), "host") == Diagnosis.PORT_BLOCKED, outcomes
+
+
+def test_a_host_mode_node_where_nothing_answers_is_down():
+    silent = {"sys_exporter": Outcome.TIMEOUT, "nic_exporter": Outcome.TIMEOUT}
+    assert diagnose(node(**silent), "host") == Diagnosis.HOST_DOWN
+
+
+@pytest.mark.parametrize("network", ["bridge", ""])
+def test_bridge_mode_and_agents_older_than_the_mode_keep_the_ip_forward_diagnosis(network):
+    assert diagnose(node(**FORWARD_PATTERN), network) == Diagnosis.IP_FORWARD_OFF
+
+
+@pytest.mark.parametrize("network", ["host", "bridge", ""])
+def test_the_mode_changes_nothing_but_the_timeout_pattern(network):
+    assert diagnose(node(sys_exporter=Outcome.OK), network) == Diagnosis.NONE
+    assert diagnose(node(sys_exporter=Outcome.REFUSED), network) == Diagnosis.SERVICE_DOWN
+    assert diagnose(node(sys_exporter=Outcome.BAD_BODY), network) == Diagnosis.EXPORTER_BROKEN
+
+
+def test_the_port_blocked_text_rules_out_forwarding_and_names_the_checks():
+    text, fix = describe(Diagnosis.PORT_BLOCKED)
+    assert "host network" in text and "not an ip_forward problem" in text
+    assert "curl" in fix and "127.0.0.1:29101/metrics" in fix
+    assert "mac restart agent" in fix and "iptables" in fix

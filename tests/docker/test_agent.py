@@ -2,10 +2,13 @@
 
 Debian's engine 20.10 with Compose 1.29 (`docker-compose`, no v2 plugin), MAC's image
 built offline from the Debian base, and a real master (itself under Docker) that
-probes the node from its own containers.
+probes the node from its own containers. A node that never ran MAC is a new install:
+its agent runs in host mode (bridge mode is tested in test_ip_forward.py).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -27,6 +30,9 @@ def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(doc
     assert started.returncode == 0, started.stdout + started.stderr
     assert started.stdout.strip().endswith(f"Registered with master {NS_IP}.")
 
+    assert "Network mode host: the default for a new install." in started.stdout
+    assert "MAC_AGENT_NETWORK=host" in (node.root / "etc" / "env").read_text()
+
     containers = node.containers()
     agent = {name: row for name, row in containers.items() if name[4:] in STARTED}
     assert set(agent) == {f"mac-{name}" for name in STARTED}
@@ -34,12 +40,16 @@ def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(doc
         labels = row["Config"]["Labels"]
         assert labels["com.docker.compose.project"] == "mac", name
         assert row["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped", name
-        if name == "mac-nic-exporter":
-            assert row["HostConfig"]["NetworkMode"] == "host"
-        else:
-            assert row["HostConfig"]["NetworkMode"] == "mac_agent", name
-            assert row["HostConfig"]["PortBindings"], f"{name} publishes no port"
-    # From outside the node: the bridge exporters through their DNAT, nic-exporter direct.
+        # Host mode: every exporter on the node's network, nothing published or DNAT'd.
+        assert row["HostConfig"]["NetworkMode"] == "host", name
+        assert not row["HostConfig"]["PortBindings"], name
+    # node_exporter as its README asks: the host's PID namespace and / read-only (rslave
+    # where the host's / propagates; this test host's may be private: maccli.agent.network).
+    sys_exporter = agent["mac-sys-exporter"]
+    assert sys_exporter["HostConfig"]["PidMode"] == "host"
+    root = next(m for m in sys_exporter["Mounts"] if m["Destination"] == "/host/root")
+    assert (root["Source"], root["RW"]) == ("/", False)
+    # From outside the node: every exporter, straight to the node's own address.
     for service in SERVICES:
         if service.name in STARTED:
             url = f"http://{NS_IP}:{service.port}{service.liveness_path}"
@@ -64,9 +74,10 @@ def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(doc
         assert f"\n{family}" in metrics, family
     assert 'mac_exporter_build_info{service="sys-exporter"' in metrics
     assert "node_textfile_scrape_error 0" in metrics
-    # The container's first process became node_exporter (mac-exporter execs it).
-    program = node.engine.docker("exec", "mac-sys-exporter", "readlink", "/proc/1/exe")
-    assert program.stdout.strip() == "/usr/bin/prometheus-node-exporter", program
+    # The container's first process became node_exporter (mac-exporter execs it); with
+    # the host's PID namespace its /proc/1 is the host's init, so look from outside.
+    pid = sys_exporter["State"]["Pid"]
+    assert os.readlink(f"/proc/{pid}/exe") == "/usr/bin/prometheus-node-exporter"
     registered = node.engine.docker("logs", "mac-api-server")
     log = registered.stdout + registered.stderr
     assert "/api/v1/register" in log

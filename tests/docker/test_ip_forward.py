@@ -1,9 +1,18 @@
-"""The guide's ip_forward failure with real Docker: forwarding off in the node's namespace.
+"""The guide's ip_forward failure with real Docker, in both network modes of the agent.
 
-The node (the engine's namespace) runs the agent containers behind Docker's own DNAT;
-the master runs in another namespace, the host's, under the process runtime on
-198.18.250.1 (its own address there, so its ports collide with nothing). Only the
-node namespace's own net.ipv4.ip_forward is changed, never the host's.
+The node (the engine's namespace) runs the agent containers; the master runs in another
+namespace, the host's, under the process runtime on 198.18.250.1 (its own address there,
+so its ports collide with nothing). Only the node namespace's own net.ipv4.ip_forward is
+changed, never the host's.
+
+- host mode (MAC_AGENT_NETWORK=host, the default): every exporter is on the node's own
+  network, so forwarding off changes nothing; and sys-exporter (node_exporter) reports the
+  node namespace's interfaces;
+- bridge mode (the guide's layout): the exporters behind Docker's DNAT time out, the
+  node goes Offline with the ip_forward diagnosis, nic-exporter keeps answering.
+
+One master and one agent serve the module: the tests switch the agent's mode with
+`mac start agent --network ...`, as an operator would, on the session's engine and image.
 """
 
 from __future__ import annotations
@@ -17,26 +26,30 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from contract.services import SERVICES
 from testkit.docker_engine import HOST_IP, NS_IP
-from tests.docker.conftest import REPO, http_status, wait_for
+from tests.docker.conftest import REPO, Node, http_status, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
 INTERVAL, TIMEOUT = 3.0, 2.0  # MAC_PROBE_INTERVAL and MAC_PROBE_TIMEOUT of node_env
+STARTED = [s for s in SERVICES if s.name not in {"dcgm-exporter", "rocm-exporter"}]  # no GPU
 
 
-@pytest.fixture
-def host_master(engine, tmp_path) -> Iterator[str]:
-    """`mac start master --runtime process` on the host's 198.18.250.1; stopped after."""
+@pytest.fixture(scope="module")
+def host_master(engine, tmp_path_factory) -> Iterator[str]:
+    """`mac start master --runtime process` on the host's 198.18.250.1, for the module."""
+    root = tmp_path_factory.mktemp("host-master")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_")}
     env.pop("DATABASE_URL", None)  # its own SQLite inventory
     env.update(
         {
-            "HOME": str(tmp_path),
-            "MAC_USER_ENV_FILE": str(tmp_path / "user-env"),
-            "MAC_NODE_ENV_FILE": str(tmp_path / "node-env"),
-            "MAC_STATE_DIR": str(tmp_path / "master-state"),
-            "MAC_DATA_DIR": str(tmp_path / "master-data"),
+            "HOME": str(root),
+            "MAC_USER_ENV_FILE": str(root / "user-env"),
+            "MAC_NODE_ENV_FILE": str(root / "node-env"),
+            "MAC_STATE_DIR": str(root / "master-state"),
+            "MAC_DATA_DIR": str(root / "master-data"),
             "MAC_MASTER_BIND": HOST_IP,
             "MAC_REDIS_URL": os.environ.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/14",
             "MAC_PROBE_INTERVAL": str(INTERVAL),
@@ -60,6 +73,40 @@ def host_master(engine, tmp_path) -> Iterator[str]:
         mac("stop", "master")
 
 
+@pytest.fixture(scope="module")
+def agent(engine, images, node_env, host_master, tmp_path_factory) -> Iterator[Node]:
+    """The node, joined to the host's master; its mode is each test's to choose."""
+    root = tmp_path_factory.mktemp("forwarding-node")
+    env = {
+        **node_env,
+        "MASTER_IP": host_master,
+        "MAC_NODE_ENV_FILE": str(root / "etc" / "env"),
+        "MAC_STATE_DIR": str(root / "state"),
+    }
+    node = Node(engine, root, env)
+    yield node
+    engine.set_ip_forward(True)
+    node.mac("stop", "agent")
+
+
+@pytest.fixture
+def forwarding_on(engine) -> Iterator[None]:
+    engine.set_ip_forward(True)
+    yield
+    engine.set_ip_forward(True)
+
+
+def _start(node: Node, mode: str) -> dict:
+    started = node.mac("start", "agent", "--network", mode)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert f"(docker runtime, {mode} network)" in started.stdout
+    return wait_for(
+        f"Online in {mode} mode",
+        lambda: (n := node.master_node()).get("status") == "online" and n,
+        timeout=60,
+    )
+
+
 def _prometheus_jobs() -> dict[str, str]:
     url = f"http://{HOST_IP}:29090/api/v1/targets"
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -67,13 +114,91 @@ def _prometheus_jobs() -> dict[str, str]:
     return {t["labels"].get("job", ""): t["health"] for t in targets}
 
 
-def test_forwarding_off_takes_the_node_offline_with_the_ip_forward_diagnosis(
-    images, host_master, node
+def _namespace_interfaces(node: Node) -> set[str]:
+    """The engine namespace's own links (`ip -o link`), without the @peer suffix."""
+    listed = node.sh("ip", "-o", "link", "show").stdout.splitlines()
+    return {line.split(":")[1].strip().split("@")[0] for line in listed}
+
+
+def _network_devices(metrics: str, series: str) -> set[str]:
+    """The `device` labels of one series of sys-exporter's page (prometheus_client's parser)."""
+    devices = {
+        sample.labels["device"]
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == series
+    }
+    assert devices, f"{series} is missing from sys-exporter's page"
+    return devices
+
+
+def _veth_end(node: Node) -> str:
+    """The namespace end of the engine's veth pair (testkit.docker_engine)."""
+    return f"md{node.engine.tag}n"[:15]
+
+
+def test_host_mode_survives_forwarding_off_and_reports_the_node_s_own_interfaces(
+    agent, forwarding_on
 ):
-    node.env["MASTER_IP"] = host_master
-    started = node.mac("start", "agent")
-    assert started.returncode == 0, started.stdout + started.stderr
-    wait_for("Online", lambda: node.master_node().get("status") == "online", timeout=60)
+    node = agent
+    online = _start(node, "host")
+    assert online["agent_network"] == "host"  # reported at registration
+    rows = node.containers()
+    for service in STARTED:
+        assert rows[f"mac-{service.name}"]["HostConfig"]["NetworkMode"] == "host", service.name
+
+    node.engine.set_ip_forward(False)
+    assert node.sh("sysctl", "-n", "net.ipv4.ip_forward").stdout.strip() == "0"
+    # Every exporter answers from the master's side: nothing is DNAT'd, nothing forwarded.
+    for service in STARTED:
+        url = f"http://{NS_IP}:{service.port}{service.liveness_path}"
+        assert http_status(url, timeout=TIMEOUT) == 200, url
+    # ... and the node stays Online, sweep after sweep.
+    deadline = time.monotonic() + 3 * INTERVAL + TIMEOUT
+    while time.monotonic() < deadline:
+        seen = node.master_node()
+        assert seen.get("status") == "online", seen
+        time.sleep(1)
+    jobs = wait_for(
+        "sys-exporter scraped by the master's Prometheus with forwarding off",
+        lambda: (j := _prometheus_jobs()).get("sys-exporter") == "up" and j,
+        timeout=60,
+    )
+    assert jobs.get("nic-exporter") == "up", jobs
+
+    # node_exporter reads the node's network namespace: its interfaces, not a container's.
+    interfaces = _namespace_interfaces(node)
+    with urllib.request.urlopen(f"http://{NS_IP}:29101/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    interfaces |= _namespace_interfaces(node)  # a container's veth may come or go meanwhile
+    veth = _veth_end(node)
+    assert veth in interfaces and "eth0" not in interfaces
+    for family in ("node_network_receive_bytes_total", "node_network_up"):
+        devices = _network_devices(metrics, family)
+        assert veth in devices, (family, devices)
+        assert "eth0" not in devices, (family, devices)  # no container's own interface
+        assert devices <= interfaces, (family, devices - interfaces)
+
+
+def test_bridge_mode_reproduces_the_guide_s_failure_with_the_ip_forward_diagnosis(
+    agent, forwarding_on
+):
+    node = agent
+    online = _start(node, "bridge")
+    assert online["agent_network"] == "bridge"
+    # The guide's layout: published ports on the agent bridge, nic-exporter on the host.
+    for name, row in node.containers().items():
+        if name[4:] not in {s.name for s in STARTED}:
+            continue
+        if name == "mac-nic-exporter":
+            assert row["HostConfig"]["NetworkMode"] == "host"
+        else:
+            assert row["HostConfig"]["NetworkMode"] == "mac_agent", name
+            assert row["HostConfig"]["PortBindings"], f"{name} publishes no port"
+    # sys-exporter's byte counters are its container's own eth0 here (docs/docker.md).
+    with urllib.request.urlopen(f"http://{NS_IP}:29101/metrics", timeout=5) as response:
+        counted = _network_devices(response.read().decode(), "node_network_receive_bytes_total")
+    assert "eth0" in counted and _veth_end(node) not in counted, counted
 
     node.engine.set_ip_forward(False)
     assert http_status(f"http://{NS_IP}:29500/metrics") == 200
@@ -83,6 +208,7 @@ def test_forwarding_off_takes_the_node_offline_with_the_ip_forward_diagnosis(
         lambda: (n := node.master_node()).get("status") == "offline" and n.get("diagnosis") and n,
         timeout=60,
     )
+    assert offline["diagnosis"] == "ip_forward_off"
     assert "ip_forward" in json.dumps(offline)
     # The master's Prometheus keeps scraping nic-exporter; sys-exporter has dropped out.
     # (A target's health stays "unknown" until its first scrape, up to a scrape interval.)

@@ -14,8 +14,10 @@ MASTER_CONTAINERS = ("mac-api-server", "mac-worker", "mac-beat", "mac-prometheus
 
 
 def test_it_finds_a_raw_compose_ups_containers_before_dockers_conflict(docker_master, node):
+    # An older deployment's files: the agent's services in the guide's bridge layout.
     raw = node.sh(
         "docker-compose", "-p", "deploy", "-f", str(REPO / "docker/docker-compose.agent.yml"),
+        "-f", str(REPO / "docker/docker-compose.agent.bridge.yml"),
         "up", "-d", "--no-build", timeout=300,
     )  # fmt: skip
     assert raw.returncode == 0, raw.stderr

@@ -6,6 +6,7 @@ table) is redirected into tmp_path, so no test touches /etc/mango or ~/.mac.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+FAKE_DOCKER = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 # Variables of the developer's shell that would change what `mac` does under test.
 _SCRUB = ("MASTER_IP", "NODE_NAME", "NO_COLOR")
 
@@ -87,3 +89,31 @@ def loopback_address(salt: int) -> str:
     """An address of 127.0.0.0/8 of this test run, so the contract ports are free on it."""
     pid = os.getpid()
     return f"127.77.{(pid // 250) % 250 + 1}.{(pid + salt) % 250 + 1}"
+
+
+@pytest.fixture
+def docker(mac_env, tmp_path):
+    """Put the stand-in docker first on PATH, with two leftovers of project `deploy`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    state = tmp_path / "docker-state"
+    state.mkdir()
+    wrapper = bin_dir / "docker"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_DOCKER}" "$@"\n')
+    wrapper.chmod(0o755)
+    (state / "containers.json").write_text(
+        json.dumps(
+            [
+                {"id": "a1", "name": "mac-sys-exporter", "project": "deploy", "service": "x"},
+                {"id": "a2", "name": "mac-nic-exporter", "project": "deploy", "service": "y"},
+            ]
+        )
+    )
+    mac_env.env.update(
+        {
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "FAKE_DOCKER_STATE": str(state),
+            "MAC_RUNTIME": "auto",
+        }
+    )
+    return state

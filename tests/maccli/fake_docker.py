@@ -2,8 +2,11 @@
 
 It keeps a small container table in $FAKE_DOCKER_STATE and answers the calls `mac`
 makes: `docker info`, `docker ps -a --filter name=^/mac- --format ...`, `docker rm -f`,
-`docker ps -aq --filter label=...`, `docker inspect`, `docker image inspect`, `docker logs`
-and `docker compose version|-p P -f FILE [--profile X] up -d|down`.
+`docker ps -aq --filter label=...`, `docker inspect`, `docker image inspect`, `docker logs`,
+`docker network rm` and `docker compose version|-p P -f FILE [-f FILE...] [--profile X]
+up -d|down` (later files override a service's keys, as Compose merges them; a container
+whose network changed is recreated; `up` keeps the MAC_* variables it was given in
+compose-env.json).
 Like the real engine, `compose up` refuses a container name held by another project with
 Docker's own Conflict message. Every call is appended to calls.log.
 """
@@ -30,14 +33,14 @@ def save(rows: list[dict]) -> None:
 
 
 def compose(args: list[str]) -> int:
-    project, file, profiles = "", "", set()
+    project, files, profiles = "", [], set()
     rest = []
     while args:
         arg = args.pop(0)
         if arg == "-p":
             project = args.pop(0)
         elif arg == "-f":
-            file = args.pop(0)
+            files.append(args.pop(0))
         elif arg == "--profile":
             profiles.add(args.pop(0))
         else:
@@ -45,7 +48,10 @@ def compose(args: list[str]) -> int:
     if rest == ["version"]:
         print("Docker Compose version v2.29.7 (fake)")
         return 0
-    services = yaml.safe_load(Path(file).read_text())["services"]
+    services: dict[str, dict] = {}
+    for file in files:
+        for name, spec in yaml.safe_load(Path(file).read_text())["services"].items():
+            services[name] = {**services.get(name, {}), **spec}
     wanted = {
         name: spec
         for name, spec in services.items()
@@ -53,6 +59,9 @@ def compose(args: list[str]) -> int:
     }
     rows = load()
     if rest[0] == "up":
+        # What Compose would substitute into the files' ${MAC_...}.
+        seen = {k: v for k, v in os.environ.items() if k.startswith("MAC_")}
+        (STATE / "compose-env.json").write_text(json.dumps(seen))
         for spec in wanted.values():
             cname = spec["container_name"]
             for row in rows:
@@ -66,10 +75,21 @@ def compose(args: list[str]) -> int:
                     return 1
         for name, spec in wanted.items():
             cname = spec["container_name"]
-            if not any(row["name"] == cname for row in rows):
-                rows.append(
-                    {"id": f"id-{cname}", "name": cname, "project": project, "service": name}
-                )
+            network = (
+                spec.get("network_mode") or f"{project}_{(spec.get('networks') or ['default'])[0]}"
+            )
+            old = next((row for row in rows if row["name"] == cname), {})
+            rows = [row for row in rows if row["name"] != cname]  # created or recreated
+            rows.append(
+                {
+                    **old,
+                    "id": f"id-{cname}",
+                    "name": cname,
+                    "project": project,
+                    "service": name,
+                    "network": network,
+                }
+            )
         save(rows)
         return 0
     if rest[0] == "down":
@@ -106,7 +126,13 @@ def _inspect(row: dict) -> dict:
     state = {"Status": "running", "Pid": 4242, "StartedAt": "2026-01-01T00:00:00.000000000Z"}
     if row.get("health"):
         state["Health"] = {"Status": row["health"]}
-    return {"Name": f"/{row['name']}", "Config": {"Labels": labels}, "State": state}
+    host_config = {"NetworkMode": row.get("network", "default")}
+    return {
+        "Name": f"/{row['name']}",
+        "Config": {"Labels": labels},
+        "State": state,
+        "HostConfig": host_config,
+    }
 
 
 def main() -> int:
@@ -152,6 +178,9 @@ def main() -> int:
         return compose(args[1:])
     if command == "logs":
         return logs(args[1:])
+    if command == "network" and args[1] == "rm":
+        print(args[2])
+        return 0
     print(f"fake docker: unsupported {args}", file=sys.stderr)
     return 2
 

@@ -87,6 +87,7 @@ def test_agent_joins_turns_online_restarts_moves_and_leaves(agent, tmp_path):
     assert node.ip == address
     assert set(node.exporters) == set(services)
     assert node.agent_version
+    assert node.agent_network == "host"  # the process runtime is host by nature
     key_file = mac_env.node_file
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert "MAC_NODE_KEY=" in key_file.read_text()

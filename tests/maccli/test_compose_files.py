@@ -30,6 +30,10 @@ def _published(ports: list[str]) -> list[tuple[int, int]]:
     return pairs
 
 
+def _port_variable(name: str) -> str:
+    return f"MAC_{name.upper().replace('-', '_')}_PORT"
+
+
 def test_agent_compose_runs_every_service_of_the_table_as_mac_service():
     compose = _load("docker-compose.agent.yml")
     # The project comes from `-p mac`: Compose 1.29 rejects a top-level name.
@@ -42,13 +46,47 @@ def test_agent_compose_runs_every_service_of_the_table_as_mac_service():
         assert spec["restart"] == "unless-stopped"
         assert spec["image"] == "${MAC_IMAGE:-mac:latest}"
         assert spec["command"][0] == service.name
+        # The node's port for it, inside the container as outside, in both modes.
+        port = f"${{{_port_variable(service.name)}:-{service.port}}}"
+        assert spec["command"][1:3] == ["--port", port], service.name
+        assert spec["environment"]["MAC_LIVENESS"] == f"{port}{service.liveness_path}"
         if service.network == "host":
             assert spec["network_mode"] == "host"
-            assert "ports" not in spec and "networks" not in spec
         else:
-            assert spec["networks"] == ["agent"]
-            assert _published(spec["ports"]) == [(service.port, service.port)]
-            assert str(service.port) in spec["command"]
+            # The mode's overlay says how it is reached; Compose 1.29 cannot drop a key.
+            assert not {"network_mode", "networks", "ports"} & set(spec), service.name
+
+
+def test_bridge_overlay_is_the_guide_s_layout_published_ports_on_the_agent_bridge():
+    compose = _load("docker-compose.agent.bridge.yml")
+    bridged = {s.name for s in SERVICES if s.network == "bridge"}
+    assert set(compose["services"]) == bridged
+    assert compose["networks"] == {"agent": {"driver": "bridge"}}
+    for service in SERVICES:
+        if service.name not in bridged:
+            continue
+        spec = compose["services"][service.name]
+        assert set(spec) == {"networks", "ports"}
+        assert spec["networks"] == ["agent"]
+        variable = _port_variable(service.name)
+        assert spec["ports"] == [f"${{{variable}:-{service.port}}}:${{{variable}:-{service.port}}}"]
+
+
+def test_host_overlay_puts_every_exporter_on_the_host_and_node_exporter_as_its_readme_asks():
+    compose = _load("docker-compose.agent.host.yml")
+    assert "networks" not in compose
+    bridged = {s.name for s in SERVICES if s.network == "bridge"}
+    assert set(compose["services"]) == bridged  # nic-exporter is on the host already
+    for name, spec in compose["services"].items():
+        assert spec["network_mode"] == "host", name
+        assert "ports" not in spec and "networks" not in spec
+    sys_exporter = compose["services"]["sys-exporter"]
+    assert sys_exporter["pid"] == "host"
+    # rslave by default; `mac` makes it ro where the host's / cannot propagate.
+    assert sys_exporter["volumes"] == ["/:/host/root:${MAC_ROOTFS_OPTIONS:-ro,rslave}"]
+    shared = _load("docker-compose.agent.yml")["services"]["sys-exporter"]
+    command = shared["command"]
+    assert command[command.index("--rootfs") + 1] == "/host/root"  # --path.rootfs
 
 
 def test_nic_exporter_reads_sys_and_gpu_exporters_get_their_devices():

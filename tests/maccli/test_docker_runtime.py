@@ -18,37 +18,9 @@ from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.select import choose_runtime
 from node.config import NodeConfig
+from tests.maccli.conftest import FAKE_DOCKER as FAKE
 
-FAKE = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 CONFLICT = 'Conflict. The container name "/mac-...'
-
-
-@pytest.fixture
-def docker(mac_env, tmp_path):
-    """Put the stand-in docker first on PATH, with two leftovers of project `deploy`."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    state = tmp_path / "docker-state"
-    state.mkdir()
-    wrapper = bin_dir / "docker"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE}" "$@"\n')
-    wrapper.chmod(0o755)
-    (state / "containers.json").write_text(
-        json.dumps(
-            [
-                {"id": "a1", "name": "mac-sys-exporter", "project": "deploy", "service": "x"},
-                {"id": "a2", "name": "mac-nic-exporter", "project": "deploy", "service": "y"},
-            ]
-        )
-    )
-    mac_env.env.update(
-        {
-            "PATH": f"{bin_dir}:{os.environ['PATH']}",
-            "FAKE_DOCKER_STATE": str(state),
-            "MAC_RUNTIME": "auto",
-        }
-    )
-    return state
 
 
 def _calls(state) -> list[str]:

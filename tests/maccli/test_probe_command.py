@@ -99,8 +99,10 @@ def test_json_has_every_service_and_the_diagnosis(mac_env, fleet):
     assert online.returncode == 0
     body = json.loads(online.stdout)
     assert set(body) == {
-        "address", "ip", "timeout", "online", "results", "judged_on", "diagnosis",
+        "address", "ip", "timeout", "network", "network_source", "online", "results",
+        "judged_on", "diagnosis",
     }  # fmt: skip
+    assert (body["network"], body["network_source"]) == ("", "")
     assert body["online"] is True and body["timeout"] == 1.0
     assert body["diagnosis"] == {"code": "", "label": "", "meaning": "", "fix": ""}
     assert len(body["results"]) == 8
@@ -148,6 +150,56 @@ def test_names_and_bracketed_addresses_resolve():
     assert resolve("localhost") in {"127.0.0.1", "::1"}
     assert resolve("[::1]") == "::1"
     assert resolve(" 10.0.0.17 ") == "10.0.0.17"
+
+
+def test_with_network_host_the_forwarding_pattern_is_a_blocked_port(mac_env, fleet):
+    ip = fleet.nodes[2].ip  # 29101 black-holed, 29500 answers
+    done = probe(mac_env, ip, "--timeout", "0.5", "--network", "host")
+    assert done.returncode == 1, done.stdout + done.stderr
+    table = rows(done.stdout)
+    assert {row[2] for row in table.values()} == {"host"}  # every service on the host
+    assert "Network mode: host (--network)." in done.stdout
+    assert "Diagnosis: sys-exporter hangs or a host firewall drops its port." in done.stdout
+    assert SYSCTL_FIX not in done.stdout
+
+    bridge = probe(mac_env, ip, "--json", "--timeout", "0.5", "--network", "bridge")
+    body = json.loads(bridge.stdout)
+    assert (body["network"], body["diagnosis"]["code"]) == ("bridge", "ip_forward_off")
+
+
+def test_without_network_an_unknown_mode_is_judged_as_before_and_says_so(mac_env, fleet):
+    done = probe(mac_env, fleet.nodes[2].ip, "--timeout", "0.5")
+    assert "Network mode: unknown" in done.stdout and "--network host|bridge" in done.stdout
+    assert "Diagnosis: IPv4 forwarding is off on the agent." in done.stdout
+
+
+def test_a_bad_network_names_the_allowed_values(mac_env):
+    done = probe(mac_env, "127.0.0.1", "--network", "nat")
+    assert done.returncode == 2
+    assert "invalid choice: 'nat' (choose from 'host', 'bridge')" in done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_probing_itself_asks_its_master_for_its_mode(mac_env, fleet, live_master):
+    from testkit.factories import make_node
+
+    ip = fleet.nodes[2].ip
+    make_node(f"probe-self-{os.getpid()}", ip, key="k" * 43, agent_network="host")
+    mac_env.env.update(
+        {
+            "MASTER_IP": "127.0.0.1",
+            "MAC_MASTER_PORT": str(live_master.port),
+            "MAC_NODE_KEY": "k" * 43,
+        }
+    )
+    done = probe(mac_env, ip, "--json", "--timeout", "0.5")
+    body = json.loads(done.stdout)
+    assert body["network"] == "host"
+    assert body["network_source"] == "registered with master 127.0.0.1"
+    assert body["diagnosis"]["code"] == "port_blocked"
+    # Another node's address: the master's answer is about this node, so it is not used.
+    other = json.loads(probe(mac_env, fleet.nodes[3].ip, "--json", "--timeout", "0.5").stdout)
+    assert other["network"] == "" and other["diagnosis"]["code"] == "ip_forward_off"
 
 
 # --- the network-namespace reproduction (root) ---------------------------------------------

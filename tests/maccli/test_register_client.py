@@ -95,8 +95,9 @@ def test_payload_describes_the_node_from_its_trees(tmp_path: Path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/machine-id").write_text("3d1219c7c4c5404aaa1f6d2a48adfda4\n")
     cfg = _node_config(tmp_path, tmp_path, MAC_LABELS="rack=a1, role=gpu")
-    payload = build_payload(cfg, "gpu-01", "10.0.0.17", [])
+    payload = build_payload(cfg, "gpu-01", "10.0.0.17", [], "host")
     assert payload["gpu_vendor"] == "nvidia" and payload["gpu_count"] == 1
+    assert payload["agent_network"] == "host"
     assert payload["machine_id"] == "3d1219c7c4c5404aaa1f6d2a48adfda4"
     assert payload["labels"] == {"rack": "a1", "role": "gpu"}
     assert payload["nics"] == [
@@ -114,7 +115,8 @@ def test_payload_describes_the_node_from_its_trees(tmp_path: Path):
 def test_a_node_without_sysfs_reports_no_nics_and_no_machine_id(tmp_path: Path):
     cfg = _node_config(tmp_path, tmp_path / "nothing")
     assert nics(cfg) == []
-    payload = build_payload(cfg, "vm-01", "10.0.0.18", [])
+    payload = build_payload(cfg, "vm-01", "10.0.0.18", [], "bridge")
+    assert payload["agent_network"] == "bridge"
     assert (payload["nics"], payload["machine_id"], payload["gpu_vendor"]) == ([], "", "none")
 
 

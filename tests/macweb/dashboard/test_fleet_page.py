@@ -144,3 +144,16 @@ def test_staff_get_admin_links_and_others_do_not(client_user, client_staff):
 def test_empty_fleet_says_how_to_add_a_node(client_user):
     html = client_user.get("/").content.decode()
     assert "mac start agent" in html
+
+
+def test_rows_carry_the_agent_s_network_mode_in_the_address_tooltip(client_user):
+    online_gpu_node(hostname="a-host", agent_network="host")
+    online_gpu_node(hostname="b-bridge", agent_network="bridge")
+    rows = client_user.get("/fleet.json").json()["nodes"]
+    assert [(r["agent_network"], r["agent_network_text"]) for r in rows] == [
+        ("host", "host network"),
+        ("bridge", "bridge (published ports)"),
+    ]
+    html = client_user.get("/").content.decode()
+    assert 'title="Agent network: host network">' in html
+    assert 'title="Agent network: bridge (published ports)">' in html

@@ -102,3 +102,13 @@ def test_staff_see_the_admin_link(client_staff, client_user):
     link = f'href="/admin/inventory/node/{node.pk}/change/"'
     assert link in client_staff.get(f"/nodes/{node.pk}/").content.decode()
     assert link not in client_user.get(f"/nodes/{node.pk}/").content.decode()
+
+
+def test_it_shows_the_agent_s_network_mode(client_user):
+    host = online_gpu_node(agent_network="host")
+    older = online_gpu_node(agent_network="")
+    shown = client_user.get(f"/nodes/{host.pk}/").content.decode()
+    assert '<dt>Network</dt><dd id="node-network"' in shown
+    assert ">host network</dd>" in shown
+    unknown = client_user.get(f"/nodes/{older.pk}/").content.decode()
+    assert ">unknown (an agent older than the mode: judged as bridge)</dd>" in unknown

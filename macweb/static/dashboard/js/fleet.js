@@ -25,6 +25,8 @@ function withWords(node) {
     status_text: node.status_text || vocab.status[node.status] || node.status,
     status_reason_text: node.status_reason_text ?? (vocab.reason[node.status_reason] || ""),
     diagnosis_info: node.diagnosis_info || vocab.diagnosis[node.diagnosis] || { text: "", fix: "" },
+    agent_network_text:
+      node.agent_network_text ?? (vocab.network[node.agent_network || ""] || "unknown"),
   };
 }
 
@@ -78,7 +80,9 @@ function buildRow(raw) {
     why.append(el("span", "muted", node.status_reason_text));
   }
 
-  tr.append(host, status, el("td", "ip mono", node.ip), gpus, seen, why);
+  const ip = el("td", "ip mono", node.ip);
+  ip.title = `Agent network: ${node.agent_network_text}`;
+  tr.append(host, status, ip, gpus, seen, why);
   refreshTimes(tr);
   return tr;
 }
