@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from contract.services import SERVICES
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
+from contract.services import SERVICES, AgentNetwork
+from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
 from exporters.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
 
 KEY = "net.ipv4.ip_forward"
@@ -34,6 +34,10 @@ _NOT_NEEDED = (
     "; harmless for now: no exporter port is DNAT'd here (no Docker-published ports), "
     "but the agent's containers will need it."
 )
+_HOST_MODE = (
+    "; not needed: the agent's exporters run on the host network (MAC_AGENT_NETWORK=host) "
+    "and no exporter port is DNAT'd, so the master reaches them without forwarding."
+)
 
 
 def exporter_ports_dnatted(ctx: CheckContext) -> bool | None:
@@ -50,9 +54,13 @@ def exporter_ports_dnatted(ctx: CheckContext) -> bool | None:
     return False
 
 
-def _off_status(ctx: CheckContext) -> tuple[CheckStatus, str]:
-    """FAIL where forwarding carries the exporters' traffic, WARN where nothing needs it yet."""
+def off_status(ctx: CheckContext) -> tuple[CheckStatus, str]:
+    """How much forwarding being off matters here, and why: FAIL where it carries the
+    exporters' traffic; SKIP in host mode, where nothing is DNAT'd and nothing will be;
+    WARN where nothing needs it yet (bridge containers not started)."""
     if exporter_ports_dnatted(ctx) is False:
+        if config(ctx).get("MAC_AGENT_NETWORK") == AgentNetwork.HOST:
+            return CheckStatus.SKIP, _HOST_MODE
         return CheckStatus.WARN, _NOT_NEEDED
     return CheckStatus.FAIL, ""
 
@@ -66,7 +74,7 @@ def check_ip_forward(ctx: CheckContext) -> CheckResult:
         return CheckResult("ip_forward", title, CheckStatus.SKIP, f"cannot read {path}: {exc}")
     if value == "1":
         return CheckResult("ip_forward", title, CheckStatus.PASS, "net.ipv4.ip_forward = 1")
-    status, note = _off_status(ctx)
+    status, note = off_status(ctx)
     if note:
         detail = f"net.ipv4.ip_forward = {value}{note}"
     else:
@@ -129,7 +137,7 @@ def check_ip_forward_persisted(ctx: CheckContext) -> CheckResult:
         shown = ctx.host(where)
         detail = f"{shown} sets net.ipv4.ip_forward = {effective}, so it is off after a reboot"
         steps = (SetSysctlInFile(shown, KEY, "1"), RELOAD_SYSCTL)
-    status, note = _off_status(ctx)
+    status, note = off_status(ctx)
     return CheckResult("ip_forward_persisted", title, status, detail + (note or "."), steps=steps)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
 from exporters.checks.fixes import MakeDirs, Run, WriteFile
+from exporters.checks.network import off_status
 
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=
 DROPIN_NAME = "mac-ipforward.conf"
@@ -228,11 +229,12 @@ def check_ip_forward_networkd(ctx: CheckContext) -> CheckResult:
     )
     if key == "IPv4Forwarding" and section.get("IPForward", "").lower() in _TRUE:
         detail += f" It sets IPForward=, which systemd {version} replaced."
+    status, note = off_status(ctx)
     return CheckResult(
         "ip_forward_networkd",
         title,
-        CheckStatus.FAIL,
-        detail,
+        status,
+        detail.removesuffix(".") + note if note else detail,
         steps=dropin_steps(network, iface, key),
     )
 

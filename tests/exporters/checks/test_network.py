@@ -124,3 +124,28 @@ def test_forwarding_off_only_warns_where_no_exporter_port_is_dnatted(tmp_path):
     persisted = check_ip_forward_persisted(_ctx_with_nat(tmp_path, UNRELATED_NAT))
     assert persisted.status == CheckStatus.WARN
     assert "sysctl.d" in persisted.fix
+
+
+def test_forwarding_off_is_not_a_problem_in_host_mode(tmp_path):
+    from node.config import NodeConfig
+
+    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    ctx = _ctx_with_nat(tmp_path, UNRELATED_NAT)
+    ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
+
+    now, persisted = check_ip_forward(ctx), check_ip_forward_persisted(ctx)
+
+    assert (now.status, persisted.status) == (CheckStatus.SKIP, CheckStatus.SKIP)
+    assert "MAC_AGENT_NETWORK=host" in now.detail
+    assert "will need it" not in now.detail
+
+
+def test_host_mode_with_exporter_ports_still_dnatted_fails(tmp_path):
+    # Bridge containers left running beside a host-mode setting still need forwarding.
+    from node.config import NodeConfig
+
+    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    ctx = _ctx_with_nat(tmp_path, DOCKER_NAT)
+    ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
+
+    assert check_ip_forward(ctx).status == CheckStatus.FAIL
