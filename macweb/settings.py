@@ -228,21 +228,20 @@ CELERY_RESULT_EXPIRES = int(max(10 * PROBE_INTERVAL, 120))
 # that dies mid-task gives its message back at once (reject on worker lost). A whole
 # worker killed (SIGKILL, the OOM killer, its machine) cannot give anything back: the
 # Redis transport hands its unacknowledged message out again `visibility_timeout`
-# seconds after delivery, looking every `unacked_restore_interval` seconds. Both come
-# from the interval so that a lost chunk runs again within the same sweep, while its
-# lock still holds: back at most 1/3 + 1/10 of an interval after delivery (the look
-# is at least 1 s apart, kombu counts whole seconds), against a
-# lock that lives at least 0.675 of an interval after its holder died (healthcheck.
-# state: TTL 0.9 interval, extended every quarter of that). And a third of the interval
-# is still well above what a task takes (a chunk: about one probe timeout, a few
-# seconds at 10,000 nodes; 10 s at the default 30 s): a task that outlives it is handed
-# out a second time while it runs, which is harmless (fenced writes, one event per
-# change, the chord counts each chunk once) but wasted work.
+# seconds after delivery, looking every `unacked_restore_interval` seconds (whole
+# seconds, at least 1). Both come from the interval, so that a lost chunk runs again
+# within the same sweep, while its lock still holds: back at most 1/3 + 1/10 of an
+# interval after delivery, against a lock that lives at least 0.675 of an interval after
+# its holder died (healthcheck.state: TTL 0.9 interval, extended every quarter of it).
+# The timeout is never below what a task may take, two probe timeouts (a slow node's
+# grace, contract.liveness) and a second to write, else a running task would be handed
+# out a second time (harmless: fenced writes, one event per change, the chord counts a
+# chunk once; but wasted). At the defaults (30 s, 3 s): 10 s, looked for every 3 s.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": PROBE_INTERVAL / 3,
+    "visibility_timeout": max(PROBE_INTERVAL / 3, 2 * PROBE_TIMEOUT + 1),
     "unacked_restore_interval": max(1, int(PROBE_INTERVAL / 10)),
     "unacked_restore_throttle": 1,  # every look really looks (kombu's default: every 10th)
 }
