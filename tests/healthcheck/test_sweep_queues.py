@@ -9,13 +9,13 @@ takes; /health (served by this process, from the same Redis) must say which queu
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
-from healthcheck.state import QUEUES_KEY, queue_depths
+from healthcheck.health import check_queues
+from healthcheck.state import QUEUES_KEY, queue_depths, record_queue_depth
 from tests.healthcheck.conftest import wait_for
-
-pytestmark = pytest.mark.slow
 
 QUEUE = f"mac-orphan-{os.getpid()}"
 
@@ -30,6 +30,36 @@ def orphan_queue(sweep_redis):
     clear()
 
 
+def test_a_backlog_that_never_shrinks_for_two_intervals_has_no_consumer(
+    sweep_redis, orphan_queue, fast_probes
+):
+    now = time.time()
+    for ago, depth in ((2.5, 0), (1.5, 3), (0.5, 6)):  # one sample a sweep, 1 s apart
+        record_queue_depth(sweep_redis, orphan_queue, depth, now - ago)
+    ok, detail = check_queues(queue_depths(sweep_redis))
+    assert not ok and f"queue '{orphan_queue}': 6 chunk tasks waiting" in detail
+
+
+def test_a_backlog_that_shrinks_or_empties_is_consumed(sweep_redis, orphan_queue, fast_probes):
+    now = time.time()
+    for ago, depth in ((3.5, 4), (2.5, 8), (1.5, 5), (0.5, 9)):  # taken between samples
+        record_queue_depth(sweep_redis, orphan_queue, depth, now - ago)
+    assert check_queues(queue_depths(sweep_redis)) == (True, f"chunk tasks waiting: {QUEUE}: 9")
+    for ago, depth in ((2.5, 3), (1.5, 0), (0.5, 0)):
+        record_queue_depth(sweep_redis, "other", depth, now - ago)
+    assert check_queues(queue_depths(sweep_redis))[0]
+    sweep_redis.hdel(QUEUES_KEY, "other")
+
+
+def test_an_old_sample_blames_no_queue(sweep_redis, orphan_queue, fast_probes):
+    """Sweeps stopped sampling (the worker is down): `sweeps` says so, not `queues`."""
+    long_ago = time.time() - 60
+    for ago, depth in ((3, 2), (2, 4), (1, 6)):
+        record_queue_depth(sweep_redis, orphan_queue, depth, long_ago - ago)
+    assert check_queues(queue_depths(sweep_redis))[0]
+
+
+@pytest.mark.slow
 def test_health_names_a_chunk_queue_that_no_worker_consumes(
     master_procs, sweep_redis, orphan_queue, fleet, make_node, fast_probes, client
 ):
