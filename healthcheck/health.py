@@ -19,6 +19,13 @@ reason, while "sweeps" stays green, since the sweep itself ran.
 "alertmanager" and "alert_channels" (alerting.health) only degrade the answer: the
 master still probes and shows nodes without them, so /health stays 200 with
 `"status": "degraded"` and names them in `degraded`, while nobody would be notified.
+
+The "queues" check names a chunk queue (MAC_PROBE_QUEUE) that no worker consumes:
+every sweep samples its backlog (healthcheck.tasks.sample_chunk_queue), and a backlog
+that has not shrunk for STUCK_INTERVALS intervals has no consumer, since a consumer
+takes even expired tasks off the queue. Sweeps then stop finishing too; the "sweeps"
+check says so without blaming mac-worker and mac-beat, which both run. Reading the
+sample costs /health one Redis command, never a broadcast to the workers.
 """
 
 from __future__ import annotations
@@ -31,10 +38,11 @@ from django.db import connection
 
 from alerting.health import check_alertmanager, check_channels
 from contract import __version__
-from healthcheck.state import get_redis, last_sweep
+from healthcheck.state import get_redis, last_sweep, queue_depths
 
 PROCESS_STARTED = time.time()
 STALE_INTERVALS = 3
+STUCK_INTERVALS = 2
 
 
 def check_database() -> tuple[bool, str]:
@@ -55,8 +63,11 @@ def check_redis(client: redis.Redis) -> tuple[bool, str]:
     return True, "pong"
 
 
-def check_sweeps(last: dict | None) -> tuple[bool, str]:
-    """Sweeps finished recently enough (see the module docstring), given the last one."""
+def check_sweeps(last: dict | None, stuck: str = "") -> tuple[bool, str]:
+    """Sweeps finished recently enough (see the module docstring), given the last one.
+
+    `stuck` names the chunk queue nobody consumes (check_queues), the cause to give
+    instead of a stopped worker or beat."""
     now = time.time()
     allowance = STALE_INTERVALS * settings.PROBE_INTERVAL + settings.PROBE_TIMEOUT
     finished = last["finished_at"] if last else 0.0
@@ -67,14 +78,46 @@ def check_sweeps(last: dict | None) -> tuple[bool, str]:
             f"last sweep finished {now - finished:.0f} s ago in {last['duration']:.2f} s "
             f"({last['nodes']} nodes, {last['online']} online, {last['offline']} offline)"
         )
+    cause = (
+        f"its chunk tasks wait in {stuck}, which no worker consumes (see queues)"
+        if stuck
+        else "are mac-worker and mac-beat running?"
+    )
     if not last:
         return False, (
-            f"no sweep has finished in the {now - PROCESS_STARTED:.0f} s since start-up: "
-            "are mac-worker and mac-beat running?"
+            f"no sweep has finished in the {now - PROCESS_STARTED:.0f} s since start-up: {cause}"
         )
     return False, (
         f"last sweep finished {now - finished:.0f} s ago (expected every "
-        f"{settings.PROBE_INTERVAL:g} s): are mac-worker and mac-beat running?"
+        f"{settings.PROBE_INTERVAL:g} s): {cause}"
+    )
+
+
+def stuck_queues(queues: dict[str, dict]) -> list[str]:
+    """Chunk queues whose backlog, sampled recently, has not shrunk for STUCK_INTERVALS."""
+    now, interval = time.time(), settings.PROBE_INTERVAL
+    recent = STALE_INTERVALS * interval + settings.PROBE_TIMEOUT
+    return sorted(
+        name
+        for name, sample in queues.items()
+        if sample["depth"]
+        and now - sample["at"] <= recent
+        and sample["at"] - sample["since"] >= STUCK_INTERVALS * interval
+    )
+
+
+def check_queues(queues: dict[str, dict]) -> tuple[bool, str]:
+    """No chunk queue has tasks that no worker takes (see the module docstring)."""
+    stuck = stuck_queues(queues)
+    if not stuck:
+        waiting = ", ".join(f"{name}: {queues[name]['depth']}" for name in sorted(queues))
+        return True, f"chunk tasks waiting: {waiting}" if waiting else "no chunk queue"
+    name, sample = stuck[0], queues[stuck[0]]
+    return False, (
+        f"queue {name!r}: {sample['depth']} chunk tasks waiting, none taken for "
+        f"{sample['at'] - sample['since']:.0f} s: no worker consumes it. Start one with "
+        f"`MAC_PROBE_QUEUE={name} celery -A macweb worker -Q {name}`, or restart the master "
+        "(mac restart master): its worker consumes every queue its settings name"
     )
 
 
@@ -92,19 +135,21 @@ def run_health_checks() -> dict:
     client = get_redis(timeout=2)  # shared by the process; its pool keeps the connection
     redis_result = check_redis(client)
     try:
-        last = last_sweep(client)
+        last, queues = last_sweep(client), queue_depths(client)
     except Exception:
         # The redis check already fails and names the cause; do not blame sweeps too.
         sweeps_result, summary = (True, "unknown while redis is unavailable"), None
-        targets_result = sweeps_result
+        targets_result = queues_result = sweeps_result
     else:
-        sweeps_result, summary = check_sweeps(last), _last_sweep_summary(last)
-        targets_result = check_targets(last)
+        stuck = " and ".join(repr(name) for name in stuck_queues(queues))
+        sweeps_result, summary = check_sweeps(last, stuck), _last_sweep_summary(last)
+        targets_result, queues_result = check_targets(last), check_queues(queues)
     results = {
         "database": check_database(),
         "redis": redis_result,
         "sweeps": sweeps_result,
         "targets": targets_result,
+        "queues": queues_result,
     }
     failed = [name for name, (ok, _detail) in results.items() if not ok]
     optional = {"alertmanager": check_alertmanager()}

@@ -1,37 +1,41 @@
-"""What the sweep keeps in Redis: its lock, its per-interval slot, and its statistics.
+"""What the sweep keeps in Redis: its lock, its per-interval slot, pending pushes, statistics.
 
 Redis rather than the database because every master process (API, worker,
 beat) already shares it, and because this state is disposable: losing it costs
 one sweep's statistics, never inventory data.
 
-Two keys keep sweeps from piling up:
-- `running`: a lock (SET NX PX) held while a sweep runs, released only by the
-  token that took it, with a TTL below the probe interval so that a worker
-  killed mid-sweep cannot block the next one. A sweep may well run longer than
-  that TTL (thousands of nodes, a slow database), so a LockHeartbeat thread
-  extends it every third of the TTL for as long as the sweep runs; and the sweep
-  checks the lock is still its own before it writes (fencing), so a sweep that
-  lost it (Redis restarted, the heartbeat starved) never writes over a newer one;
+- `running`: redis-py's Lock, held while a sweep runs, with a TTL below the probe
+  interval so that a worker killed mid-sweep cannot block the next one. A sweep may
+  run longer than that TTL (thousands of nodes, a slow database), so a LockHeartbeat
+  thread extends it while the sweep runs. A lock with a TTL can still be lost without
+  its holder noticing in time (a stalled process, a Redis restart): what keeps a sweep
+  that lost it from writing is the fencing token checked inside the write's own
+  transaction (healthcheck.fence), not this lock.
 - `slot`: taken with SET NX PX for 80 % of the interval and never released, so
   that two beat processes started by mistake (each sending a sweep per
   interval, at different phases) still give one sweep per interval.
+- `pending`: ids of nodes a sweep (or one of its chunks) changed and no finished
+  sweep has pushed to the dashboard yet (healthcheck.sweep.publish).
+- `queues`: the backlog of the chunk queue, sampled by every sweep, so that /health
+  can name a queue that no worker consumes (healthcheck.health).
 
 A sharded sweep (healthcheck.chunks) keeps the same lock from the task that splits
-it until the task that finishes it: its token is the sweep's id, every chunk task
-extends it while it runs and checks it before writing.
+it until its chord's callback: the lock's token travels with the chunk tasks, each
+chunk extends it while it runs, and the callback releases it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 import redis
 from django.conf import settings
+from redis.exceptions import LockError
+from redis.lock import Lock
 
 log = logging.getLogger(__name__)
 
@@ -42,16 +46,9 @@ LAST_KEY = PREFIX + "last"
 HISTORY_KEY = PREFIX + "history"
 PROBES_KEY = PREFIX + "probes_total"
 COUNT_KEY = PREFIX + "count"
+PENDING_KEY = PREFIX + "pending"
+QUEUES_KEY = PREFIX + "queues"
 HISTORY_LENGTH = 200
-
-# Compare-and-delete / compare-and-extend: only the holder's token may touch the lock.
-_RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-)
-_EXTEND = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
-)
 
 
 REDIS_POOL_SIZE = 100  # per process and timeout: redis-py's own cap, waited for, not refused
@@ -81,76 +78,76 @@ def get_redis(timeout: float = 5) -> redis.Redis:
     return client
 
 
-def lock_ttl_ms(interval: float) -> int:
-    """Below the interval, so a dead holder frees the next tick; at least 200 ms."""
-    return max(200, int(interval * 900))
+def lock_timeout(interval: float) -> float:
+    """The lock's TTL in seconds: below the interval, so a dead holder frees the next
+    tick; at least 0.2 s."""
+    return max(0.2, interval * 0.9)
 
 
 def slot_ttl_ms(interval: float) -> int:
     return max(100, int(interval * 800))
 
 
-class SweepLock:
-    """The `running` lock: SET NX PX with a random token, released by token."""
+def sweep_lock(client: redis.Redis, token: str = "") -> Lock:
+    """The `running` lock, non-blocking, with the TTL of the configured interval.
 
-    def __init__(
-        self, client: redis.Redis, ttl_ms: int, key: str = RUNNING_KEY, token: str = ""
-    ) -> None:
-        self.client = client
-        self.ttl_ms = ttl_ms
-        self.key = key
-        self.token = token or secrets.token_hex(16)
-        self.held = False
+    With `token`, the lock a sweep already took, as one of its chunk tasks or its chord
+    callback sees it (another process): redis-py keeps the holder's token in
+    `lock.local.token`, and `thread_local=False` makes that one attribute shared by the
+    heartbeat thread and the task. owned(), reacquire() and release() then act only
+    while Redis still holds that very token.
+    """
+    lock = client.lock(
+        RUNNING_KEY,
+        timeout=lock_timeout(settings.PROBE_INTERVAL),
+        blocking=False,
+        thread_local=False,
+    )
+    if token:
+        lock.local.token = token.encode()
+    return lock
 
-    @classmethod
-    def resume(cls, client: redis.Redis, ttl_ms: int, token: str) -> SweepLock:
-        """The lock a sharded sweep took, as seen by one of its chunk or finishing tasks.
 
-        It is treated as held; extend() then says whether it still is (the token is
-        still the one in Redis), which is the fence of a task that may run late.
-        """
-        lock = cls(client, ttl_ms, token=token)
-        lock.held = True
-        return lock
+def lock_token(lock: Lock) -> str:
+    """The token of a lock this process acquired, to hand to the sweep's other tasks."""
+    token = lock.local.token
+    return token.decode() if isinstance(token, bytes) else str(token)
 
-    def acquire(self) -> bool:
-        self.held = bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
-        return self.held
 
-    def extend(self) -> bool:
-        """Push the expiry out again (between steps of a long sweep)."""
-        if not self.held:
-            return False
-        return bool(self.client.eval(_EXTEND, 1, self.key, self.token, self.ttl_ms))
-
-    def release(self) -> bool:
-        if not self.held:
-            return False
-        self.held = False
-        return bool(self.client.eval(_RELEASE, 1, self.key, self.token))
+def release_quietly(lock: Lock) -> bool:
+    """Release by token; False (logged) when the lock already expired or is another's."""
+    try:
+        lock.release()
+    except LockError:
+        log.info("sweep lock already expired or taken by another sweep; nothing to release")
+        return False
+    except redis.RedisError as exc:
+        log.warning("could not release the sweep lock (it expires by itself): %s", exc)
+        return False
+    return True
 
 
 class SweepLockLost(RuntimeError):
-    """The sweep no longer holds the `running` lock: another sweep may be running."""
+    """The sweep no longer holds the `running` lock or its fence: another sweep may run."""
 
 
 class LockHeartbeat:
-    """Keeps a SweepLock extended from a thread while the sweep runs (a context manager).
+    """Keeps a sweep's lock extended from a thread while the sweep runs (a context manager).
 
-    Extends every third of the TTL, so two missed beats in a row still leave the lock
-    held. `check()` is the fence before the inventory write: it raises SweepLockLost once
-    an extension found the lock gone or taken by another token, or could not reach Redis
-    for longer than the TTL.
+    Resets the TTL (Lock.reacquire) every quarter of it, so three missed beats in a row
+    still leave the lock held, and a holder that dies leaves it for at least 3/4 of
+    the TTL (the visibility timeout in macweb/settings.py counts on that). It stops once
+    the lock is found lost; `lost` says why. The heartbeat only keeps a live sweep's
+    lock; whether the sweep may still write is decided by healthcheck.fence inside the
+    write's transaction.
     """
 
-    def __init__(self, lock: SweepLock) -> None:
+    def __init__(self, lock: Lock) -> None:
         self.lock = lock
-        self.every = max(0.05, lock.ttl_ms / 3000)
+        self.every = max(0.05, float(lock.timeout) / 4)
         self.lost = ""
-        self._fenced = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="sweep-lock", daemon=True)
-        self._confirmed = time.monotonic()
 
     def __enter__(self) -> LockHeartbeat:
         self._thread.start()
@@ -166,29 +163,13 @@ class LockHeartbeat:
 
     def beat(self) -> None:
         try:
-            held = self.lock.extend()
-        except redis.RedisError as exc:
-            if time.monotonic() - self._confirmed > self.lock.ttl_ms / 1000:
-                self.lost = f"cannot extend the sweep lock: {exc}"
-            return
-        if held:
-            self._confirmed = time.monotonic()
-        else:
+            self.lock.reacquire()
+        except LockError:
             self.lost = "the sweep lock expired or was taken by another sweep"
             log.warning("sweep: %s", self.lost)
-
-    def check(self) -> None:
-        """run_sweep's on_step. Its first call comes after the probes and before the
-        inventory write: there it is the fence, raising SweepLockLost unless the lock is
-        still ours. Later calls come after that write: the sweep then finishes (targets,
-        dashboard push, statistics) so that what it saved is also shown."""
-        if self._fenced:
-            return
-        self._fenced = True
-        if not self.lost:
-            self.beat()
-        if self.lost:
-            raise SweepLockLost(self.lost)
+        except redis.RedisError as exc:
+            # Redis away for a moment: try again next beat; the fence decides the write.
+            log.warning("sweep: cannot extend the sweep lock: %s", exc)
 
 
 def take_slot(client: redis.Redis, interval: float) -> bool:
@@ -217,6 +198,14 @@ class SweepStats:
     outcomes: dict[str, int] = field(default_factory=dict)
     targets_rewritten: list[str] = field(default_factory=list)
     targets_error: str = ""  # why the targets files could not be written ("" when written)
+
+    def add(self, part: dict) -> None:
+        """Add the figures of one chunk (asdict of its SweepStats) to the sweep's."""
+        for name in ("nodes", "changed", "went_online", "went_offline", "probes", "confirmed"):
+            setattr(self, name, getattr(self, name) + part[name])
+        self.probe_duration = max(self.probe_duration, part["probe_duration"])
+        for outcome, count in part["outcomes"].items():
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + count
 
 
 def record_sweep(client: redis.Redis, stats: SweepStats) -> None:
@@ -247,3 +236,25 @@ def probes_total(client: redis.Redis) -> dict[str, int]:
 
 def sweep_count(client: redis.Redis) -> int:
     return int(client.get(COUNT_KEY) or 0)
+
+
+def record_queue_depth(client: redis.Redis, queue: str, depth: int, now: float) -> dict:
+    """Keep the backlog of a chunk queue as a sweep saw it; returns the record.
+
+    `since` is when the backlog was last seen empty or shrinking: a queue any worker
+    consumes shrinks between sweeps (even expired tasks are taken off it, then
+    dropped), so a backlog that has not shrunk since long before `at` has no consumer.
+    """
+    raw = client.hget(QUEUES_KEY, queue)
+    previous = json.loads(raw) if raw else None
+    since = now
+    if previous and depth and depth >= previous["depth"]:
+        since = previous["since"]
+    record = {"depth": depth, "since": since, "at": now}
+    client.hset(QUEUES_KEY, queue, json.dumps(record))
+    return record
+
+
+def queue_depths(client: redis.Redis) -> dict[str, dict]:
+    """The last record of every chunk queue the sweeps sampled, by queue name."""
+    return {name.decode(): json.loads(raw) for name, raw in client.hgetall(QUEUES_KEY).items()}

@@ -1,16 +1,18 @@
-"""One fleet sweep, as single steps that tests can call one by one.
+"""One fleet sweep: single steps that tests can call one by one, and the one pipeline.
 
-    load_nodes -> probe_nodes -> judge -> save_changes -> write_targets_for
-    -> broadcast_changes -> record
+    probe_and_save:  load_nodes -> probe_nodes -> judge -> save_fenced
+    publish:         write_targets_for -> push_pending -> record
 
-A sharded sweep (healthcheck.chunks) runs the same steps, split: each chunk task
-loads, probes, judges and saves one range of node ids; a finishing task writes the
-targets, pushes and records. run_sweep is the whole sweep in one process.
+Both paths of a sweep run exactly these two functions. run_sweep runs them one after
+the other in one process over every node; a sharded sweep (healthcheck.chunks) runs
+probe_and_save once per id range, in chunk tasks on any workers, and publish once in
+its chord's callback. Nothing of a sweep is composed anywhere else.
 
 Only `probe_nodes` touches the network (through contract.liveness, plain
 asyncio); the rest reads and writes the inventory. The step functions take and
 return plain values so a test can feed `judge` hand-made probe results, or run
 the probe somewhere else (inside a network namespace) and bring the results back.
+The write is fenced (healthcheck.fence): a sweep that lost its lock commits nothing.
 
 Costs at 10,000 nodes were designed for: nodes are loaded with `.values()` and
 only the needed columns; only nodes whose status, reason, detail, diagnosis or
@@ -33,13 +35,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from contract.diagnosis import describe, diagnose
 from contract.liveness import NodeProbe, ProbeStats, Target, run_probe
-from healthcheck.state import SweepStats, get_redis, record_sweep
+from healthcheck.fence import Fence
+from healthcheck.state import PENDING_KEY, SweepStats, get_redis, record_sweep
 from healthcheck.targets import write_targets
 from inventory.choices import EventKind, NodeStatus, StatusReason
 from inventory.live import broadcast_node_changes
@@ -288,9 +292,24 @@ def write_targets_step(rows: Iterable[dict], stats: SweepStats, sd_dir: Path | N
         log.error("sweep: %s", stats.targets_error)
 
 
-def broadcast_changes(changed: list[dict]) -> None:
-    """One message for the whole sweep: Node.summary() of every changed node, as saved."""
-    broadcast_nodes([row["id"] for row in changed])
+def push_pending(client: redis.Redis | None = None) -> int:
+    """Push every node a sweep changed and no finished sweep has pushed yet; then forget them.
+
+    Pending ids are added inside the write's transaction (save_fenced), so a sweep that
+    dies between its commit and its push (a worker killed, a chord whose other chunks
+    were lost) leaves them for the next sweep that finishes: each change is pushed at
+    least once. Redis away: logged, and the ids wait for the next sweep.
+    """
+    client = client or get_redis()
+    try:
+        ids = sorted(int(raw) for raw in client.smembers(PENDING_KEY))
+        if ids:
+            broadcast_nodes(ids)
+            client.srem(PENDING_KEY, *ids)
+    except redis.RedisError:
+        log.warning("could not push the sweep's changes; the next sweep will", exc_info=True)
+        return 0
+    return len(ids)
 
 
 def broadcast_nodes(ids: list[int]) -> None:
@@ -303,40 +322,67 @@ def broadcast_nodes(ids: list[int]) -> None:
     broadcast_node_changes([node.summary() for node in nodes])
 
 
-def run_sweep(
-    probe: ProbeFunction | None = None,
-    sd_dir: Path | None = None,
-    on_step: Callable[[], object] | None = None,
-) -> SweepStats:
-    """Probe every node once and apply what the probes say.
+def save_fenced(judgement: Judgement, now: datetime, fence: Fence) -> None:
+    """save_changes, committed only while the sweep holds its fence (healthcheck.fence).
 
-    on_step is called between steps (the task extends its lock there).
+    The changed nodes join the pending pushes in the same transaction, after the fence
+    check: a write that rolls back pushes nothing, and a commit that then fails only
+    pushes unchanged nodes, which is harmless.
     """
-    on_step = on_step or (lambda: None)
-    stats = SweepStats(started_at=time.time())
-    clock = time.monotonic()
-    rows = load_nodes()
+    with transaction.atomic():
+        save_changes(judgement, now)
+        fence.check()
+        changed = [row["id"] for row in judgement.changed]
+        if changed:
+            get_redis().sadd(PENDING_KEY, *changed)
+
+
+def probe_and_save(
+    fence: Fence,
+    id_range: tuple[int, int] | None = None,
+    probe: ProbeFunction | None = None,
+    started_at: float | None = None,
+) -> tuple[SweepStats, list[dict]]:
+    """The first half of every sweep: load -> probe -> judge -> write, fenced.
+
+    All the nodes (run_sweep) or one id range (a chunk task). Returns the figures of
+    what it probed and wrote, and the rows as they are after the write. Raises
+    SweepLockLost, having written nothing, when the sweep lost its fence.
+    """
+    stats = SweepStats(started_at=started_at or time.time())
+    rows = load_nodes(id_range)
     probe_stats = ProbeStats()
     probes = probe_nodes(rows, probe, probe_stats)
+    stats.probe_duration = time.time() - stats.started_at
     stats.confirmed = probe_stats.confirmed
-    stats.probe_duration = time.monotonic() - clock
-    on_step()
     now = timezone.now()
     judgement = judge(rows, probes, now)
-    save_changes(judgement, now)
-    on_step()
-    write_targets_step(judgement.rows, stats, sd_dir)
-    broadcast_changes(judgement.changed)
-
-    stats.finished_at = time.time()
-    stats.duration = time.monotonic() - clock
+    save_fenced(judgement, now, fence)
     stats.nodes = len(rows)
-    count_statuses(stats, judgement.rows)
     count_changes(stats, judgement, probes)
+    return stats, judgement.rows
+
+
+def publish(
+    stats: SweepStats, rows: list[dict] | None = None, sd_dir: Path | None = None
+) -> SweepStats:
+    """The second half of every sweep: targets files -> one push -> statistics.
+
+    `rows` are every node after the write (run_sweep has them); None loads them (the
+    chord callback of a sharded sweep, whose chunks wrote in other processes).
+    """
+    if rows is None:
+        rows = load_nodes()
+    count_statuses(stats, rows)
+    write_targets_step(rows, stats, sd_dir)
+    push_pending()
+    stats.finished_at = time.time()
+    stats.duration = stats.finished_at - stats.started_at
     record(stats)
     log.info(
-        "sweep: %d nodes, %d online, %d offline, %d changed, %d confirmed in %.2f s",
+        "sweep: %d nodes in %d chunk(s), %d online, %d offline, %d changed, %d confirmed in %.2f s",
         stats.nodes,
+        stats.chunks,
         stats.online,
         stats.offline,
         stats.changed,
@@ -344,6 +390,19 @@ def run_sweep(
         stats.duration,
     )
     return stats
+
+
+def run_sweep(
+    probe: ProbeFunction | None = None, sd_dir: Path | None = None, fence: Fence | None = None
+) -> SweepStats:
+    """Probe every node once and apply what the probes say, in this process.
+
+    `fence` is the lock and token of the task that runs it; without one (a test, a
+    benchmark, a shell) the sweep claims a fresh token, which fences off any older
+    sweep still running. Raises SweepLockLost, having written nothing, when it lost it.
+    """
+    stats, rows = probe_and_save(fence or Fence.claim(), probe=probe)
+    return publish(stats, rows, sd_dir)
 
 
 def count_statuses(stats: SweepStats, rows: Iterable[dict]) -> None:

@@ -4,41 +4,44 @@ Beat (macweb/celery.py) sends `probe_fleet` every MAC_PROBE_INTERVAL seconds
 with an expiry below the interval, so a sweep that could not start in time is
 dropped instead of piling up behind the next one. The task itself refuses to
 run while another sweep holds the lock, or when a sweep already ran in this
-interval (two beat processes by mistake); see healthcheck.state. While the
-sweep runs, a heartbeat keeps its lock extended, however long the sweep takes;
-before it writes, the sweep checks the lock is still its own, and gives up
-(writing nothing) when it is not.
+interval (two beat processes by mistake); see healthcheck.state. A sweep that
+runs claims a fencing token (healthcheck.fence): while it runs, a heartbeat keeps
+its lock extended, however long it takes, and its write commits only while it
+still holds both.
 
-A fleet of at most MAC_SWEEP_CHUNK_SIZE nodes is swept inside probe_fleet, as it
-always was. A larger one is split: probe_fleet sends one `probe_chunk` per id range
-(routed to MAC_PROBE_QUEUE by settings.CELERY_TASK_ROUTES) and returns, its lock
-still held; the chunk that completes the set sends `finish_sweep`, which writes the
-targets, pushes, records and releases the lock (healthcheck.chunks says why nothing
-is lost or doubled). Called directly (`manage.py probe_fleet`, tests), probe_fleet
-always sweeps in the calling process.
+A fleet of at most MAC_SWEEP_CHUNK_SIZE nodes is swept inside probe_fleet
+(sweep.run_sweep). A larger one is split into a Celery chord: one `probe_chunk` per
+id range (routed to MAC_PROBE_QUEUE by settings.CELERY_TASK_ROUTES) and
+`finish_sweep` as its callback, which publishes the sweep and releases the lock
+(healthcheck.chunks says why nothing is lost or doubled). probe_fleet returns as
+soon as the chord is sent, its lock handed over. Called directly
+(`manage.py probe_fleet`, tests), probe_fleet always sweeps in the calling process.
 
-acks_late with reject_on_worker_lost, on every task: a message is acknowledged only
-after its task ran, so a worker killed mid-task gives it back. A whole sweep writes
-the inventory in one transaction at its end, a chunk in one transaction for its
-range, and the next sweep probes everything again anyway.
+acks_late and task_reject_on_worker_lost (settings, for every task): a message is
+acknowledged only after its task ran, so a pool process killed mid-task gives it
+back at once, and a whole worker killed leaves it to the broker's visibility
+timeout (settings.CELERY_BROKER_TRANSPORT_OPTIONS), which is shorter than the
+interval: a lost chunk runs again in the same sweep.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
 
-from celery import shared_task
+from celery import chord, shared_task
 from django.conf import settings
 
 from healthcheck import chunks
+from healthcheck.fence import Fence
 from healthcheck.state import (
     LockHeartbeat,
-    SweepLock,
     SweepLockLost,
     get_redis,
-    lock_ttl_ms,
+    lock_token,
+    record_queue_depth,
+    release_quietly,
+    sweep_lock,
     take_slot,
 )
 from healthcheck.sweep import run_sweep
@@ -46,16 +49,14 @@ from healthcheck.sweep import run_sweep
 log = logging.getLogger(__name__)
 
 # A chunk still queued this many intervals after its sweep began is dropped by the
-# worker: only a queue nobody consumes (MAC_PROBE_QUEUE without workers) gets there,
-# and it must not fill up. A late chunk that does start is fenced by the lock anyway.
+# worker that takes it, without touching the database. A late chunk that does start
+# is fenced anyway.
 CHUNK_EXPIRY_INTERVALS = 3
 
 
 @shared_task(
     name="healthcheck.tasks.probe_fleet",
     bind=True,
-    acks_late=True,
-    reject_on_worker_lost=True,
     ignore_result=True,
     # Also for sweeps queued by hand (probe_fleet.delay()): stale ones are dropped.
     expires=settings.PROBE_INTERVAL * 0.9,
@@ -67,68 +68,80 @@ def probe_fleet(self, force: bool = False) -> dict:
     sweep now) but never the running lock.
     """
     client = get_redis()
-    lock = SweepLock(client, lock_ttl_ms(settings.PROBE_INTERVAL))
+    if not self.request.called_directly:
+        sample_chunk_queue(self.app)
+    lock = sweep_lock(client)
     if not lock.acquire():
         log.info("sweep skipped: another sweep is running")
         return {"ran": False, "reason": "running"}
-    handed_over = False  # True once chunk tasks hold the lock: finish_sweep releases it
+    handed_over = False  # True once the chord holds the lock: its callback releases it
     try:
         if not force and not take_slot(client, settings.PROBE_INTERVAL):
             log.info("sweep skipped: a sweep already ran in this interval")
             return {"ran": False, "reason": "interval"}
+        fence = Fence.claim(lock)
         size = settings.SWEEP_CHUNK_SIZE
         if not self.request.called_directly and chunks.node_count() > size:
             ranges = chunks.plan_fleet(size)
             if len(ranges) > 1:
-                send_chunks(lock.token, ranges)
+                send_chunks(lock_token(lock), fence.token, ranges)
                 handed_over = True
                 return {"ran": True, "sharded": True, "chunks": len(ranges)}
-        with LockHeartbeat(lock) as heartbeat:
-            stats = run_sweep(on_step=heartbeat.check)
+        with LockHeartbeat(lock):
+            stats = run_sweep(fence=fence)
     except SweepLockLost as exc:
-        log.warning("sweep abandoned before writing: %s", exc)
+        log.warning("sweep abandoned, nothing written: %s", exc)
         return {"ran": False, "reason": "lock lost"}
     finally:
         if not handed_over:
-            lock.release()
+            release_quietly(lock)
     return {"ran": True, "nodes": stats.nodes, "changed": stats.changed, "duration": stats.duration}
 
 
-def send_chunks(sweep_id: str, ranges: list[tuple[int, int]]) -> None:
-    """Record the sweep, then one probe_chunk message per range over one producer."""
-    chunks.begin(get_redis(), sweep_id, len(ranges), time.time())
+def send_chunks(token: str, fence: int, ranges: list[tuple[int, int]]) -> None:
+    """One chord: a probe_chunk per id range, finish_sweep once they have all returned."""
+    started_at = time.time()
     expires = settings.PROBE_INTERVAL * CHUNK_EXPIRY_INTERVALS
-    with probe_chunk.app.producer_or_acquire() as producer:
-        for index, (low, high) in enumerate(ranges):
-            probe_chunk.apply_async(
-                (sweep_id, index, low, high), expires=expires, producer=producer
-            )
-    log.info("sweep %s: %d chunks sent", sweep_id[:8], len(ranges))
+    header = [
+        probe_chunk.si(token, fence, started_at, low, high).set(expires=expires)
+        for low, high in ranges
+    ]
+    chord(header)(finish_sweep.s(token, fence, started_at))
+    log.info("sweep %s (fence %d): %d chunks sent", token[:8], fence, len(ranges))
 
 
-@shared_task(
-    name="healthcheck.tasks.probe_chunk",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-)
-def probe_chunk(sweep_id: str, index: int, low: int, high: int) -> dict:
-    """One id range of a sharded sweep; the chunk that completes it sends finish_sweep."""
-    result = chunks.run_chunk(sweep_id, index, (low, high))
-    if result.complete:
-        finish_sweep.delay(sweep_id)
-    return asdict(result)
+def sample_chunk_queue(app) -> None:
+    """Record how many chunk tasks wait in MAC_PROBE_QUEUE, for /health (healthcheck.health).
+
+    Only a queue other than Celery's default needs it: the default one is consumed by
+    the very worker running this task. Through kombu's passive queue_declare, which
+    counts the queue's messages on any broker; a failure only costs the sample.
+    """
+    queue = settings.PROBE_QUEUE
+    if queue == app.conf.task_default_queue:
+        return
+    try:
+        with app.connection_for_read() as connection:
+            try:
+                declared = connection.default_channel.queue_declare(queue=queue, passive=True)
+                depth = declared.message_count
+            except connection.channel_errors:  # no such queue yet: nothing waits in it
+                depth = 0
+        record_queue_depth(get_redis(), queue, depth, time.time())
+    except Exception:
+        log.warning("could not sample the chunk queue %r", queue, exc_info=True)
 
 
-@shared_task(
-    name="healthcheck.tasks.finish_sweep",
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-)
-def finish_sweep(sweep_id: str) -> dict:
-    """Targets files, the one push and the statistics of a sharded sweep (on the master)."""
-    stats = chunks.finish(sweep_id)
+@shared_task(name="healthcheck.tasks.probe_chunk", ignore_result=False)
+def probe_chunk(token: str, fence: int, started_at: float, low: int, high: int) -> dict:
+    """One id range of a sharded sweep; its result goes to the chord's callback."""
+    return chunks.run_chunk(token, fence, started_at, (low, high))
+
+
+@shared_task(name="healthcheck.tasks.finish_sweep", ignore_result=True)
+def finish_sweep(results: list[dict], token: str, fence: int, started_at: float) -> dict:
+    """The chord's callback: targets files, the one push and the statistics (on the master)."""
+    stats = chunks.finish(token, fence, started_at, results)
     if stats is None:
         return {"ran": False, "reason": "finished"}
     return {"ran": True, "nodes": stats.nodes, "changed": stats.changed, "duration": stats.duration}

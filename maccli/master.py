@@ -145,6 +145,8 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
         ),
         ServiceSpec(
             "worker",
+            # No -Q: the worker consumes every queue of the settings' CELERY_TASK_QUEUES,
+            # Celery's default and MAC_PROBE_QUEUE, so chunk tasks are never left unconsumed.
             [
                 py,
                 "-m",

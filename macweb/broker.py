@@ -27,7 +27,9 @@ from kombu.transport import redis as kombu_redis
 
 class Channel(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> dict:
-        if self.connection.client is None:
+        # The channel already closed (an ack arriving after the reset), or its
+        # connection already collected: either way the connection is gone.
+        if self.connection is None or self.connection.client is None:
             raise redis.ConnectionError("the broker connection was already collected; reconnecting")
         return super()._connparams(asynchronous=asynchronous)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Exchange, Queue
 
 from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT
 from macweb.envconf import (
@@ -190,15 +191,6 @@ CACHES = {
     }
 }
 
-# --- Celery.
-CELERY_BROKER_URL = env_str("MAC_CELERY_BROKER_URL", REDIS_URL)
-CELERY_RESULT_BACKEND = None
-CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_ACKS_LATE = True
-CELERY_TASK_REJECT_ON_WORKER_LOST = True
-CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TIMEZONE = "UTC"
-
 # --- Probing.
 PROBE_INTERVAL = env_float("MAC_PROBE_INTERVAL", 30.0, minimum=0.5)
 PROBE_TIMEOUT = env_float("MAC_PROBE_TIMEOUT", 3.0, minimum=0.1)
@@ -206,10 +198,9 @@ PROBE_CONCURRENCY = env_int("MAC_PROBE_CONCURRENCY", 1000, minimum=1)
 # Sharded sweeps (healthcheck.chunks): a fleet larger than the chunk size is split into
 # chunk tasks of at most that many nodes, sent to PROBE_QUEUE; a smaller fleet is swept
 # in one task, as on a single worker. Workers near the nodes consume PROBE_QUEUE
-# (`celery worker -Q`); the master's worker also consumes Celery's default queue.
+# (`celery worker -Q`); the master's worker consumes every queue of CELERY_TASK_QUEUES.
 SWEEP_CHUNK_SIZE = env_int("MAC_SWEEP_CHUNK_SIZE", 10000, minimum=1)
 PROBE_QUEUE = env_str("MAC_PROBE_QUEUE", "celery")
-CELERY_TASK_ROUTES = {"healthcheck.tasks.probe_chunk": {"queue": PROBE_QUEUE}}
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
 PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMETHEUS_PORT}")
 
@@ -253,6 +244,50 @@ SMTP_USER = env_str("MAC_SMTP_USER")
 SMTP_PASSWORD = env_str("MAC_SMTP_PASSWORD")
 SMTP_FROM = env_str("MAC_SMTP_FROM")
 SMTP_TLS = env_bool("MAC_SMTP_TLS", True)
+
+# --- Celery.
+CELERY_BROKER_URL = env_str("MAC_CELERY_BROKER_URL", REDIS_URL)
+CELERY_TIMEZONE = "UTC"
+# Every queue the master uses. A worker started without -Q (the master's own, under
+# both runtimes) consumes all of them, so chunk tasks routed to MAC_PROBE_QUEUE are
+# never left without a consumer; probe workers elsewhere consume only theirs (-Q).
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+# Each with an exchange and routing key of its own name, as Celery makes a queue that
+# -Q names: a queue left to Celery's defaults would share `celery`'s routing key and
+# get a copy of every task.
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name)
+    for name in dict.fromkeys([CELERY_TASK_DEFAULT_QUEUE, PROBE_QUEUE])
+]
+CELERY_TASK_ROUTES = {"healthcheck.tasks.probe_chunk": {"queue": PROBE_QUEUE}}
+# Results exist only to carry each chunk's figures to its chord's callback
+# (healthcheck.chunks): Redis keeps them (the chord's own counting needs a result
+# backend), every other task ignores its result, and they expire, with the chord's
+# bookkeeping, 10 intervals (at least 2 minutes) after they were written.
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_EXPIRES = int(max(10 * PROBE_INTERVAL, 120))
+# A message is acknowledged only after its task ran (acks late), and a pool process
+# that dies mid-task gives its message back at once (reject on worker lost). A whole
+# worker killed (SIGKILL, the OOM killer, its machine) cannot give anything back: the
+# Redis transport hands its unacknowledged message out again `visibility_timeout`
+# seconds after delivery, looking every `unacked_restore_interval` seconds (whole
+# seconds, at least 1). Both come from the interval, so that a lost chunk runs again
+# within the same sweep, while its lock still holds: back at most 1/3 + 1/10 of an
+# interval after delivery, against a lock that lives at least 0.675 of an interval after
+# its holder died (healthcheck.state: TTL 0.9 interval, extended every quarter of it).
+# The timeout is never below what a task may take, two probe timeouts (a slow node's
+# grace, contract.liveness) and a second to write, else a running task would be handed
+# out a second time (harmless: fenced writes, one event per change, the chord counts a
+# chunk once; but wasted). At the defaults (30 s, 3 s): 10 s, looked for every 3 s.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(PROBE_INTERVAL / 3, 2 * PROBE_TIMEOUT + 1),
+    "unacked_restore_interval": max(1, int(PROBE_INTERVAL / 10)),
+    "unacked_restore_throttle": 1,  # every look really looks (kombu's default: every 10th)
+}
 
 # --- Dashboard (macweb.dashboard): how long a chart waits for Prometheus' query_range.
 DASHBOARD_PROMETHEUS_TIMEOUT = env_float("MAC_DASHBOARD_PROMETHEUS_TIMEOUT", 5.0, minimum=0.1)

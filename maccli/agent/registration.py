@@ -46,18 +46,25 @@ def check_master(cfg: NodeConfig, master: MasterClient) -> None:
         return
     if _only_sweeps_failing(reply):
         # The API and its database answer, so registration works; the node will be
-        # probed as soon as the master's worker and beat run again.
+        # probed as soon as the master's worker and beat (or a chunk queue's consumer)
+        # run again.
         output.warn(
-            "the master answers, but its sweeps have stopped (worker or beat down); "
-            "registering anyway. On the master: mac status master"
+            "the master answers, but its sweeps have stopped (worker or beat down, or a "
+            "probe queue nobody consumes); registering anyway. On the master: "
+            "mac status master, curl .../health"
         )
         return
     raise errors.unhealthy_master_error(cfg, reply)
 
 
+# /health checks that fail when sweeps stop, while the API and its database still work.
+SWEEP_CHECKS = {"sweeps", "queues"}
+
+
 def _only_sweeps_failing(reply: Reply) -> bool:
     body = reply.body if isinstance(reply.body, dict) else {}
-    return reply.status == 503 and body.get("failed") == ["sweeps"]
+    failed = body.get("failed")
+    return reply.status == 503 and bool(failed) and set(failed) <= SWEEP_CHECKS
 
 
 def register(

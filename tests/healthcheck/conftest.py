@@ -26,13 +26,15 @@ PYTHON = sys.executable
 
 @pytest.fixture
 def sweep_redis(settings) -> Iterator[redis.Redis]:
-    """Our Redis db with the sweep's keys (and Celery's queue) cleared before and after."""
+    """Our Redis db with the sweep's keys, Celery's queue, its unacknowledged messages and
+    its results (the chords' bookkeeping) cleared before and after."""
     client = get_redis()
 
     def clear() -> None:
-        for key in client.scan_iter(match="mac:sweep:*"):
-            client.delete(key)
-        client.delete("celery", "_kombu.binding.celery")
+        for pattern in ("mac:sweep:*", "celery-task-meta-*", "chord-unlock-*"):
+            for key in client.scan_iter(match=pattern):
+                client.delete(key)
+        client.delete("celery", "_kombu.binding.celery", "unacked", "unacked_index")
 
     clear()
     yield client

@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from healthcheck.state import SweepLock
+from healthcheck.state import sweep_lock
 from inventory.models import Node
 from testkit.simfleet import Mode
 
@@ -29,7 +29,7 @@ def test_it_sweeps_now_and_reports(fleet, make_node, fast_probes, sd_dir, sweep_
 
 
 def test_it_refuses_while_a_sweep_runs(sweep_redis, fast_probes):
-    holder = SweepLock(sweep_redis, 5000)
+    holder = sweep_lock(sweep_redis)
     assert holder.acquire()
     try:
         with pytest.raises(CommandError, match="already running"):

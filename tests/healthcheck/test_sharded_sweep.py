@@ -1,7 +1,8 @@
 """A sweep split into chunks gives what one sweep gives, in any order, retried or raced.
 
-The chunk and finishing steps run here, in the test process, over a real simulated
-fleet, PostgreSQL and Redis; test_sharded_workers.py runs them in real Celery workers.
+The chunk and callback steps run here, in the test process, over a real simulated
+fleet, PostgreSQL and Redis (the callback gets the chunks' results as the chord would
+give them); test_sharded_workers.py runs them in real Celery workers, chord and all.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from healthcheck import chunks
-from healthcheck.state import RUNNING_KEY, SweepLock, last_sweep, lock_ttl_ms, sweep_count
+from healthcheck.fence import claim_fence
+from healthcheck.state import (
+    PENDING_KEY,
+    RUNNING_KEY,
+    last_sweep,
+    lock_token,
+    sweep_count,
+    sweep_lock,
+)
 from healthcheck.sweep import judge, load_nodes, probe_nodes, run_sweep, save_changes
 from inventory.choices import NodeStatus
 from inventory.live import join_dashboard, leave_dashboard
@@ -41,21 +50,29 @@ def seven_nodes(fleet, make_node, fast_probes, sd_dir, sweep_redis):
     return runner, nodes
 
 
-def begin_sweep(client, size: int) -> tuple[SweepLock, list[tuple[int, int]]]:
-    """What probe_fleet does before it sends the chunks: the lock, the plan, the record."""
-    lock = SweepLock(client, lock_ttl_ms(1.0))
-    assert lock.acquire()
-    ranges = chunks.plan_fleet(size)
-    chunks.begin(client, lock.token, len(ranges), time.time())
-    return lock, ranges
+class Sweep:
+    """What probe_fleet hands its chord: the lock's token, the fence, the start, the plan."""
+
+    def __init__(self, client, size: int) -> None:
+        self.lock = sweep_lock(client)
+        assert self.lock.acquire()
+        self.token, self.fence = lock_token(self.lock), claim_fence()
+        self.started_at = time.time()
+        self.ranges = chunks.plan_fleet(size)
+
+    def chunk(self, index: int) -> dict:
+        return chunks.run_chunk(self.token, self.fence, self.started_at, self.ranges[index])
+
+    def finish(self, results: list[dict], sd_dir: Path | None = None):
+        return chunks.finish(self.token, self.fence, self.started_at, results, sd_dir=sd_dir)
 
 
 def sharded_sweep(client, size: int, order=None, sd_dir: Path | None = None):
-    lock, ranges = begin_sweep(client, size)
-    indexes = list(range(len(ranges))) if order is None else order(list(range(len(ranges))))
-    completes = [chunks.run_chunk(lock.token, i, ranges[i]).complete for i in indexes]
-    assert completes == [False] * (len(ranges) - 1) + [True]
-    return chunks.finish(lock.token, sd_dir=sd_dir), ranges
+    sweep = Sweep(client, size)
+    indexes = list(range(len(sweep.ranges)))
+    results = [sweep.chunk(i) for i in (indexes if order is None else order(indexes))]
+    assert all(result["ran"] for result in results)
+    return sweep.finish(results, sd_dir=sd_dir), sweep.ranges
 
 
 def snapshot(sd_dir: Path) -> dict:
@@ -101,23 +118,23 @@ def test_chunks_in_any_order_give_the_statuses_events_and_targets_of_one_sweep(
     assert (stats.nodes, stats.chunks, stats.changed) == (7, 4, 7)
     assert (stats.online, stats.offline, stats.went_offline) == (3, 4, 4)
     assert last_sweep(sweep_redis)["chunks"] == 4
-    assert sweep_redis.get(RUNNING_KEY) is None  # the finishing step released the lock
+    assert sweep_redis.get(RUNNING_KEY) is None  # the callback released the lock
 
 
 def test_a_chunk_run_twice_adds_no_second_event(seven_nodes, sweep_redis, sd_dir):
-    lock, ranges = begin_sweep(sweep_redis, 3)
-    first = chunks.run_chunk(lock.token, 0, ranges[0])
+    sweep = Sweep(sweep_redis, 3)
+    first = sweep.chunk(0)
     events = NodeEvent.objects.count()
     # Its worker died after the commit, so the broker hands the message out again.
-    again = chunks.run_chunk(lock.token, 0, ranges[0])
+    again = sweep.chunk(0)
 
-    assert (first.ran, first.changed) == (True, 3)
-    assert (again.ran, again.changed, again.complete) == (True, 0, False)
+    assert first["ran"] and first["stats"]["changed"] == 3
+    assert again["ran"] and again["stats"]["changed"] == 0
     assert NodeEvent.objects.count() == events == 3
-    for index in range(1, len(ranges)):
-        chunks.run_chunk(lock.token, index, ranges[index])
-    stats = chunks.finish(lock.token)
-    assert stats.changed == 7  # the first attempt's figures, not the retry's
+    rest = [sweep.chunk(index) for index in range(1, len(sweep.ranges))]
+    # The chord counts a task once, with the result it first recorded.
+    stats = sweep.finish([first, *rest])
+    assert stats.changed == 7
     assert NodeEvent.objects.count() == 7
 
 
@@ -138,16 +155,31 @@ def test_two_attempts_judged_from_the_same_rows_write_each_change_once(seven_nod
 
 
 def test_a_chunk_of_a_sweep_given_up_writes_nothing(seven_nodes, sweep_redis):
-    lock, ranges = begin_sweep(sweep_redis, 3)
+    sweep = Sweep(sweep_redis, 3)
     # Its lock expired (the sweep was given up) and a newer sweep holds a new one.
-    sweep_redis.set(RUNNING_KEY, "a-newer-sweep", px=10_000)
+    sweep_redis.delete(RUNNING_KEY)
+    newer = sweep_lock(sweep_redis)
+    assert newer.acquire()
 
-    result = chunks.run_chunk(lock.token, 0, ranges[0])
+    result = sweep.chunk(0)
 
-    assert (result.ran, result.reason) == (False, "sweep over")
+    assert result == {"ran": False, "reason": "sweep over"}
     assert set(Node.objects.values_list("status", flat=True)) == {NodeStatus.UNKNOWN}
     assert not NodeEvent.objects.exists()
-    assert chunks.run_chunk("no-such-sweep", 0, ranges[0]).reason == "sweep over"
+    assert sweep.finish([result]) is None  # nor does its callback publish anything
+    assert sweep_count(sweep_redis) == 0
+
+
+def test_a_chunk_whose_sweep_was_superseded_writes_nothing(seven_nodes, sweep_redis):
+    sweep = Sweep(sweep_redis, 3)
+    claim_fence()  # a newer sweep took the fence, though this one's lock still looks held
+
+    result = sweep.chunk(0)
+
+    assert result["ran"] is False and result["reason"] == "lock lost"
+    assert set(Node.objects.values_list("status", flat=True)) == {NodeStatus.UNKNOWN}
+    assert not NodeEvent.objects.exists()
+    assert not sweep_redis.smembers(PENDING_KEY)
 
 
 def receive_all(layer, channel) -> list[dict]:
@@ -170,23 +202,23 @@ def test_a_sharded_sweep_pushes_once_and_finishes_once(seven_nodes, sweep_redis)
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(join_dashboard)(layer, channel)
     try:
-        lock, ranges = begin_sweep(sweep_redis, 2)
-        for index, id_range in enumerate(ranges):
-            chunks.run_chunk(lock.token, index, id_range)
-        assert chunks.finish(lock.token) is not None
-        assert chunks.finish(lock.token) is None  # a duplicate finishing task does nothing
+        sweep = Sweep(sweep_redis, 2)
+        results = [sweep.chunk(index) for index in range(len(sweep.ranges))]
+        assert sweep.finish(results) is not None
+        assert sweep.finish(results) is None  # a redelivered callback does nothing
         messages = receive_all(layer, channel)
     finally:
         async_to_sync(leave_dashboard)(layer, channel)
     assert [m["type"] for m in messages] == ["nodes.changed"]
     assert len(messages[0]["changes"]) == 7
     assert sweep_count(sweep_redis) == 1
-    assert not sweep_redis.smembers(chunks.PENDING_KEY)
+    assert not sweep_redis.smembers(PENDING_KEY)
+    assert sweep_redis.get(RUNNING_KEY) is None
 
 
 def test_changes_of_a_sweep_that_never_finished_are_pushed_by_the_next(seven_nodes, sweep_redis):
-    abandoned, ranges = begin_sweep(sweep_redis, 3)
-    chunks.run_chunk(abandoned.token, 0, ranges[0])  # then its other chunks were lost
+    abandoned = Sweep(sweep_redis, 3)
+    abandoned.chunk(0)  # then its other chunks were lost
     sweep_redis.delete(RUNNING_KEY)  # and its lock expired
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
@@ -201,3 +233,30 @@ def test_changes_of_a_sweep_that_never_finished_are_pushed_by_the_next(seven_nod
     assert pushed == set(Node.objects.values_list("id", flat=True))
     assert len(messages) == 1
     assert NodeEvent.objects.count() == 7
+
+
+def test_changes_of_a_one_process_sweep_that_died_before_its_push_are_pushed_next(
+    seven_nodes, sweep_redis, monkeypatch
+):
+    from healthcheck import sweep
+
+    def die() -> None:
+        raise SystemExit("worker killed between the commit and the push")
+
+    monkeypatch.setattr(sweep, "write_targets_step", lambda *args: die())
+    with pytest.raises(SystemExit):
+        run_sweep()
+    monkeypatch.undo()
+    assert len(sweep_redis.smembers(PENDING_KEY)) == 7
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(join_dashboard)(layer, channel)
+    try:
+        stats = run_sweep()
+        messages = receive_all(layer, channel)
+    finally:
+        async_to_sync(leave_dashboard)(layer, channel)
+    assert stats.changed == 0
+    assert {change["id"] for change in messages[0]["changes"]} == {
+        node.pk for node in seven_nodes[1]
+    }

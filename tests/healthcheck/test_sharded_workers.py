@@ -1,15 +1,18 @@
 """Real Celery workers share sharded sweeps: the same results as one worker; a death loses nothing.
 
 Beat, workers and the fleet are real processes; chunks go to a probe queue of the test's
-own (MAC_PROBE_QUEUE) that the workers consume beside Celery's default queue.
+own (MAC_PROBE_QUEUE) that the workers consume beside Celery's default queue, in a
+Celery chord whose callback publishes the sweep.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -17,7 +20,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from healthcheck.state import sweep_history
+from healthcheck.state import sweep_count, sweep_history
 from inventory.choices import NodeStatus
 from inventory.live import join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
@@ -143,6 +146,14 @@ def test_two_workers_give_the_statuses_events_and_targets_of_one(
     assert "probe_chunk[" in probe_log and "probe_fleet[" not in probe_log
     master_log = (procs.log_dir / "master-worker.log").read_text()
     assert "finish_sweep[" in master_log
+    # The chord's results and bookkeeping in Redis all expire (CELERY_RESULT_EXPIRES).
+    results = [
+        key
+        for pattern in ("celery-task-meta-*", "chord-unlock-*")
+        for key in sweep_redis.scan_iter(match=pattern)
+    ]
+    assert results, "the chunks' results went through Redis"
+    assert all(0 < sweep_redis.ttl(key) <= 120 for key in results)
 
 
 def _prober_of(workers: list[psutil.Process], ip: str) -> psutil.Process | None:
@@ -157,17 +168,23 @@ def _prober_of(workers: list[psutil.Process], ip: str) -> psutil.Process | None:
     return None
 
 
+INTERVAL, TIMEOUT = 15.0, 2.0  # a chunk hangs 2 s on its node; the visibility timeout is 5 s
+
+
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
-def test_a_worker_killed_mid_chunk_loses_nothing(
+def test_a_chunk_whose_worker_is_killed_runs_again_within_one_interval(
     master_procs, sweep_redis, probe_queue, eight_nodes, pool
 ):
-    """prefork: the pool's child dies, its parent gives the chunk back and it runs again
-    in the same sweep. solo: the whole worker dies, its message waits for the broker's
-    visibility timeout, the sweep's lock expires and the next sweep makes up for it."""
+    """prefork: the pool's child dies and its parent gives the chunk back (at once, or
+    by the visibility timeout when the parent learns of it late). solo: the whole
+    worker dies, and the broker hands its unacknowledged chunk to the other worker
+    after the visibility timeout (a third of the interval). Either way the
+    chunk runs again in the same sweep, its nodes probed within one interval of the
+    kill, and the sweep finishes with every chunk, each change written once."""
     runner, nodes = eight_nodes
-    hung_ip = runner.nodes[2].ip  # its chunk waits the whole 2 s timeout on it
+    hung = runner.nodes[2].ports["sys-exporter"]  # its chunk waits the whole timeout on it
     procs = master_procs(
-        beats=1, worker=False, interval=3.0, timeout=2.0,
+        beats=1, worker=False, interval=INTERVAL, timeout=TIMEOUT,
         MAC_SWEEP_CHUNK_SIZE="2", MAC_PROBE_QUEUE=probe_queue,
     )  # fmt: skip
     queues = f"celery,{probe_queue}"
@@ -175,16 +192,23 @@ def test_a_worker_killed_mid_chunk_loses_nothing(
     with Dashboard() as dashboard:
         handles = [psutil.Process(worker.pid) for worker in workers]
         try:
-            victim = wait_for(lambda: _prober_of(handles, hung_ip), timeout=60, interval=0.02)
+            victim = wait_for(lambda: _prober_of(handles, runner.nodes[2].ip), 60, 0.02)
         except AssertionError:
             pytest.fail("no chunk probed the hanging node:\n" + procs.logs())
+        probed = hung.requests
         victim.send_signal(signal.SIGKILL)
+        if sweep_count(sweep_redis):
+            pytest.fail("the kill missed the first sweep's chunk:\n" + procs.logs())
+        killed = time.monotonic()
         try:
+            wait_for(lambda: hung.requests > probed, timeout=2 * INTERVAL, interval=0.02)
+            again = time.monotonic() - killed
             wait_for(lambda: finished_sweep(sweep_redis, 4), timeout=40, interval=0.1)
-            wait_for(lambda: set(dashboard.changed) >= {n.pk for n in nodes}, timeout=10)
+            wait_for(lambda: set(dashboard.changed) >= {n.pk for n in nodes}, timeout=20)
         except AssertionError:
-            pytest.fail("the sweep never completed after the kill:\n" + procs.logs())
+            pytest.fail("the chunk never ran again after the kill:\n" + procs.logs())
 
+    assert again < INTERVAL, f"its nodes were probed again {again:.1f} s after the kill"
     expected = {
         node.pk: NodeStatus.OFFLINE if index % 4 else NodeStatus.ONLINE
         for index, node in enumerate(nodes)
@@ -192,12 +216,9 @@ def test_a_worker_killed_mid_chunk_loses_nothing(
     assert dict(Node.objects.values_list("pk", "status")) == expected
     events = list(NodeEvent.objects.values_list("node_id", flat=True))
     assert sorted(events) == sorted(expected), "one event per node, none doubled"
+    # The very sweep that lost the chunk finished, with all four chunks' changes.
     first = sweep_history(sweep_redis)[-1]
-    if pool == "prefork":
-        # Given back at once and run again: the very sweep that lost it still finished.
-        assert (first["chunks"], first["changed"]) == (4, 8), first
-        logs = procs.logs()
-        assert "WorkerLostError" in logs or "signal 9" in logs, logs
-    else:
-        # That sweep never finished; the next one probed the lost chunk's nodes again.
-        assert first["chunks"] == 4 and first["changed"] < 8, first
+    assert (first["chunks"], first["changed"]) == (4, 8), first
+    logs = "".join(path.read_text(errors="replace") for path in procs.log_dir.glob("w*.log"))
+    received = re.findall(r"probe_chunk\[([0-9a-f-]+)\] received", logs)
+    assert len(received) - len(set(received)) >= 1, "the same chunk task was run again"

@@ -1,7 +1,7 @@
-"""Sweeps never overlap and run once per interval: the Redis lock and slot behind probe_fleet.
+"""Sweeps never overlap and run once per interval: redis-py's Lock, the slot, the fence.
 
-A sweep slower than the lock's TTL keeps it (a heartbeat), and one that lost it writes
-nothing (the fence before the inventory write).
+A sweep slower than the lock's TTL keeps it (a heartbeat), and one that lost it commits
+nothing: the fencing token is checked inside the write's own transaction.
 """
 
 from __future__ import annotations
@@ -10,10 +10,22 @@ import threading
 import time
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
+from django.utils import timezone
 
 from healthcheck import tasks
-from healthcheck.state import RUNNING_KEY, SweepLock, lock_ttl_ms, sweep_count, take_slot
+from healthcheck.fence import Fence, claim_fence, current_fence
+from healthcheck.state import (
+    RUNNING_KEY,
+    SweepLockLost,
+    lock_timeout,
+    lock_token,
+    release_quietly,
+    sweep_count,
+    sweep_lock,
+    take_slot,
+)
+from healthcheck.sweep import judge, load_nodes, probe_nodes, run_sweep, save_fenced
 from inventory.choices import EventKind, NodeStatus
 from inventory.models import Node, NodeEvent
 from testkit.simfleet import Mode
@@ -23,7 +35,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_an_overlapping_sweep_is_refused(sweep_redis, fast_probes, sd_dir):
-    holder = SweepLock(sweep_redis, 5000)
+    holder = sweep_lock(sweep_redis)
     assert holder.acquire()
     try:
         assert tasks.probe_fleet() == {"ran": False, "reason": "running"}
@@ -59,36 +71,30 @@ def test_a_second_sweep_in_the_same_interval_is_skipped(sweep_redis, fast_probes
     assert sweep_count(sweep_redis) == 2
 
 
-def test_the_lock_is_released_only_by_its_token(sweep_redis):
-    mine = SweepLock(sweep_redis, 5000)
-    other = SweepLock(sweep_redis, 5000)
+def test_the_lock_is_released_only_by_its_token(sweep_redis, fast_probes):
+    mine = sweep_lock(sweep_redis)
     assert mine.acquire()
+    other = sweep_lock(sweep_redis)
     assert not other.acquire()
-    assert other.release() is False  # never held it
-    other.held = True  # even pretending does not help: the token differs
-    assert other.release() is False
-    assert sweep_redis.get(RUNNING_KEY) == mine.token.encode()
-    assert mine.release() is True
+    assert release_quietly(other) is False  # never held it
+    pretender = sweep_lock(sweep_redis, token="not-the-holder")
+    assert not pretender.owned()
+    assert release_quietly(pretender) is False  # a token of its own does not help
+    assert sweep_redis.get(RUNNING_KEY) == lock_token(mine).encode()
+    # Another process (a chunk task) resumes the lock by its token, and may release it.
+    resumed = sweep_lock(sweep_redis, token=lock_token(mine))
+    assert resumed.owned()
+    assert release_quietly(resumed) is True
     assert sweep_redis.get(RUNNING_KEY) is None
 
 
-def test_a_dead_holder_frees_the_lock_before_the_next_interval(sweep_redis):
-    interval = 0.5
-    assert lock_ttl_ms(interval) < interval * 1000
-    crashed = SweepLock(sweep_redis, lock_ttl_ms(interval))
+def test_a_dead_holder_frees_the_lock_before_the_next_interval(sweep_redis, settings):
+    settings.PROBE_INTERVAL = 0.5
+    assert lock_timeout(0.5) < 0.5
+    crashed = sweep_lock(sweep_redis)
     assert crashed.acquire()  # and never releases: its worker died
-    time.sleep(interval)
-    assert SweepLock(sweep_redis, lock_ttl_ms(interval)).acquire()
-
-
-def test_extend_keeps_a_long_sweep_locked(sweep_redis):
-    lock = SweepLock(sweep_redis, 300)
-    assert lock.acquire()
-    for _ in range(4):
-        time.sleep(0.15)
-        assert lock.extend()
-    assert not SweepLock(sweep_redis, 300).acquire()
-    lock.release()
+    time.sleep(0.5)
+    assert sweep_lock(sweep_redis).acquire()
 
 
 def test_the_slot_is_taken_once_per_interval(sweep_redis):
@@ -96,6 +102,12 @@ def test_the_slot_is_taken_once_per_interval(sweep_redis):
     assert not take_slot(sweep_redis, 0.5)
     time.sleep(0.45)
     assert take_slot(sweep_redis, 0.5)
+
+
+def test_fencing_tokens_only_grow(transactional_db):
+    first = claim_fence()
+    second = claim_fence()
+    assert second == first + 1 == current_fence()
 
 
 def _sweep_into(results: list) -> None:
@@ -122,7 +134,7 @@ def test_it_keeps_a_sweep_slower_than_the_lock_ttl_locked(
     wait_for(lambda: sweep_redis.get(RUNNING_KEY), timeout=5, interval=0.01)
     overlaps = []
     while slow.is_alive():
-        # Well past the TTL: today's lock would have expired and let these run.
+        # Well past the TTL: without the heartbeat the lock would have expired.
         time.sleep(0.3)
         if slow.is_alive():
             overlaps.append(tasks.probe_fleet(force=True))
@@ -135,9 +147,10 @@ def test_it_keeps_a_sweep_slower_than_the_lock_ttl_locked(
     assert sweep_redis.get(RUNNING_KEY) is None  # released at the end
 
 
-# The sweep runs in a thread of its own: it must see the committed nodes.
 @pytest.mark.django_db(transaction=True)
-def test_a_sweep_that_lost_its_lock_writes_nothing(sweep_redis, settings, sd_dir, fleet, make_node):
+def test_a_sweep_whose_lock_is_taken_by_another_writes_nothing(
+    sweep_redis, settings, sd_dir, fleet, make_node
+):
     settings.PROBE_INTERVAL, settings.PROBE_TIMEOUT = 1.0, 1.5
     runner = fleet(2)
     runner.set_node_mode(1, Mode.HANG)
@@ -146,11 +159,100 @@ def test_a_sweep_that_lost_its_lock_writes_nothing(sweep_redis, settings, sd_dir
     results = []
     slow = threading.Thread(target=_sweep_into, args=(results,))
     slow.start()
-    wait_for(lambda: sweep_redis.get(RUNNING_KEY), timeout=5, interval=0.01)
-    # As after a Redis restart: the lock is gone and another sweep holds a new one.
+    wait_for(lambda: runner.nodes[1].ports["sys-exporter"].requests, timeout=5, interval=0.01)
+    # Mid-probe, as after a Redis restart: the lock is gone and another sweep took it,
+    # with a newer fencing token.
     sweep_redis.set(RUNNING_KEY, "another-sweep", px=10_000)
+    claim_fence()
     slow.join()
     assert results == [{"ran": False, "reason": "lock lost"}]
     assert set(Node.objects.values_list("status", flat=True)) == {NodeStatus.UNKNOWN}
     assert not NodeEvent.objects.exists()
-    assert sweep_redis.get(RUNNING_KEY) == b"another-sweep"  # never released by us
+    assert sweep_redis.get(RUNNING_KEY) == b"another-sweep"  # never released by the loser
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_lost_after_the_check_still_cannot_commit(sweep_redis, fast_probes, fleet):
+    """The race the fence closes: the lock is lost between the last look at it and the
+    commit. Here a newer sweep claims its token while the older one's transaction is
+    open, between its writes and its fence check; the older one must roll back."""
+    runner = fleet(3)
+    for node in runner.nodes:
+        Node.objects.create(hostname=f"n{node.ip}", ip=node.ip)
+    lock = sweep_lock(sweep_redis)
+    assert lock.acquire()
+    fence = Fence.claim(lock)
+    rows = load_nodes()
+    probes = probe_nodes(rows)
+    now = timezone.now()
+    judgement = judge(rows, probes, now)
+    assert len(judgement.events) == 3
+
+    class TakenMidCommit(Fence):
+        def check(self) -> None:
+            # The lock expires and a newer sweep (another process) claims its token.
+            lock.release()
+            newer = threading.Thread(target=_claim_elsewhere)
+            newer.start()
+            newer.join()
+            super().check()
+
+    with pytest.raises(SweepLockLost):
+        save_fenced(judgement, now, TakenMidCommit(fence.token, lock=None))
+
+    assert set(Node.objects.values_list("status", flat=True)) == {NodeStatus.UNKNOWN}
+    assert not NodeEvent.objects.exists()
+    assert not sweep_redis.smembers("mac:sweep:pending")
+
+
+def _claim_elsewhere() -> None:
+    try:
+        claim_fence()
+    finally:
+        connections.close_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_newer_claim_waits_for_an_older_write_that_already_passed_its_fence(
+    sweep_redis, fast_probes, fleet
+):
+    """The other order: the older write passed its check first; the newer claim waits
+    for its commit (the fence row is locked) and the older write stands, whole."""
+    runner = fleet(2)
+    for node in runner.nodes:
+        Node.objects.create(hostname=f"n{node.ip}", ip=node.ip)
+    fence = Fence.claim()
+    rows = load_nodes()
+    judgement = judge(rows, probe_nodes(rows), timezone.now())
+    claimed: list[int] = []
+    with transaction.atomic():
+        from healthcheck.sweep import save_changes
+
+        save_changes(judgement, timezone.now())
+        fence.check()
+        newer = threading.Thread(target=lambda: claimed.append(_claim_and_close()))
+        newer.start()
+        newer.join(0.5)
+        assert newer.is_alive(), "the claim must wait for the open write's commit"
+    newer.join(10)
+    assert claimed == [fence.token + 1]
+    assert NodeEvent.objects.count() == 2
+
+
+def _claim_and_close() -> int:
+    try:
+        return claim_fence()
+    finally:
+        connections.close_all()
+
+
+def test_a_sweep_run_outside_the_tasks_fences_off_older_ones(
+    sweep_redis, fast_probes, sd_dir, fleet, make_node
+):
+    runner = fleet(1)
+    make_node(ip=runner.nodes[0].ip)
+    older = Fence.claim()
+    run_sweep()  # claims a newer token
+    assert current_fence() == older.token + 1
+    with pytest.raises(SweepLockLost, match="newer sweep"), transaction.atomic():
+        older.check()

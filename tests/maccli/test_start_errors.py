@@ -84,9 +84,10 @@ class _SweepsStopped(JsonHandler):
     """A master whose API and database answer while its worker and beat are down."""
 
     registrations: list[tuple[str, dict]] = []
+    failed = ["sweeps"]
 
     def do_GET(self):
-        self.send_json(503, {"status": "unhealthy", "failed": ["sweeps"]})
+        self.send_json(503, {"status": "unhealthy", "failed": self.failed})
 
     def do_POST(self):
         payload = self.read_json()
@@ -94,13 +95,21 @@ class _SweepsStopped(JsonHandler):
         self.send_json(201, {"id": 1, "hostname": payload["hostname"], "node_key": "k" * 43})
 
 
-def test_stopped_sweeps_do_not_stop_a_node_from_joining(mac_env):
-    with serving(_SweepsStopped) as url:
+class _ProbeQueueUnconsumed(_SweepsStopped):
+    """Sweeps stopped because their chunk queue has no consumer (/health's `queues`)."""
+
+    registrations: list[tuple[str, dict]] = []
+    failed = ["sweeps", "queues"]
+
+
+@pytest.mark.parametrize("handler", [_SweepsStopped, _ProbeQueueUnconsumed])
+def test_stopped_sweeps_do_not_stop_a_node_from_joining(mac_env, handler):
+    with serving(handler) as url:
         result = _start_and_stop_agent(mac_env, _port(url))
     assert result.returncode == 0, result.stderr
     assert "sweeps have stopped" in result.stderr
     assert "Registered with master 127.0.0.1." in result.stdout + result.stderr
-    assert [path for path, _ in _SweepsStopped.registrations] == [
+    assert [path for path, _ in handler.registrations] == [
         "/api/v1/register",
         "/api/v1/deregister",
     ]
