@@ -142,9 +142,20 @@ if env_str("MAC_TEST_DB_NAME"):
     # Lets several test runs share one PostgreSQL server without colliding.
     _db["TEST"] = {"NAME": env_str("MAC_TEST_DB_NAME")}
 DATABASES = {"default": _db}
-# Threads per API worker that run requests (macweb.asgi); each holds at most one
-# database connection, so keep it at or under MAC_DB_POOL_SIZE.
-API_THREADS = env_int("MAC_API_THREADS", 8, minimum=1, maximum=256)
+# --- The proxy in front of the API server (nginx, macweb/proxy.py; docs/security.md).
+# Seconds a client has to send its request headers, and at most between two reads of
+# its body; past either, the connection is closed.
+API_REQUEST_TIMEOUT = env_float("MAC_API_REQUEST_TIMEOUT", 30.0, minimum=0.5)
+# Seconds an idle keep-alive connection is kept.
+API_KEEPALIVE = env_int("MAC_API_KEEPALIVE", 5, minimum=1, maximum=3600)
+# Client connections the proxy holds at once; more are closed as they arrive.
+API_MAX_CONNECTIONS = env_int("MAC_API_MAX_CONNECTIONS", 1000, minimum=10)
+# Requests one client address may have in progress at once; more get 429.
+API_MAX_CONNECTIONS_PER_ADDRESS = env_int(
+    "MAC_API_MAX_CONNECTIONS_PER_ADDRESS", 100, minimum=1
+)
+# Bytes of request line and headers; more get 431.
+API_MAX_HEADER_BYTES = env_int("MAC_API_MAX_HEADER_BYTES", 32 * 1024, minimum=1024)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, Channels layer, locks and rate limits.
