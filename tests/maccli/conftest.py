@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
+
 # Variables of the developer's shell that would change what `mac` does under test.
 _SCRUB = ("MASTER_IP", "NODE_NAME", "NO_COLOR")
 
@@ -76,6 +78,8 @@ def mac_env(tmp_path: Path) -> MacEnv:
             "MAC_PROC_ROOT": str(tmp_path / "proc"),
             "MAC_RUNTIME": "process",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            # The master's API server behind its proxy: never the fixed 28081 of another run.
+            "MAC_API_INTERNAL_PORT": str(free_port()),
         }
     )
     mac = MacEnv(tmp_path, env)
