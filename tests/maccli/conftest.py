@@ -63,6 +63,11 @@ class MacEnv:
 
 @pytest.fixture
 def mac_env(tmp_path: Path) -> MacEnv:
+    return make_mac_env(tmp_path)
+
+
+def make_mac_env(tmp_path: Path) -> MacEnv:
+    """A private `mac` configuration under tmp_path (for fixtures of a wider scope too)."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("MAC_")}
     for keep in ("MAC_REDIS_URL", "MAC_DATA_DIR", "MAC_TEST_DB_NAME"):
         if keep in os.environ:
