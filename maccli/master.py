@@ -81,7 +81,9 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
     api_prestart = [
         # First: the data folder and the secret key every master process reads.
         [*django, "prepare_master"],
-        [*django, "migrate", "--noinput"],
+        # Without the statement timeout of the serving processes: a migration of a
+        # large table may take longer (macweb.db_deadline).
+        ["env", "MAC_DB_STATEMENT_TIMEOUT=0", *django, "migrate", "--noinput"],
         [*django, "collectstatic", "--noinput"],
     ]
     prom_dir = data / "prometheus"

@@ -29,3 +29,6 @@ graceful_timeout = 30
 # 60 s (macweb/proxy.py); the server keeps them longer, so that it never closes one
 # just as the proxy sends a request on it (a POST would then fail with 502).
 keepalive = 75
+# gunicorn 27's control socket (one per user, shared by every gunicorn of that user):
+# MAC does not use it, and several masters or test servers on one host would share it.
+control_socket_disable = True

@@ -76,11 +76,15 @@ def render_nginx_conf(
     upstream: str,
     prefix: str,
     trusted_proxies: Sequence[IPNetwork] = (),
+    resolver: str = "",
 ) -> str:
     """nginx.conf for a proxy on `listen` (HOST:PORT) in front of the API at `upstream`.
 
     `prefix` is nginx's own folder (pid file, temporary folders): under the master's
     data directory for the process runtime, inside the container under Docker.
+    `resolver` (Docker's 127.0.0.11) makes nginx look the upstream's name up again as
+    it goes, so that a recreated mac-api-server with a new address is still found;
+    without it the upstream is a fixed address with kept-alive connections.
     """
     timeout_ms = max(1, round(limits.request_timeout * 1000))
     # nginx has no separate cap on client connections: worker_connections counts each
@@ -100,6 +104,18 @@ def render_nginx_conf(
     down_json = (
         '{"detail": "the API server does not answer; on the master: mac status master"}\n'
     )
+    if resolver:
+        upstream_block = f"    resolver {resolver} valid=10s ipv6=off;\n"
+        target = "$mac_api"
+        set_target = f"            set $mac_api http://{upstream};\n"
+    else:
+        upstream_block = (
+            f"    upstream mac_api {{\n        server {upstream};\n"
+            f"        keepalive {UPSTREAM_KEEPALIVE};\n"
+            f"        keepalive_timeout {UPSTREAM_KEEPALIVE_SECONDS}s;\n    }}\n"
+        )
+        target = "http://mac_api"
+        set_target = ""
     realip = "".join(f"    set_real_ip_from {net};\n" for net in trusted_proxies)
     if realip:
         realip += "    real_ip_header X-Forwarded-For;\n    real_ip_recursive on;\n"
@@ -161,12 +177,7 @@ http {{
         "" "";
     }}
 
-    upstream mac_api {{
-        server {upstream};
-        keepalive {UPSTREAM_KEEPALIVE};
-        keepalive_timeout {UPSTREAM_KEEPALIVE_SECONDS}s;
-    }}
-
+{upstream_block}
     server {{
         listen {_listen(listen)};
 
@@ -179,7 +190,7 @@ http {{
         error_page 502 504 =503 @api_down;
 
         location / {{
-            proxy_pass http://mac_api;
+{set_target}            proxy_pass {target};
             # (proxy_set_header in a location replaces every inherited one: all here.)
             proxy_set_header Host $http_host;
             # Replaces whatever the client sent: the one address nginx resolved.
@@ -191,7 +202,7 @@ http {{
         }}
 
         location /ws/ {{
-            proxy_pass http://mac_api;
+{set_target}            proxy_pass {target};
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_set_header X-Forwarded-Proto $scheme;

@@ -100,6 +100,10 @@ TEMPLATES = [
 
 # --- Database: SQLite in the data directory unless DATABASE_URL says otherwise.
 _database_url = env_str("DATABASE_URL")
+# Seconds a PostgreSQL statement may run (the server's statement_timeout); the client
+# gives up on an unanswered one a second later (macweb.db_deadline: a hung server).
+# 0 turns both off; `mac start master` runs migrate with 0.
+DB_STATEMENT_TIMEOUT = env_float("MAC_DB_STATEMENT_TIMEOUT", 3.0, minimum=0.0)
 if _database_url:
     try:
         _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
@@ -118,6 +122,16 @@ if _database_url:
         _db.setdefault("OPTIONS", {}).setdefault(
             "connect_timeout", env_int("MAC_DB_CONNECT_TIMEOUT", 3, minimum=1)
         )
+        if DB_STATEMENT_TIMEOUT:
+            # Set by libpq at connection time: no statement of its own per connection.
+            _options = _db["OPTIONS"].get("options", "")
+            _db["OPTIONS"]["options"] = (
+                f"{_options} -c statement_timeout={round(DB_STATEMENT_TIMEOUT * 1000)}"
+            ).strip()
+            # Django's health check of a reused connection (MAC_DB_POOL_SIZE=0) runs its
+            # SELECT 1 outside the deadline and would hang on a hung server; without it,
+            # a connection that died fails its next statement quickly and is replaced.
+            _db["CONN_HEALTH_CHECKS"] = False
     if _pool_size and _db["ENGINE"] == "django.db.backends.postgresql":
         _db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections together with a pool
         _db.setdefault("OPTIONS", {})["pool"] = {

@@ -165,8 +165,10 @@ class ProcessRuntime(Runtime):
         log = self.log_file(role, spec.name)
         # What people recognise: `prepare_master`, not `python -m django prepare_master`.
         words = command
-        if command[1:2] == ["-m"]:
-            words = command[3:] if command[2:3] == ["django"] else command[2:]
+        if words[:1] == ["env"]:  # `env NAME=VALUE ... program`: the program's words
+            words = [word for word in words[1:] if "=" not in word]
+        if words[1:2] == ["-m"]:
+            words = words[3:] if words[2:3] == ["django"] else words[2:]
         with spinner(f"{spec.name}: {' '.join(words[:2])}"), log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()

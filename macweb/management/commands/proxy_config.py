@@ -35,6 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--listen", required=True, help="HOST:PORT clients connect to")
         parser.add_argument("--upstream", required=True, help="HOST:PORT of the API server")
         parser.add_argument("--prefix", help="nginx's folder: pid file, temporary folders")
+        parser.add_argument(
+            "--resolver",
+            default="",
+            help="DNS server that nginx asks for the upstream's name as it goes "
+            "(127.0.0.11 under Docker)",
+        )
 
     def handle(self, *args, **options) -> None:
         listen = _address("--listen", options["listen"])
@@ -47,6 +53,7 @@ class Command(BaseCommand):
             upstream=upstream,
             prefix=str(prefix),
             trusted_proxies=settings.TRUSTED_PROXIES,
+            resolver=options["resolver"],
         )
         try:
             (prefix / "tmp").mkdir(parents=True, exist_ok=True)
