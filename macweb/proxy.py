@@ -101,9 +101,7 @@ def render_nginx_conf(
         f"More than {limits.max_connections_per_address} requests at once from one address "
         "(MAC_API_MAX_CONNECTIONS_PER_ADDRESS); retry later.\n"
     )
-    down_json = (
-        '{"detail": "the API server does not answer; on the master: mac status master"}\n'
-    )
+    down_json = '{"detail": "the API server does not answer; on the master: mac status master"}\n'
     if resolver:
         upstream_block = f"    resolver {resolver} valid=10s ipv6=off;\n"
         target = "$mac_api"

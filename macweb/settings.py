@@ -165,9 +165,7 @@ API_KEEPALIVE = env_int("MAC_API_KEEPALIVE", 5, minimum=1, maximum=3600)
 # Client connections the proxy holds at once; more are closed as they arrive.
 API_MAX_CONNECTIONS = env_int("MAC_API_MAX_CONNECTIONS", 1000, minimum=10)
 # Requests one client address may have in progress at once; more get 429.
-API_MAX_CONNECTIONS_PER_ADDRESS = env_int(
-    "MAC_API_MAX_CONNECTIONS_PER_ADDRESS", 100, minimum=1
-)
+API_MAX_CONNECTIONS_PER_ADDRESS = env_int("MAC_API_MAX_CONNECTIONS_PER_ADDRESS", 100, minimum=1)
 # Bytes of request line and headers; more get 431.
 API_MAX_HEADER_BYTES = env_int("MAC_API_MAX_HEADER_BYTES", 32 * 1024, minimum=1024)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -37,6 +37,7 @@ pytestmark = [
     pytest.mark.skipif(not shutil.which("nginx"), reason="Debian's nginx is missing"),
 ]
 
+
 def _get(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
