@@ -10,6 +10,7 @@ the sweep is healthcheck.sweep.run_sweep, the same code the Celery task runs.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -66,7 +67,7 @@ class Server:
     url: str
     port: int
     env: dict[str, str]
-    root: Path
+    root: Path | None = None  # the proxy's folder (a temporary one by default)
     proc: object = None
     proxy: object = None
 
@@ -74,6 +75,7 @@ class Server:
         api_port = free_port()
         self.proc, _ = servers.start_uvicorn(self.env, port=api_port)
         full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "macweb.settings", **self.env}
+        self.root = self.root or Path(tempfile.mkdtemp(prefix="mac-browser-proxy-"))
         self.proxy = start_proxy(self.root, full_env, self.port, api_port)
 
     def stop(self) -> None:
