@@ -316,7 +316,9 @@ class ProcessRuntime(Runtime):
             service = _service_process(program.pid) if up else None
             if service is None:
                 detail = f"log: {log}"
-                if up:
+                if program.state == "STARTING":
+                    state = "starting"  # the launcher has not started the service yet
+                elif up:
                     # supervisord still sees the launcher, which is clearing what the dead
                     # service left behind; supervisord restarts it next (issue 19, D3).
                     state = "restarting"
