@@ -89,7 +89,7 @@ def render_nginx_conf(
     timeout_ms = max(1, round(limits.request_timeout * 1000))
     # nginx has no separate cap on client connections: worker_connections counts each
     # request's connection to the API server too, hence twice the client cap.
-    worker_connections = 2 * limits.max_connections
+    worker_connections = 2 * limits.max_connections + 128
     # A request body larger than the API accepts still reaches it (up to twice the
     # size), so that the API's own 400 names the limit; beyond, nginx answers 413.
     body_cap = 2 * limits.max_body_bytes
@@ -177,7 +177,8 @@ http {{
 
 {upstream_block}
     server {{
-        listen {_listen(listen)};
+        # A burst of agents connects at once: queue them in the kernel, not drop them.
+        listen {_listen(listen)} backlog={max(511, limits.max_connections)};
 
         proxy_http_version 1.1;
         proxy_connect_timeout 5s;

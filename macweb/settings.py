@@ -156,6 +156,10 @@ if env_str("MAC_TEST_DB_NAME"):
     # Lets several test runs share one PostgreSQL server without colliding.
     _db["TEST"] = {"NAME": env_str("MAC_TEST_DB_NAME")}
 DATABASES = {"default": _db}
+# Threads per API worker that run requests (macweb.asgi); each holds at most one
+# database connection, so keep it at or under MAC_DB_POOL_SIZE.
+API_THREADS = env_int("MAC_API_THREADS", 8, minimum=1, maximum=256)
+
 # --- The proxy in front of the API server (nginx, macweb/proxy.py; docs/security.md).
 # Seconds a client has to send its request headers, and at most between two reads of
 # its body; past either, the connection is closed.

@@ -51,8 +51,8 @@ def test_it_renders_every_limit_as_its_nginx_directive(tmp_path):
         "large_client_header_buffers 1 16384;",
         "client_max_body_size 200000;",
         "limit_conn per_address 20;",
-        "worker_connections 600;",
-        "listen 127.0.0.1:18080;",
+        "worker_connections 728;",
+        "listen 127.0.0.1:18080 backlog=511;",
         "server 127.0.0.1:18081;",
         "proxy_set_header X-Forwarded-For $remote_addr;",
         "proxy_set_header Upgrade $http_upgrade;",
@@ -75,7 +75,7 @@ def test_trusted_proxies_are_the_only_ones_whose_forwarded_for_is_read(tmp_path)
 
     assert "set_real_ip_from 10.1.0.0/16;" in text and "set_real_ip_from fd00::/8;" in text
     assert "real_ip_header X-Forwarded-For;" in text and "real_ip_recursive on;" in text
-    assert "listen [::]:18080;" in text
+    assert "listen [::]:18080 backlog=511;" in text
     assert _nginx_accepts(tmp_path, text).returncode == 0
 
 
