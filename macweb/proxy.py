@@ -30,6 +30,8 @@ UPSTREAM_READ_SECONDS = 60
 # The live socket stays open while the page is; the page reconnects if it drops.
 WEBSOCKET_IDLE_SECONDS = 3600
 RETRY_AFTER_SECONDS = 5
+# Every method the master serves somewhere (the API, the pages, the admin).
+ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,9 @@ http {{
         proxy_http_version 1.1;
         proxy_connect_timeout 5s;
 
+        # nginx itself refuses TRACE (the only 405 it makes: everything else is proxied,
+        # and the API server's own 405s carry its Allow header).
+        error_page 405 @method_not_allowed;
         error_page 494 =431 @headers_too_large;
         error_page 413 @body_too_large;
         error_page 429 @too_many_requests;
@@ -211,6 +216,10 @@ http {{
             proxy_send_timeout {WEBSOCKET_IDLE_SECONDS}s;
         }}
 
+        location @method_not_allowed {{
+            add_header Allow "{ALLOWED_METHODS}" always;
+            return 405 "The $request_method method is not allowed.\n";
+        }}
         location @headers_too_large {{
             return 431 {_text(header_text)};
         }}
