@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import json
 import logging
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -134,22 +133,20 @@ def serve_exporter(exporter: Exporter, sock: socket.socket) -> None:
 class AsgiServer:
     """An ASGI app (mango-sdk-agent) served by uvicorn on a loop that serves others too.
 
-    uvicorn's own ``serve`` takes SIGTERM/SIGINT for itself; here the bundle owns the
-    signals and stops every service, so the server runs without capturing them.
+    uvicorn's ``serve`` captures SIGTERM/SIGINT while it runs and hands them back when
+    it ends. The bundle installed its own handlers on the loop first
+    (``stop_event_on_signals``), and the loop still hears every signal through its
+    wakeup descriptor, so one SIGTERM stops uvicorn and sets the bundle's stop event:
+    every service stops and the process exits 0 (tests/exporters/test_bundle.py).
     """
 
     def __init__(self, name: str, app: Callable, sock: socket.socket) -> None:
         import uvicorn
 
-        class _Server(uvicorn.Server):
-            @contextlib.contextmanager
-            def capture_signals(self) -> Iterator[None]:
-                yield
-
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         self.name = name
         self.sock = sock
-        self.server = _Server(config)
+        self.server = uvicorn.Server(config)
         self.task: asyncio.Task | None = None
 
     async def start(self) -> None:

@@ -30,7 +30,7 @@ from node.config import NodeConfig
 
 # The services of `mac start master` (maccli.master.master_specs), by name, and
 # mac-redis, which only the Docker master runs (the process runtime uses the host's).
-MASTER_SERVICES = ("api-server", "worker", "beat", "prometheus", "alertmanager", "redis")
+MASTER_SERVICES = ("api-server", "worker", "beat", "prometheus", "alertmanager", "redis", "proxy")
 DOCKER_ONLY = {"redis": "the host's redis-server"}
 AGENT_SERVICES = tuple(service.name for service in SERVICES)
 FOLLOW_POLL = 0.25  # seconds between two looks at a followed log file

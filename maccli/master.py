@@ -22,11 +22,14 @@ from maccli import output
 from maccli.agent import print_states
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
+from maccli.runtimes.base import Runtime
 from maccli.runtimes.process import ProcessRuntime
 from node.config import NodeConfig
 
 ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The API server's own port behind the proxy, which alone listens on MAC_MASTER_PORT.
+API_INTERNAL_PORT = 28081
 
 
 def data_dir(cfg: NodeConfig) -> Path:
@@ -80,7 +83,20 @@ def alertmanager_spec(
     )
 
 
-def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
+def api_internal_port(cfg: NodeConfig) -> int:
+    """Where the API server listens behind the proxy (127.0.0.1 only)."""
+    return cfg.int_value("MAC_API_INTERNAL_PORT", API_INTERNAL_PORT)
+
+
+def worker_name() -> str:
+    """The master's Celery worker's node name, which its health check pings."""
+    return f"mac-worker@{socket.gethostname()}"
+
+
+def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
+    """The master's services. Under Docker the API server has no port of its own on the
+    host (only mac-proxy publishes one), and the containers' health checks stand in for
+    the commands that `mac` runs itself under the process runtime."""
     py = sys.executable
     data = data_dir(cfg)
     bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
@@ -88,6 +104,10 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     api_port, prom_port = cfg.master_port, prometheus_port(cfg)
     # A site's own Alertmanager (MAC_ALERTMANAGER_URL) replaces MAC's: none runs here.
     site_alertmanager = cfg.get("MAC_ALERTMANAGER_URL")
+    internal_port = api_internal_port(cfg)
+    broker = (
+        cfg.get("MAC_CELERY_BROKER_URL") or cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    )
     env = {
         "DJANGO_SETTINGS_MODULE": "macweb.settings",
         "MAC_DATA_DIR": str(data),
@@ -104,7 +124,9 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     api_prestart = [
         # First: the data folder and the secret key every master process reads.
         [*django, "prepare_master"],
-        [*django, "migrate", "--noinput"],
+        # Without the statement timeout of the serving processes: a migration of a
+        # large table may take longer (macweb.db_deadline).
+        ["env", "MAC_DB_STATEMENT_TIMEOUT=0", *django, "migrate", "--noinput"],
         [*django, "collectstatic", "--noinput"],
     ]
     prom_dir = data / "prometheus"
@@ -117,6 +139,12 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 "--master", f"{probe_host}:{api_port}",
             ]
         )  # fmt: skip
+    proxy_dir = data / "proxy"
+    proxy_conf = proxy_dir / "nginx.conf"
+    proxy_prestart = [
+        *django, "proxy_config", "--out", str(proxy_conf),
+        "--listen", f"{bind}:{api_port}", "--upstream", f"127.0.0.1:{internal_port}",
+    ]  # fmt: skip
     specs = [
         ServiceSpec(
             "api-server",
@@ -125,20 +153,42 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 "-m",
                 "gunicorn",
                 "macweb.asgi:application",
-                # Worker class, timeouts and limits: one file for every runtime.
+                # Worker class and timeouts: one file for every runtime.
                 "-c",
                 "python:macweb.gunicorn_conf",
+                # Loopback only: clients reach it through the proxy.
                 "--bind",
-                f"{bind}:{api_port}",
+                f"127.0.0.1:{internal_port}",
                 "--workers",
                 cfg.get("MAC_API_WORKERS") or "2",
                 "--access-logfile",
                 "-",
             ],
-            port=api_port,
+            port=None if docker else internal_port,
             liveness_path="/health",
             env=env,
             prestart=api_prestart,
+            ready_timeout=90,
+            host="127.0.0.1",
+            bind="127.0.0.1",
+        ),
+        # nginx in front of the API server: slow clients, header and body sizes,
+        # connection caps, client addresses (macweb/proxy.py, docs/security.md).
+        ServiceSpec(
+            "proxy",
+            [
+                cfg.get("MAC_NGINX_BIN") or "/usr/sbin/nginx",
+                "-p",
+                str(proxy_dir),
+                "-c",
+                str(proxy_conf),
+                "-e",
+                "stderr",
+            ],
+            port=api_port,
+            liveness_path="/health",
+            env=env,
+            prestart=[proxy_prestart],
             ready_timeout=90,
             host=probe_host,
             bind=bind,
@@ -159,9 +209,25 @@ def master_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 "--concurrency",
                 cfg.get("MAC_WORKER_CONCURRENCY") or "2",
                 "-n",
-                "mac-worker@%h",
+                worker_name(),
             ],
             env=env,
+            # Its own answer: a ping through the broker, without loading Django.
+            health_command=None
+            if docker
+            else [
+                py,
+                "-m",
+                "celery",
+                "-b",
+                broker,
+                "inspect",
+                "ping",
+                "-d",
+                worker_name(),
+                "-t",
+                "2",
+            ],
         ),
         ServiceSpec(
             "beat",
@@ -251,10 +317,14 @@ def _public_host(cfg: NodeConfig) -> str:
     return cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
 
 
+def _specs(cfg: NodeConfig, runtime: Runtime) -> list[ServiceSpec]:
+    return master_specs(cfg, docker=not isinstance(runtime, ProcessRuntime))
+
+
 def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
-    specs = master_specs(cfg)
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    specs = _specs(cfg, runtime)
     admin = ""
     if isinstance(runtime, ProcessRuntime):
         redis_url = cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
@@ -299,7 +369,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
 def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name)
-    states = runtime.stop(ROLE, master_specs(cfg))
+    states = runtime.stop(ROLE, _specs(cfg, runtime))
     still = [s.name for s in states if s.running]
     if still:
         raise CliError(f"still running: {', '.join(still)}", commands=["mac status master"])
@@ -310,7 +380,7 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
-    states = runtime.restart(ROLE, master_specs(cfg))
+    states = runtime.restart(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
     return 0
 
@@ -318,7 +388,7 @@ def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
 def status(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name)
-    states = runtime.status(ROLE, master_specs(cfg))
+    states = runtime.status(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
     healthy = all(s.running and s.health in ("ok", "-") for s in states)
     return 0 if healthy else 1

@@ -1,4 +1,10 @@
-"""ASGI entry point: Django for HTTP, Channels for the dashboard's WebSocket."""
+"""ASGI entry point: Django for HTTP, Channels for the dashboard's WebSocket.
+
+Not Django's stock handler, because it runs each request in a thread of its own: at
+1,000 simultaneous registrations (bench/register.py, back to back on one machine,
+issue 19) it took 3-4x the worker CPU (15.3 against 4.9 ms a new registration) and
+282 of 1,000 re-registrations got 503 waiting for a pooled connection, against 0 here.
+"""
 
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +86,6 @@ class SyncMiddlewareASGIHandler(ASGIHandler):
         request, response = self.create_request(scope, body_file)
         if request is not None:
             response = self.get_response(request)
-        response._handler_class = self.__class__
         if isinstance(response, FileResponse):
             response.block_size = self.chunk_size
         if response.streaming:

@@ -103,6 +103,10 @@ TEMPLATES = [
 
 # --- Database: SQLite in the data directory unless DATABASE_URL says otherwise.
 _database_url = env_str("DATABASE_URL")
+# Seconds a PostgreSQL statement may run (the server's statement_timeout); the client
+# gives up on an unanswered one a second later (macweb.db_deadline: a hung server).
+# 0 turns both off; `mac start master` runs migrate with 0.
+DB_STATEMENT_TIMEOUT = env_float("MAC_DB_STATEMENT_TIMEOUT", 3.0, minimum=0.0)
 if _database_url:
     try:
         _db = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
@@ -121,6 +125,16 @@ if _database_url:
         _db.setdefault("OPTIONS", {}).setdefault(
             "connect_timeout", env_int("MAC_DB_CONNECT_TIMEOUT", 3, minimum=1)
         )
+        if DB_STATEMENT_TIMEOUT:
+            # Set by libpq at connection time: no statement of its own per connection.
+            _options = _db["OPTIONS"].get("options", "")
+            _db["OPTIONS"]["options"] = (
+                f"{_options} -c statement_timeout={round(DB_STATEMENT_TIMEOUT * 1000)}"
+            ).strip()
+            # Django's health check of a reused connection (MAC_DB_POOL_SIZE=0) runs its
+            # SELECT 1 outside the deadline and would hang on a hung server; without it,
+            # a connection that died fails its next statement quickly and is replaced.
+            _db["CONN_HEALTH_CHECKS"] = False
     if _pool_size and _db["ENGINE"] == "django.db.backends.postgresql":
         _db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections together with a pool
         _db.setdefault("OPTIONS", {})["pool"] = {
@@ -148,6 +162,19 @@ DATABASES = {"default": _db}
 # Threads per API worker that run requests (macweb.asgi); each holds at most one
 # database connection, so keep it at or under MAC_DB_POOL_SIZE.
 API_THREADS = env_int("MAC_API_THREADS", 8, minimum=1, maximum=256)
+
+# --- The proxy in front of the API server (nginx, macweb/proxy.py; docs/security.md).
+# Seconds a client has to send its request headers, and at most between two reads of
+# its body; past either, the connection is closed.
+API_REQUEST_TIMEOUT = env_float("MAC_API_REQUEST_TIMEOUT", 30.0, minimum=0.5)
+# Seconds an idle keep-alive connection is kept.
+API_KEEPALIVE = env_int("MAC_API_KEEPALIVE", 5, minimum=1, maximum=3600)
+# Client connections the proxy holds at once; more are closed as they arrive.
+API_MAX_CONNECTIONS = env_int("MAC_API_MAX_CONNECTIONS", 1000, minimum=10)
+# Requests one client address may have in progress at once; more get 429.
+API_MAX_CONNECTIONS_PER_ADDRESS = env_int("MAC_API_MAX_CONNECTIONS_PER_ADDRESS", 100, minimum=1)
+# Bytes of request line and headers; more get 431.
+API_MAX_HEADER_BYTES = env_int("MAC_API_MAX_HEADER_BYTES", 32 * 1024, minimum=1024)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker, Channels layer, locks and rate limits.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,9 @@ class ServiceSpec:
     host: str = "127.0.0.1"
     # The address the service listens on ("" or a wildcard: every address).
     bind: str = ""
+    # A service without a liveness URL may name a command that exits 0 while it works
+    # (the Celery worker answers a ping through the broker).
+    health_command: list[str] | None = None
 
     @property
     def liveness_url(self) -> str | None:
@@ -58,6 +63,37 @@ def probe(url: str | None, timeout: float = 2.0) -> str:
         return "-"
     parts = urlsplit(url)
     return outcome_words(check_url(parts.hostname or "", parts.port or 80, parts.path, timeout))
+
+
+def command_health(argv: list[str], env: dict[str, str], timeout: float = 15.0) -> str:
+    """`ok` when the command exits 0, else its last line of output (why it failed)."""
+    try:
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return f"cannot run {argv[0]}: {exc.strerror or exc}"
+    if done.returncode == 0:
+        return "ok"
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return (lines[-1] if lines else f"exit code {done.returncode}")[:80]
+
+
+def service_health(spec: ServiceSpec, timeout: float = 2.0) -> str:
+    """The service's own answer: its liveness URL, else its health command, else '-'."""
+    if spec.liveness_url is not None:
+        return probe(spec.liveness_url, timeout)
+    if spec.health_command:
+        return command_health(spec.health_command, spec.env)
+    return "-"
 
 
 class Runtime(ABC):

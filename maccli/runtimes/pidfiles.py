@@ -24,7 +24,7 @@ import psutil
 
 from contract.atomicfile import write_atomically
 from maccli.output import CliError, spinner
-from maccli.runtimes.base import ServiceSpec, ServiceState, probe
+from maccli.runtimes.base import ServiceSpec, ServiceState, service_health
 
 # A reused pid belongs to a process created after our recorded start; allow clock slack.
 _CREATE_SLACK = 2.0
@@ -114,7 +114,7 @@ class PidFiles:
             pid=proc.pid,
             port=spec.port,
             uptime=uptime,
-            health=probe(spec.liveness_url),
+            health=service_health(spec),
             detail=f"not supervised (run `mac restart {self.role}`); log: {log}",
         )
 

@@ -7,9 +7,14 @@ systemd the role's supervisord is a unit enabled at boot (maccli.systemd). See
 maccli.runtimes.supervisor for the files under `<state>/<role>/`.
 
 `mac start` runs the set-up commands of the services it is about to start, writes
-the configuration, starts (or updates) supervisord and waits until each new service
-is really up: alive, answering its liveness URL, and listening on its port itself
-rather than some leftover process that holds the port.
+the configuration, starts (or updates) supervisord and waits until every service of
+the role is really up: alive, answering its own health check (liveness URL, or
+health command), and listening on its port itself rather than some leftover process
+that holds the port. That includes the services that were already running: one that
+died a moment ago is still RUNNING for supervisord while its launcher clears its
+leftovers, and `mac start` waits for it to be back and answering instead of saying
+"started" over a dead API (issue 19, D2). `mac status` likewise reports `running`
+only with a live service process, and its health only from its own answer (D3).
 
 `<state>/<role>/<service>.pid` records what runs (maccli.runtimes.pidfiles); without
 a supervisord, those files name what an older `mac` or a killed supervisord left
@@ -25,12 +30,13 @@ import subprocess
 import time
 import xmlrpc.client
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 
 from maccli.output import CliError, spinner
-from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
+from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, service_health
 from maccli.runtimes.pidfiles import PidFiles
 from maccli.runtimes.ports import check_port_free, check_port_owner
 from maccli.runtimes.supervisor import (
@@ -142,8 +148,7 @@ class ProcessRuntime(Runtime):
                     f"cannot start the {role}'s supervisord: {exc}",
                     commands=[f"tail -n 50 {directory / 'logs' / 'supervisord.log'}"],
                 ) from None
-            if new:
-                self._wait_ready(role, new, sup)
+            self._wait_ready(role, specs, sup, {spec.name for spec in new})
         return self.status(role, specs)
 
     def _boot(self, role: str, sup: Supervisor) -> None:
@@ -160,8 +165,10 @@ class ProcessRuntime(Runtime):
         log = self.log_file(role, spec.name)
         # What people recognise: `prepare_master`, not `python -m django prepare_master`.
         words = command
-        if command[1:2] == ["-m"]:
-            words = command[3:] if command[2:3] == ["django"] else command[2:]
+        if words[:1] == ["env"]:  # `env NAME=VALUE ... program`: the program's words
+            words = [word for word in words[1:] if "=" not in word]
+        if words[1:2] == ["-m"]:
+            words = words[3:] if words[2:3] == ["django"] else words[2:]
         with spinner(f"{spec.name}: {' '.join(words[:2])}"), log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()
@@ -187,17 +194,27 @@ class ProcessRuntime(Runtime):
                 commands=[f"tail -n 50 {log}", f"mac start {role}"],
             )
 
-    def _wait_ready(self, role: str, specs: Sequence[ServiceSpec], sup: Supervisor) -> None:
+    def _wait_ready(
+        self, role: str, specs: Sequence[ServiceSpec], sup: Supervisor, started: set[str]
+    ) -> None:
+        """Wait until every service answers its own health check.
+
+        `started` are the services this command started: one of them that dies is a
+        failed start (stopped again, its log shown). The others were running already;
+        one of them that is restarting (killed a moment ago) is waited for, as long as
+        supervisord is bringing it back.
+        """
         pending = {spec.name: spec for spec in specs}
         deadline = {spec.name: time.monotonic() + spec.ready_timeout for spec in specs}
         first_start: dict[str, float] = {}
-        with spinner(f"Starting {', '.join(pending)} ..."):
+        last_word = {spec.name: "not started yet" for spec in specs}
+        with spinner(f"Waiting for {', '.join(pending)} to answer ..."):
             while pending:
                 programs = sup.programs()
                 for name, spec in list(pending.items()):
                     program = programs.get(name)
                     log = self.log_file(role, name)
-                    if program is None or self._died(program, first_start):
+                    if name in started and (program is None or self._died(program, first_start)):
                         # Stopped, so that it does not crash-loop behind the operator's back.
                         sup.stop_program(name)
                         code = sup.last_exit(name)
@@ -206,28 +223,49 @@ class ProcessRuntime(Runtime):
                             hint=f"Last lines of {log}:\n{_tail(log)}\nFix the cause, then:",
                             commands=[f"tail -n 50 {log}", f"mac start {role}"],
                         )
-                    # STARTING: up, but not yet for supervisord's START_SECONDS.
-                    if program.state not in {"RUNNING", "STARTING"}:
-                        continue
-                    if _service_process(program.pid) is None:
-                        continue  # the launcher has not started the service yet
-                    since = time.time() - program.started
-                    if spec.liveness_url is None:
-                        # Nothing to ask: alive for a few seconds counts as started.
-                        if since >= NO_LIVENESS_SETTLE:
-                            del pending[name]
-                    elif probe(spec.liveness_url, 1.0) == "ok":
+                    if program is None or program.state in {"FATAL", "STOPPED"}:
+                        raise CliError(
+                            f"{name} is not running and supervisord does not restart it "
+                            f"(last exit: {sup.last_exit(name)}).",
+                            hint=f"Last lines of {log}:\n{_tail(log)}\nThen:",
+                            commands=[f"tail -n 50 {log}", f"mac restart {role}"],
+                        )
+                    if self._ready(spec, program, last_word):
                         check_port_owner(role, spec, program.pid)
                         del pending[name]
                     elif time.monotonic() > deadline[name]:
+                        what = spec.liveness_url or "its health check"
                         raise CliError(
-                            f"{name} started but {spec.liveness_url} did not answer within "
-                            f"{spec.ready_timeout:g} s.",
+                            f"{name} does not answer {what} after {spec.ready_timeout:g} s: "
+                            f"{last_word[name]}.",
                             hint=f"Last lines of {log}:\n{_tail(log)}\nThen check:",
                             commands=[f"mac status {role}", f"tail -n 50 {log}"],
                         )
                 if pending:
                     time.sleep(self.poll)
+
+    @staticmethod
+    def _ready(spec: ServiceSpec, program: Program, last_word: dict[str, str]) -> bool:
+        """Whether the program's service process is up and answers its own health check."""
+        # STARTING: up, but not yet for supervisord's START_SECONDS.
+        if program.state not in {"RUNNING", "STARTING"}:
+            last_word[spec.name] = f"supervisord says {STATES.get(program.state, program.state)}"
+            return False
+        service = _service_process(program.pid)
+        if service is None:
+            last_word[spec.name] = "its process is not running (yet)"
+            return False
+        if spec.liveness_url is None and not spec.health_command:
+            # Nothing to ask: alive for a few seconds counts as started.
+            try:
+                alive_for = time.time() - service.create_time()
+            except psutil.Error:
+                return False
+            last_word[spec.name] = f"alive for {alive_for:.0f} s"
+            return alive_for >= NO_LIVENESS_SETTLE
+        word = service_health(spec, timeout=1.0)
+        last_word[spec.name] = word
+        return word == "ok"
 
     @staticmethod
     def _died(program: Program, first_start: dict[str, float]) -> bool:
@@ -264,7 +302,8 @@ class ProcessRuntime(Runtime):
             pid_files = self.pid_files(role)
             return [pid_files.state(spec, self.log_file(role, spec.name)) for spec in specs]
         programs = sup.programs()
-        states = []
+        states: list[ServiceState] = []
+        asks: list[tuple[ServiceState, ServiceSpec]] = []
         for spec in specs:
             program = programs.get(spec.name)
             log = self.log_file(role, spec.name)
@@ -277,7 +316,14 @@ class ProcessRuntime(Runtime):
             service = _service_process(program.pid) if up else None
             if service is None:
                 detail = f"log: {log}"
-                if state in {"exited", "restarting"}:
+                if program.state == "STARTING":
+                    state = "starting"  # the launcher has not started the service yet
+                elif up:
+                    # supervisord still sees the launcher, which is clearing what the dead
+                    # service left behind; supervisord restarts it next (issue 19, D3).
+                    state = "restarting"
+                    detail = f"its process is gone; supervisord restarts it; {detail}"
+                elif state in {"exited", "restarting"}:
                     detail = f"last exit: {sup.last_exit(spec.name)}; {detail}"
                 states.append(ServiceState(spec.name, state, port=spec.port, detail=detail))
                 continue
@@ -286,17 +332,22 @@ class ProcessRuntime(Runtime):
                 uptime = max(0.0, time.time() - service.create_time())
             except psutil.Error:
                 uptime = max(0.0, time.time() - program.started)
-            states.append(
-                ServiceState(
-                    spec.name,
-                    "running",
-                    pid=service.pid,
-                    port=spec.port,
-                    uptime=uptime,
-                    health=probe(spec.liveness_url),
-                    detail=f"log: {log}",
-                )
+            state_row = ServiceState(
+                spec.name,
+                "running",
+                pid=service.pid,
+                port=spec.port,
+                uptime=uptime,
+                detail=f"log: {log}",
             )
+            states.append(state_row)
+            asks.append((state_row, spec))
+        # Each service's own answer, asked of all at once (a Celery ping takes a second).
+        if asks:
+            with ThreadPoolExecutor(max_workers=len(asks)) as pool:
+                words = list(pool.map(lambda ask: service_health(ask[1]), asks))
+            for (state_row, _spec), word in zip(asks, words, strict=True):
+                state_row.health = word
         return states
 
 
@@ -307,12 +358,14 @@ def _base_env() -> dict[str, str]:
 
 
 def _service_process(launcher_pid: int) -> psutil.Process | None:
-    """The service itself: the launcher's child (maccli.runtimes.launch)."""
+    """The service itself: the launcher's live child (maccli.runtimes.launch)."""
     try:
         children = psutil.Process(launcher_pid).children()
+        if children and children[0].status() != psutil.STATUS_ZOMBIE:
+            return children[0]
     except psutil.Error:
-        return None
-    return children[0] if children else None
+        pass
+    return None
 
 
 def _tail(path: Path, lines: int = 8) -> str:

@@ -10,7 +10,9 @@ from tests.docker.conftest import REPO, wait_for
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
-MASTER_CONTAINERS = ("mac-api-server", "mac-worker", "mac-beat", "mac-prometheus", "mac-redis")
+MASTER_CONTAINERS = (
+    "mac-proxy", "mac-api-server", "mac-worker", "mac-beat", "mac-prometheus", "mac-redis"
+)  # fmt: skip
 
 
 def test_it_finds_a_raw_compose_ups_containers_before_dockers_conflict(docker_master, node):

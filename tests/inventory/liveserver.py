@@ -1,9 +1,10 @@
-"""A real API server (gunicorn + MAC's uvicorn worker) for the tests of the server stack.
+"""A real serving stack (nginx in front of gunicorn + uvicorn) for the tests of the server.
 
-It starts exactly as `mac start master` starts mac-api-server (`-c
-python:macweb.gunicorn_conf`), on a free loopback port, with a private SQLite
-inventory in its own data directory, so it needs nothing from pytest-django and
-runs the same on the PostgreSQL and the SQLite passes.
+It starts exactly as `mac start master` starts its `proxy` and `api-server` services
+(`manage.py proxy_config` and nginx; gunicorn `-c python:macweb.gunicorn_conf` on a
+loopback port of its own), on free loopback ports, with a private SQLite inventory
+in its own data directory, so it needs nothing from pytest-django and runs the same
+on the PostgreSQL and the SQLite passes. `port` is the proxy's: what clients reach.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testkit.ports import free_port
+from testkit.proxy import start_proxy, stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,6 +31,8 @@ class ApiServer:
     log: Path
     data: Path
     env: dict[str, str]
+    proxy: subprocess.Popen | None = None
+    api_port: int = 0  # the API server's own port, behind the proxy
 
     @property
     def url(self) -> str:
@@ -64,12 +68,9 @@ class ApiServer:
         return self.log.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        if self.proxy is not None:
+            stop_process(self.proxy)
+        stop_process(self.process)
 
 
 def start_api_server(tmp: Path, env: dict[str, str] | None = None, workers: int = 1) -> ApiServer:
@@ -99,19 +100,24 @@ def start_api_server(tmp: Path, env: dict[str, str] | None = None, workers: int 
         cwd=REPO,
         timeout=180,
     )
-    port = free_port()
+    port, api_port = free_port(), free_port()
     log = tmp / "api-server.log"
     with log.open("wb") as handle:
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "gunicorn", "macweb.asgi:application",
                 "-c", "python:macweb.gunicorn_conf",
-                "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+                "--bind", f"127.0.0.1:{api_port}", "--workers", str(workers),
                 "--access-logfile", "-",
             ],
             stdout=handle, stderr=subprocess.STDOUT, env=full_env, cwd=REPO,
         )  # fmt: skip
-    server = ApiServer(port, process, log, data, full_env)
+    server = ApiServer(port, process, log, data, full_env, api_port=api_port)
+    try:
+        server.proxy = start_proxy(tmp, full_env, port, api_port)
+    except (RuntimeError, subprocess.CalledProcessError):
+        server.stop()
+        raise
     deadline = time.monotonic() + 90
     while True:
         try:

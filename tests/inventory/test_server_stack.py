@@ -116,8 +116,9 @@ def test_it_closes_a_half_sent_request_within_the_request_timeout(server, sent):
 
     assert elapsed <= REQUEST_TIMEOUT + SLACK
     assert elapsed >= REQUEST_TIMEOUT - 0.5
-    assert received.startswith(b"HTTP/1.1 408"), received
-    assert b"MAC_API_REQUEST_TIMEOUT" in received
+    # nginx closes a request it never finished reading without an answer (it only logs
+    # the 408): a client that stalls learns nothing, and holds nothing past the bound.
+    assert received == b"", received
 
 
 def test_it_refuses_oversized_headers(server):

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
+
 FAKE_DOCKER = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 # Variables of the developer's shell that would change what `mac` does under test.
 _SCRUB = ("MASTER_IP", "NODE_NAME", "NO_COLOR")
@@ -63,6 +65,11 @@ class MacEnv:
 
 @pytest.fixture
 def mac_env(tmp_path: Path) -> MacEnv:
+    return make_mac_env(tmp_path)
+
+
+def make_mac_env(tmp_path: Path) -> MacEnv:
+    """A private `mac` configuration under tmp_path (for fixtures of a wider scope too)."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB and not k.startswith("MAC_")}
     for keep in ("MAC_REDIS_URL", "MAC_DATA_DIR", "MAC_TEST_DB_NAME"):
         if keep in os.environ:
@@ -78,6 +85,8 @@ def mac_env(tmp_path: Path) -> MacEnv:
             "MAC_PROC_ROOT": str(tmp_path / "proc"),
             "MAC_RUNTIME": "process",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            # The master's API server behind its proxy: never the fixed 28081 of another run.
+            "MAC_API_INTERNAL_PORT": str(free_port()),
         }
     )
     mac = MacEnv(tmp_path, env)

@@ -104,7 +104,15 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
     compose = _load("docker-compose.master.yml")
     assert "name" not in compose and "version" not in compose
     services = compose["services"]
-    assert set(services) == {"redis", "api-server", "worker", "beat", "prometheus", "alertmanager"}
+    assert set(services) == {
+        "redis",
+        "api-server",
+        "proxy",
+        "worker",
+        "beat",
+        "prometheus",
+        "alertmanager",
+    }
     for name, spec in services.items():
         assert spec["container_name"] == f"mac-{name}"
         # All from MAC's own image (Debian's prometheus and redis-server): no registry.
@@ -112,7 +120,9 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
         assert "build" not in spec
         assert spec["restart"] == "unless-stopped"
         assert spec["networks"] == ["master"]
-    assert _published(services["api-server"]["ports"]) == [(MASTER_API_PORT, MASTER_API_PORT)]
+    # Only the proxy publishes the API port; the api-server is reached on the network.
+    assert _published(services["proxy"]["ports"]) == [(MASTER_API_PORT, MASTER_API_PORT)]
+    assert "ports" not in services["api-server"]
     prometheus = services["prometheus"]
     assert _published(prometheus["ports"]) == [(MASTER_PROMETHEUS_PORT, MASTER_PROMETHEUS_PORT)]
     assert f"--web.listen-address=:{MASTER_PROMETHEUS_PORT}" in prometheus["command"]
@@ -129,13 +139,15 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
     steps = ("prepare_master", "migrate", "collectstatic", "createadmin")
     for step in steps:
         assert step in api
-    # MAC's one gunicorn configuration, as under the process runtime (no X-Forwarded-For
-    # rewriting, bounded slow clients), with only the address and workers added.
+    # MAC's one gunicorn configuration, as under the process runtime, with only the
+    # address and workers added; it believes X-Forwarded-For from the proxy's network.
     assert (
         "exec gunicorn macweb.asgi:application -c python:macweb.gunicorn_conf "
         "--bind 0.0.0.0:28080 --workers $${MAC_API_WORKERS:-2} --access-logfile -"
     ) in api
     assert "-k " not in api and "UvicornWorker" not in api
+    assert "MAC_DB_STATEMENT_TIMEOUT=0 python -m django migrate" in api
+    assert services["api-server"]["environment"]["FORWARDED_ALLOW_IPS"] == "*"
     assert "exec celery -A macweb worker" in services["worker"]["command"][-1]
     assert "exec celery -A macweb beat" in services["beat"]["command"][-1]
     # Alertmanager on 29093 reads what the api-server writes; its silences on a volume.
@@ -151,6 +163,22 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
         assert step in api
 
 
+def test_master_proxy_is_nginx_configured_by_mac_in_front_of_the_api_server():
+    proxy = _load("docker-compose.master.yml")["services"]["proxy"]
+    assert proxy["container_name"] == "mac-proxy"
+    assert proxy["depends_on"] == ["api-server"]
+    command = " ".join(proxy["command"])
+    assert (
+        "python -m django proxy_config --out /tmp/mac-proxy/nginx.conf "
+        "--listen 0.0.0.0:28080 --upstream api-server:28080 --resolver 127.0.0.11 &&"
+    ) in command
+    assert "exec nginx -p /tmp/mac-proxy -c /tmp/mac-proxy/nginx.conf -e stderr" in command
+    # The limits it renders come from the same variables as under the process runtime.
+    for name in ("MAC_TRUSTED_PROXIES", "MAC_API_REQUEST_TIMEOUT", "MAC_API_MAX_HEADER_BYTES"):
+        assert proxy["environment"][name] == f"${{{name}:-}}"
+    assert "/health" in " ".join(proxy["healthcheck"]["test"])
+
+
 def test_dockerfile_takes_the_base_as_an_argument_and_installs_from_the_wheelhouse_only():
     text = (DOCKER / "Dockerfile").read_text()
     assert text.count("\nFROM ") + text.startswith("FROM ") == 1
@@ -162,9 +190,9 @@ def test_dockerfile_takes_the_base_as_an_argument_and_installs_from_the_wheelhou
 def test_the_image_has_every_debian_package_the_guide_runs_in_containers():
     listed = (DOCKER / "debian-packages.txt").read_text().splitlines()
     packages = {line.strip() for line in listed if line.strip() and not line.startswith("#")}
-    assert {"ethtool", "rocm-smi", "prometheus-node-exporter", "prometheus", "redis-server"} <= (
-        packages
-    )
+    assert {
+        "ethtool", "rocm-smi", "prometheus-node-exporter", "prometheus", "redis-server", "nginx"
+    } <= packages  # fmt: skip
 
 
 def test_master_prometheus_loads_the_rules_and_reads_the_token_the_api_server_writes():

@@ -54,9 +54,11 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
             "MAC_API_WORKERS": "1",
         }
     )
-    # The api-server exactly as `mac start master` runs it, on the test database; its
-    # set-up commands (migrate, collectstatic) are already done for the test database.
-    [api] = [s for s in master_specs(NodeConfig.load(mac_env.env)) if s.name == "api-server"]
+    # The api-server and its proxy exactly as `mac start master` runs them, on the test
+    # database; its set-up commands (migrate, collectstatic) are already done for it.
+    specs = master_specs(NodeConfig.load(mac_env.env))
+    [api] = [s for s in specs if s.name == "api-server"]
+    [proxy] = [s for s in specs if s.name == "proxy"]
     api.prestart = []
     api.env.update(
         {
@@ -76,7 +78,7 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
         }
     )
     try:
-        master.start("master", [api])
+        master.start("master", [api, proxy])
         started = mac_env.run("start", "agent")
         assert started.returncode == 0, started.stdout + started.stderr
 
@@ -90,7 +92,8 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
         assert last.returncode == 0
         assert last.stdout == log.read_text().splitlines(keepends=True)[-1]
 
-        # The master's side of the guide's check: the registration is in the access log.
+        # The master's side of the guide's check: the registration is in the access log,
+        # with the agent's own address (the proxy's X-Forwarded-For, believed from it).
         access = mac_env.run("logs", "api-server")
         assert access.returncode == 0, access.stderr
         registrations = [line for line in access.stdout.splitlines() if "/api/v1/register" in line]
@@ -99,7 +102,7 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
         assert "Traceback" not in access.stderr + shown.stderr + last.stderr
     finally:
         mac_env.run("stop", "agent")
-        master.stop("master", [api])
+        master.stop("master", [api, proxy])
 
 
 def test_follow_prints_new_lines_until_ctrl_c(mac_env):

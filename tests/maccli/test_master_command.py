@@ -1,5 +1,5 @@
-"""`mac start|status|stop master` with the process runtime: api-server, worker, beat,
-Prometheus and Alertmanager.
+"""`mac start|status|stop master` with the process runtime: api-server behind its proxy,
+worker, beat, Prometheus and Alertmanager.
 
 The master runs on its own embedded SQLite database in a temporary data directory
 (never the shared PostgreSQL), with free loopback ports and this run's Redis db.
@@ -86,10 +86,13 @@ def test_start_status_stop_master(mac_env):
         shown = mac_env.run("status", "master")
         assert shown.returncode == 0, shown.stdout
         rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()[2:]}
-        assert rows["api-server"][1:4] == ["running", "ok", str(api)]
+        internal = mac_env.env["MAC_API_INTERNAL_PORT"]
+        assert rows["api-server"][1:4] == ["running", "ok", internal]
+        assert rows["proxy"][1:4] == ["running", "ok", str(api)]
         assert rows["prometheus"][1:4] == ["running", "ok", str(prom)]
         assert rows["alertmanager"][1:4] == ["running", "ok", str(alerts)]
-        assert rows["worker"][1] == rows["beat"][1] == "running"
+        assert rows["worker"][1:3] == ["running", "ok"]  # it answered a Celery ping
+        assert rows["beat"][1] == "running"
 
         again = mac_env.run("start", "master", timeout=240)
         assert again.returncode == 0
@@ -102,7 +105,7 @@ def test_start_status_stop_master(mac_env):
         }
         family = [proc for pid in pids.values() for proc in _tree(pid)]
         stopped = mac_env.run("stop", "master")
-    assert set(pids) == {"api-server", "worker", "beat", "prometheus", "alertmanager"}
+    assert set(pids) == {"api-server", "proxy", "worker", "beat", "prometheus", "alertmanager"}
     assert stopped.returncode == 0, stopped.stderr
     assert "Stopped the master (process runtime)." in stopped.stdout
     # Gunicorn's and Celery's own children go too.

@@ -105,6 +105,7 @@ def _api_server_spec(tmp_path) -> ServiceSpec:
         "MAC_API_WORKERS": "2",
         "MAC_SECRET_KEY": "test-supervision-secret-key-not-for-production-0123456789",
         "MAC_PROBE_INTERVAL": "3600",
+        "MAC_API_INTERNAL_PORT": str(free_port()),
     }
     cfg = NodeConfig.load(environ={**os.environ, **env})
     [api] = [spec for spec in master_specs(cfg) if spec.name == "api-server"]

@@ -1,4 +1,5 @@
-"""The dashboard in real headless Chromium against a real uvicorn, Redis and Prometheus.
+"""The dashboard in real headless Chromium against a real uvicorn (behind nginx, as the
+master serves it), Redis and Prometheus.
 
 The server is `uvicorn macweb.asgi:application` in a subprocess connected to this
 run's test database (so the tests are transactional: what they write is committed
@@ -9,6 +10,7 @@ the sweep is healthcheck.sweep.run_sweep, the same code the Celery task runs.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +25,7 @@ from inventory.models import Node
 from testkit import dashboard_servers as servers
 from testkit.factories import online_gpu_node
 from testkit.ports import free_port
+from testkit.proxy import start_proxy
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -58,15 +61,26 @@ def in_thread(fn: Callable, *args, **kwargs):
 
 @dataclass
 class Server:
+    """uvicorn behind nginx, as the master serves the dashboard: `port` is the proxy's,
+    so the live socket goes through nginx's WebSocket passthrough."""
+
     url: str
     port: int
     env: dict[str, str]
+    root: Path | None = None  # the proxy's folder (a temporary one by default)
     proc: object = None
+    proxy: object = None
 
     def start(self) -> None:
-        self.proc, _ = servers.start_uvicorn(self.env, port=self.port)
+        api_port = free_port()
+        self.proc, _ = servers.start_uvicorn(self.env, port=api_port)
+        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "macweb.settings", **self.env}
+        self.root = self.root or Path(tempfile.mkdtemp(prefix="mac-browser-proxy-"))
+        self.proxy = start_proxy(self.root, full_env, self.port, api_port)
 
     def stop(self) -> None:
+        if self.proxy is not None:
+            servers.stop_process(self.proxy)
         servers.stop_process(self.proc)
 
 
@@ -88,7 +102,7 @@ def server_env(chart_env, data_dir: Path) -> dict[str, str]:
 def asgi_server(django_db_setup, django_db_blocker, chart_env, tmp_path_factory) -> Iterator:
     env = server_env(chart_env, tmp_path_factory.mktemp("server-data"))
     port = free_port()
-    server = Server(f"http://127.0.0.1:{port}", port, env)
+    server = Server(f"http://127.0.0.1:{port}", port, env, tmp_path_factory.mktemp("proxy"))
     server.start()
     yield server
     server.stop()  # before the test database is dropped

@@ -1,0 +1,240 @@
+"""nginx in front of the API server: the master's one public HTTP port (28080).
+
+Why a proxy: slow clients, oversized headers and connection floods are what a reverse
+proxy is built for, and nginx bounds them with its own settings instead of MAC
+subclassing the app server's protocol (issue 19). It also turns the client address
+into one trusted X-Forwarded-For entry, and passes the dashboard's WebSocket through.
+
+`manage.py proxy_config` writes the configuration from the master's settings; the
+process runtime runs nginx in the foreground on it (`mac start master`, service
+`proxy`), the Compose master as mac-proxy. Every limit, its setting and what a
+client sees past it is in docs/security.md.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Idle connections to the API server kept for reuse, and for how long: below the
+# server's own keep-alive (macweb/gunicorn_conf.py), so that nginx never sends a request
+# on a connection the server is closing.
+UPSTREAM_KEEPALIVE = 32
+UPSTREAM_KEEPALIVE_SECONDS = 60
+# A request the API server has not answered in this long gets 504; gunicorn restarts
+# a worker silent for 30 s, so this is only reached when the server is stuck.
+UPSTREAM_READ_SECONDS = 60
+# The live socket stays open while the page is; the page reconnects if it drops.
+WEBSOCKET_IDLE_SECONDS = 3600
+RETRY_AFTER_SECONDS = 5
+# Every method the master serves somewhere (the API, the pages, the admin).
+ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """What nginx enforces (settings.API_* and DATA_UPLOAD_MAX_MEMORY_SIZE)."""
+
+    request_timeout: float
+    keepalive: int
+    max_connections: int
+    max_connections_per_address: int
+    max_header_bytes: int
+    max_body_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings) -> ProxyLimits:
+        return cls(
+            request_timeout=settings.API_REQUEST_TIMEOUT,
+            keepalive=settings.API_KEEPALIVE,
+            max_connections=settings.API_MAX_CONNECTIONS,
+            max_connections_per_address=settings.API_MAX_CONNECTIONS_PER_ADDRESS,
+            max_header_bytes=settings.API_MAX_HEADER_BYTES,
+            max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+        )
+
+
+def _listen(address: str) -> str:
+    """nginx's spelling of HOST:PORT ([::]:28080 for IPv6)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def _text(value: str) -> str:
+    """A double-quoted nginx string."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def render_nginx_conf(
+    limits: ProxyLimits,
+    *,
+    listen: str,
+    upstream: str,
+    prefix: str,
+    trusted_proxies: Sequence[IPNetwork] = (),
+    resolver: str = "",
+) -> str:
+    """nginx.conf for a proxy on `listen` (HOST:PORT) in front of the API at `upstream`.
+
+    `prefix` is nginx's own folder (pid file, temporary folders): under the master's
+    data directory for the process runtime, inside the container under Docker.
+    `resolver` (Docker's 127.0.0.11) makes nginx look the upstream's name up again as
+    it goes, so that a recreated mac-api-server with a new address is still found;
+    without it the upstream is a fixed address with kept-alive connections.
+    """
+    timeout_ms = max(1, round(limits.request_timeout * 1000))
+    # nginx has no separate cap on client connections: worker_connections counts each
+    # request's connection to the API server too, hence twice the client cap.
+    worker_connections = 2 * limits.max_connections + 128
+    # A request body larger than the API accepts still reaches it (up to twice the
+    # size), so that the API's own 400 names the limit; beyond, nginx answers 413.
+    body_cap = 2 * limits.max_body_bytes
+    header_text = (
+        f"Request headers exceed {limits.max_header_bytes} bytes (MAC_API_MAX_HEADER_BYTES).\n"
+    )
+    body_text = f"Request body exceeds {body_cap} bytes (MAC_MAX_BODY_BYTES).\n"
+    busy_text = (
+        f"More than {limits.max_connections_per_address} requests at once from one address "
+        "(MAC_API_MAX_CONNECTIONS_PER_ADDRESS); retry later.\n"
+    )
+    down_json = '{"detail": "the API server does not answer; on the master: mac status master"}\n'
+    if resolver:
+        upstream_block = f"    resolver {resolver} valid=10s ipv6=off;\n"
+        target = "$mac_api"
+        set_target = f"            set $mac_api http://{upstream};\n"
+    else:
+        upstream_block = (
+            f"    upstream mac_api {{\n        server {upstream};\n"
+            f"        keepalive {UPSTREAM_KEEPALIVE};\n"
+            f"        keepalive_timeout {UPSTREAM_KEEPALIVE_SECONDS}s;\n    }}\n"
+        )
+        target = "http://mac_api"
+        set_target = ""
+    realip = "".join(f"    set_real_ip_from {net};\n" for net in trusted_proxies)
+    if realip:
+        realip += "    real_ip_header X-Forwarded-For;\n    real_ip_recursive on;\n"
+    return f"""\
+# Written by `manage.py proxy_config` (macweb/proxy.py) at every start. Do not edit:
+# change the MAC_API_* settings and restart the master (docs/security.md).
+daemon off;
+worker_processes 1;
+worker_rlimit_nofile {2 * worker_connections + 64};
+pid {prefix}/nginx.pid;
+error_log stderr warn;
+
+events {{
+    worker_connections {worker_connections};
+}}
+
+http {{
+    client_body_temp_path {prefix}/tmp/body;
+    proxy_temp_path {prefix}/tmp/proxy;
+    fastcgi_temp_path {prefix}/tmp/fastcgi;
+    uwsgi_temp_path {prefix}/tmp/uwsgi;
+    scgi_temp_path {prefix}/tmp/scgi;
+    default_type text/plain;
+    server_tokens off;
+
+    # The API server logs every request it serves; this log has only what nginx
+    # answered itself (timeouts, refusals, the API server down).
+    map $upstream_addr $answered_by_proxy {{
+        "" 1;
+        default 0;
+    }}
+    log_format mac '$remote_addr [$time_local] "$request" $status $body_bytes_sent '
+                   '$request_time';
+    access_log /dev/stdout mac if=$answered_by_proxy;
+
+    # Slow clients (MAC_API_REQUEST_TIMEOUT): the whole header within it, and no pause
+    # longer than it while sending the body or reading the answer.
+    client_header_timeout {timeout_ms}ms;
+    client_body_timeout {timeout_ms}ms;
+    send_timeout {timeout_ms}ms;
+    keepalive_timeout {limits.keepalive}s;
+    # Headers (MAC_API_MAX_HEADER_BYTES): at most one large buffer after the first 1 KiB.
+    client_header_buffer_size 1k;
+    large_client_header_buffers 1 {limits.max_header_bytes};
+    # Bodies stay in memory, never in temporary files.
+    client_max_body_size {body_cap};
+    client_body_buffer_size {body_cap};
+    proxy_max_temp_file_size 0;
+    # Requests in progress per client address (MAC_API_MAX_CONNECTIONS_PER_ADDRESS).
+    limit_conn_zone $binary_remote_addr zone=per_address:10m;
+    limit_conn per_address {limits.max_connections_per_address};
+    limit_conn_status 429;
+    limit_conn_log_level warn;
+    # The client address (MAC_TRUSTED_PROXIES): X-Forwarded-For is believed only from
+    # these proxies, right to left.
+{realip}
+    map $http_upgrade $connection_upgrade {{
+        default upgrade;
+        "" "";
+    }}
+
+{upstream_block}
+    server {{
+        # A burst of agents connects at once: queue them in the kernel, not drop them.
+        listen {_listen(listen)} backlog={max(511, limits.max_connections)};
+
+        proxy_http_version 1.1;
+        proxy_connect_timeout 5s;
+
+        # nginx itself refuses TRACE (the only 405 it makes: everything else is proxied,
+        # and the API server's own 405s carry its Allow header).
+        error_page 405 @method_not_allowed;
+        error_page 494 =431 @headers_too_large;
+        error_page 413 @body_too_large;
+        error_page 429 @too_many_requests;
+        error_page 502 504 =503 @api_down;
+
+        location / {{
+{set_target}            proxy_pass {target};
+            # (proxy_set_header in a location replaces every inherited one: all here.)
+            proxy_set_header Host $http_host;
+            # Replaces whatever the client sent: the one address nginx resolved.
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header Connection "";
+            proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
+            proxy_send_timeout {UPSTREAM_READ_SECONDS}s;
+        }}
+
+        location /ws/ {{
+{set_target}            proxy_pass {target};
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header Upgrade $http_upgrade;
+            proxy_set_header Connection $connection_upgrade;
+            proxy_read_timeout {WEBSOCKET_IDLE_SECONDS}s;
+            proxy_send_timeout {WEBSOCKET_IDLE_SECONDS}s;
+        }}
+
+        location @method_not_allowed {{
+            add_header Allow "{ALLOWED_METHODS}" always;
+            return 405 "The $request_method method is not allowed.\n";
+        }}
+        location @headers_too_large {{
+            return 431 {_text(header_text)};
+        }}
+        location @body_too_large {{
+            return 413 {_text(body_text)};
+        }}
+        location @too_many_requests {{
+            add_header Retry-After {RETRY_AFTER_SECONDS} always;
+            return 429 {_text(busy_text)};
+        }}
+        location @api_down {{
+            default_type application/json;
+            add_header Retry-After {RETRY_AFTER_SECONDS} always;
+            return 503 {_text(down_json)};
+        }}
+    }}
+}}
+"""
