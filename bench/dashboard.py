@@ -86,7 +86,7 @@ async def measure_pages(base: str, label: str) -> list[str]:
             ("login page (baseline, no nodes read)", "/accounts/login/"),
             ("fleet page `/`", "/"),
             ("fleet JSON `/fleet.json`", "/fleet.json"),
-            ("filtered page `/?status=offline&q=node-a`", "/?status=offline&q=node-a"),
+            ("filtered page `/?status=offline&search=node-a`", "/?status=offline&search=node-a"),
             ("last page `/?page=last`", "/?page=100000"),
         ]:
             if "login" in name:
