@@ -42,6 +42,7 @@ from bench.report import median, update_section
 from testkit.alerting import WebhookReceiver
 from testkit.alertstack import AlertStack
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
+from testkit.waiting import wait_for
 
 DEFAULTS = {"probe": 30.0, "scrape": 15.0, "for": 60.0, "group_wait": 30.0}
 
@@ -95,14 +96,14 @@ def one_run(stack: AlertStack, fleet: FleetThread, webhook: WebhookReceiver, adm
     node = admin.get_json(f"/api/v1/nodes/{node_id}/")
     offline = _iso(node["status_changed_at"])
     fleet.set_node_mode(index, "answer")
-    stack.wait(
-        "the resolved notification",
+    wait_for(
         lambda: any(
             n.body["status"] == "resolved"
             and any(a["labels"].get("hostname") == host for a in n.body["alerts"])
             for n in webhook.notifications[seen:]
         ),
         timeout=600,
+        what="the resolved notification",
     )
     time.sleep(group_interval * 2 + 1)  # the group empties: the next run starts afresh
     return Run(offline - died, active_at - died, (firing_seen or notified) - died, notified - died)
@@ -155,8 +156,13 @@ def main() -> None:
             stack.start()
             asyncio.run(register_fleet(fleet.fleet, stack.url))
             hosts = {node.hostname for node in fleet.nodes}
-            stack.wait("the fleet Online", lambda: set(stack.node_up()) >= hosts
-                       and all(stack.node_up()[h] == 1.0 for h in hosts), timeout=120)  # fmt: skip
+            wait_for(
+                lambda: (
+                    set(stack.node_up()) >= hosts and all(stack.node_up()[h] == 1.0 for h in hosts)
+                ),
+                timeout=120,
+                what="the fleet Online",
+            )
             admin = stack.admin()
             ids = {n["hostname"]: n["id"] for n in admin.get_json("/api/v1/nodes/")["results"]}
             runs = []

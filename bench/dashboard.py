@@ -35,6 +35,7 @@ from bench.benchdb import bench_database  # noqa: E402
 from bench.report import median, percentile, update_section  # noqa: E402
 from bench.webfleet import OPERATOR, make_operator, populate  # noqa: E402
 from testkit import dashboard_servers as servers  # noqa: E402
+from testkit.processes import stop_process  # noqa: E402
 
 PAGE_RUNS = 15
 WS_ROUNDS = 40
@@ -202,7 +203,7 @@ async def run(args: argparse.Namespace) -> str:
                 f"{max(res['last']):.1f} | {res['lost']} |"
             )
     finally:
-        servers.stop_process(proc)
+        stop_process(proc)
     p99 = percentile(results[200, 1]["last"], 99)
     p99_big = percentile(results[200, BIG_BATCH]["last"], 99)
     lost = sum(r["lost"] for r in results.values())
