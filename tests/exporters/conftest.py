@@ -79,6 +79,18 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, Message]:
         return exc.code, exc.read().decode(), exc.headers
 
 
+def hung_sysfs_args(tmp_path: Path) -> list[str]:
+    """fixture_roots_args() with a sysfs whose port state is a FIFO without a writer:
+    open() blocks in the kernel, a real hung sysfs read."""
+    sys_root = tmp_path / "sys"
+    port = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    os.mkfifo(port / "state")
+    args = fixture_roots_args()
+    args[args.index("--sys-root") + 1] = str(sys_root)
+    return args
+
+
 class ExporterProcess:
     """`python -m exporters` as a real child process on loopback.
 

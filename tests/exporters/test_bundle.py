@@ -18,7 +18,7 @@ import pytest
 
 from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
 from testkit.ports import free_port
-from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args
+from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args, hung_sysfs_args
 
 PYTHON_SERVICES = [s.name for s in SERVICES if s.name != SYS_EXPORTER.name]
 # The Python services with everything they load, after every endpoint was fetched: what
@@ -96,14 +96,9 @@ def silent_bmc():
 def test_hung_backends_of_two_services_leave_the_others_answering(
     start_bundle, tmp_path, silent_bmc
 ):
-    # nic-exporter: a FIFO without a writer blocks open() in the kernel, a real hung sysfs
-    # read; bmc-agent: a BMC that takes connections and never answers.
-    sys_root = tmp_path / "sys"
-    port_dir = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
-    port_dir.mkdir(parents=True)
-    os.mkfifo(port_dir / "state")
-    args = fixture_roots_args()
-    args[args.index("--sys-root") + 1] = str(sys_root)
+    # nic-exporter: a hung sysfs read; bmc-agent: a BMC that takes connections and never
+    # answers.
+    args = hung_sysfs_args(tmp_path)
     services = ["nic-exporter", "bmc-agent", "sw-exporter", "rocm-exporter", "mango-sdk-agent"]
     bundle = start_bundle(
         services, *args, "--collector-timeout", "2",

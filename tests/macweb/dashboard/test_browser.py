@@ -333,22 +333,27 @@ def test_a_page_whose_session_ended_says_logged_out(page, chart_env, operator, t
         server.stop()
 
 
+def forwarding_off(fleet, index: int, tmp_path: Path) -> None:
+    """sys-exporter of the fleet's node `index` black-holed, as behind a bridge with
+    IPv4 forwarding off, and a sweep that sees it."""
+    fleet.set_mode(index, "sys-exporter", "blackhole")
+    sweep(tmp_path)
+
+
 def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
-    page, asgi_server, operator, fleet, tmp_path
+    page, asgi_server, operator, fleet, tmp_path, settings
 ):
     """The guide's selective failure: nic-exporter (host network) answers, sys-exporter
     behind the bridge times out; the row says IPv4 forwarding is off, with the fix."""
-    from django.test import override_settings
     from playwright.sync_api import expect
 
+    settings.PROBE_TIMEOUT = 0.5
     pk = online_fleet_node(fleet, 1)
-    with override_settings(PROBE_TIMEOUT=0.5):
-        sweep(tmp_path)
-        log_in(page, asgi_server.url)
-        row = page.locator(f'tr[data-node-id="{pk}"]')
-        expect(row.locator(".badge")).to_have_text("Online")
-        fleet.set_mode(1, "sys-exporter", "blackhole")
-        sweep(tmp_path)
+    sweep(tmp_path)
+    log_in(page, asgi_server.url)
+    row = page.locator(f'tr[data-node-id="{pk}"]')
+    expect(row.locator(".badge")).to_have_text("Online")
+    forwarding_off(fleet, 1, tmp_path)
     expect(row.locator(".badge")).to_have_text("Offline", timeout=3000)
     expect(row.locator(".reason")).to_contain_text("timed out")
     expect(row.locator(".diagnosis")).to_contain_text("ip_forward")
@@ -357,24 +362,22 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
 
 
 def test_the_node_page_follows_which_exporters_prometheus_scrapes(
-    page, asgi_server, operator, fleet, tmp_path
+    page, asgi_server, operator, fleet, tmp_path, settings
 ):
     """Forwarding off while the node page is open: sys-exporter turns down and missing
     from Prometheus, nic-exporter stays up and scraped, without a reload."""
-    from django.test import override_settings
     from playwright.sync_api import expect
 
-    pk = online_fleet_node(fleet, 0)
+    settings.PROBE_TIMEOUT = 0.5
     sys_row = page.locator('tr[data-service="sys-exporter"]')
     nic_row = page.locator('tr[data-service="nic-exporter"]')
-    with override_settings(PROBE_TIMEOUT=0.5):
-        sweep(tmp_path)
-        log_in(page, asgi_server.url)
-        page.goto(f"{asgi_server.url}/nodes/{pk}/")
-        expect(page.locator("#live")).to_have_attribute("data-state", "live")
-        expect(sys_row.locator(".exp-target")).to_have_text("scraped")
-        fleet.set_mode(0, "sys-exporter", "blackhole")
-        sweep(tmp_path)
+    pk = online_fleet_node(fleet, 0)
+    sweep(tmp_path)
+    log_in(page, asgi_server.url)
+    page.goto(f"{asgi_server.url}/nodes/{pk}/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(sys_row.locator(".exp-target")).to_have_text("scraped")
+    forwarding_off(fleet, 0, tmp_path)
     expect(page.locator("#node-status")).to_have_text("Offline", timeout=3000)
     expect(sys_row.locator(".exp-probe")).to_have_text("down")
     expect(sys_row.locator(".exp-target")).to_have_text("missing")
