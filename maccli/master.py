@@ -63,16 +63,31 @@ def alertmanager_spec(
     prestart = []
     if _has_command("alerting.management.commands.alertmanager_config"):
         prestart = [[*django, "alert_channels_from_env"], [*django, "alertmanager_config"]]
+    argv = [
+        cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
+        f"--config.file={directory / 'alertmanager.yml'}",
+        f"--storage.path={data / 'alertmanager-data'}",
+        f"--web.listen-address={bind}:{port}",
+        # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
+        "--cluster.listen-address=",
+    ]
+    return _prometheus_project_spec("alertmanager", argv, port, env, prestart, probe_host, bind)
+
+
+def _prometheus_project_spec(
+    name: str,
+    argv: list[str],
+    port: int,
+    env: dict[str, str],
+    prestart: list[list[str]],
+    probe_host: str,
+    bind: str,
+) -> ServiceSpec:
+    """A Prometheus-project server: ready when its /-/ready answers, which can take a
+    while on a first start (the TSDB or the notification log is set up)."""
     return ServiceSpec(
-        "alertmanager",
-        [
-            cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
-            f"--config.file={directory / 'alertmanager.yml'}",
-            f"--storage.path={data / 'alertmanager-data'}",
-            f"--web.listen-address={bind}:{port}",
-            # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
-            "--cluster.listen-address=",
-        ],
+        name,
+        argv,
         port=port,
         liveness_path="/-/ready",
         env=env,
@@ -246,7 +261,7 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
             ],
             env=env,
         ),
-        ServiceSpec(
+        _prometheus_project_spec(
             "prometheus",
             [
                 cfg.get("MAC_PROMETHEUS_BIN") or "/usr/bin/prometheus",
@@ -255,13 +270,11 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
                 f"--storage.tsdb.path={prom_dir / 'data'}",
                 "--web.enable-lifecycle",
             ],
-            port=prom_port,
-            liveness_path="/-/ready",
-            env=env,
-            prestart=prom_prestart,
-            ready_timeout=60,
-            host=probe_host,
-            bind=bind,
+            prom_port,
+            env,
+            prom_prestart,
+            probe_host,
+            bind,
         ),
     ]
     if not site_alertmanager:
