@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from testkit.docker_engine import NS_IP, DockerEngine, why_unavailable
+from testkit.macenv import scratch_mac_env
 
 REPO = Path(__file__).resolve().parents[2]
 # The session's Docker master closes /metrics with it; its Prometheus must send it.
@@ -99,16 +100,13 @@ def wait_for(what: str, check, timeout: float = 120, every: float = 1.0):
 def node_env(engine: DockerEngine, tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("docker-node")
     (root / "home" / ".mac").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_")}
-    env.pop("MASTER_IP", None)
-    env.pop("DATABASE_URL", None)
-    env.update(
-        {
+    return scratch_mac_env(
+        root,
+        **{
             "DOCKER_HOST": engine.host,
             "HOME": str(root / "home"),
             "MAC_USER_ENV_FILE": str(root / "home" / ".mac" / "env"),
             "MAC_NODE_ENV_FILE": str(root / "etc" / "env"),
-            "MAC_STATE_DIR": str(root / "state"),
             "MAC_RUNTIME": "docker",
             "MASTER_IP": NS_IP,
             "NODE_NAME": f"docker-node-{os.getpid()}",
@@ -116,10 +114,8 @@ def node_env(engine: DockerEngine, tmp_path_factory) -> dict[str, str]:
             "MAC_HEALTHCHECK_INTERVAL": "2s",
             "MAC_PROBE_INTERVAL": "3",
             "MAC_PROBE_TIMEOUT": "2",
-            "PYTHONPATH": str(REPO),
-        }
+        },
     )
-    return env
 
 
 @pytest.fixture(scope="session")
