@@ -24,7 +24,7 @@ from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
 from maccli.runtimes.base import Runtime
 from maccli.runtimes.process import ProcessRuntime
-from node.config import NodeConfig
+from node.config import NODE_KEY, NodeConfig, Source
 
 ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -103,6 +103,15 @@ def api_internal_port(cfg: NodeConfig) -> int:
     return cfg.int_value("MAC_API_INTERNAL_PORT", API_INTERNAL_PORT)
 
 
+def file_settings(cfg: NodeConfig) -> dict[str, str]:
+    """What the env files set and the process environment does not, but the agent's key."""
+    return {
+        key: value
+        for key, (value, source) in cfg.merged().items()
+        if source in (Source.NODE, Source.USER) and key != NODE_KEY
+    }
+
+
 def worker_name() -> str:
     """The master's Celery worker's node name, which its health check pings."""
     return f"mac-worker@{socket.gethostname()}"
@@ -124,6 +133,10 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         cfg.get("MAC_CELERY_BROKER_URL") or cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
     )
     env = {
+        # The env files' settings (`mac env set MAC_PROBE_INTERVAL=10` on the master), as
+        # under Docker; the process environment still wins, and the values below, which
+        # the services must agree on, are set from the same configuration.
+        **file_settings(cfg),
         "DJANGO_SETTINGS_MODULE": "macweb.settings",
         "MAC_DATA_DIR": str(data),
         "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{probe_host}:{prom_port}",
