@@ -136,6 +136,8 @@ def test_a_dead_node_notifies_once_by_webhook_and_email_then_resolves(stack):
     assert alert["labels"]["diagnosis"] == "service_down"
     assert alert["labels"]["reason"] == "refused"
     assert alert["annotations"]["runbook_url"].endswith("#a-node-is-offline-macnodeoffline")
+    # The webhook gets no template: the fix comes in an annotation, looked up by the rule.
+    assert alert["annotations"]["fix"] == DESCRIPTIONS["service_down"][1]
     assert firing.received_at - died < NOTIFY_WITHIN
 
     mail = stack.smtp.wait_for(lambda m: host in m["Subject"], timeout=NOTIFY_WITHIN)
