@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.choices import AgentNetwork, GpuVendor
-from inventory.models import Node, NodeEvent
+from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
 from inventory.validators import MAX_HOSTNAME, UNSTORABLE, normalize_hostname, storable_text
 
 MAX_LABELS = 32
@@ -239,28 +239,11 @@ class NodeEventSerializer(serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    """A node in the nodes list."""
+    """A node in the nodes list: the fields the dashboard shows too."""
 
     class Meta:
         model = Node
-        fields = [
-            "id",
-            "hostname",
-            "ip",
-            "status",
-            "status_reason",
-            "status_detail",
-            "diagnosis",
-            "maintenance",
-            "gpu_vendor",
-            "gpu_count",
-            "gpu_model",
-            "agent_network",
-            "labels",
-            "last_seen",
-            "status_changed_at",
-            "registered_at",
-        ]
+        fields = list(SUMMARY_FIELDS)
 
 
 class NodeDetailSerializer(NodeSerializer):
@@ -273,7 +256,6 @@ class NodeDetailSerializer(NodeSerializer):
             *NodeSerializer.Meta.fields,
             "nics",
             "exporters",
-            "exporter_health",
             "agent_version",
             "machine_id",
             "updated_at",
