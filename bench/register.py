@@ -452,10 +452,11 @@ def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple
         rate = median([b.rate for b in bursts])
         api = median([b.api_cpu_ms for b in bursts])
         proxy = median([b.proxy_cpu_ms for b in bursts])
+        walls = ", ".join(f"{b.wall_s:.1f}" for b in bursts)
         lines.append(
             f"- {name}: median of run medians {mid:.1f} ms, median p99 {p99:.1f} ms, "
             f"median {rate:.0f} req/s, {api:.2f} ms API CPU and {proxy:.2f} ms proxy CPU "
-            "per request"
+            f"per request; the whole burst, first request to last answer: {walls} s"
         )
     ratios = cpu_ratios(results)
     ratio = median(ratios)
