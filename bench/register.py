@@ -482,11 +482,12 @@ LOGS = ("proxy.log", "api-server.log")
 
 
 def problems(log: Path, last: int = 20) -> str:
-    """The lines of a server's log that are no access-log entry: what went wrong, if anything."""
+    """A server log's lines that are neither a 2xx access-log entry nor INFO: what went wrong."""
     if not log.exists():
         return ""
     lines = log.read_text(errors="replace").splitlines()
-    return "\n".join([line for line in lines if '" 20' not in line][-last:])
+    kept = [line for line in lines if '" 20' not in line and "[INFO]" not in line]
+    return "\n".join(kept[-last:])
 
 
 def targets_met(results, expected: int, rows: tuple[int, int, int]) -> bool:
