@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from alerting.choices import Severity
-from alerting.models import NotificationChannel, channel_errors
+from alerting.models import CHANNEL_SETTINGS, NotificationChannel, channel_errors
 from alerting.secrets import keep_if_empty, url_hint
 
 WRITE_ONLY_HELP = "Write-only: never shown again. Leave empty to keep the stored one."
@@ -41,22 +41,7 @@ class NotificationChannelForm(forms.ModelForm):
 
     class Meta:
         model = NotificationChannel
-        fields = (
-            "name",
-            "kind",
-            "enabled",
-            "severities",
-            "matchers",
-            "send_resolved",
-            "url",
-            "email_to",
-            "smtp_host",
-            "smtp_port",
-            "smtp_user",
-            "smtp_password",
-            "smtp_from",
-            "smtp_require_tls",
-        )
+        fields = CHANNEL_SETTINGS
         help_texts = {
             "email_to": "Comma-separated addresses.",
             "smtp_require_tls": "STARTTLS before sending (port 465 uses TLS from the start).",

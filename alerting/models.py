@@ -23,6 +23,24 @@ MATCHER = re.compile(
 # Labels MAC itself uses for routing; a channel's filter may not use them.
 RESERVED_LABELS = frozenset({"severity", "mac_test_channel", "mac_test_id"})
 _URL = URLValidator(schemes=["http", "https"])
+# What a person sets on a channel, in the order forms show it: the admin's form and
+# the API's serializer both take these (the rest is the server's own bookkeeping).
+CHANNEL_SETTINGS = (
+    "name",
+    "kind",
+    "enabled",
+    "severities",
+    "matchers",
+    "send_resolved",
+    "url",
+    "email_to",
+    "smtp_host",
+    "smtp_port",
+    "smtp_user",
+    "smtp_password",
+    "smtp_from",
+    "smtp_require_tls",
+)
 
 
 class NotificationChannel(models.Model):

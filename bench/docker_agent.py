@@ -44,6 +44,7 @@ from contract.services import SERVICES
 from maccli.runtimes.dockerimage import default_wheelhouse
 from node.config import NodeConfig
 from testkit.docker_engine import HOST_IP, NS_IP, DockerEngine, why_unavailable
+from testkit.macenv import scratch_mac_env
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the Docker agent runs on a node without GPUs; the baseline runs the same set.
@@ -81,20 +82,7 @@ def _mac(
 
 
 def _environment(root: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_")}
-    env.pop("MASTER_IP", None)
-    env.pop("DATABASE_URL", None)
-    env.update(
-        {
-            "HOME": str(root),
-            "MAC_USER_ENV_FILE": str(root / "user-env"),
-            "MAC_NODE_ENV_FILE": str(root / "node-env"),
-            "MAC_STATE_DIR": str(root / "state"),
-            "PYTHONPATH": str(ROOT),
-            **extra,
-        }
-    )
-    return env
+    return scratch_mac_env(root, **extra)
 
 
 def _online(env: dict[str, str], deadline: float) -> None:

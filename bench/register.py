@@ -1,22 +1,27 @@
-"""Benchmark: 1,000 agents registering at once against the real master.
+"""Benchmark: 1,000 agents registering at once against the master's serving stack.
 
-Starts gunicorn with MAC's own configuration (macweb.gunicorn_conf, the production
-server) on a free loopback port against a fresh PostgreSQL database, then, for
-several runs, fires 1,000 concurrent GET /health (the baseline: one database and one
-Redis round trip) and 1,000 concurrent POST /api/v1/register with distinct hostnames,
-and finally one burst of re-registrations of hosts already known. Each client sends
-from an address of its own on 127.0.0.0/8, as agents do from their own hosts, so the
-per-address rate limit (MAC_REGISTER_RATE, left at its default) applies as it would in
-a cluster. Every response must succeed and the inventory must end with exactly one
-row per host.
+Starts the API server as `mac start master` does (gunicorn with macweb.gunicorn_conf
+on a loopback port of its own) behind the master's nginx proxy (`manage.py
+proxy_config`, testkit.proxy), against a fresh PostgreSQL database; then, for several
+runs, fires 1,000 concurrent GET /health (the baseline: one database and one Redis
+round trip) and 1,000 concurrent POST /api/v1/register with distinct hostnames, all
+through the proxy, and finally one burst of re-registrations of hosts already known.
+Each client sends from an address of its own on 127.0.0.0/8, as agents do from their
+own hosts, so the per-address rate limit (MAC_REGISTER_RATE, left at its default) and
+the proxy's per-address connection cap apply as they would in a cluster.
+
+It prints, and writes to its section of docs/benchmarks.md, only what this run
+measured, and judges the targets on those figures: the API server's CPU per new
+registration at most 2.5x its CPU per /health in the same run, no errors, and one row
+per host. Exit status 1 when one is missed.
 
     .venv/bin/python -m bench.register [--agents 1000] [--runs 3] [--workers 2]
-        [--profile stacks.txt]
+        [--client raw|aiohttp] [--no-report] [--profile stacks.txt]
 
---profile records the workers with py-spy (collapsed stacks, `pip install py-spy`)
-during the bursts, for finding where the time goes. Needs PostgreSQL
-(BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/mac_bench_register:
-created and dropped here) and Redis (BENCH_REDIS_URL).
+--profile records the API workers with py-spy (raw samples holding the GIL) during
+the bursts, for finding where the time goes. Needs PostgreSQL (BENCH_DATABASE_URL,
+default postgres://postgres@127.0.0.1:5432/mac_bench_register: created and dropped
+here), Redis (BENCH_REDIS_URL) and nginx.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -41,9 +48,15 @@ import psycopg
 from bench.report import median, percentile, update_section
 from contract.master_api import registration_body
 from testkit.ports import free_port
+from testkit.proxy import start_proxy, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN_TOKEN = "bench-join-token-" + os.urandom(8).hex()
+
+
+# The target (issue 19): the API server's CPU per new registration, at most this many
+# times its CPU per GET /health on the same server in the same run.
+CPU_RATIO_TARGET = 2.5
 
 
 @dataclass
@@ -52,31 +65,40 @@ class Burst:
     latencies_ms: list[float]
     errors: list[str]
     wall_s: float
-    server_cpu_s: float = float("nan")
+    api_cpu_s: float = float("nan")
+    proxy_cpu_s: float = float("nan")
     client_cpu_s: float = float("nan")
+
+    @property
+    def sent(self) -> int:
+        return len(self.latencies_ms) + len(self.errors)
 
     @property
     def rate(self) -> float:
         return len(self.latencies_ms) / self.wall_s if self.wall_s else float("nan")
 
     @property
-    def cpu_ms(self) -> float:
-        """The server's CPU time per request (its workers', the client's excluded)."""
-        n = len(self.latencies_ms) + len(self.errors)
-        return self.server_cpu_s * 1000 / n if n else float("nan")
+    def api_cpu_ms(self) -> float:
+        """The API server's CPU time per request (gunicorn and its workers)."""
+        return self.api_cpu_s * 1000 / self.sent if self.sent else float("nan")
+
+    @property
+    def proxy_cpu_ms(self) -> float:
+        """nginx's CPU time per request."""
+        return self.proxy_cpu_s * 1000 / self.sent if self.sent else float("nan")
 
     @property
     def client_share(self) -> float:
         """The client's CPU time over the burst as a share of all CPU time spent on it."""
-        spent = self.client_cpu_s + self.server_cpu_s
+        spent = self.client_cpu_s + self.api_cpu_s + self.proxy_cpu_s
         return self.client_cpu_s / spent if spent else float("nan")
 
     def row(self, run: str) -> str:
         lat = self.latencies_ms
         return (
-            f"| {run} | {self.name} | {len(lat) + len(self.errors)} | {len(self.errors)} | "
+            f"| {run} | {self.name} | {self.sent} | {len(self.errors)} | "
             f"{median(lat):.1f} | {percentile(lat, 99):.1f} | {self.rate:.0f} | "
-            f"{self.cpu_ms:.2f} | {self.client_share:.0%} |"
+            f"{self.api_cpu_ms:.2f} | {self.proxy_cpu_ms:.2f} | {self.client_share:.0%} |"
         )
 
 
@@ -105,33 +127,35 @@ def server_env(db_url: str, redis_url: str, data_dir: str) -> dict[str, str]:
         MAC_MAX_NODES="1000000",
         MAC_LOG_LEVEL="WARNING",
         MAC_NODE_NETWORKS="127.0.0.0/8",
+        DJANGO_SETTINGS_MODULE="macweb.settings",
     )
     for name in ("MAC_TEST_DB_NAME", "MAC_REGISTER_RATE", "MAC_DB_POOL_SIZE"):
         env.pop(name, None)
     return env
 
 
-def start_server(env: dict[str, str], port: int, workers: int) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            str(ROOT / ".venv" / "bin" / "gunicorn"),
-            "macweb.asgi:application",
-            # Worker class, timeouts and limits: the file every runtime uses.
-            "-c",
-            "python:macweb.gunicorn_conf",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            str(workers),
-            "--backlog",
-            "4096",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-    )
+def start_server(env: dict[str, str], port: int, workers: int, log: Path) -> subprocess.Popen:
+    """The api-server service as `mac start master` runs it (maccli.master), access log on."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "gunicorn"),
+                "macweb.asgi:application",
+                "-c",
+                "python:macweb.gunicorn_conf",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(workers),
+                "--access-logfile",
+                "-",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 async def wait_healthy(base: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -160,13 +184,13 @@ def source_of(run: int, i: int) -> str:
 
 
 class ServerCPU:
-    """CPU seconds used by the gunicorn workers (children of the arbiter), client excluded."""
+    """CPU seconds used by a server process and its children (gunicorn, nginx)."""
 
     def __init__(self, pid: int) -> None:
-        self.arbiter = psutil.Process(pid)
+        self.parent = psutil.Process(pid)
 
     def total(self) -> float:
-        procs = [self.arbiter, *self.arbiter.children(recursive=True)]
+        procs = [self.parent, *self.parent.children(recursive=True)]
         seconds = 0.0
         for proc in procs:
             try:
@@ -233,118 +257,107 @@ def raw_request(method: str, url: str, body: dict | None, headers: dict[str, str
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
 
 
-async def raw_burst(
-    name: str,
-    requests: list[Request],
-    ok: set[int],
-    keys: dict[str, str] | None = None,
-    cpu: ServerCPU | None = None,
-) -> Burst:
-    """aiohttp_burst(), with plain asyncio connections instead of 1,000 aiohttp sessions.
+# One request ready to go: sends it and returns (status, body).
+Sender = Callable[[], Awaitable[tuple[int, bytes]]]
 
-    The same requests (bytes prepared before the start, as aiohttp prepares its
-    sessions), one new connection each from its own source address, timed from the
-    connect to the whole response.
-    """
+
+@asynccontextmanager
+async def raw_client(requests: list[Request]) -> AsyncIterator[list[Sender]]:
+    """Plain asyncio: one new connection per request, the bytes prepared beforehand."""
     loop = asyncio.get_running_loop()
-    latencies: list[float] = []
-    errors: list[str] = []
-    start_gate = asyncio.Event()
-    prepared = [(raw_request(m, u, b, h), b, s) for m, u, b, h, s in requests]
-    host, port = urlsplit(requests[0][1]).hostname, urlsplit(requests[0][1]).port
 
-    async def one(request: bytes, body: dict | None, source: str) -> None:
-        await start_gate.wait()
-        began = time.perf_counter()
-        done = loop.create_future()
-        try:
+    def sender(method: str, url: str, body: dict | None, headers: dict, source: str) -> Sender:
+        data, parts = raw_request(method, url, body, headers), urlsplit(url)
+
+        async def send() -> tuple[int, bytes]:
+            done = loop.create_future()
             await loop.create_connection(
-                lambda: _Exchange(request, done), host, port, local_addr=(source, 0)
+                lambda: _Exchange(data, done), parts.hostname, parts.port, local_addr=(source, 0)
             )
-            status, raw = await asyncio.wait_for(done, 120)
-        except (OSError, TimeoutError) as exc:
-            errors.append(f"{type(exc).__name__}: {exc}")
-            return
-        if status in ok:
-            latencies.append((time.perf_counter() - began) * 1000)
-            if keys is not None and body is not None:
-                answer = json.loads(raw)
-                if "node_key" in answer:
-                    keys[answer["hostname"]] = answer["node_key"]
-        else:
-            errors.append(f"{status} {raw[:200].decode(errors='replace')}")
+            return await done
 
-    tasks = [asyncio.create_task(one(*req)) for req in prepared]
-    await asyncio.sleep(0.05)
-    cpu_before = cpu.total() if cpu else float("nan")
-    client_before = client_cpu()
-    began = time.perf_counter()
-    start_gate.set()
-    await asyncio.gather(*tasks)
-    wall = time.perf_counter() - began
-    client_used = client_cpu() - client_before
-    cpu_used = cpu.total() - cpu_before if cpu else float("nan")
-    return Burst(name, latencies, errors, wall, cpu_used, client_used)
+        return send
+
+    yield [sender(*request) for request in requests]
 
 
-async def aiohttp_burst(
-    name: str,
-    requests: list[Request],
-    ok: set[int],
-    keys: dict[str, str] | None = None,
-    cpu: ServerCPU | None = None,
-) -> Burst:
-    """Send all requests at once (one connection each, from its own source) and time each.
-
-    Node keys found in the responses are collected into `keys` (hostname -> key).
-    """
-    timeout = aiohttp.ClientTimeout(total=120)
-    latencies: list[float] = []
-    errors: list[str] = []
-    start_gate = asyncio.Event()
-    # A connector is bound to one local address: one session per source address.
+@asynccontextmanager
+async def aiohttp_client(requests: list[Request]) -> AsyncIterator[list[Sender]]:
+    """aiohttp: a connector is bound to one local address, so one session per request."""
     sessions = [
         aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, force_close=True, local_addr=(source, 0)),
-            timeout=timeout,
+            connector=aiohttp.TCPConnector(limit=0, force_close=True, local_addr=(source, 0))
         )
         for *_, source in requests
     ]
 
-    async def one(session, method: str, url: str, body: dict | None, headers: dict, _src) -> None:
+    def sender(session, method: str, url: str, body: dict | None, headers: dict, _src) -> Sender:
+        async def send() -> tuple[int, bytes]:
+            async with session.request(method, url, json=body, headers=headers) as resp:
+                return resp.status, await resp.read()
+
+        return send
+
+    try:
+        yield [sender(session, *req) for session, req in zip(sessions, requests, strict=True)]
+    finally:
+        await asyncio.gather(*(session.close() for session in sessions))
+
+
+CLIENTS = {"raw": raw_client, "aiohttp": aiohttp_client}
+CLIENT_WORDS = {
+    "raw": "plain asyncio connections sending prepared HTTP/1.1 requests",
+    "aiohttp": "aiohttp, one session per client",
+}
+
+
+async def burst(
+    name: str,
+    requests: list[Request],
+    ok: set[int],
+    servers: dict[str, ServerCPU],
+    client: str = "raw",
+    keys: dict[str, str] | None = None,
+) -> Burst:
+    """Send all requests at once (one connection each, from its own source) and time each.
+
+    Each is timed from its connect to its whole response; the servers' and this
+    client's CPU are taken over the whole burst. Node keys found in the responses are
+    collected into `keys` (hostname -> key).
+    """
+    latencies: list[float] = []
+    errors: list[str] = []
+    start_gate = asyncio.Event()
+
+    async def one(send: Sender) -> None:
         await start_gate.wait()
         began = time.perf_counter()
         try:
-            async with session.request(method, url, json=body, headers=headers) as resp:
-                raw = await resp.read()
-                if resp.status in ok:
-                    latencies.append((time.perf_counter() - began) * 1000)
-                    if keys is not None and body is not None:
-                        answer = json.loads(raw)
-                        if "node_key" in answer:
-                            keys[answer["hostname"]] = answer["node_key"]
-                else:
-                    errors.append(f"{resp.status} {raw[:200].decode(errors='replace')}")
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            status, raw = await asyncio.wait_for(send(), 120)
+        except (OSError, TimeoutError, aiohttp.ClientError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
+            return
+        if status not in ok:
+            errors.append(f"{status} {raw[:200].decode(errors='replace')}")
+            return
+        latencies.append((time.perf_counter() - began) * 1000)
+        if keys is not None:
+            answer = json.loads(raw)
+            if "node_key" in answer:
+                keys[answer["hostname"]] = answer["node_key"]
 
-    try:
-        tasks = [
-            asyncio.create_task(one(session, *req))
-            for session, req in zip(sessions, requests, strict=True)
-        ]
+    async with CLIENTS[client](requests) as senders:
+        tasks = [asyncio.create_task(one(send)) for send in senders]
         await asyncio.sleep(0.05)
-        cpu_before = cpu.total() if cpu else float("nan")
+        before = {role: cpu.total() for role, cpu in servers.items()}
         client_before = client_cpu()
         began = time.perf_counter()
         start_gate.set()
         await asyncio.gather(*tasks)
         wall = time.perf_counter() - began
         client_used = client_cpu() - client_before
-        cpu_used = cpu.total() - cpu_before if cpu else float("nan")
-    finally:
-        await asyncio.gather(*(session.close() for session in sessions))
-    return Burst(name, latencies, errors, wall, cpu_used, client_used)
+        used = {role: cpu.total() - before[role] for role, cpu in servers.items()}
+    return Burst(name, latencies, errors, wall, used["api"], used["proxy"], client_used)
 
 
 def registrations(
@@ -363,7 +376,9 @@ def registrations(
             labels={"run": str(run)},
         )
         headers = {"Authorization": f"Bearer {JOIN_TOKEN}"}
-        if keys:
+        if keys is not None:
+            if body["hostname"] not in keys:
+                continue  # its first registration failed (counted there): no key to send
             # What `mac start agent` sends once it holds a key.
             headers["X-MAC-Node-Key"] = keys[body["hostname"]]
         out.append(("POST", f"{base}/api/v1/register", body, headers, source))
@@ -379,49 +394,54 @@ def count_rows(db_url: str) -> tuple[int, int, int]:
 
 
 async def measure(
-    base: str, agents: int, runs: int, cpu: ServerCPU, client: str = "raw"
+    base: str, agents: int, runs: int, servers: dict[str, ServerCPU], client: str
 ) -> tuple[list[tuple[str, Burst]], int]:
-    burst = CLIENTS[client]
     results: list[tuple[str, Burst]] = []
     first_keys: dict[str, str] = {}
     for run in range(1, runs + 1):
         health: list[Request] = [
             ("GET", f"{base}/health", None, {}, source_of(run, i)) for i in range(agents)
         ]
-        results.append((str(run), await burst("GET /health", health, {200}, cpu=cpu)))
+        results.append((str(run), await burst("GET /health", health, {200}, servers, client)))
         regs = registrations(base, run, agents)
         keys = first_keys if run == 1 else None
-        new = await burst("POST /register (new)", regs, {201}, keys, cpu=cpu)
+        new = await burst("POST /register (new)", regs, {201}, servers, client, keys)
         results.append((str(run), new))
     again = registrations(base, 1, agents, first_keys)
-    results.append(("re", await burst("POST /register (again, with key)", again, {200}, cpu=cpu)))
+    name = "POST /register (again, with key)"
+    results.append(("re", await burst(name, again, {200}, servers, client)))
     return results, agents * runs
 
 
-CLIENTS = {"raw": raw_burst, "aiohttp": aiohttp_burst}
-CLIENT_WORDS = {
-    "raw": "plain asyncio connections sending prepared HTTP/1.1 requests",
-    "aiohttp": "aiohttp, one session per client",
-}
+def cpu_ratios(results: list[tuple[str, Burst]]) -> list[float]:
+    """Per run: API CPU per new registration over API CPU per /health of the same run."""
+    by_run: dict[str, dict[str, Burst]] = {}
+    for run, b in results:
+        by_run.setdefault(run, {})[b.name] = b
+    return [
+        bursts["POST /register (new)"].api_cpu_ms / bursts["GET /health"].api_cpu_ms
+        for bursts in by_run.values()
+        if {"GET /health", "POST /register (new)"} <= set(bursts)
+    ]
 
 
 def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple) -> str:
     lines = [
         f"{args.agents} concurrent clients per burst ({CLIENT_WORDS[args.client]}, one "
-        "connection each, each from its own 127.x source address) against gunicorn with "
-        f"macweb.gunicorn_conf ({args.workers} uvicorn workers) on loopback, PostgreSQL "
-        "(fresh database), Redis for the rate limit (default MAC_REGISTER_RATE, per "
-        "address) and live pushes. "
-        "Registrations carry the join token; `GET /health` (one database and one Redis "
-        "round trip) is the baseline, measured on the same server in the same run. "
-        "`server CPU ms` is the workers' CPU time over the burst per request; `client "
-        "CPU` the bench client's share of all CPU time the client and the workers spent "
-        "on the burst.",
+        "connection each, each from its own 127.x source address) through the master's "
+        f"nginx proxy to gunicorn with macweb.gunicorn_conf ({args.workers} uvicorn "
+        f"workers, access log on) on loopback, {args.runs} runs, PostgreSQL (fresh "
+        "database), Redis for the rate limit (default MAC_REGISTER_RATE) and live pushes. "
+        "Registrations carry the join token; `GET /health` is the baseline, on the same "
+        "server in the same run. `api CPU ms` is the API server's CPU time (gunicorn and "
+        "its workers) over the burst per request, `proxy CPU ms` nginx's; `client CPU` "
+        "is the bench client's share of all CPU time the client and both servers spent.",
         "",
-        "| run | request | n | errors | median ms | p99 ms | req/s | server CPU ms | client CPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | request | n | errors | median ms | p99 ms | req/s | api CPU ms | "
+        "proxy CPU ms | client CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [burst.row(run) for run, burst in results]
+    lines += [b.row(run) for run, b in results]
     by_name: dict[str, list[Burst]] = {}
     for _, b in results:
         by_name.setdefault(b.name, []).append(b)
@@ -430,90 +450,51 @@ def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple
         mid = median([median(b.latencies_ms) for b in bursts])
         p99 = median([percentile(b.latencies_ms, 99) for b in bursts])
         rate = median([b.rate for b in bursts])
-        cpu_ms = median([b.cpu_ms for b in bursts])
-        share = median([b.client_share for b in bursts])
+        api = median([b.api_cpu_ms for b in bursts])
+        proxy = median([b.proxy_cpu_ms for b in bursts])
+        walls = ", ".join(f"{b.wall_s:.1f}" for b in bursts)
         lines.append(
             f"- {name}: median of run medians {mid:.1f} ms, median p99 {p99:.1f} ms, "
-            f"median {rate:.0f} req/s, {cpu_ms:.2f} ms server CPU per request, "
-            f"client {share:.0%} of the CPU"
+            f"median {rate:.0f} req/s, {api:.2f} ms API CPU and {proxy:.2f} ms proxy CPU "
+            f"per request; the whole burst, first request to last answer: {walls} s"
         )
+    ratios = cpu_ratios(results)
+    ratio = median(ratios)
     errors = sum(len(b.errors) for _, b in results)
     total, hosts, ips = rows
-    lines.append(
-        f"- errors: {errors}; rows after the bench: {total} (expected {expected}), distinct "
-        f"hostnames {hosts}, distinct ips {ips}: {total - hosts} duplicates"
-    )
-    lines.append(
-        f"- load average before/after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs "
-        "shared with other work; client and server share those CPUs, so absolute numbers "
-        "understate a dedicated master."
-    )
-    lines += ["", CHANGES]
+    duplicates = total - min(hosts, ips)
+    lines += [
+        "",
+        f"- API CPU per new registration / per /health, each run: "
+        f"{', '.join(f'{r:.2f}x' for r in ratios)}; median {ratio:.2f}x: target <= "
+        f"{CPU_RATIO_TARGET}x {'met' if ratio <= CPU_RATIO_TARGET else 'MISSED'}",
+        f"- errors: {errors}: target 0 {'met' if errors == 0 else 'MISSED'}",
+        f"- rows after the bench: {total} (expected {expected}), distinct hostnames {hosts}, "
+        f"distinct ips {ips}: {duplicates} duplicates: target 0 "
+        f"{'met' if duplicates == 0 and total == expected else 'MISSED'}",
+        f"- load average before/after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} "
+        "CPUs, which the client, the servers, PostgreSQL and Redis share with other work",
+    ]
     return "\n".join(lines)
 
 
-CHANGES = """\
-Where the time went (issue 13), found with `--profile` (py-spy, samples holding the GIL,
-both workers, whole bench) before and after each change; kept only what the profile and
-the bench showed. Baselines: 133 req/s and p99 7.2 s for new registrations before the
-first pass; 260 req/s, p99 3.6 s, 4.1 ms worker CPU after it (load ~7); at the start of
-this pass, under the profiler, 185 req/s, p99 5.1 s, 4.05 ms (load 5-7).
+LOGS = ("proxy.log", "api-server.log")
 
-- **ASGI worker setup.** First pass: Django gave every request a thread of its own
-  (1,000 threads per worker per burst, ~30% of the samples); requests now share
-  MAC_API_THREADS (8) threads per worker and the URLconf loads at start. This pass:
-  Django's handler still sent request_started and request_finished through a hop each
-  to asgiref's one shared thread and ran every request as two more tasks (~20% of the
-  samples: the event loop's share went from 47% to 20%). `macweb/asgi.py` now serves a
-  request with one hop: signals, middleware, view and close() in the same thread.
-- **Serializer cost.** First pass: response serializers built once per process
-  (`node_detail_data`). This pass: building the request serializer's fields (DRF
-  deep-copies them per instance) was ~11% of the samples; one serializer per request
-  thread validates the body (`validated_body`), ~2%. A refused body is checked again by
-  a new serializer, so the 400s are DRF's, message for message.
-- **Queries per registration.** A new node: 7 round trips at first, 6 after the first
-  pass (one locking SELECT for both candidates), 5 now: pool check, BEGIN, INSERT node
-  ... ON CONFLICT DO NOTHING, INSERT event, COMMIT. A registration without a node key
-  inserts first and looks up (and locks) only when the hostname or address is taken;
-  the lookup and its ORM compilation were ~12% of the samples. New registrations
-  3.8 -> 2.4 ms worker CPU under the profiler. A re-registration (with its key) keeps
-  the lookup, an UPDATE, its event and the query for its 20 latest events: ~4.5 ms.
-- **The per-request push.** Coalesced in the first pass: one message per 200 ms
-  window, on commit (`inventory.live.queue_node_changes`); now ~0.5% of the samples.
-- **Rate-limit round trips.** One Redis transaction per request (issue 11), ~4%.
-- **Left as they are.** psycopg's check of each pooled connection (~1% of the samples
-  and a round trip; Django passes the check to the pool itself, and the outage
-  recovery relies on it); DRF's renderer and content negotiation (~3%) and the
-  middleware the agent endpoints do not use (~3%): small, and a plain JsonResponse
-  would change headers. Worker count: 3 workers gave no clear gain in the first pass.
-  synchronous_commit stays on (durability).
 
-- **Third pass: compiled statements.** Compiling the ORM's queries was ~20% of a
-  re-registration's samples (lookup, UPDATE, event INSERT, the 20 latest events):
-  `inventory.services.statements` compiles each from its queryset once per process and
-  then only passes parameters (inserts and updates write what save() writes).
-  Re-registration 3.6-4.0 -> ~3.0 ms worker CPU, p99 ~4 -> ~2.5 s.
-- **Third pass: fewer round trips.** On PostgreSQL a new node and its 'registered'
-  event go in as one statement (INSERT ... ON CONFLICT DO NOTHING inside a WITH, the
-  event inserted from its RETURNING): 4 round trips (pool check, BEGIN, the insert,
-  COMMIT); SQLite keeps two inserts. The rate limit is one Redis script (EVALSHA)
-  instead of a MULTI/EXEC of three commands (~4% of the samples before).
-- **Third pass: the client.** The bench client's CPU over each burst, against the
-  workers': with aiohttp (1,000 sessions) 14% for registrations and 22% for /health,
-  so part of p99 was the client's. The client is now plain asyncio connections sending
-  the same HTTP/1.1 request from the same 127.x addresses, timed the same way (connect
-  to the whole body): 8% and 12%. Like for like, for the registrations and the /health
-  baseline both; `--client aiohttp` runs the old one. Back to back before this pass's
-  server changes (load 1-3): new registrations p99 2.31 s with aiohttp, 2.08 s with
-  the plain client.
-- **Third pass: left.** The pool check, DRF's renderer (~1.6%) and the middleware
-  (~4%: whitenoise, axes, sessions, CSRF, auth run for agents too), for the reasons
-  above. MAC_API_THREADS 4 vs 8 and 3 workers vs 2: within the noise at load 4-7,
-  defaults kept.
+def problems(log: Path, last: int = 20) -> str:
+    """A server log's lines that are neither a 2xx access-log entry nor INFO: what went wrong."""
+    if not log.exists():
+        return ""
+    lines = log.read_text(errors="replace").splitlines()
+    kept = [line for line in lines if '" 20' not in line and "[INFO]" not in line]
+    return "\n".join(kept[-last:])
 
-Re-registrations (lookup, UPDATE, event, 20 latest events: 6 round trips) stay the
-slowest at ~2.5 s p99; a lighter response body would need a change to the documented
-API (the schema, docs/api.md and `mac`), not made here."""
+
+def targets_met(results, expected: int, rows: tuple[int, int, int]) -> bool:
+    errors = sum(len(b.errors) for _, b in results)
+    total, hosts, ips = rows
+    ratio_ok = median(cpu_ratios(results)) <= CPU_RATIO_TARGET
+    return ratio_ok and errors == 0 and total == expected == hosts == ips
 
 
 def start_profile(pid: int, out: Path) -> subprocess.Popen:
@@ -546,41 +527,47 @@ def main(argv: list[str] | None = None) -> int:
     )
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/1")
     recreate_database(db_url)
-    proc = None
+    api = proxy = None
     try:
         with tempfile.TemporaryDirectory(prefix="mac-bench-") as data_dir:
             env = server_env(db_url, redis_url, data_dir)
             for step in (["prepare_master", "-v0"], ["migrate", "--noinput", "-v0"]):
                 subprocess.run([sys.executable, "manage.py", *step], cwd=ROOT, env=env, check=True)
-            port = free_port()
+            api_port, port = free_port(), free_port()
             base = f"http://127.0.0.1:{port}"
-            proc = start_server(env, port, args.workers)
-            asyncio.run(wait_healthy(base, proc))
-            spy = start_profile(proc.pid, args.profile) if args.profile else None
+            api = start_server(env, api_port, args.workers, Path(data_dir) / "api-server.log")
+            proxy = start_proxy(Path(data_dir), env, port, api_port)
+            asyncio.run(wait_healthy(base, api))
+            servers = {"api": ServerCPU(api.pid), "proxy": ServerCPU(proxy.pid)}
+            spy = start_profile(api.pid, args.profile) if args.profile else None
             load_before = os.getloadavg()[0]
             results, expected = asyncio.run(
-                measure(base, args.agents, args.runs, ServerCPU(proc.pid), args.client)
+                measure(base, args.agents, args.runs, servers, args.client)
             )
             load_after = os.getloadavg()[0]
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
             rows = count_rows(db_url)
+            logs = {name: problems(Path(data_dir) / name) for name in LOGS}
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+        if proxy is not None:
+            stop_process(proxy)
+        if api is not None and api.poll() is None:
+            os.killpg(api.pid, signal.SIGTERM)
+            api.wait(timeout=30)
         recreate_database(db_url, drop_only=True)
 
     body = report(results, expected, rows, args, (load_before, load_after))
     print(body)
-    failed = [e for _, b in results for e in b.errors]
-    for error in failed[:5]:
+    for error in [e for _, b in results for e in b.errors][:5]:
         print("error:", error, file=sys.stderr)
-    ok = not failed and rows[0] == expected and rows[0] == rows[1] == rows[2]
+    for name, text in logs.items():
+        if text:
+            print(f"--- {name}, its warnings and errors (last 20):\n{text}", file=sys.stderr)
     if not args.no_report:
         update_section("register", "Registration: 1,000 agents at once", body)
-    return 0 if ok else 1
+    return 0 if targets_met(results, expected, rows) else 1
 
 
 if __name__ == "__main__":

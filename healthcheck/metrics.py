@@ -13,10 +13,13 @@ so alert rules can fire on Offline nodes:
     mac_sweep_last_timestamp_seconds, mac_sweeps_total, mac_probes_total{outcome}
     mac_sweep_targets_written       1 when the last sweep could write the targets files
     mac_probe_interval_seconds      MAC_PROBE_INTERVAL, so rules can tell a stalled sweep
+    mac_diagnosis_info{diagnosis, meaning, fix}   1, one series per diagnosis code
 
 Labels hold codes only (status, reason and diagnosis are choices' values, node is the
 id): their number stays bounded, and the words and fixes reach notifications through
-Alertmanager templates (alerting.amtemplate). cluster_name (MAC_CLUSTER_NAME) is the
+Alertmanager templates (alerting.amtemplate); for receivers without templates (a
+webhook), MacNodeOffline's `fix` annotation looks its diagnosis up in
+mac_diagnosis_info, a constant table of a dozen series. cluster_name (MAC_CLUSTER_NAME) is the
 label every target carries too, so one silence matcher fits every alert of a node.
 
 Each exporter stays in its targets file while its own probe answers, even on an
@@ -38,6 +41,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from contract.diagnosis import Diagnosis, describe
 from healthcheck.state import get_redis, last_sweep, probes_total, sweep_count
 from inventory.choices import NodeStatus
 from inventory.models import Node
@@ -97,6 +101,7 @@ class InventoryCollector(Collector):
         for state, count in sorted(counts.items()):
             nodes.add_metric([state], count)
         yield nodes
+        yield diagnosis_table()
         yield GaugeMetricFamily(
             "mac_probe_interval_seconds",
             "Seconds between fleet sweeps (MAC_PROBE_INTERVAL).",
@@ -141,6 +146,19 @@ class InventoryCollector(Collector):
                 "could not (full or read-only disk; /health says why).",
                 value=0.0 if last.get("targets_error") else 1.0,
             )
+
+
+def diagnosis_table() -> GaugeMetricFamily:
+    """What each diagnosis code means and its fix, for alert annotations to look up."""
+    table = GaugeMetricFamily(
+        "mac_diagnosis_info",
+        "What each diagnosis code means and how to fix it (constant 1).",
+        labels=["diagnosis", "meaning", "fix"],
+    )
+    for code in Diagnosis:
+        meaning, fix = describe(code)
+        table.add_metric([code.value, meaning, fix], 1.0)
+    return table
 
 
 def master_registry() -> CollectorRegistry:

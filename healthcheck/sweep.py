@@ -15,7 +15,8 @@ the probe somewhere else (inside a network namespace) and bring the results back
 The write is fenced (healthcheck.fence): a sweep that lost its lock commits nothing.
 
 Costs at 10,000 nodes were designed for: nodes are loaded with `.values()` and
-only the needed columns; only nodes whose status, reason, detail, diagnosis or
+only the columns the dashboard shows (inventory.models.SUMMARY_FIELDS) and the probe
+needs; only nodes whose status, reason, detail, diagnosis or
 exporter health changed are written (one UPDATE per group of identical new
 values), with one NodeEvent per status change (bulk_create); `last_seen` of
 every node that answered is set with one `UPDATE ... WHERE id IN (...)` per
@@ -47,24 +48,12 @@ from healthcheck.state import PENDING_KEY, SweepStats, get_redis, record_sweep
 from healthcheck.targets import write_targets
 from inventory.choices import EventKind, NodeStatus, StatusReason
 from inventory.live import broadcast_node_changes
-from inventory.models import Node, NodeEvent
+from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
 
 log = logging.getLogger(__name__)
 
-NODE_FIELDS = (
-    "id",
-    "hostname",
-    "ip",
-    "status",
-    "status_reason",
-    "status_detail",
-    "diagnosis",
-    "maintenance",
-    "gpu_vendor",
-    "exporters",
-    "exporter_health",
-    "agent_network",  # the diagnosis depends on it (contract.diagnosis)
-)
+# What the dashboard shows of a node (Node.summary()), and the exporters it probes.
+NODE_FIELDS = (*SUMMARY_FIELDS, "exporters")
 WRITE_BATCH = 1000
 ID_CHUNK = 5000  # ids per `WHERE id IN (...)`, well under SQLite's 32,766 parameters
 

@@ -7,6 +7,8 @@ never deletes it, so registration survives reboots of master and agents.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.utils import timezone
 
@@ -17,6 +19,30 @@ from inventory.choices import (
     GpuVendor,
     NodeStatus,
     StatusReason,
+)
+
+# The node at a glance, defined once: the dashboard and its live pushes carry these
+# (Node.summary()), the API's nodes list shows them (NodeSerializer, and the detail adds
+# what the agent reported), and every sweep loads them (healthcheck.sweep, with the
+# exporters it probes), so a field shown anywhere is current everywhere.
+SUMMARY_FIELDS = (
+    "id",
+    "hostname",
+    "ip",
+    "status",
+    "status_reason",
+    "status_detail",
+    "diagnosis",
+    "maintenance",
+    "gpu_vendor",
+    "gpu_count",
+    "gpu_model",
+    "agent_network",
+    "exporter_health",
+    "labels",
+    "last_seen",
+    "status_changed_at",
+    "registered_at",
 )
 
 
@@ -65,24 +91,12 @@ class Node(models.Model):
         return self.hostname
 
     def summary(self) -> dict:
-        """The node as the dashboard and live pushes show it (one shape everywhere)."""
-        return {
-            "id": self.pk,
-            "hostname": self.hostname,
-            "ip": self.ip,
-            "status": self.status,
-            "status_reason": self.status_reason,
-            "status_detail": self.status_detail,
-            "diagnosis": self.diagnosis,
-            "maintenance": self.maintenance,
-            "gpu_vendor": self.gpu_vendor,
-            "gpu_count": self.gpu_count,
-            "gpu_model": self.gpu_model,
-            "agent_network": self.agent_network,
-            "exporter_health": self.exporter_health,
-            "last_seen": self.last_seen.isoformat() if self.last_seen else None,
-            "status_changed_at": self.status_changed_at.isoformat(),
-        }
+        """The node as the dashboard and live pushes show it: SUMMARY_FIELDS, JSON-ready."""
+        return {name: _jsonable(getattr(self, name)) for name in SUMMARY_FIELDS}
+
+
+def _jsonable(value):
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 class NodeEvent(models.Model):

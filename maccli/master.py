@@ -24,7 +24,7 @@ from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
 from maccli.runtimes.base import Runtime
 from maccli.runtimes.process import ProcessRuntime
-from node.config import NodeConfig
+from node.config import NODE_KEY, NodeConfig, Source
 
 ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -63,16 +63,31 @@ def alertmanager_spec(
     prestart = []
     if _has_command("alerting.management.commands.alertmanager_config"):
         prestart = [[*django, "alert_channels_from_env"], [*django, "alertmanager_config"]]
+    argv = [
+        cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
+        f"--config.file={directory / 'alertmanager.yml'}",
+        f"--storage.path={data / 'alertmanager-data'}",
+        f"--web.listen-address={bind}:{port}",
+        # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
+        "--cluster.listen-address=",
+    ]
+    return _prometheus_project_spec("alertmanager", argv, port, env, prestart, probe_host, bind)
+
+
+def _prometheus_project_spec(
+    name: str,
+    argv: list[str],
+    port: int,
+    env: dict[str, str],
+    prestart: list[list[str]],
+    probe_host: str,
+    bind: str,
+) -> ServiceSpec:
+    """A Prometheus-project server: ready when its /-/ready answers, which can take a
+    while on a first start (the TSDB or the notification log is set up)."""
     return ServiceSpec(
-        "alertmanager",
-        [
-            cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
-            f"--config.file={directory / 'alertmanager.yml'}",
-            f"--storage.path={data / 'alertmanager-data'}",
-            f"--web.listen-address={bind}:{port}",
-            # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
-            "--cluster.listen-address=",
-        ],
+        name,
+        argv,
         port=port,
         liveness_path="/-/ready",
         env=env,
@@ -86,6 +101,15 @@ def alertmanager_spec(
 def api_internal_port(cfg: NodeConfig) -> int:
     """Where the API server listens behind the proxy (127.0.0.1 only)."""
     return cfg.int_value("MAC_API_INTERNAL_PORT", API_INTERNAL_PORT)
+
+
+def file_settings(cfg: NodeConfig) -> dict[str, str]:
+    """What the env files set and the process environment does not, but the agent's key."""
+    return {
+        key: value
+        for key, (value, source) in cfg.merged().items()
+        if source in (Source.NODE, Source.USER) and key != NODE_KEY
+    }
 
 
 def worker_name() -> str:
@@ -109,6 +133,10 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         cfg.get("MAC_CELERY_BROKER_URL") or cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
     )
     env = {
+        # The env files' settings (`mac env set MAC_PROBE_INTERVAL=10` on the master), as
+        # under Docker; the process environment still wins, and the values below, which
+        # the services must agree on, are set from the same configuration.
+        **file_settings(cfg),
         "DJANGO_SETTINGS_MODULE": "macweb.settings",
         "MAC_DATA_DIR": str(data),
         "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{probe_host}:{prom_port}",
@@ -246,7 +274,7 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
             ],
             env=env,
         ),
-        ServiceSpec(
+        _prometheus_project_spec(
             "prometheus",
             [
                 cfg.get("MAC_PROMETHEUS_BIN") or "/usr/bin/prometheus",
@@ -255,13 +283,11 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
                 f"--storage.tsdb.path={prom_dir / 'data'}",
                 "--web.enable-lifecycle",
             ],
-            port=prom_port,
-            liveness_path="/-/ready",
-            env=env,
-            prestart=prom_prestart,
-            ready_timeout=60,
-            host=probe_host,
-            bind=bind,
+            prom_port,
+            env,
+            prom_prestart,
+            probe_host,
+            bind,
         ),
     ]
     if not site_alertmanager:

@@ -90,8 +90,11 @@ def render_nginx_conf(
     """
     timeout_ms = max(1, round(limits.request_timeout * 1000))
     # nginx has no separate cap on client connections: worker_connections counts each
-    # request's connection to the API server too, hence twice the client cap.
-    worker_connections = 2 * limits.max_connections + 128
+    # request's connection to the API server too, hence twice the client cap, plus room
+    # for connections still closing and the kept-alive ones. With 128 spare, 1,000
+    # agents at once (bench/register.py, 2 busy CPUs) made nginx warn "worker_connections
+    # are not enough" and reset 3-6 of 7,000 requests in 2 of 5 runs; with 1,024, 0 in 2.
+    worker_connections = 2 * limits.max_connections + 1024
     # A request body larger than the API accepts still reaches it (up to twice the
     # size), so that the API's own 400 names the limit; beyond, nginx answers 413.
     body_cap = 2 * limits.max_body_bytes

@@ -83,9 +83,10 @@ class Notification:
 
 
 class WebhookReceiver:
-    """A real HTTP server on loopback that records what Alertmanager POSTs to it."""
+    """A real HTTP server (on loopback unless told) that records what Alertmanager POSTs
+    to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.notifications: list[Notification] = []
         self._lock = threading.Condition()
         receiver = self
@@ -103,8 +104,8 @@ class WebhookReceiver:
             def log_message(self, *args) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait_for(self, predicate, timeout: float) -> Notification | None:

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from testkit.processes import stop_process  # noqa: F401 (bench/register.py imports it here)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

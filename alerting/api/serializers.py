@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from alerting.choices import Severity
-from alerting.models import NotificationChannel, channel_errors
+from alerting.models import CHANNEL_SETTINGS, NotificationChannel, channel_errors
 from alerting.secrets import keep_if_empty, url_hint
 
 SECRETS = ("url", "smtp_password")
@@ -37,22 +37,9 @@ class NotificationChannelSerializer(serializers.ModelSerializer):
         model = NotificationChannel
         fields = [
             "id",
-            "name",
-            "kind",
-            "enabled",
-            "severities",
-            "matchers",
-            "send_resolved",
-            "url",
+            *CHANNEL_SETTINGS,
             "url_hint",
-            "email_to",
-            "smtp_host",
-            "smtp_port",
-            "smtp_user",
-            "smtp_password",
             "has_smtp_password",
-            "smtp_from",
-            "smtp_require_tls",
             "config_error",
             "checked_at",
             "created_by",

@@ -20,12 +20,12 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
-from rest_framework import filters, status, viewsets
+from rest_framework import filters, generics, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import NotAuthenticated, Throttled, ValidationError
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
-from rest_framework.views import APIView, exception_handler
+from rest_framework.views import exception_handler
 
 from contract.services import NODE_KEY_HEADER
 from inventory import services
@@ -46,8 +46,6 @@ from inventory.api.serializers import (
     NodeSerializer,
     RegistrationResponseSerializer,
     RegistrationSerializer,
-    node_detail_data,
-    validated_body,
 )
 from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
 from inventory.filtersets import NodeFilterSet
@@ -103,7 +101,7 @@ def _agent_exception_handler(exc, context):
     return exception_handler(exc, context)
 
 
-class AgentAPIView(APIView):
+class AgentAPIView(generics.GenericAPIView):
     """Base of the endpoints agents call: JSON only, no session, their own checks."""
 
     authentication_classes: list = []
@@ -143,6 +141,7 @@ class AgentAPIView(APIView):
 
 
 class RegisterView(AgentAPIView):
+    serializer_class = RegistrationSerializer
     authentication_classes = [JoinTokenAuthentication]
     schema = JoinTokenOptionalSchema()
     permission_classes = [JoinTokenRequired]
@@ -180,7 +179,9 @@ class RegisterView(AgentAPIView):
         ],
     )
     def post(self, request):
-        data = validated_body(RegistrationSerializer, request.data)
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
         claimed = data.pop("ip", None)
         vouched = request.auth is VALID_JOIN_TOKEN
         address = claimed if claimed is not None and vouched else source_address(request.META)
@@ -206,14 +207,16 @@ class RegisterView(AgentAPIView):
             )
         except services.RegistrationError as exc:
             return _error(str(exc), status.HTTP_503_SERVICE_UNAVAILABLE, {"Retry-After": "5"})
-        body = node_detail_data(result.node, result.history)
-        if result.node_key:
-            body["node_key"] = result.node_key
+        context = self.get_serializer_context()
+        # A new node's history is the event just recorded: no query for it.
+        context.update(recent_events=result.history, node_key=result.node_key)
+        body = RegistrationResponseSerializer(result.node, context=context).data
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(body, status=code)
 
 
 class DeregisterView(AgentAPIView):
+    serializer_class = DeregistrationSerializer
     throttle_classes = [DeregisterRateThrottle]
 
     @extend_schema(
@@ -232,7 +235,9 @@ class DeregisterView(AgentAPIView):
         },
     )
     def post(self, request):
-        hostname = validated_body(DeregistrationSerializer, request.data)["hostname"]
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        hostname = serializer.validated_data["hostname"]
         if self.node_key() is None:
             # Refused before the lookup: without a key, whether the name exists is not told.
             return _error(
@@ -250,6 +255,8 @@ class DeregisterView(AgentAPIView):
 
 
 class SelfView(AgentAPIView):
+    serializer_class = NodeDetailSerializer
+
     @extend_schema(
         operation_id="self",
         summary="What the master thinks of the calling node",
@@ -267,7 +274,7 @@ class SelfView(AgentAPIView):
                 "(mac start agent) or ask an admin to reset the node's key.",
                 status.HTTP_403_FORBIDDEN,
             )
-        return Response(node_detail_data(node))
+        return Response(self.get_serializer(node).data)
 
 
 @extend_schema_view(

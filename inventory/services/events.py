@@ -10,13 +10,13 @@ from django.db import transaction
 from inventory.choices import EventKind
 from inventory.live import queue_node_changes
 from inventory.models import Node, NodeEvent
-from inventory.services import statements
 from inventory.signals import maintenance_changed
 
 
 def new_event(
     node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
 ) -> NodeEvent:
+    """An unsaved event of the node (for bulk_create); its hostname outlives the node."""
     return NodeEvent(
         node=node,
         hostname=node.hostname,
@@ -30,8 +30,9 @@ def new_event(
 def record_event(
     node: Node, kind: str, message: str, *, actor: str = "", data: dict | None = None
 ) -> NodeEvent:
+    """Add one event to the node's history."""
     event = new_event(node, kind, message, actor=actor, data=data)
-    statements.insert(event)  # event.save(force_insert=True), compiled once
+    event.save(force_insert=True)
     return event
 
 

@@ -25,9 +25,8 @@ from django.utils import timezone
 
 from inventory.choices import EventKind, GpuVendor
 from inventory.models import Node, NodeEvent
-from inventory.services import statements
 from inventory.services.changes import remove_node
-from inventory.services.events import new_event, push_on_commit, record_event
+from inventory.services.events import push_on_commit, record_event
 from inventory.services.keys import new_node_key, node_key_matches
 
 log = logging.getLogger(__name__)
@@ -159,17 +158,6 @@ def _unreachable(exc: OperationalError) -> bool:
     return cause is not None and hasattr(cause, "sqlstate") and cause.sqlstate is None
 
 
-# Compiled once (inventory.services.statements); no sort needed.
-_CANDIDATES = statements.PreparedSelect(
-    Node,
-    lambda hostname, ip: (
-        Node.objects.select_for_update().filter(Q(hostname=hostname) | Q(ip=ip)).order_by()
-    ),
-    hostname="stand-in hostname",
-    ip="0.0.0.0",  # a stand-in compiled into the SQL, never used as an address
-)
-
-
 def _locked(**lookup) -> Node | None:
     return Node.objects.select_for_update().filter(**lookup).first()
 
@@ -177,19 +165,13 @@ def _locked(**lookup) -> Node | None:
 def _register_once(
     reg: Registration, source: str, node_key: str | None, actor: str
 ) -> RegistrationResult:
-    if node_key is None:
-        # No key: most likely a node's first registration (a known node sends the key it
-        # was given). Inserting first, unless the hostname or address is taken, saves the
-        # lookup's round trip; when one is taken the insert does nothing and the rules
-        # below decide, in the same transaction.
-        result = _create_unless_taken(reg, actor)
-        if result is not None:
-            return result
     # One query finds (and locks) both candidates: the node with this hostname and the
-    # one holding this address, the same row, two rows or none. A lookup by hostname,
-    # then by address, took two round trips for every new node.
+    # one holding this address, the same row, two rows or none. No sort needed.
+    candidates = (
+        Node.objects.select_for_update().filter(Q(hostname=reg.hostname) | Q(ip=reg.ip)).order_by()
+    )
     by_name, holder = None, None
-    for node in _CANDIDATES.run(hostname=reg.hostname, ip=reg.ip):
+    for node in candidates:
         if node.hostname == reg.hostname:
             by_name = node
         else:
@@ -201,10 +183,13 @@ def _register_once(
     return _create(reg, actor)
 
 
-def _new_node(reg: Registration) -> tuple[Node, str]:
+def _create(reg: Registration, actor: str) -> RegistrationResult:
     key, key_hash = new_node_key()
     now = timezone.now()
-    node = Node(
+    # Nothing was locked for a name or address nobody holds yet: a concurrent request
+    # can insert the same one first. The unique constraint then refuses this insert
+    # (IntegrityError), and register_node runs the whole lookup again.
+    node = Node.objects.create(
         hostname=reg.hostname,
         ip=reg.ip,
         registered_at=now,
@@ -212,31 +197,6 @@ def _new_node(reg: Registration) -> tuple[Node, str]:
         node_key_hash=key_hash,
         **reg.reported(),
     )
-    return node, key
-
-
-def _create_unless_taken(reg: Registration, actor: str) -> RegistrationResult | None:
-    node, key = _new_node(reg)
-    # The node and its 'registered' event in one statement where the database can.
-    event = new_event(node, EventKind.REGISTERED, _registered_message(reg), actor=actor)
-    if not statements.insert_with(node, event, "node", unless_taken=True):
-        return None
-    return _created(node, key, reg, actor, event)
-
-
-def _create(reg: Registration, actor: str) -> RegistrationResult:
-    node, key = _new_node(reg)
-    node.save(force_insert=True)  # an IntegrityError here goes to register_node's retry
-    return _created(node, key, reg, actor)
-
-
-def _registered_message(reg: Registration) -> str:
-    return f"registered from {reg.ip}"
-
-
-def _created(
-    node: Node, key: str, reg: Registration, actor: str, event: NodeEvent | None = None
-) -> RegistrationResult:
     # Ids are distinct positive integers, so the table never holds more rows than its
     # largest id, and every node whose id is past the cap was counted when it came: while
     # ids stay within the cap (a young inventory) counting, a query per new node, can be
@@ -247,8 +207,7 @@ def _created(
             f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
             "deregister unused nodes or raise the limit."
         )
-    if event is None:
-        event = record_event(node, EventKind.REGISTERED, _registered_message(reg), actor=actor)
+    event = record_event(node, EventKind.REGISTERED, f"registered from {reg.ip}", actor=actor)
     return RegistrationResult(node, True, key, [EventKind.REGISTERED], history=[event])
 
 
@@ -317,7 +276,7 @@ def _refresh(node: Node, reg: Registration, actor: str, events: list[str]) -> Re
     key = None
     if not node.node_key_hash:
         key, node.node_key_hash = new_node_key()
-    statements.update(node)  # node.save(), with its UPDATE compiled once
+    node.save()
     events.append(EventKind.REREGISTERED)
     message = f"re-registered from {reg.ip}" + ("; new node key issued" if key else "")
     record_event(node, EventKind.REREGISTERED, message, actor=actor)

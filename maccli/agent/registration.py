@@ -7,6 +7,10 @@ not a join token lets it trust the claimed one.
 
 from __future__ import annotations
 
+import random
+import time
+from collections.abc import Callable
+
 from contract.master_api import MasterClient, Reply, route_address
 from maccli import output
 from maccli.agent import errors
@@ -74,13 +78,51 @@ def register(
     master = client(cfg, source_ip=ip)
     payload = build_payload(cfg, hostname, ip, specs, agent_network)
     with output.spinner(f"Registering {hostname} ({ip}) with {cfg.master_url} ..."):
-        reply = master.register(payload)
+        reply = register_with_retry(master, payload)
     if not reply.ok or not isinstance(reply.body, dict):
         raise errors.registration_error(cfg, reply)
     key = reply.body.get("node_key")
     if key:
         write_env_file(cfg.node_file, {NODE_KEY: key})
     return reply.body
+
+
+# A master that answers 429 or 503 with Retry-After (agents past the proxy's caps, the
+# API server or its database restarting) is asked again after that many seconds plus
+# up to as many again at random, so that agents told to wait together do not all come
+# back together; for at most this long in all. A longer wait (a full inventory answers
+# Retry-After: 300) ends the command at once with the master's answer.
+REGISTER_RETRY_SECONDS = 120.0
+RETRY_STATUSES = (429, 503)
+
+
+def retry_after(reply: Reply) -> float | None:
+    """The seconds the master asked the agent to wait before retrying, or None."""
+    if reply.status not in RETRY_STATUSES:
+        return None
+    value = reply.headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
+
+
+def register_with_retry(
+    master: MasterClient,
+    payload: dict,
+    *,
+    retry_for: float = REGISTER_RETRY_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+    jitter: Callable[[], float] = random.random,
+) -> Reply:
+    """POST the registration, again while the master says when to and time is left."""
+    deadline = time.monotonic() + retry_for
+    while True:
+        reply = master.register(payload)
+        wait = retry_after(reply)
+        if wait is None:
+            return reply
+        wait = max(wait, 1.0) * (1.0 + jitter())
+        if time.monotonic() + wait > deadline:
+            return reply
+        sleep(wait)
 
 
 def deregister(cfg: NodeConfig, hostname: str) -> tuple[str, bool, CliError | None]:

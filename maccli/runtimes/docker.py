@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
+import yaml
+
 from contract.services import AgentNetwork
 from exporters.checks.docker import (
     COMPOSE_PROJECT,
@@ -54,6 +56,22 @@ PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose
 AMD_DEVICES = ("kfd", "dri")
 COMPOSE_TIMEOUT = 600.0  # seconds: `up` may create every container from scratch
 COMPOSE_VARIABLE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)")
+
+
+def passed_through(compose_text: str) -> set[str]:
+    """The environment entries of a compose file's services that have no value."""
+    try:
+        document = yaml.safe_load(compose_text) or {}
+    except yaml.YAMLError:
+        return set()  # compose itself says what is wrong with the file
+    names: set[str] = set()
+    for service in (document.get("services") or {}).values():
+        environment = (service or {}).get("environment") or {}
+        if isinstance(environment, dict):
+            names.update(name for name, value in environment.items() if value is None)
+        else:
+            names.update(entry for entry in environment if "=" not in entry)
+    return names
 
 
 def default_compose_dir() -> Path:
@@ -203,12 +221,16 @@ class DockerRuntime(Runtime):
                 os.environ[name] = value
 
     def _compose_variables(self, role: str) -> set[str]:
+        """The names the compose files take from mac's environment: each ${NAME}, and
+        each environment entry without a value (Compose passes those through)."""
         names: set[str] = set()
         for path in self.compose_files(role):
             try:
-                names.update(COMPOSE_VARIABLE.findall(path.read_text()))
+                text = path.read_text()
             except OSError:
                 continue  # compose itself says that the file is missing
+            names.update(COMPOSE_VARIABLE.findall(text))
+            names.update(passed_through(text))
         return names
 
     def _export_ports(self, role: str, specs: Sequence[ServiceSpec]) -> None:

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit.docker_engine import NS_IP, DockerEngine, why_unavailable
+from testkit.alerting import WebhookReceiver
+from testkit.docker_engine import HOST_IP, NS_IP, DockerEngine, why_unavailable
+from testkit.macenv import scratch_mac_env
 from testkit.waiting import http_status, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,16 +89,13 @@ class Node:
 def node_env(engine: DockerEngine, tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("docker-node")
     (root / "home" / ".mac").mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_")}
-    env.pop("MASTER_IP", None)
-    env.pop("DATABASE_URL", None)
-    env.update(
-        {
+    return scratch_mac_env(
+        root,
+        **{
             "DOCKER_HOST": engine.host,
             "HOME": str(root / "home"),
             "MAC_USER_ENV_FILE": str(root / "home" / ".mac" / "env"),
             "MAC_NODE_ENV_FILE": str(root / "etc" / "env"),
-            "MAC_STATE_DIR": str(root / "state"),
             "MAC_RUNTIME": "docker",
             "MASTER_IP": NS_IP,
             "NODE_NAME": f"docker-node-{os.getpid()}",
@@ -104,19 +103,30 @@ def node_env(engine: DockerEngine, tmp_path_factory) -> dict[str, str]:
             "MAC_HEALTHCHECK_INTERVAL": "2s",
             "MAC_PROBE_INTERVAL": "3",
             "MAC_PROBE_TIMEOUT": "2",
-            "PYTHONPATH": str(REPO),
-        }
+        },
     )
-    return env
 
 
 @pytest.fixture(scope="session")
-def docker_master(engine, images, node_env, tmp_path_factory) -> Node:
+def master_webhook(engine) -> Iterator[WebhookReceiver]:
+    """A webhook on the host's end of the engine's veth: the master's notification channel."""
+    receiver = WebhookReceiver(host=HOST_IP)
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="session")
+def docker_master(engine, images, node_env, master_webhook, tmp_path_factory) -> Node:
     """`mac start master` under Docker in the namespace; it stays up for the session."""
     master = Node(engine, tmp_path_factory.mktemp("docker-master"), dict(node_env))
-    # From the env file, as an operator sets it: `mac` hands it to Compose.
-    saved = master.mac("env", "set", f"MAC_METRICS_TOKEN={METRICS_TOKEN}")
-    assert saved.returncode == 0, saved.stderr
+    # From the env file, as an operator sets them: `mac` hands them to Compose.
+    for setting in (
+        f"MAC_METRICS_TOKEN={METRICS_TOKEN}",
+        f"MAC_ALERT_WEBHOOK_URL={master_webhook.url}",
+        "MAC_ALERT_GROUP_WAIT=1s",  # passed through without a value in the compose file
+    ):
+        saved = master.mac("env", "set", setting)
+        assert saved.returncode == 0, saved.stderr
     done = master.mac("start", "master")
     assert done.returncode == 0, done.stdout + done.stderr
     try:

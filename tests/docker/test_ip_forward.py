@@ -30,8 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.services import SERVICES
 from testkit.docker_engine import HOST_IP, NS_IP
+from testkit.macenv import scratch_mac_env
 from testkit.waiting import http_status, wait_for
-from tests.docker.conftest import REPO, Node
+from tests.docker.conftest import Node
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
 INTERVAL, TIMEOUT = 3.0, 2.0  # MAC_PROBE_INTERVAL and MAC_PROBE_TIMEOUT of node_env
@@ -42,22 +43,16 @@ STARTED = [s for s in SERVICES if s.name not in {"dcgm-exporter", "rocm-exporter
 def host_master(engine, tmp_path_factory) -> Iterator[str]:
     """`mac start master --runtime process` on the host's 198.18.250.1, for the module."""
     root = tmp_path_factory.mktemp("host-master")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_")}
-    env.pop("DATABASE_URL", None)  # its own SQLite inventory
-    env.update(
-        {
-            "HOME": str(root),
-            "MAC_USER_ENV_FILE": str(root / "user-env"),
-            "MAC_NODE_ENV_FILE": str(root / "node-env"),
-            "MAC_STATE_DIR": str(root / "master-state"),
+    env = scratch_mac_env(  # its own SQLite inventory: no DATABASE_URL
+        root,
+        **{
             "MAC_DATA_DIR": str(root / "master-data"),
             "MAC_MASTER_BIND": HOST_IP,
             "MAC_REDIS_URL": os.environ.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/14",
             "MAC_PROBE_INTERVAL": str(INTERVAL),
             "MAC_PROBE_TIMEOUT": str(TIMEOUT),
             "MAC_RUNTIME": "process",
-            "PYTHONPATH": str(REPO),
-        }
+        },
     )
 
     def mac(*args: str) -> subprocess.CompletedProcess:

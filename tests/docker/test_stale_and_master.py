@@ -4,6 +4,7 @@ surviving `mac restart master` and `docker rm -f`, on the real engine."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from exporters.checks.docker import REMOVE_STALE_COMMAND
 from testkit.waiting import wait_for
@@ -11,31 +12,36 @@ from tests.docker.conftest import REPO
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
-MASTER_CONTAINERS = (
-    "mac-proxy", "mac-api-server", "mac-worker", "mac-beat", "mac-prometheus", "mac-redis"
-)  # fmt: skip
+# Read from the master's Compose file, so a service added there is known here too.
+MASTER_CONTAINERS = tuple(
+    service["container_name"]
+    for service in yaml.safe_load((REPO / "docker/docker-compose.master.yml").read_text())[
+        "services"
+    ].values()
+)
 
 
 def test_it_finds_a_raw_compose_ups_containers_before_dockers_conflict(docker_master, node):
     # An older deployment's files: the agent's services in the guide's bridge layout.
-    raw = node.sh(
-        "docker-compose", "-p", "deploy", "-f", str(REPO / "docker/docker-compose.agent.yml"),
-        "-f", str(REPO / "docker/docker-compose.agent.bridge.yml"),
-        "up", "-d", "--no-build", timeout=300,
-    )  # fmt: skip
-    assert raw.returncode == 0, raw.stderr
-    refused = node.mac("start", "agent")
-    assert refused.returncode == 1
-    assert "(project deploy)" in refused.stderr
-    assert 'Conflict. The container name "/mac-...' in refused.stderr
-    assert f"  {REMOVE_STALE_COMMAND}\n" in refused.stderr
-    projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
-    assert projects == {"deploy"}  # nothing of ours was created next to them
+    deploy = ("docker-compose", "-p", "deploy", "-f", str(REPO / "docker/docker-compose.agent.yml"),
+              "-f", str(REPO / "docker/docker-compose.agent.bridge.yml"))  # fmt: skip
+    raw = node.sh(*deploy, "up", "-d", "--no-build", timeout=300)
+    try:
+        assert raw.returncode == 0, raw.stderr
+        refused = node.mac("start", "agent")
+        assert refused.returncode == 1
+        assert "(project deploy)" in refused.stderr
+        assert 'Conflict. The container name "/mac-...' in refused.stderr
+        assert f"  {REMOVE_STALE_COMMAND}\n" in refused.stderr
+        projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
+        assert projects == {"deploy"}  # nothing of ours was created next to them
 
-    started = node.mac("start", "agent", "--remove-stale")
-    assert started.returncode == 0, started.stdout + started.stderr
-    projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
-    assert projects == {"mac"}
+        started = node.mac("start", "agent", "--remove-stale")
+        assert started.returncode == 0, started.stdout + started.stderr
+        projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
+        assert projects == {"mac"}
+    finally:  # a failure above must not leave the old deployment to the next test
+        node.sh(*deploy, "down", "--remove-orphans", timeout=300)
 
 
 def _agent(node) -> list[dict]:

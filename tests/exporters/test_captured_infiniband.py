@@ -56,20 +56,27 @@ def debian(tmp_path) -> Roots:
     return Roots(sys_root=str(tmp_path))
 
 
+def _infiniband_tree(tmp_path_factory, name: str, archive: str, inside: str) -> Roots:
+    """The class/infiniband part of a captured ttar archive as a sysfs root."""
+    root = tmp_path_factory.mktemp(name)
+    extract(capture(archive), root / "class" / "infiniband", inside)
+    return Roots(sys_root=str(root))
+
+
 @pytest.fixture(scope="module")
 def procfs(tmp_path_factory) -> Roots:
-    archive = capture("prometheus/procfs/testdata/fixtures.ttar")
-    root = tmp_path_factory.mktemp("procfs")
-    extract(archive, root / "class" / "infiniband", "fixtures/sys/class/infiniband")
-    return Roots(sys_root=str(root))
+    return _infiniband_tree(
+        tmp_path_factory, "procfs", "prometheus/procfs/testdata/fixtures.ttar",
+        "fixtures/sys/class/infiniband",
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def node_exporter(tmp_path_factory) -> Roots:
-    archive = capture("prometheus/node_exporter/collector/fixtures/sys.ttar")
-    root = tmp_path_factory.mktemp("node_exporter")
-    extract(archive, root / "class" / "infiniband", "sys/class/infiniband")
-    return Roots(sys_root=str(root))
+    return _infiniband_tree(
+        tmp_path_factory, "node_exporter", "prometheus/node_exporter/collector/fixtures/sys.ttar",
+        "sys/class/infiniband",
+    )  # fmt: skip
 
 
 def no_ethtool(iface: str) -> str:

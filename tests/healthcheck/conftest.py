@@ -238,3 +238,14 @@ def wait_ready(child: subprocess.Popen, timeout: float = 30) -> None:
         return "READY" in text
 
     wait_for(ready, timeout=timeout, interval=0.05)
+
+
+@pytest.fixture
+def database():
+    """A PostgreSQL cluster of the test's own, to stop, freeze or fill at will."""
+    from tests.healthcheck.private_servers import PrivatePostgres
+
+    pg = PrivatePostgres()
+    pg.start()
+    yield pg
+    pg.remove()

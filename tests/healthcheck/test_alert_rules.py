@@ -8,6 +8,7 @@ absent when it should not.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from contract.diagnosis import Diagnosis, describe
 from healthcheck.promconfig import ALERT_RULES
 
 TROUBLESHOOTING = Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md"
@@ -43,7 +45,8 @@ IB_PORT = {"job": "sys-exporter", "instance": "198.18.0.3:29101", **NODE, "devic
 
 
 def series(name: str, labels: dict, values: str) -> dict:
-    inner = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    # JSON's string escapes (\n, \", \\) are PromQL's too.
+    inner = ",".join(f"{key}={json.dumps(value)}" for key, value in labels.items())
     return {"series": f"{name}{{{inner}}}", "values": values}
 
 
@@ -67,8 +70,13 @@ RUNBOOKS = {
 }
 
 
-def firing(at: str, name: str, labels: dict, summary: str, description: str) -> dict:
-    annotations = {"summary": summary, "description": description, "runbook_url": RUNBOOKS[name]}
+def firing(at: str, name: str, labels: dict, summary: str, description: str, **more: str) -> dict:
+    annotations = {
+        "summary": summary,
+        "description": description,
+        "runbook_url": RUNBOOKS[name],
+        **more,
+    }
     return {
         "eval_time": at,
         "alertname": name,
@@ -118,6 +126,10 @@ def test_a_node_offline_for_a_minute_alerts_with_the_masters_diagnosis(tmp_path)
                 {**resting, "status": "offline", "reason": "", "diagnosis": ""},
                 "1 1 1 1",
             ),
+            *(
+                series("mac_diagnosis_info", {**MASTER, **_table_row(code)}, "1x3")
+                for code in Diagnosis
+            ),
         ],
         [
             quiet("1m", "MacNodeOffline"),  # pending: one failed sweep may be a blip
@@ -127,11 +139,19 @@ def test_a_node_offline_for_a_minute_alerts_with_the_masters_diagnosis(tmp_path)
                 {**up, **status, "severity": "critical"},
                 "Node gpu-03 is offline",
                 "The master's probe of sys-exporter (:29101) on gpu-03 fails (reason timeout, "
-                "diagnosis ip_forward_off). Email and Slack notifications spell out both and "
-                "the fix; run `mac doctor` on the node.",
+                "diagnosis ip_forward_off). The fix annotation says what to do, as email and "
+                "Slack notifications do; `mac doctor` on the node checks the rest.",
+                # The commands themselves, for a webhook that gets no template.
+                fix=describe(diagnosis)[1],
             ),
         ],
     )
+
+
+def _table_row(code: Diagnosis) -> dict:
+    """One series of the master's mac_diagnosis_info, as healthcheck.metrics writes it."""
+    meaning, fix = describe(code)
+    return {"diagnosis": code.value, "meaning": meaning, "fix": fix}
 
 
 def test_an_exporter_that_stops_answering_alerts_unless_in_maintenance(tmp_path):

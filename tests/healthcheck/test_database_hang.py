@@ -16,14 +16,11 @@ PostgreSQL cluster of the test's own, never the shared one on 5432.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,7 +28,7 @@ import psutil
 import pytest
 
 from tests.healthcheck.private_servers import PrivatePostgres
-from tests.inventory.liveserver import REPO, start_api_server
+from tests.inventory.liveserver import REPO, start_api_server, timed_call
 
 pytestmark = pytest.mark.slow
 
@@ -59,18 +56,6 @@ print(outcome, round(time.monotonic() - started, 2), flush=True)
 """
 
 
-def _call(url: str, body: dict | None = None) -> tuple[int, dict, float]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    return status, json.loads(raw or b"{}"), time.monotonic() - started
-
-
 class Frozen:
     """SIGSTOP the postmaster and every backend; SIGCONT them on exit (always)."""
 
@@ -92,14 +77,6 @@ class Frozen:
                 proc.send_signal(signal.SIGCONT)
 
 
-@pytest.fixture
-def database():
-    pg = PrivatePostgres()
-    pg.start()
-    yield pg
-    pg.remove()
-
-
 def test_a_hung_database_gives_503_naming_it_on_every_path_within_seconds(tmp_path, database):
     server = start_api_server(tmp_path / "master", env={"DATABASE_URL": database.url()})
     try:
@@ -107,7 +84,7 @@ def test_a_hung_database_gives_503_naming_it_on_every_path_within_seconds(tmp_pa
         with ThreadPoolExecutor(4) as pool:
             warm = list(
                 pool.map(
-                    lambda n: _call(f"{server.url}/api/v1/register", {"hostname": f"gpu-{n}"}),
+                    lambda n: timed_call(f"{server.url}/api/v1/register", {"hostname": f"gpu-{n}"}),
                     range(4),
                 )
             )
@@ -133,10 +110,10 @@ def test_a_hung_database_gives_503_naming_it_on_every_path_within_seconds(tmp_pa
             sweeper.stdin.flush()
             with ThreadPoolExecutor(7) as pool:
                 registrations = pool.map(
-                    lambda n: _call(f"{server.url}/api/v1/register", {"hostname": f"new-{n}"}),
+                    lambda n: timed_call(f"{server.url}/api/v1/register", {"hostname": f"new-{n}"}),
                     range(6),
                 )
-                health = pool.submit(_call, f"{server.url}/health")
+                health = pool.submit(timed_call, f"{server.url}/health")
                 registrations, (h_status, h_body, h_took) = list(registrations), health.result()
             swept, _ = sweeper.communicate(timeout=120)
             # The server stays stopped for as long as in the fault run, at least.
@@ -157,10 +134,10 @@ def test_a_hung_database_gives_503_naming_it_on_every_path_within_seconds(tmp_pa
 
         # Resumed: the pool reconnects by itself and nothing was half-written.
         deadline = time.monotonic() + 30
-        while _call(f"{server.url}/health")[0] != 200:
+        while timed_call(f"{server.url}/health")[0] != 200:
             assert time.monotonic() < deadline, server.log_tail()
             time.sleep(0.5)
-        assert _call(f"{server.url}/api/v1/register", {"hostname": "after"})[0] in (200, 201)
+        assert timed_call(f"{server.url}/api/v1/register", {"hostname": "after"})[0] in (200, 201)
     except AssertionError:
         print(server.log_tail())
         raise

@@ -8,67 +8,43 @@ PostgreSQL cluster that the test stops and starts again.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from tests.healthcheck.private_servers import PrivatePostgres
-from tests.inventory.liveserver import start_api_server
+from tests.inventory.liveserver import start_api_server, timed_call
 
 pytestmark = pytest.mark.slow
 
 FEW_SECONDS = 8.0  # the promise: an answer within a few seconds, not the pool's 30 s
 
 
-def _call(url: str, body: dict | None = None) -> tuple[int, dict, float]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    started = time.monotonic()
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read()
-    return status, json.loads(raw or b"{}"), time.monotonic() - started
-
-
-@pytest.fixture
-def database():
-    pg = PrivatePostgres()
-    pg.start()
-    yield pg
-    pg.remove()
-
-
 def test_it_answers_503_database_unavailable_within_seconds_and_recovers(tmp_path, database):
     server = start_api_server(tmp_path / "master", env={"DATABASE_URL": database.url()})
     try:
-        status, body, _ = _call(f"{server.url}/health")
+        status, body, _ = timed_call(f"{server.url}/health")
         assert status == 200, body
-        assert _call(f"{server.url}/api/v1/register", {"hostname": "gpu-01"})[0] == 201
+        assert timed_call(f"{server.url}/api/v1/register", {"hostname": "gpu-01"})[0] == 201
 
         database.stop()
-        status, body, took = _call(f"{server.url}/health")
+        status, body, took = timed_call(f"{server.url}/health")
         assert status == 503, body
         assert "database" in body["failed"]
         assert body["checks"]["database"]["detail"].startswith("database unavailable")
         assert took < FEW_SECONDS, took
 
-        status, body, took = _call(f"{server.url}/api/v1/register", {"hostname": "gpu-02"})
+        status, body, took = timed_call(f"{server.url}/api/v1/register", {"hostname": "gpu-02"})
         assert status == 503, body
         assert body["detail"].startswith("database unavailable")
         assert took < FEW_SECONDS, took
 
         database.start()
         deadline = time.monotonic() + 30
-        while _call(f"{server.url}/health")[0] != 200:
+        while timed_call(f"{server.url}/health")[0] != 200:
             assert time.monotonic() < deadline, server.log_tail()
             time.sleep(0.5)
         # The same address as gpu-01: the node is found again by its address (200).
-        assert _call(f"{server.url}/api/v1/register", {"hostname": "gpu-02"})[0] in (200, 201)
+        assert timed_call(f"{server.url}/api/v1/register", {"hostname": "gpu-02"})[0] in (200, 201)
     except AssertionError:
         print(server.log_tail())
         raise

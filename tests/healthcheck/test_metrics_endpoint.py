@@ -120,3 +120,19 @@ def test_without_redis_the_node_series_still_come_out(client, make_node, setting
     got = samples(client.get("/metrics"))
     assert any(name == "mac_node_up" for name, _ in got)
     assert not any(name == "mac_sweep_duration_seconds" for name, _ in got)
+
+
+def test_each_diagnosis_has_one_series_with_its_meaning_and_fix(client, sweep_redis):
+    from contract.diagnosis import describe
+
+    got = samples(client.get("/metrics"))
+    table = {
+        dict(labels)["diagnosis"]: dict(labels)
+        for (name, labels), value in got.items()
+        if name == "mac_diagnosis_info" and value == 1.0
+    }
+    assert set(table) == {code.value for code in Diagnosis}
+    meaning, fix = describe(Diagnosis.IP_FORWARD_OFF)
+    assert table["ip_forward_off"]["meaning"] == meaning
+    assert table["ip_forward_off"]["fix"] == fix
+    assert "sysctl -w net.ipv4.ip_forward=1" in fix

@@ -22,7 +22,7 @@ from channels.layers import get_channel_layer
 
 from healthcheck.state import sweep_count, sweep_history
 from inventory.choices import NodeStatus
-from inventory.live import join_dashboard, leave_dashboard
+from inventory.live import MESSAGE_TYPE, join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
 from testkit.simfleet import Mode
 from testkit.waiting import wait_for
@@ -74,38 +74,44 @@ def finished_sweep(client, chunks: int) -> dict | None:
 
 
 class Dashboard:
-    """Every push a dashboard page would get, collected on a thread while the test runs."""
+    """Every push a dashboard page would get, collected on a thread while the test runs.
+
+    The listener waits on receive() without a timeout (a receive cancelled by a timeout
+    can drop the message it was taking) and stops on a message of the test's own.
+    """
+
+    STOP = "test.stop"
 
     def __init__(self) -> None:
         self.changed: list[int] = []
         self.messages = 0
-        self._stop = threading.Event()
+        self._layer = get_channel_layer()
+        self._channel = async_to_sync(self._layer.new_channel)()
+        self._joined = threading.Event()
         self._thread = threading.Thread(target=async_to_sync(self._listen), daemon=True)
 
     async def _listen(self) -> None:
-        import asyncio
-
-        layer = get_channel_layer()
-        channel = await layer.new_channel()
-        await join_dashboard(layer, channel)
+        await join_dashboard(self._layer, self._channel)
+        self._joined.set()
         try:
-            while not self._stop.is_set():
-                try:
-                    async with asyncio.timeout(0.2):
-                        message = await layer.receive(channel)
-                except TimeoutError:
-                    continue
+            while True:
+                message = await self._layer.receive(self._channel)
+                if message["type"] == self.STOP:
+                    return
+                if message["type"] != MESSAGE_TYPE:
+                    continue  # the alerts' pushes share the dashboard's group
                 self.messages += 1
                 self.changed.extend(change["id"] for change in message["changes"])
         finally:
-            await leave_dashboard(layer, channel)
+            await leave_dashboard(self._layer, self._channel)
 
     def __enter__(self) -> Dashboard:
         self._thread.start()
+        self._joined.wait(10)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+        async_to_sync(self._layer.send)(self._channel, {"type": self.STOP})
         self._thread.join(10)
 
 

@@ -25,12 +25,13 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits(settings):
-    """Forget the rate-limit counters of earlier tests (only ours, in our own Redis db)."""
+    """Forget the rate-limit counters of earlier tests, registration's and the node
+    events' (only ours, in our own Redis db)."""
     from healthcheck.state import get_redis
 
     client = get_redis()
     prefix = settings.CACHES["default"].get("KEY_PREFIX", "")
-    for key in client.scan_iter(match=f"{prefix}:*throttle_*register_*"):
+    for key in client.scan_iter(match=f"{prefix}:*throttle_*"):
         client.delete(key)
     yield
     client.close()

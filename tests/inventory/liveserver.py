@@ -9,10 +9,14 @@ on the PostgreSQL and the SQLite passes. `port` is the proxy's: what clients rea
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,3 +133,16 @@ def start_api_server(tmp: Path, env: dict[str, str] | None = None, workers: int 
         server.stop()
         raise RuntimeError(f"the test API server did not start:\n{server.log_tail()}") from None
     return server
+
+
+def timed_call(url: str, body: dict | None = None) -> tuple[int, dict, float]:
+    """GET url, or POST body as JSON: (status, the JSON answer, seconds it took)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    return status, json.loads(raw or b"{}"), time.monotonic() - started

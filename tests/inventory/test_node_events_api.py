@@ -18,18 +18,6 @@ URL = "/api/v1/nodes/self/events"
 KEY = "node-events-test-key"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_event_limits(settings):
-    from healthcheck.state import get_redis
-
-    client = get_redis()
-    prefix = settings.CACHES["default"].get("KEY_PREFIX", "")
-    for key in client.scan_iter(match=f"{prefix}:*throttle_node_events_*"):
-        client.delete(key)
-    yield
-    client.close()
-
-
 def _now(**delta) -> str:
     return (timezone.now() + dt.timedelta(**delta)).isoformat()
 

@@ -53,6 +53,16 @@ def test_list_is_paginated_and_never_shows_keys(auth_client, make_node):
     assert all("node_key_hash" not in n for n in page["results"])
 
 
+def test_list_shows_the_fields_the_dashboard_shows(auth_client, make_node):
+    node = make_node("gpu-01", labels={"rack": "a1"})
+
+    [listed] = auth_client.get("/api/v1/nodes/").json()["results"]
+
+    assert set(listed) == set(node.summary())
+    assert listed["labels"] == {"rack": "a1"} and listed["hostname"] == "gpu-01"
+    assert set(auth_client.get(f"/api/v1/nodes/{node.pk}/").json()) > set(node.summary())
+
+
 def test_filter_by_status_vendor_maintenance_and_label(auth_client, make_node):
     make_node("a-online", status=NodeStatus.ONLINE, gpu_vendor=GpuVendor.NVIDIA)
     make_node("b-offline", status=NodeStatus.OFFLINE, gpu_vendor=GpuVendor.AMD, maintenance=True)

@@ -212,3 +212,49 @@ def test_master_prometheus_loads_the_rules_and_reads_the_token_the_api_server_wr
     api = " ".join(services["api-server"]["command"])
     assert f"prometheus_config --metrics-token-file {token_file} &&" in api
     assert services["api-server"]["environment"]["MAC_METRICS_TOKEN"] == "${MAC_METRICS_TOKEN:-}"
+
+
+# Settings of macweb/settings.py that the master's containers get some other way, each
+# with the reason, so that a new setting cannot be forgotten in the compose file.
+NOT_PASSED_TO_CONTAINERS = {
+    "MAC_SECRET_KEY": "made once in the mac-data volume by prepare_master",
+    "MAC_STATIC_ROOT": "the image's own folder",
+    "MAC_TEST_DB_NAME": "the test suite's",
+    "MAC_CELERY_BROKER_URL": "MAC_REDIS_URL names mac-redis on the master network",
+    "MAC_CACHE_PREFIX": "one master per Redis (mac-redis)",
+    "MAC_CHANNEL_PREFIX": "one master per Redis (mac-redis)",
+    "MAC_AMTOOL_BIN": "the image's amtool",
+    "MAC_ALERTMANAGER_MANAGED": "mac-alertmanager is MAC's own under Docker",
+    "MAC_SCRAPE_INTERVAL": "mac-prometheus reads docker/prometheus/prometheus.yml",
+    "MAC_API_KEEPALIVE": "mac-proxy's (nginx) setting, in its own environment",
+    "MAC_API_MAX_CONNECTIONS": "mac-proxy's",
+    "MAC_API_MAX_CONNECTIONS_PER_ADDRESS": "mac-proxy's",
+    "MAC_API_MAX_HEADER_BYTES": "mac-proxy's",
+    "MAC_API_REQUEST_TIMEOUT": "mac-proxy's",
+}
+
+
+def test_every_setting_the_master_reads_reaches_its_containers():
+    """Under Docker the containers see only what the compose file names: each setting of
+    macweb/settings.py is named (with a value, or none to pass `mac env set`'s through)."""
+    settings_py = (DOCKER.parent / "macweb" / "settings.py").read_text()
+    read = set(re.findall(r"env_[a-z]+\(\s*\"(MAC_[A-Z0-9_]+)\"", settings_py))
+    assert len(read) > 30, "the settings' reader changed: update the pattern"
+    services = _load("docker-compose.master.yml")["services"]
+    for name in ("api-server", "worker", "beat"):
+        named = set(services[name]["environment"])
+        missing = read - named - set(NOT_PASSED_TO_CONTAINERS)
+        assert not missing, f"{name} never gets {sorted(missing)}"
+    proxy_settings = {k for k, why in NOT_PASSED_TO_CONTAINERS.items() if "mac-proxy" in why}
+    assert proxy_settings <= set(services["proxy"]["environment"])
+
+
+def test_entries_without_a_value_are_the_ones_mac_passes_through():
+    from maccli.runtimes.docker import passed_through
+
+    text = (DOCKER / "docker-compose.master.yml").read_text()
+    names = passed_through(text)
+    assert {"MAC_ALERT_FOR", "MAC_NODE_NETWORKS", "MAC_DB_STATEMENT_TIMEOUT"} <= names
+    assert "MAC_REDIS_URL" not in names  # fixed by the file
+    assert passed_through("services:\n  a:\n    environment: [A=1, B]\n") == {"B"}
+    assert passed_through("services: [") == set()

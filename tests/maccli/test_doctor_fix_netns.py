@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.netns import REPO, sh
+from testkit.macenv import scratch_mac_env
+from testkit.netns import sh
 from tests.conftest import netns_marks
 
 pytestmark = netns_marks("ip", "setpriv", "sysctl", slow=False)
@@ -51,20 +52,7 @@ def scratch():
 
 
 def _env(scratch: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_")}
-    env.pop("MASTER_IP", None)
-    env.update(
-        {
-            "HOME": str(scratch),
-            "MAC_USER_ENV_FILE": str(scratch / "user.env"),
-            "MAC_NODE_ENV_FILE": str(scratch / "node.env"),
-            "MAC_STATE_DIR": str(scratch / "state"),
-            "MAC_ETC_ROOT": str(scratch / "etc"),
-            "PYTHONPATH": str(REPO),
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-    )
-    return env
+    return scratch_mac_env(scratch, MAC_ETC_ROOT=str(scratch / "etc"), PYTHONDONTWRITEBYTECODE="1")
 
 
 def _mac(namespace: str, scratch: Path, *args: str, prefix: tuple[str, ...] = ()):

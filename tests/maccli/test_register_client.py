@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from contract.master_api import MasterClient, route_address
 from maccli.agent.hardware import nics
 from maccli.agent.payload import build_payload, parse_labels
+from maccli.agent.registration import register_with_retry
 from maccli.output import CliError
 from node.config import NodeConfig
 from testkit.fakehttp import JsonHandler, serving
@@ -52,6 +54,52 @@ def test_no_token_no_header(recorder):
     path, headers, body, _ = _Recorder.seen[0]
     assert path == "/api/v1/deregister" and body == {"hostname": "gpu-01"}
     assert "Authorization" not in headers and "X-MAC-Node-Key" not in headers
+
+
+class _Busy(JsonHandler):
+    """Answers each registration with the next of `answers`: (status, Retry-After)."""
+
+    answers: list = []
+    calls = 0
+
+    def do_POST(self):
+        self.read_json()
+        status, wait = _Busy.answers[min(_Busy.calls, len(_Busy.answers) - 1)]
+        _Busy.calls += 1
+        body = json.dumps({"detail": "busy"} if status >= 400 else {"hostname": "a"}).encode()
+        self.send_response(status)
+        if wait is not None:
+            self.send_header("Retry-After", wait)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _register_against(answers: list, retry_for: float = 120) -> tuple[int, list[float]]:
+    _Busy.answers, _Busy.calls = answers, 0
+    waits: list[float] = []
+    with serving(_Busy) as url:
+        reply = register_with_retry(
+            MasterClient(url), {"hostname": "a"}, retry_for=retry_for, sleep=waits.append,
+            jitter=lambda: 0.5,
+        )  # fmt: skip
+    return reply.status, waits
+
+
+def test_register_retries_when_the_master_says_when_with_jitter():
+    status, waits = _register_against([(429, "2"), (503, "5"), (201, None)])
+    assert status == 201 and _Busy.calls == 3
+    assert waits == [3.0, 7.5]  # Retry-After, plus half again (the jitter drawn)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [(429, "300"), (429, None), (503, "soon"), (400, "1"), (403, None)],
+    ids=["longer-than-the-deadline", "no-retry-after", "not-seconds", "400", "403"],
+)
+def test_register_gives_up_at_once_unless_a_retry_fits(answer):
+    status, waits = _register_against([answer, (201, None)])
+    assert status == answer[0] and _Busy.calls == 1 and waits == []
 
 
 def test_route_address_is_the_local_end_towards_the_master():

@@ -51,7 +51,7 @@ def test_it_renders_every_limit_as_its_nginx_directive(tmp_path):
         "large_client_header_buffers 1 16384;",
         "client_max_body_size 200000;",
         "limit_conn per_address 20;",
-        "worker_connections 728;",
+        "worker_connections 1624;",
         "listen 127.0.0.1:18080 backlog=511;",
         "server 127.0.0.1:18081;",
         "proxy_set_header X-Forwarded-For $remote_addr;",

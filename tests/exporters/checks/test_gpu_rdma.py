@@ -14,6 +14,7 @@ from exporters.checks.gpu import (
     detect_gpus,
 )
 from exporters.checks.rdma import check_rdma_counters
+from tests.exporters.checks.scratch import write
 
 
 def _ctx(tmp_path: Path, **extra) -> CheckContext:
@@ -26,15 +27,10 @@ def _ctx(tmp_path: Path, **extra) -> CheckContext:
     )
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
 def _amd_gpu(tmp_path: Path, card: str = "card0", pci: str = "0000:c1:00.0") -> None:
     device = tmp_path / "sys/bus/pci/devices" / pci
-    _write(device / "vendor", "0x1002\n")
-    _write(device / "class", "0x038000\n")
+    write(device / "vendor", "0x1002\n")
+    write(device / "class", "0x038000\n")
     (tmp_path / "sys/class/drm" / card).mkdir(parents=True)
     os.symlink(device, tmp_path / "sys/class/drm" / card / "device")
 
@@ -75,7 +71,7 @@ def test_nvidia_checks_skip_without_gpus_or_docker(tmp_path):
 
 def test_amd_gpu_without_kfd_and_module_fails(tmp_path):
     _amd_gpu(tmp_path)
-    _write(tmp_path / "proc/modules", "ext4 999424 1 - Live 0x0\n")
+    write(tmp_path / "proc/modules", "ext4 999424 1 - Live 0x0\n")
     devices = check_amd_devices(_ctx(tmp_path))
     assert devices.status == CheckStatus.FAIL
     assert "kfd" in devices.detail and "ls -l /dev/kfd /dev/dri" in devices.fix
@@ -86,9 +82,9 @@ def test_amd_gpu_without_kfd_and_module_fails(tmp_path):
 
 def test_amd_gpu_with_devices_and_module_passes(tmp_path):
     _amd_gpu(tmp_path)
-    _write(tmp_path / "dev/kfd", "")
-    _write(tmp_path / "dev/dri/renderD128", "")
-    _write(tmp_path / "proc/modules", "amdgpu 12345678 0 - Live 0x0\next4 1 1 - Live 0x0\n")
+    write(tmp_path / "dev/kfd", "")
+    write(tmp_path / "dev/dri/renderD128", "")
+    write(tmp_path / "proc/modules", "amdgpu 12345678 0 - Live 0x0\next4 1 1 - Live 0x0\n")
     assert check_amd_devices(_ctx(tmp_path)).status == CheckStatus.PASS
     assert check_amdgpu_module(_ctx(tmp_path)).status == CheckStatus.PASS
     assert detect_gpus(str(tmp_path / "proc"), str(tmp_path / "sys"), str(tmp_path / "dev")) == (
@@ -104,8 +100,8 @@ def test_amd_checks_skip_without_amd_gpu(tmp_path):
 
 def _thor2(tmp_path: Path, rx: int, tx: int) -> None:
     counters = tmp_path / "sys/class/infiniband/bnxt_re0/ports/1/hw_counters"
-    _write(counters / "rx_bytes", f"{rx}\n")
-    _write(counters / "tx_bytes", f"{tx}\n")
+    write(counters / "rx_bytes", f"{rx}\n")
+    write(counters / "tx_bytes", f"{tx}\n")
 
 
 def test_rdma_counters_moving_pass(tmp_path):

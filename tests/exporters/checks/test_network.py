@@ -8,6 +8,7 @@ from exporters.checks import CheckContext, CheckStatus
 from exporters.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
 from exporters.checks.network import check_ip_forward, check_ip_forward_persisted
 from node.commands import CommandResult
+from tests.exporters.checks.scratch import scratch_context, write
 
 
 def _ctx(tmp_path: Path, version: int | None = 252, networkd: str = "active") -> CheckContext:
@@ -16,21 +17,11 @@ def _ctx(tmp_path: Path, version: int | None = 252, networkd: str = "active") ->
             return CommandResult(0 if networkd == "active" else 3, networkd + "\n")
         return CommandResult(1, "", "unexpected")
 
-    extra = {"run": run, "run_root": str(tmp_path / "run"), "usr_root": str(tmp_path / "usr")}
-    if version is not None:
-        extra["systemd_version"] = version
-    return CheckContext(
-        proc_root=str(tmp_path / "proc"), etc_root=str(tmp_path / "etc"), extra=extra
-    )
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    return scratch_context(tmp_path, run, version)
 
 
 def test_ip_forward_off_fails_with_the_sysctl_command(tmp_path):
-    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     result = check_ip_forward(_ctx(tmp_path))
     assert result.status == CheckStatus.FAIL
     assert "net.ipv4.ip_forward = 0" in result.detail and "29500" in result.detail
@@ -39,12 +30,12 @@ def test_ip_forward_off_fails_with_the_sysctl_command(tmp_path):
 
 
 def test_ip_forward_on_passes(tmp_path):
-    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "1\n")
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "1\n")
     assert check_ip_forward(_ctx(tmp_path)).status == CheckStatus.PASS
 
 
 def test_not_persisted_fails_with_the_sysctl_d_file(tmp_path):
-    _write(tmp_path / "etc/sysctl.d/10-other.conf", "vm.swappiness = 10\n")
+    write(tmp_path / "etc/sysctl.d/10-other.conf", "vm.swappiness = 10\n")
     result = check_ip_forward_persisted(_ctx(tmp_path))
     assert result.status == CheckStatus.FAIL
     # The host's path, not the scratch root's: the fix is for the operator on the node.
@@ -59,10 +50,10 @@ def test_not_persisted_fails_with_the_sysctl_d_file(tmp_path):
 
 
 def test_persisted_passes_and_a_later_file_setting_zero_wins(tmp_path):
-    _write(tmp_path / "etc/sysctl.d/99-mac-ipforward.conf", "net.ipv4.ip_forward = 1\n")
+    write(tmp_path / "etc/sysctl.d/99-mac-ipforward.conf", "net.ipv4.ip_forward = 1\n")
     assert check_ip_forward_persisted(_ctx(tmp_path)).status == CheckStatus.PASS
     # /etc/sysctl.conf is read last by `sysctl --system`.
-    _write(tmp_path / "etc/sysctl.conf", "net/ipv4/ip_forward=0\n")
+    write(tmp_path / "etc/sysctl.conf", "net/ipv4/ip_forward=0\n")
     result = check_ip_forward_persisted(_ctx(tmp_path))
     assert result.status == CheckStatus.FAIL
     assert "/etc/sysctl.conf sets net.ipv4.ip_forward = 0" in result.detail
@@ -75,8 +66,8 @@ def test_persisted_passes_and_a_later_file_setting_zero_wins(tmp_path):
 
 
 def test_same_name_in_etc_masks_usr_lib(tmp_path):
-    _write(tmp_path / "usr/lib/sysctl.d/50-fwd.conf", "net.ipv4.ip_forward = 1\n")
-    _write(tmp_path / "etc/sysctl.d/50-fwd.conf", "net.ipv4.ip_forward = 0\n")
+    write(tmp_path / "usr/lib/sysctl.d/50-fwd.conf", "net.ipv4.ip_forward = 1\n")
+    write(tmp_path / "etc/sysctl.d/50-fwd.conf", "net.ipv4.ip_forward = 0\n")
     assert check_ip_forward_persisted(_ctx(tmp_path)).status == CheckStatus.FAIL
 
 
@@ -88,11 +79,7 @@ def _ctx_with_nat(tmp_path: Path, nat_rules: str) -> CheckContext:
             return CommandResult(0, nat_rules)
         return CommandResult(1, "", "unexpected")
 
-    return CheckContext(
-        proc_root=str(tmp_path / "proc"),
-        etc_root=str(tmp_path / "etc"),
-        extra={"run": run, "run_root": str(tmp_path / "run"), "usr_root": str(tmp_path / "usr")},
-    )
+    return scratch_context(tmp_path, run)
 
 
 DOCKER_NAT = """-P PREROUTING ACCEPT
@@ -107,7 +94,7 @@ UNRELATED_NAT = """-P PREROUTING ACCEPT
 
 
 def test_forwarding_off_fails_where_docker_dnats_the_exporter_ports(tmp_path):
-    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     result = check_ip_forward(_ctx_with_nat(tmp_path, DOCKER_NAT))
     assert result.status == CheckStatus.FAIL
     assert "unreachable from the master" in result.detail
@@ -116,7 +103,7 @@ def test_forwarding_off_fails_where_docker_dnats_the_exporter_ports(tmp_path):
 
 
 def test_forwarding_off_only_warns_where_no_exporter_port_is_dnatted(tmp_path):
-    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     result = check_ip_forward(_ctx_with_nat(tmp_path, UNRELATED_NAT))
     assert result.status == CheckStatus.WARN
     assert "no exporter port is DNAT'd" in result.detail
@@ -129,7 +116,7 @@ def test_forwarding_off_only_warns_where_no_exporter_port_is_dnatted(tmp_path):
 def test_forwarding_off_is_not_a_problem_in_host_mode(tmp_path):
     from node.config import NodeConfig
 
-    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     ctx = _ctx_with_nat(tmp_path, UNRELATED_NAT)
     ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
 
@@ -144,7 +131,7 @@ def test_host_mode_with_exporter_ports_still_dnatted_fails(tmp_path):
     # Bridge containers left running beside a host-mode setting still need forwarding.
     from node.config import NodeConfig
 
-    _write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     ctx = _ctx_with_nat(tmp_path, DOCKER_NAT)
     ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
 

@@ -17,6 +17,7 @@ from exporters.checks.networkd import (
     primary_interface,
 )
 from node.commands import CommandResult
+from tests.exporters.checks.scratch import scratch_context, write
 
 ROUTE = (
     "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
@@ -42,27 +43,12 @@ def _ctx(tmp_path: Path, answers: dict | None = None, version: int | None = 252)
     def run(argv):
         return answers.get(tuple(argv[:2]), CommandResult(127, "", f"{argv[0]}: not found"))
 
-    extra = {
-        "run": run,
-        "run_root": str(tmp_path / "run"),
-        "usr_root": str(tmp_path / "usr"),
-        "lib_root": str(tmp_path / "lib"),
-    }
-    if version is not None:
-        extra["systemd_version"] = version
-    return CheckContext(
-        proc_root=str(tmp_path / "proc"), etc_root=str(tmp_path / "etc"), extra=extra
-    )
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    return scratch_context(tmp_path, run, version)
 
 
 def _netplan_node(tmp_path: Path) -> None:
-    _write(tmp_path / "proc/net/route", ROUTE)
-    _write(tmp_path / "run/systemd/network/10-netplan-enp65s0f0.network", NETPLAN)
+    write(tmp_path / "proc/net/route", ROUTE)
+    write(tmp_path / "run/systemd/network/10-netplan-enp65s0f0.network", NETPLAN)
 
 
 def test_the_primary_link_is_the_lowest_metric_default_route():
@@ -100,7 +86,7 @@ def test_a_missing_drop_in_fails_with_ipforward_before_256_and_reload_then_recon
 
 def test_the_drop_in_makes_it_pass(tmp_path):
     _netplan_node(tmp_path)
-    _write(
+    write(
         tmp_path / "etc/systemd/network/10-netplan-enp65s0f0.network.d/mac-ipforward.conf",
         "[Network]\nIPForward=yes\n",
     )
@@ -110,8 +96,8 @@ def test_the_drop_in_makes_it_pass(tmp_path):
 
 def test_networkctl_status_names_the_file_even_in_usr_lib(tmp_path):
     # A container's host0 is configured by a file shipped in /usr/lib (no [Match] needed here).
-    _write(tmp_path / "proc/net/route", ROUTE)
-    _write(tmp_path / "usr/lib/systemd/network/80-vendor.network", "[Network]\nDHCP=yes\n")
+    write(tmp_path / "proc/net/route", ROUTE)
+    write(tmp_path / "usr/lib/systemd/network/80-vendor.network", "[Network]\nDHCP=yes\n")
     status = STATUS.replace(
         "/run/systemd/network/10-netplan-enp65s0f0.network",
         "/usr/lib/systemd/network/80-vendor.network",
@@ -126,17 +112,17 @@ def test_networkctl_status_names_the_file_even_in_usr_lib(tmp_path):
 def test_systemd_256_needs_ipv4forwarding_and_says_ipforward_was_replaced(tmp_path):
     _netplan_node(tmp_path)
     dropin = tmp_path / "etc/systemd/network/10-netplan-enp65s0f0.network.d/mac-ipforward.conf"
-    _write(dropin, "[Network]\nIPForward=yes\n")
+    write(dropin, "[Network]\nIPForward=yes\n")
     result = check_ip_forward_networkd(_ctx(tmp_path, version=256))
     assert result.status == CheckStatus.FAIL
     assert "IPv4Forwarding=yes" in result.fix and "replaced" in result.detail
-    _write(dropin, "[Network]\nIPv4Forwarding=yes\n")
+    write(dropin, "[Network]\nIPv4Forwarding=yes\n")
     assert check_ip_forward_networkd(_ctx(tmp_path, version=256)).status == CheckStatus.PASS
 
 
 def test_systemd_256_global_networkd_conf_counts(tmp_path):
     _netplan_node(tmp_path)
-    _write(tmp_path / "etc/systemd/networkd.conf", "[Network]\nIPv4Forwarding=yes\n")
+    write(tmp_path / "etc/systemd/networkd.conf", "[Network]\nIPv4Forwarding=yes\n")
     assert check_ip_forward_networkd(_ctx(tmp_path, version=257)).status == CheckStatus.PASS
 
 

@@ -1,71 +1,12 @@
-"""The faster registration paths (issue 13) give what the plain ones gave.
-
-- Request bodies are validated by one serializer per thread (validated_body) instead
-  of a new one per request: the same data for a good body, the same 400 for a bad one,
-  however the two follow each other.
-- A registration without a node key inserts first (ON CONFLICT DO NOTHING) and looks
-  the node up only when the hostname or address is taken: the dedupe rules hold.
-"""
+"""inventory.services.register_node called directly: the dedupe and key rules, and
+every reported field stored."""
 
 from __future__ import annotations
 
 import pytest
-from rest_framework.exceptions import ValidationError
 
 from inventory import services
-from inventory.api.serializers import (
-    DeregistrationSerializer,
-    RegistrationSerializer,
-    validated_body,
-)
 from inventory.models import Node, NodeEvent
-
-GOOD = {
-    "hostname": "GPU-01",
-    "gpu_vendor": "nvidia",
-    "gpu_count": 8,
-    "nics": [{"name": "mlx5_0", "port": 1}],
-    "exporters": {"sys-exporter": 29101},
-    "labels": {"rack": "a1"},
-}
-BAD = [
-    {},
-    {"hostname": 5},
-    {"hostname": "gpu-01", "gpu_count": "8"},
-    {"hostname": "gpu-01", "nics": [{"name": "x" * 300}]},
-    {"hostname": "gpu-01", "exporters": {"Bad Name": 1}},
-    {"hostname": "gpu-01", "labels": {"rack": 1}},
-    [],
-    None,
-]
-
-
-def _fresh(serializer_class, data) -> tuple[dict | None, object]:
-    serializer = serializer_class(data=data)
-    if serializer.is_valid():
-        return dict(serializer.validated_data), None
-    return None, serializer.errors
-
-
-def _shared(serializer_class, data) -> tuple[dict | None, object]:
-    try:
-        return validated_body(serializer_class, data), None
-    except ValidationError as exc:
-        return None, exc.detail
-
-
-def test_it_validates_bodies_in_turn_exactly_as_a_new_serializer_does():
-    for body in [GOOD, *BAD, GOOD, BAD[2], {**GOOD, "labels": {}}]:
-        assert _shared(RegistrationSerializer, body) == _fresh(RegistrationSerializer, body), body
-    assert validated_body(RegistrationSerializer, GOOD)["hostname"] == "gpu-01"
-    assert validated_body(RegistrationSerializer, {"hostname": "a"})["nics"] == []
-
-
-def test_it_keeps_one_serializer_per_class():
-    assert validated_body(DeregistrationSerializer, {"hostname": "Gpu-02"}) == {
-        "hostname": "gpu-02"
-    }
-    assert _shared(DeregistrationSerializer, {}) == _fresh(DeregistrationSerializer, {})
 
 
 @pytest.mark.django_db

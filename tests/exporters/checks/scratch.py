@@ -1,0 +1,35 @@
+"""A node made of files under tmp_path, for the checks: its roots and a recorded `run`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from exporters.checks import CheckContext
+from node.commands import CommandResult
+
+
+def scratch_context(
+    tmp_path: Path,
+    run: Callable[[list[str]], CommandResult],
+    version: int | None = 252,
+) -> CheckContext:
+    """Every root a network check reads under tmp_path; `version` is systemd's (None:
+    the check finds it out), `run` answers the commands the check runs."""
+    extra = {
+        "run": run,
+        "run_root": str(tmp_path / "run"),
+        "usr_root": str(tmp_path / "usr"),
+        "lib_root": str(tmp_path / "lib"),
+    }
+    if version is not None:
+        extra["systemd_version"] = version
+    return CheckContext(
+        proc_root=str(tmp_path / "proc"), etc_root=str(tmp_path / "etc"), extra=extra
+    )
+
+
+def write(path: Path, text: str) -> None:
+    """Write a file of the scratch node, its folders made as needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)

@@ -1,0 +1,29 @@
+"""The master's services see what `mac env set` wrote, under the process runtime too."""
+
+from __future__ import annotations
+
+from maccli.master import master_specs
+from node.config import NodeConfig
+
+
+def test_every_master_service_gets_the_env_files_settings_but_the_agents_key(tmp_path):
+    node_file, user_file = tmp_path / "node.env", tmp_path / "user.env"
+    node_file.write_text("MAC_PROBE_INTERVAL=10\nMAC_NODE_KEY=agent-key\nMAC_PROBE_TIMEOUT=9\n")
+    user_file.write_text("MAC_SMTP_HOST=smtp.example.org\n")
+    environ = {
+        "MAC_NODE_ENV_FILE": str(node_file),
+        "MAC_USER_ENV_FILE": str(user_file),
+        "MAC_DATA_DIR": str(tmp_path / "data"),
+        "MAC_PROBE_TIMEOUT": "5",  # the process environment wins over the files
+        "PATH": "/usr/bin:/bin",
+    }
+    specs = master_specs(NodeConfig.load(environ=environ))
+
+    assert {spec.name for spec in specs} >= {"api-server", "worker", "beat", "prometheus"}
+    for spec in specs:
+        assert spec.env["MAC_PROBE_INTERVAL"] == "10", spec.name
+        assert spec.env["MAC_SMTP_HOST"] == "smtp.example.org", spec.name
+        assert "MAC_NODE_KEY" not in spec.env, spec.name  # the agent's, not the master's
+        # Not in the spec: the runtime starts from the process environment, which holds 5.
+        assert "MAC_PROBE_TIMEOUT" not in spec.env, spec.name
+        assert spec.env["MAC_DATA_DIR"] == str(tmp_path / "data"), spec.name
