@@ -178,11 +178,11 @@ def report(before: list[Sample], after: list[Sample], baseline: list[int], bare:
     launcher = median([median(s.launchers) for s in after])
     return "\n".join(
         [
-            "The agent's eight services under the process runtime (`mac start agent`'s own "
-            "code path: supervisord, a launcher per program, the services), on this "
-            "machine's /sys and /proc, after every liveness URL and /metrics was fetched "
-            f"{WARM_FETCHES} times. Medians of {runs} runs, fresh processes each "
-            "(`python -m bench.agent_memory`).",
+            f"The agent's {len(SERVICES)} services under the process runtime "
+            "(`mac start agent`'s own code path: supervisord, a launcher per program, the "
+            "services), on this machine's /sys and /proc, after every liveness URL and "
+            f"/metrics was fetched {WARM_FETCHES} times. Medians of {runs} runs, fresh "
+            "processes each (`python -m bench.agent_memory`).",
             "",
             "| layout | processes | services RSS (node_exporter included) | "
             "node_exporter RSS | supervision RSS | whole agent RSS | whole agent PSS |",
@@ -194,12 +194,11 @@ def report(before: list[Sample], after: list[Sample], baseline: list[int], bare:
             "",
             f"Where the supervision goes: each launcher is {_mb(launcher)} RSS, against "
             f"{_mb(median(bare))} for a bare interpreter holding only what the launcher "
-            "imports (maccli.runtimes loads its runtimes lazily for this reason); the rest "
-            "is supervisord. node_exporter's RSS grows with the sockets its tcpstat "
-            "collector walks: compare its row with the baseline, measured in the same run.",
+            "imports; the rest is supervisord. Compare node_exporter's row with the "
+            "baseline, measured in the same run.",
             "",
             "- *services* are the processes that serve the ports: node_exporter and the "
-            "Python exporters (one process after, seven before);",
+            "Python exporters;",
             "- *supervision* is supervisord and one launcher per program "
             "(maccli.runtimes.launch), which restart a crashed service;",
             "- RSS sums count the pages the processes share once per process (as `ps` "

@@ -42,7 +42,9 @@ from bench.report import median, update_section
 from testkit.alerting import WebhookReceiver
 from testkit.alertstack import AlertStack
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
+from testkit.waiting import wait_for
 
+# MAC's defaults (macweb/settings.py, alerting's rules) that the computed line scales to.
 DEFAULTS = {"probe": 30.0, "scrape": 15.0, "for": 60.0, "group_wait": 30.0}
 
 
@@ -95,14 +97,14 @@ def one_run(stack: AlertStack, fleet: FleetThread, webhook: WebhookReceiver, adm
     node = admin.get_json(f"/api/v1/nodes/{node_id}/")
     offline = _iso(node["status_changed_at"])
     fleet.set_node_mode(index, "answer")
-    stack.wait(
-        "the resolved notification",
+    wait_for(
         lambda: any(
             n.body["status"] == "resolved"
             and any(a["labels"].get("hostname") == host for a in n.body["alerts"])
             for n in webhook.notifications[seen:]
         ),
         timeout=600,
+        what="the resolved notification",
     )
     time.sleep(group_interval * 2 + 1)  # the group empties: the next run starts afresh
     return Run(offline - died, active_at - died, (firing_seen or notified) - died, notified - died)
@@ -155,8 +157,13 @@ def main() -> None:
             stack.start()
             asyncio.run(register_fleet(fleet.fleet, stack.url))
             hosts = {node.hostname for node in fleet.nodes}
-            stack.wait("the fleet Online", lambda: set(stack.node_up()) >= hosts
-                       and all(stack.node_up()[h] == 1.0 for h in hosts), timeout=120)  # fmt: skip
+            wait_for(
+                lambda: (
+                    set(stack.node_up()) >= hosts and all(stack.node_up()[h] == 1.0 for h in hosts)
+                ),
+                timeout=120,
+                what="the fleet Online",
+            )
             admin = stack.admin()
             ids = {n["hostname"]: n["id"] for n in admin.get_json("/api/v1/nodes/")["results"]}
             runs = []
@@ -202,12 +209,10 @@ def report(runs: list[Run], args) -> None:
             f"- Death to notification: median **{median(notified):.1f} s**, max "
             f"**{max(notified):.1f} s**; of it, {extra:.1f} s (median) come after MAC itself "
             "knew the node was Offline.",
-            "- The time is the sum of: the probe interval (the sweep that sees the death, up to "
-            "one interval, plus the probe), the scrape and the rule evaluation interval (up to "
-            "one each), the rule's `for:`, and Alertmanager's group_wait, plus delivery.",
-            f"- **Computed, not measured**, at MAC's defaults (interval 30 s, scrape and "
-            f"evaluation 15 s, `for: 1m`, group_wait 30 s), from the steps above scaled to "
-            f"those settings: median about **{at_default:.0f} s**, max about "
+            f"- **Computed, not measured**, at MAC's defaults (interval "
+            f"{DEFAULTS['probe']:g} s, scrape and evaluation {DEFAULTS['scrape']:g} s, `for:` "
+            f"{DEFAULTS['for']:g} s, group_wait {DEFAULTS['group_wait']:g} s), from the steps "
+            f"above scaled to those settings: median about **{at_default:.0f} s**, max about "
             f"**{at_default_max:.0f} s**. MAC_ALERT_FOR and MAC_ALERT_GROUP_WAIT shorten it "
             "(docs/alerts.md).",
         ]

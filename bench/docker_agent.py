@@ -252,10 +252,20 @@ def report(runs: list[Run], storage: str) -> str:
         per.append(
             f"| {name} | {cgroup_mib:.1f} MiB | {docker_mib:.1f} MiB | {process_mib:.1f} MiB |"
         )
+    cold_note = (
+        [
+            "A cold `mac start agent` (the image built from the host's wheelhouse) took "
+            f"{_median(runs, 'cold', 'start_s') - _median(runs, 'warm', 'start_s'):.1f} s "
+            "longer than a warm one (medians).",
+            "",
+        ]
+        if counts["cold"] and counts["warm"]
+        else []
+    )
     return "\n".join(
         [
             f"`mac start agent` on a node in a private Docker engine (Debian's dockerd, "
-            f"storage driver {storage}, Compose 1.29), MAC's image on the Debian base; the "
+            f"storage driver {storage}), MAC's image on the Debian base; the "
             f"master on the same machine under the process runtime, probing every "
             f"{INTERVAL} s. {len(AGENT)} agent services ({', '.join(AGENT)}); medians of the "
             "runs. *Online* is from the start of `mac start agent` until the master's API "
@@ -281,9 +291,8 @@ def report(runs: list[Run], storage: str) -> str:
             "|---|---|---|---|",
             *per,
             "",
-            "A cold start is dominated by `docker build` (the image's virtual environment "
-            "from the host's wheelhouse); the image is built once per node or carried with "
-            "`docker save`/`docker load`. Rerun: `sudo .venv/bin/python -m bench.docker_agent`.",
+            *cold_note,
+            "Rerun: `sudo .venv/bin/python -m bench.docker_agent`.",
         ]
     )
 

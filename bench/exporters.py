@@ -202,12 +202,10 @@ def report(rows: list[Row], runs: int, scrapes: int, elapsed: float) -> str:
             f"flags (processes, interrupts, tcpstat on; infiniband off: nic-exporter serves it). "
             f"Against Debian's defaults on the same host and run: "
             f"{median(host.medians) * 1000:.2f} ms vs {median(defaults.medians) * 1000:.2f} ms "
-            f"per scrape, {host.series} vs {defaults.series} series. The difference is mostly "
-            f"tcpstat, which walks every TCP socket: {tcp_sockets()} on this host at the end "
-            "of the run.",
-            f"- The Python exporters use {min(python_rss):.0f}-{max(python_rss):.0f} MB each "
-            "(one CPython process per service, so one failing backend never takes another "
-            "down); node_exporter, a Go binary, about "
+            f"per scrape, {host.series} vs {defaults.series} series; TCP sockets on this host "
+            f"at the end of the run (what tcpstat walks on each scrape): {tcp_sockets()}.",
+            f"- The Python exporters, one process each here, use "
+            f"{min(python_rss):.0f}-{max(python_rss):.0f} MB each; node_exporter "
             f"{median(host.rss) / 2**20:.0f} MB.",
             "- No row is a faster-than claim across different work: each exporter serves "
             "different families, and the recorded-hardware rows parse recorded answers, not "

@@ -36,6 +36,18 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def verdict(target: str, figure: str, value: float, limit: float, unit: str = "") -> str:
+    """One target judged on the figure it names: `value` (that figure) against `limit`.
+
+    `figure` says which statistic it is ("the p99 of 3 sweeps", "the worst of 6 trials"),
+    so that a target on a p99 or a worst case is never called met on a median.
+    """
+    shown = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+    met = "met" if value <= limit else "MISSED"
+    judged = f"{figure}: {shown}{unit}, at most {limit:g}{unit}"
+    return f"- Target: {target}. Judged on {judged}: **{met}**."
+
+
 def machine_line() -> str:
     mem_gib = psutil.virtual_memory().total / 2**30
     return (

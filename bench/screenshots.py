@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 from bench.benchdb import bench_database  # noqa: E402
 from bench.webfleet import OPERATOR, make_operator, populate  # noqa: E402
 from testkit import dashboard_servers as servers  # noqa: E402
+from testkit.browser import log_in  # noqa: E402
+from testkit.processes import stop_process  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 PROMTOOL = "/usr/bin/promtool"
@@ -160,11 +162,7 @@ def take(out: Path) -> list[Path]:
                 )
                 light = browser.new_context(viewport={"width": 1440, "height": 980})
                 page = light.new_page()
-                page.goto(f"{url}/accounts/login/")
-                page.fill("#id_username", OPERATOR[0])
-                page.fill("#id_password", OPERATOR[1])
-                page.click("button[type=submit]")
-                page.wait_for_url(f"{url}/")
+                log_in(page, url, *OPERATOR)
                 page.wait_for_selector('#live[data-state="live"]')
                 shots.append(out / "fleet.png")
                 page.screenshot(path=shots[-1])
@@ -185,7 +183,7 @@ def take(out: Path) -> list[Path]:
                 page.screenshot(path=shots[-1], full_page=True)
                 browser.close()
         finally:
-            servers.stop_process(server)
+            stop_process(server)
             prometheus.stop()
     return shots
 

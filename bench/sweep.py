@@ -48,6 +48,11 @@ from bench.report import update_section
 REPO = Path(__file__).resolve().parent.parent
 CHUNK = 5000  # nodes per fleet process (two descriptors each, under a 20,000 limit)
 FLEET_BASE_OCTET = 60
+CHECK_SIZE = 1000  # nodes of the correctness run
+# Targets of issue 3: a 10,000-node sweep within the probe timeout + 2 s (every sweep,
+# so judged on the p99), and within 1.2x a bare probe loop measured in the same run.
+TARGET_SIZE = 10_000
+TARGET_RATIO = 1.2
 
 
 def fleet_bases(total: int, octet: int = FLEET_BASE_OCTET) -> list[tuple[str, int]]:
@@ -228,8 +233,8 @@ def check_many(addresses: list[str], dead: set[str], sweeps: int) -> dict:
 
     from healthcheck.sweep import run_sweep
 
-    size = 1000
-    nodes = addresses[:size]
+    nodes = addresses[:CHECK_SIZE]  # fewer when the run's fleet is smaller
+    size = len(nodes)
     create_nodes(nodes)
     saved = settings.PROBE_TIMEOUT
     settings.PROBE_TIMEOUT = 1.0
@@ -255,17 +260,19 @@ def check_many(addresses: list[str], dead: set[str], sweeps: int) -> dict:
 
 
 def report(results: list[dict], check: dict | None, args, load: tuple[float, ...]) -> str:
-    from bench.report import median, percentile
+    from bench.report import median, percentile, verdict
 
     timeout = args.timeout
+    dead = sum(r["dead"] for r in results) / sum(r["size"] for r in results)
     lines = [
         f"Simulated fleet (`testkit.simfleet`, {CHUNK:,} nodes per process) on loopback, "
-        "two probes per node (sys-exporter and nic-exporter), 10 % of the nodes black-holed "
-        f"on both ports. Probe timeout {timeout:g} s, concurrency {args.concurrency}. "
-        "PostgreSQL database created for the run. CPU is this process only (the master); "
-        "memory is the process's peak RSS during the call (Django and all). Medians of "
-        f"{args.runs} alternating runs; `first` is the first sweep after registration, "
-        "when every node changes status (10,000 rows written).",
+        f"two probes per node (sys-exporter and nic-exporter), {dead:.0%} of the nodes "
+        f"black-holed on both ports. Probe timeout {timeout:g} s, concurrency "
+        f"{args.concurrency}. PostgreSQL database created for the run. CPU is this process "
+        "only (the master); memory is the process's peak RSS during the call (Django and "
+        f"all). Medians of {args.runs} alternating runs, and the p99 (nearest rank) of the "
+        "sweeps' walls; `first` is the first sweep after registration, when every node "
+        "changes status.",
         "",
         "| nodes | bare loop wall (s) | sweep wall (s) | sweep / bare | sweep p99 wall (s) "
         "| bare CPU (s) | sweep CPU (s) | sweep peak RSS (MiB) | first sweep wall (s) "
@@ -276,45 +283,66 @@ def report(results: list[dict], check: dict | None, args, load: tuple[float, ...
     for r in results:
         bare_wall = median([m["wall"] for m in r["bare"]])
         sweep_wall = median([m["wall"] for m in r["sweep"]])
+        sweep_p99 = percentile([m["wall"] for m in r["sweep"]], 99)
         ratio = sweep_wall / bare_wall
         aio = f"{r['aiohttp']['wall']:.2f}" if r["aiohttp"] else "-"
         lines.append(
             f"| {r['size']:,} | {bare_wall:.2f} | {sweep_wall:.2f} | {ratio:.2f} "
-            f"| {percentile([m['wall'] for m in r['sweep']], 99):.2f} "
+            f"| {sweep_p99:.2f} "
             f"| {median([m['cpu'] for m in r['bare']]):.2f} "
             f"| {median([m['cpu'] for m in r['sweep']]):.2f} "
             f"| {median([m['mem'] for m in r['sweep']]):.0f} "
             f"| {r['first']['wall']:.2f} | {aio} |"
         )
-        if r["size"] == 10_000:
+        if r["size"] == TARGET_SIZE:
+            runs = len(r["sweep"])
+            # "A sweep finishes within timeout + 2 s" holds for every sweep: the p99.
             verdicts.append(
-                f"- 10,000-node sweep {sweep_wall:.2f} s against a target of timeout + 2 s = "
-                f"{timeout + 2:g} s: **{'met' if sweep_wall <= timeout + 2 else 'MISSED'}**."
+                verdict(
+                    f"{TARGET_SIZE:,}-node sweep within the probe timeout + 2 s",
+                    f"the p99 of its {runs} sweeps' walls",
+                    sweep_p99,
+                    timeout + 2,
+                    " s",
+                )
             )
             verdicts.append(
-                f"- 10,000-node sweep / bare loop = {ratio:.2f} against a target of 1.2: "
-                f"**{'met' if ratio <= 1.2 else 'MISSED'}**."
+                verdict(
+                    f"{TARGET_SIZE:,}-node sweep within {TARGET_RATIO:g}x a bare probe loop",
+                    f"the median sweep wall over the median bare-loop wall ({runs} runs each)",
+                    ratio,
+                    TARGET_RATIO,
+                )
             )
+    if not any(r["size"] == TARGET_SIZE for r in results):
+        verdicts.append(f"- No {TARGET_SIZE:,}-node size in this run: its targets not judged.")
     total_sweeps = sum(r["sweeps"] for r in results)
-    wrong = sum(r["wrong_off"] for r in results)
     verdicts.append(
-        f"- Live nodes judged Offline over the {total_sweeps} sweeps above: **{wrong}** "
-        f"(dead nodes judged Online: {sum(r['wrong_on'] for r in results)}). Live nodes "
-        f"that needed a second connection (inside the same deadline) to stay Online: "
+        f"- Live nodes judged Offline over the {total_sweeps} sweeps above: "
+        f"{sum(r['wrong_off'] for r in results)} (dead nodes judged Online: "
+        f"{sum(r['wrong_on'] for r in results)}). Live nodes that needed a second "
+        f"connection (inside the same deadline) to stay Online: "
         f"{sum(r['confirmed'] for r in results)}."
     )
     if check:
         verdicts.append(
-            f"- Correctness run: {check['sweeps']} consecutive sweeps of {check['size']:,} nodes "
-            f"with a 1 s timeout (median {statistics.median(check['walls']):.2f} s each): live "
-            f"nodes judged Offline **{check['wrong_off']}**, dead nodes judged Online "
-            f"{check['wrong_on']}, nodes that needed a second connection {check['confirmed']}."
+            verdict(
+                "no live node judged Offline (correctness run)",
+                f"the live nodes judged Offline in {check['sweeps']} consecutive sweeps of "
+                f"{check['size']:,} nodes with a 1 s timeout",
+                check["wrong_off"],
+                0,
+            )
+        )
+        verdicts.append(
+            f"- Correctness run: median sweep {statistics.median(check['walls']):.2f} s, dead "
+            f"nodes judged Online {check['wrong_on']}, nodes that needed a second connection "
+            f"{check['confirmed']}."
         )
     lines += ["", *verdicts, ""]
     lines.append(
         f"Load average before the run: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-        "(1/5/15 min). The simulated fleet's processes share these cores with the master, "
-        "so walls above the timeout are CPU contention, not waiting."
+        "(1/5/15 min); the simulated fleet's processes share these cores with the master."
     )
     return "\n".join(lines)
 
@@ -354,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(bench_size(size, addresses, dead, args.runs, args))
             check = None
             if args.check_sweeps:
-                print(f"{args.check_sweeps} sweeps of 1,000 nodes: false offlines?", flush=True)
+                print(f"{args.check_sweeps} sweeps: false offlines?", flush=True)
                 check = check_many(addresses, dead, args.check_sweeps)
             body = report(results, check, args, load)
             print(body)

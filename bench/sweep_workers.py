@@ -46,6 +46,7 @@ REPO = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
 FLEET_OCTET = 80
 PROJECTED_NODES, INTERVAL = 100_000, 30.0
+DEFAULT_CHUNK = 10_000  # MAC_SWEEP_CHUNK_SIZE's default (macweb/settings.py)
 
 
 def start_workers(count: int, env: dict, log_dir: Path) -> list[subprocess.Popen]:
@@ -128,7 +129,7 @@ def bench_workers(count: int, runs: int, env: dict, log_dir: Path, dead: int) ->
         for worker in workers:
             worker.wait(30)
     wrong = sum(s["offline"] != dead for s in sweeps)
-    return {"workers": count, "baseline": baseline, "sweeps": sweeps, "wrong": wrong}
+    return {"workers": count, "baseline": baseline, "sweeps": sweeps, "wrong": wrong, "dead": dead}
 
 
 def report(results: list[dict], args, load: tuple[float, ...]) -> str:
@@ -136,7 +137,8 @@ def report(results: list[dict], args, load: tuple[float, ...]) -> str:
 
     size = args.nodes // args.chunks
     lines = [
-        f"{args.nodes:,} simulated nodes (`testkit.simfleet`), two probes each, 10 % black-holed "
+        f"{args.nodes:,} simulated nodes (`testkit.simfleet`), two probes each, "
+        f"{results[0]['dead'] / args.nodes:.0%} black-holed "
         f"on both ports, probe timeout {args.timeout:g} s; the sweep split into {args.chunks} "
         f"chunks of {size:,} nodes (`MAC_SWEEP_CHUNK_SIZE={size}`) shared by W real Celery "
         "worker processes (`--pool=solo`), started by a real `probe_fleet` message and ended "
@@ -171,19 +173,16 @@ def report(results: list[dict], args, load: tuple[float, ...]) -> str:
         f"timeout of its black-holed nodes, the database) plus CPU at "
         f"{projection['npcs']:,.0f} nodes per CPU-second; the finishing step, linear in "
         f"nodes, grows to {projection['finish']:.1f} s. With the default "
-        f"`MAC_SWEEP_CHUNK_SIZE=10000` a chunk takes {projection['chunk']:.1f} s, so a worker "
+        f"`MAC_SWEEP_CHUNK_SIZE={DEFAULT_CHUNK}` a chunk takes {projection['chunk']:.1f} s, "
+        "so a worker "
         f"does {projection['rounds']} chunks in the {projection['budget']:.1f} s left: "
         f"**{projection['workers']} workers** for the {projection['chunks']} chunks, each on a "
         f"core of its own ({projection['cpu']:.0f} CPU-seconds of probing in all).",
-        "- With one worker the split sweep waits for the probe timeout once per chunk, "
-        "where `run_sweep` waits once in all: hence a fleet up to `MAC_SWEEP_CHUNK_SIZE` "
-        "(10,000 by default) stays one chunk, swept as before.",
         f"- Sweeps where the Offline count differed from the black-holed nodes: **{wrong}**.",
         "",
         f"Load average before the run: {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} "
-        "(1/5/15 min). Fleet, workers and PostgreSQL share this machine's cores, so "
-        "more workers than cores cannot add throughput here: the projection assumes "
-        "one core per worker, as on separate machines.",
+        f"(1/5/15 min); fleet, workers and PostgreSQL share this machine's "
+        f"{os.cpu_count()} cores. The projection assumes one core per worker.",
     ]
     return "\n".join(lines)
 
@@ -196,7 +195,7 @@ def project(chunk_wall: float, chunk_cpu: float, size: int, finish: float, nodes
     """
     npcs = size / chunk_cpu
     floor = max(0.0, chunk_wall - chunk_cpu)
-    chunk_size = 10_000
+    chunk_size = DEFAULT_CHUNK
     chunk = floor + chunk_size / npcs
     finish_big = finish * PROJECTED_NODES / nodes
     budget = INTERVAL - finish_big

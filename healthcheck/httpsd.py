@@ -27,13 +27,13 @@ is missing, not an integer, or out of range.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Iterable, Mapping
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.views.decorators.http import require_GET
 
+from healthcheck.bearer import bearer_matches
 from healthcheck.targets import SCRAPED_SERVICES, dump_groups, target_groups
 from inventory.models import Node
 
@@ -98,14 +98,6 @@ def render_shard(nodes: Iterable[Mapping], service: str, shard: int, of: int) ->
     mine = (node for node in nodes if of == 1 or shard_of(node["id"], of) == shard)
     groups = target_groups(mine, (service,), cluster_name=settings.CLUSTER_NAME)
     return dump_groups(groups[service])
-
-
-def bearer_matches(request: HttpRequest, token: str) -> bool:
-    """The request carries `Authorization: Bearer <token>` (compared in constant time)."""
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if not token or scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), token.encode())
 
 
 def _error(status: int, detail: str, **extra: str) -> JsonResponse:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hmac
-
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from healthcheck.bearer import bearer_matches
 from healthcheck.health import run_health_checks
 from healthcheck.metrics import master_registry
 
@@ -20,18 +19,11 @@ def health(request):
     return JsonResponse(report, status=503 if report["status"] == "unhealthy" else 200)
 
 
-def _metrics_token_accepted(request) -> bool:
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return False
-    return hmac.compare_digest(presented.strip().encode(), settings.METRICS_TOKEN.encode())
-
-
 @require_GET
 def metrics(request):
     # Open by default, as Prometheus expects; MAC_METRICS_TOKEN closes it (the node list,
     # statuses and diagnoses are in there).
-    if settings.METRICS_TOKEN and not _metrics_token_accepted(request):
+    if settings.METRICS_TOKEN and not bearer_matches(request, settings.METRICS_TOKEN):
         response = HttpResponse(
             "/metrics needs 'Authorization: Bearer <MAC_METRICS_TOKEN>'; MAC's own Prometheus "
             "config sends it (manage.py prometheus_config).\n",

@@ -25,24 +25,10 @@ from pathlib import Path
 from aiosmtpd.controller import Controller
 
 from testkit.ports import free_port
+from testkit.processes import stop_process
+from testkit.waiting import wait_http
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
-
-
-def wait_ready(url: str, timeout: float = 30, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url} not ready within {timeout} s")
-        time.sleep(0.1)
 
 
 @dataclass
@@ -72,7 +58,7 @@ class AlertmanagerServer:
             stdout=subprocess.DEVNULL,
             stderr=(self.data / "alertmanager.log").open("ab"),
         )
-        wait_ready(f"{self.url}/-/ready", proc=self.proc)
+        wait_http(f"{self.url}/-/ready", process=self.proc)
         return self
 
     def kill(self) -> None:
@@ -82,13 +68,8 @@ class AlertmanagerServer:
             self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 10)
 
     def get(self, path: str):
         with urllib.request.urlopen(self.url + path, timeout=5) as response:

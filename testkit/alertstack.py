@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -131,17 +130,6 @@ class AlertStack:
                 host = re.search(r'hostname="([^"]+)"', line).group(1)
                 found[host] = float(line.rsplit(" ", 1)[1])
         return found
-
-    def wait(self, what: str, check, timeout: float = 60, every: float = 0.2):
-        """Call check() until it returns something true; fail naming `what`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            result = check()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not within {timeout} s")
-            time.sleep(every)
 
     def mac_silences(self) -> list[dict]:
         silences = self.get_json(f"{self.am_url}/api/v2/silences")

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,8 @@ from prometheus_client import CollectorRegistry, start_wsgi_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from testkit.ports import free_port
+from testkit.processes import stop_process
+from testkit.waiting import wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS = "/usr/bin/prometheus"
@@ -112,7 +113,7 @@ def start_sys_exporter(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_http(f"http://{host}:{port}/metrics", proc=proc)
+    wait_http(f"http://{host}:{port}/metrics", process=proc)
     return proc, f"{host}:{port}"
 
 
@@ -184,24 +185,8 @@ def start_prometheus_config(config: dict, work: Path) -> PrometheusServer:
         stderr=open(work / "prometheus.log", "wb"),  # noqa: SIM115 - the child owns it
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/-/ready", proc=proc)
+    wait_http(f"{url}/-/ready", process=proc)
     return PrometheusServer(proc, url, work)
-
-
-def wait_http(url: str, proc: subprocess.Popen | None = None, timeout: float = 30) -> None:
-    """Until `url` answers 200 (or the process died, which is reported)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before serving {url}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
 def start_uvicorn(env: dict[str, str], port: int | None = None) -> tuple[subprocess.Popen, str]:
@@ -215,15 +200,5 @@ def start_uvicorn(env: dict[str, str], port: int | None = None) -> tuple[subproc
         stderr=None,
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/accounts/login/", proc=proc)
+    wait_http(f"{url}/accounts/login/", process=proc)
     return proc, url
-
-
-def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

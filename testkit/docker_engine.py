@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testkit.processes import stop_process
+
 HOST_IP, NS_IP = "198.18.250.1", "198.18.250.2"
 BRIDGE_IP = "198.19.239.1/24"
 ADDRESS_POOL = "base=198.19.240.0/20,size=24"
@@ -135,12 +137,7 @@ class DockerEngine:
         """Stop dockerd as a shutdown would; its containers stop with it."""
         if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, timeout)
         self.process = None
 
     def restart(self) -> None:

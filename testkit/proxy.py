@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from testkit.processes import stop_process  # noqa: F401 (bench/register.py imports it here)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -54,12 +56,3 @@ def start_proxy(
                 tail = (directory / "proxy.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"nginx did not start:\n{tail}") from None
             time.sleep(0.05)
-
-
-def stop_process(process: subprocess.Popen, timeout: float = 15) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()

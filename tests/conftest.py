@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +14,23 @@ from typing import TYPE_CHECKING
 import pytest
 
 from testkit import factories
+from testkit.processes import stop_process
 from testkit.simfleet import FleetThread, loopback_base
+from testkit.waiting import WaitTimeout, wait_http
 
 if TYPE_CHECKING:
     from inventory.models import Node
+
+
+def netns_marks(*tools: str, slow: bool = True) -> list[pytest.MarkDecorator]:
+    """The marks of a test module that builds network namespaces: root and `tools` needed."""
+    missing = [tool for tool in tools if not shutil.which(tool)]
+    marks = [
+        pytest.mark.netns,
+        pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+        pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not on PATH"),
+    ]
+    return [*marks, pytest.mark.slow] if slow else marks
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -112,7 +125,6 @@ def live_master(django_db_setup, tmp_path_factory) -> LiveMaster:
     Tests that use it take `transactional_db`, so what they and the server write is
     committed (each sees the other's rows) and flushed afterwards.
     """
-    import urllib.request
 
     from testkit.ports import free_port
 
@@ -141,22 +153,10 @@ def live_master(django_db_setup, tmp_path_factory) -> LiveMaster:
             stdout=handle, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     master = LiveMaster(port, process, log)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{master.url}/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"the test master did not become healthy:\n{log.read_text()[-3000:]}")
-        time.sleep(0.3)
-    yield master
-    process.terminate()
     try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
+        wait_http(f"{master.url}/health", 60, process=process, interval=0.3)
+    except WaitTimeout:
         process.kill()
-        process.wait()
+        pytest.fail(f"the test master did not become healthy:\n{log.read_text()[-3000:]}")
+    yield master
+    stop_process(process, 10)

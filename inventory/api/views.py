@@ -30,7 +30,6 @@ from rest_framework.views import exception_handler
 from contract.services import NODE_KEY_HEADER
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address, source_address
-from inventory.api.filters import NodeFilterSet, NodeSearchFilter
 from inventory.api.pagination import StrictLimitOffsetPagination
 from inventory.api.parsers import LimitedJSONParser, body_too_large
 from inventory.api.permissions import (
@@ -49,6 +48,7 @@ from inventory.api.serializers import (
     RegistrationSerializer,
 )
 from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
+from inventory.filtersets import NodeFilterSet
 from inventory.models import Node
 
 log = logging.getLogger(__name__)
@@ -300,12 +300,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsAuthenticated]
     pagination_class = StrictLimitOffsetPagination
     filterset_class = NodeFilterSet
-    filter_backends = [
-        DjangoFilterBackend,
-        NodeSearchFilter,
-        filters.OrderingFilter,
-    ]
-    search_fields = ["hostname", "ip", "machine_id"]
+    filter_backends = [DjangoFilterBackend, filters.OrderingFilter]
     ordering_fields = ["hostname", "ip", "status", "last_seen", "registered_at", "gpu_count"]
     ordering = ["hostname"]
 

@@ -1,92 +1,96 @@
 """What the fleet page asks of the database: counts, filters and one page of rows.
 
 Plain functions over the ORM so that the page, its JSON twin and the benchmark all
-go through the same code. The page never loads the whole fleet: counts are one
-aggregate query and rows come one page (PAGE_SIZE) at a time, so 10,000 nodes
-cost the same as 100.
+go through the same code; the filters are the API's (inventory.filtersets). The page
+never loads the whole fleet: counts are one aggregate query and rows come one page
+(PAGE_SIZE) at a time, so 10,000 nodes cost the same as 100.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q
 from django.http import QueryDict
 
 from contract.diagnosis import describe
 from contract.services import SYS_EXPORTER
 from healthcheck.targets import SCRAPED_SERVICES, node_targets
 from inventory.choices import AgentNetwork, Diagnosis, GpuVendor, NodeStatus, StatusReason
+from inventory.filtersets import NodeFilterSet
 from inventory.models import Node
 
 PAGE_SIZE = 100
-MAX_SEARCH_LENGTH = 253  # the longest hostname there can be
-MAINTENANCE_CHOICES = {"": None, "yes": True, "no": False}
+# Names the page used before it took the API's (inventory.filtersets): old bookmarks
+# are sent on to the same filter under today's names.
+LEGACY_NAMES = {"q": "search", "vendor": "gpu_vendor"}
+LEGACY_VALUES = {"maintenance": {"yes": "true", "no": "false"}}
 
 
-class FilterError(ValueError):
-    """A query parameter the fleet page cannot use; `field` names it for the 400 answer."""
+def legacy_query(params: QueryDict) -> QueryDict | None:
+    """`params` with the page's old names and values in today's; None when there are none."""
+    if not any(name in params for name in LEGACY_NAMES) and not any(
+        value in LEGACY_VALUES[name] for name in LEGACY_VALUES for value in params.getlist(name)
+    ):
+        return None
+    query = QueryDict(mutable=True)
+    for name, values in params.lists():
+        name = LEGACY_NAMES.get(name, name)
+        renamed = LEGACY_VALUES.get(name, {})
+        for value in values:
+            query.appendlist(name, renamed.get(value, value))
+    return query
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
+class FleetQuery:
+    """The fleet page's filters, the API's NodeFilterSet, and its page number, validated.
 
-@dataclass(frozen=True)
-class FleetFilter:
-    """The fleet page's search box, filters and page number, validated."""
+    An empty value is the form's "any" (a select left at its first option) and is left
+    out. When a parameter is bad, `errors` names it and no filter is applied.
+    """
 
-    q: str = ""
-    status: str = ""
-    vendor: str = ""
-    maintenance: bool | None = None
-    page: int = 1
-
-    @classmethod
-    def from_query(cls, params: QueryDict | dict) -> FleetFilter:
-        """Parse GET parameters; raise FilterError naming the first bad one."""
-        q = (params.get("q") or "").strip()
-        if len(q) > MAX_SEARCH_LENGTH:
-            raise FilterError("q", f"search text is longer than {MAX_SEARCH_LENGTH} characters")
-        status = (params.get("status") or "").strip().lower()
-        if status and status not in NodeStatus.values:
-            raise FilterError("status", f"must be one of {', '.join(NodeStatus.values)}")
-        vendor = (params.get("vendor") or "").strip().lower()
-        if vendor and vendor not in GpuVendor.values:
-            raise FilterError("vendor", f"must be one of {', '.join(GpuVendor.values)}")
-        maint_raw = (params.get("maintenance") or "").strip().lower()
-        if maint_raw not in MAINTENANCE_CHOICES:
-            raise FilterError("maintenance", "must be yes or no")
-        page_raw = (params.get("page") or "1").strip()
-        try:
-            page = int(page_raw)
-        except ValueError:
-            raise FilterError("page", "must be a whole number from 1") from None
-        if page < 1:
-            raise FilterError("page", "must be a whole number from 1")
-        return cls(q, status, vendor, MAINTENANCE_CHOICES[maint_raw], page)
-
-    def as_query(self, **overrides: object) -> str:
-        """The filter as a URL query string (for paging links), empty parts left out."""
-        values = {
-            "q": self.q,
-            "status": self.status,
-            "vendor": self.vendor,
-            "maintenance": {True: "yes", False: "no", None: ""}[self.maintenance],
-            "page": self.page if self.page != 1 else "",
+    def __init__(self, params: QueryDict) -> None:
+        data = QueryDict(mutable=True)
+        for name in NodeFilterSet.base_filters:
+            values = [value for value in params.getlist(name) if value.strip()]
+            if values:
+                data.setlist(name, values)
+        filterset = NodeFilterSet(data, queryset=Node.objects.all())
+        self.errors: dict[str, list[str]] = {
+            name: list(messages) for name, messages in filterset.errors.items()
         }
-        values.update(overrides)
-        query = QueryDict(mutable=True)
-        for key, value in values.items():
-            if value not in ("", None):
-                query[key] = str(value)
-        return query.urlencode()
+        page = (params.get("page") or "1").strip()
+        if not (page.isascii() and page.isdigit() and int(page) >= 1):
+            self.errors["page"] = ["Use a whole number from 1."]
+        if self.errors:
+            data, filterset, page = QueryDict(mutable=True), NodeFilterSet(), "1"
+        self.data = data
+        self.filterset = filterset
+        self.page = int(page)
 
     @property
     def active(self) -> bool:
-        return bool(self.q or self.status or self.vendor or self.maintenance is not None)
+        return bool(self.data)
+
+    @property
+    def error_text(self) -> str:
+        """The errors in one line for the page, each after the parameter it is about."""
+        return "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in self.errors.items())
+
+    def selected(self) -> dict:
+        """{parameter: list of values} of the applied filters, for the page's form."""
+        return {name: self.data.getlist(name) for name in NodeFilterSet.base_filters}
+
+    def as_query(self, **overrides: object) -> str:
+        """The filters as a URL query string (for paging links), page 1 left out."""
+        query = self.data.copy()
+        page = overrides.get("page", self.page)
+        if page != 1:
+            query["page"] = str(page)
+        return query.urlencode()
+
+    def page_of_nodes(self, per_page: int = PAGE_SIZE) -> Page:
+        """One page of matching nodes; a page past the end gives the last page."""
+        return Paginator(self.filterset.qs, per_page).get_page(self.page)
 
 
 def fleet_counts() -> dict:
@@ -104,26 +108,6 @@ def fleet_counts() -> dict:
         "status": {value: row[f"status_{value}"] for value in NodeStatus.values},
         "vendor": {value: row[f"vendor_{value}"] for value in GpuVendor.values},
     }
-
-
-def filter_nodes(flt: FleetFilter) -> QuerySet[Node]:
-    """Nodes matching the filter, ordered by hostname (the model's ordering)."""
-    nodes = Node.objects.all()
-    if flt.q:
-        nodes = nodes.filter(Q(hostname__icontains=flt.q) | Q(ip__startswith=flt.q))
-    if flt.status:
-        nodes = nodes.filter(status=flt.status)
-    if flt.vendor:
-        nodes = nodes.filter(gpu_vendor=flt.vendor)
-    if flt.maintenance is not None:
-        nodes = nodes.filter(maintenance=flt.maintenance)
-    return nodes
-
-
-def fleet_page(flt: FleetFilter, per_page: int = PAGE_SIZE) -> Page:
-    """One page of matching nodes; a page past the end gives the last page."""
-    paginator = Paginator(filter_nodes(flt), per_page)
-    return paginator.get_page(flt.page)
 
 
 def describe_diagnosis(code: str) -> dict:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
@@ -58,8 +58,21 @@ def admin_change_url_template() -> str:
         return ""
 
 
-def _fleet_context(flt: queries.FleetFilter) -> dict:
-    page = queries.fleet_page(flt)
+def canonical_fleet_query(view: Callable) -> Callable:
+    """Send a link with the page's old parameter names on to today's (same filter)."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        query = queries.legacy_query(request.GET)
+        if query is not None:
+            return redirect(f"{request.path}?{query.urlencode()}")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _fleet_context(query: queries.FleetQuery) -> dict:
+    page = query.page_of_nodes()
     return {
         "counts": queries.fleet_counts(),
         "page": page,
@@ -69,19 +82,15 @@ def _fleet_context(flt: queries.FleetFilter) -> dict:
 
 @login_required
 @require_GET
+@canonical_fleet_query
 def fleet(request: HttpRequest) -> HttpResponse:
     """The fleet at a glance: counts, and one page of nodes matching the filters."""
-    status = 200
-    error = None
-    try:
-        flt = queries.FleetFilter.from_query(request.GET)
-    except queries.FilterError as exc:
-        flt, status, error = queries.FleetFilter(), 400, f"{exc.field}: {exc.message}"
-    context = _fleet_context(flt)
+    query = queries.FleetQuery(request.GET)
+    context = _fleet_context(query)
     context.update(
         {
-            "flt": flt,
-            "error": error,
+            "query": query,
+            "selected": query.selected(),
             "statuses": NodeStatus.choices,
             "vendors": GpuVendor.choices,
             "vocabulary": queries.vocabulary(),
@@ -91,22 +100,22 @@ def fleet(request: HttpRequest) -> HttpResponse:
                 "node_url": _url_template("dashboard:node"),
                 "admin_url": admin_change_url_template() if request.user.is_staff else "",
             },
-            "prev_query": flt.as_query(page=context["page"].number - 1),
-            "next_query": flt.as_query(page=context["page"].number + 1),
+            "prev_query": query.as_query(page=context["page"].number - 1),
+            "next_query": query.as_query(page=context["page"].number + 1),
         }
     )
-    return render(request, "dashboard/fleet.html", context, status=status)
+    return render(request, "dashboard/fleet.html", context, status=400 if query.errors else 200)
 
 
 @json_login_required
 @require_GET
+@canonical_fleet_query
 def fleet_json(request: HttpRequest) -> JsonResponse:
     """The same page of the fleet as JSON: what the page resynchronises from."""
-    try:
-        flt = queries.FleetFilter.from_query(request.GET)
-    except queries.FilterError as exc:
-        return _json_error(exc.field, exc.message, 400)
-    context = _fleet_context(flt)
+    query = queries.FleetQuery(request.GET)
+    if query.errors:
+        return JsonResponse(query.errors, status=400)
+    context = _fleet_context(query)
     page = context["page"]
     response = JsonResponse(
         {

@@ -21,8 +21,10 @@ import pytest
 
 from contract.diagnosis import DESCRIPTIONS
 from testkit.alerting import SmtpSink, WebhookReceiver, body_text
-from testkit.alertstack import AlertStack
+from testkit.alertstack import ADMIN_PASSWORD, AlertStack
+from testkit.browser import log_in
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
+from testkit.waiting import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -64,10 +66,10 @@ class Stack:
         return self.webhook.matching(about)
 
     def wait_notification(self, host: str, status: str, after: int = 0):
-        return self.master.wait(
-            f"a {status} MacNodeOffline notification for {host}",
+        return wait_for(
             lambda: self.offline_notifications(host, status)[after:],
             timeout=NOTIFY_WITHIN,
+            what=f"a {status} MacNodeOffline notification for {host}",
         )[0]
 
     def set_maintenance(self, host: str, on: bool) -> None:
@@ -105,9 +107,9 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         registered, errors = asyncio.run(register_fleet(fleet.fleet, master.url))
         assert registered == 2 and not errors
         hosts = {node.hostname for node in fleet.nodes}
-        master.wait(
-            "both nodes Online",
+        wait_for(
             lambda: {h for h, up in master.node_up().items() if up == 1.0} >= hosts,
+            what="both nodes Online",
         )
         yield Stack(master, fleet, webhook, smtp)
     finally:
@@ -160,8 +162,7 @@ def test_a_dead_node_notifies_once_by_webhook_and_email_then_resolves(stack):
 def test_a_node_in_maintenance_is_silenced_and_notifies_nobody(stack):
     host, node_id = stack.host(1), stack.ids[stack.host(1)]
     stack.set_maintenance(host, True)
-    [silence] = stack.master.wait(
-        "MAC's silence for the node",
+    [silence] = wait_for(
         lambda: [
             s
             for s in stack.master.mac_silences()
@@ -169,17 +170,18 @@ def test_a_node_in_maintenance_is_silenced_and_notifies_nobody(stack):
             in s["matchers"]
         ],
         timeout=30,
+        what="MAC's silence for the node",
     )
     assert host in silence["comment"]
 
     stack.fleet.set_node_mode(1, "refuse")
-    stack.master.wait("the node Offline", lambda: stack.master.node_up().get(host) == 0.0)
+    wait_for(lambda: stack.master.node_up().get(host) == 0.0, what="the node Offline")
     time.sleep(12)  # well past for + scrape + evaluation + group_wait
     assert stack.offline_notifications(host, "firing") == []
 
     stack.fleet.set_node_mode(1, "answer")
     stack.set_maintenance(host, False)
-    stack.master.wait("the silence expired", lambda: not stack.master.mac_silences(), timeout=30)
+    wait_for(lambda: not stack.master.mac_silences(), timeout=30, what="the silence expired")
 
 
 def test_editing_a_channel_in_the_admin_reloads_alertmanager_with_the_new_route(stack):
@@ -212,10 +214,10 @@ def test_editing_a_channel_in_the_admin_reloads_alertmanager_with_the_new_route(
     def loaded() -> str:
         return stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["config"]["original"]
 
-    stack.master.wait(
-        "the new route in Alertmanager",
+    wait_for(
         lambda: 'severity=~"critical|warning"' in loaded() and 'cluster_name="mac"' in loaded(),
         timeout=10,
+        what="the new route in Alertmanager",
     )
 
 
@@ -229,10 +231,7 @@ def test_the_fleet_page_shows_the_firing_alert_and_clears_it(stack):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
         page.set_default_timeout(NOTIFY_WITHIN * 1000)
-        page.goto(f"{stack.master.url}/accounts/login/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "admin-pass-for-alert-tests")
-        page.click("button[type=submit]")
+        log_in(page, stack.master.url, "admin", ADMIN_PASSWORD)
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
         expect(page.locator("#alerts-panel")).to_have_attribute("data-state", "quiet")
 
@@ -253,28 +252,28 @@ def test_the_fleet_page_shows_the_firing_alert_and_clears_it(stack):
 def test_a_killed_alertmanager_comes_back_with_its_silences(stack):
     host = stack.host(1)
     stack.set_maintenance(host, True)
-    stack.master.wait("the silence", stack.master.mac_silences, timeout=30)
+    wait_for(stack.master.mac_silences, timeout=30, what="the silence")
     started = stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["uptime"]
     stack.master.kill_service("alertmanager")  # SIGKILL: silences not snapshotted
 
-    said = stack.master.wait(
-        "the dashboard saying alerts are unavailable",
+    said = wait_for(
         lambda: (a := stack.admin.get_json("/alerts.json"))["available"] is False and a,
         timeout=20,
-        every=0.05,
+        interval=0.05,
+        what="the dashboard saying alerts are unavailable",
     )
     assert said["error"].startswith("cannot reach")
     health = stack.master.get_json(f"{stack.master.url}/health")
     assert health["status"] in ("degraded", "ok")  # ok once the supervisor has restarted it
 
-    stack.master.wait(
-        "Alertmanager restarted by the supervisor",
+    wait_for(
         lambda: (
             stack.admin.get_json("/alerts.json")["available"]
             and stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["uptime"] != started
         ),
         timeout=60,
+        what="Alertmanager restarted by the supervisor",
     )
-    [silence] = stack.master.wait("the silence put back", stack.master.mac_silences, timeout=30)
+    [silence] = wait_for(stack.master.mac_silences, timeout=30, what="the silence put back")
     assert host in silence["comment"]
     stack.set_maintenance(host, False)

@@ -13,8 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ import pytest
 from testkit.alerting import WebhookReceiver
 from testkit.docker_engine import HOST_IP, NS_IP, DockerEngine, why_unavailable
 from testkit.macenv import scratch_mac_env
+from testkit.waiting import http_status, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 # The session's Docker master closes /metrics with it; its Prometheus must send it.
@@ -86,17 +85,6 @@ class Node:
         return {row["Name"].lstrip("/"): row for row in rows}
 
 
-def wait_for(what: str, check, timeout: float = 120, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(every)
-
-
 @pytest.fixture(scope="session")
 def node_env(engine: DockerEngine, tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("docker-node")
@@ -142,7 +130,12 @@ def docker_master(engine, images, node_env, master_webhook, tmp_path_factory) ->
     done = master.mac("start", "master")
     assert done.returncode == 0, done.stdout + done.stderr
     try:
-        wait_for("the master's /health", lambda: _http(f"http://{NS_IP}:28080/health") == 200)
+        wait_for(
+            lambda: http_status(f"http://{NS_IP}:28080/health") == 200,
+            what="the master's /health",
+            timeout=120,
+            interval=1.0,
+        )
     except BaseException:
         logs = engine.docker("logs", "--tail", "40", "mac-api-server")
         inside = master.sh("curl", "-s", "-m", "3", "http://127.0.0.1:28080/health")
@@ -161,17 +154,3 @@ def node(engine, images, node_env, tmp_path) -> Iterator[Node]:
     yield agent
     agent.mac("stop", "agent")
     engine.set_ip_forward(True)
-
-
-def _http(url: str, timeout: float = 3, headers: dict[str, str] | None = None) -> int:
-    try:
-        request = urllib.request.Request(url, headers=headers or {})
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
-http_status = _http

@@ -14,7 +14,7 @@ import pytest
 
 from contract.services import SERVICES
 from testkit.docker_engine import NS_IP
-from tests.docker.conftest import http_status, wait_for
+from testkit.waiting import http_status, wait_for
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
@@ -53,13 +53,11 @@ def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(doc
     for service in SERVICES:
         if service.name in STARTED:
             url = f"http://{NS_IP}:{service.port}{service.liveness_path}"
-            wait_for(url, lambda url=url: http_status(url) == 200, timeout=30)
+            wait_for(lambda url=url: http_status(url) == 200, timeout=30, what=url, interval=1.0)
 
-    wait_for("the node Online on the master", lambda: _online(node), timeout=60)
+    wait_for(lambda: _online(node), timeout=60, what="the node Online on the master", interval=1.0)
     status = wait_for(
-        "every container Up (healthy)",
-        lambda: _all_healthy(node),
-        timeout=60,
+        lambda: _all_healthy(node), timeout=60, what="every container Up (healthy)", interval=1.0
     )
     assert status.returncode == 0
     # The table says it as `docker ps` does, not only --json.
@@ -85,7 +83,12 @@ def test_it_starts_registers_restarts_and_stops_the_agent_as_the_guide_shows(doc
     restarted = node.mac("restart", "agent")
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
     assert "the node stays registered" in restarted.stdout
-    wait_for("the node Online after mac restart agent", lambda: _online(node), timeout=60)
+    wait_for(
+        lambda: _online(node),
+        timeout=60,
+        what="the node Online after mac restart agent",
+        interval=1.0,
+    )
 
     stopped = node.mac("stop", "agent")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -107,7 +110,7 @@ def _all_healthy(node):
 def test_agent_containers_come_back_after_the_engine_restarts(docker_master, node):
     started = node.mac("start", "agent")
     assert started.returncode == 0, started.stdout + started.stderr
-    wait_for("the node Online", lambda: _online(node), timeout=60)
+    wait_for(lambda: _online(node), timeout=60, what="the node Online", interval=1.0)
 
     node.engine.restart()  # the guide's reboot: nothing but dockerd brings them back
 
@@ -117,8 +120,8 @@ def test_agent_containers_come_back_after_the_engine_restarts(docker_master, nod
 
     # The master's containers restart with the engine too: its first sweep after that
     # marks the node, which on a loaded 2-core machine has taken up to 95 s.
-    wait_for("the agent containers running again", back, timeout=120)
-    wait_for("the node Online again", lambda: _online(node), timeout=180)
+    wait_for(back, timeout=120, what="the agent containers running again", interval=1.0)
+    wait_for(lambda: _online(node), timeout=180, what="the node Online again", interval=1.0)
 
 
 def test_in_container_commands_of_the_guide(docker_master, node):

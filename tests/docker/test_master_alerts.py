@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from testkit.docker_engine import NS_IP
-from tests.docker.conftest import wait_for
+from testkit.waiting import wait_for
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
@@ -38,7 +38,7 @@ def _config() -> dict:
 def test_alertmanager_runs_the_channels_config_and_prometheus_sends_to_it(
     docker_master, master_webhook
 ):
-    config = wait_for("mac-alertmanager's /api/v2/status", _config, timeout=120)
+    config = wait_for(_config, timeout=120, what="mac-alertmanager's /api/v2/status", interval=1.0)
     assert config["route"]["group_wait"] == "1s"  # MAC_ALERT_GROUP_WAIT from the env file
     webhooks = [
         hook["url"]
@@ -51,7 +51,9 @@ def test_alertmanager_runs_the_channels_config_and_prometheus_sends_to_it(
         data = (_json(f"http://{NS_IP}:29090/api/v1/alertmanagers") or {}).get("data") or {}
         return data.get("activeAlertmanagers")
 
-    [target] = wait_for("mac-prometheus's Alertmanager", prometheus_sends, timeout=60)
+    [target] = wait_for(
+        prometheus_sends, timeout=60, what="mac-prometheus's Alertmanager", interval=1.0
+    )
     assert target["url"].endswith(":29093/api/v2/alerts"), target
 
     health = _json(f"http://{NS_IP}:28080/health") or {}
@@ -61,7 +63,7 @@ def test_alertmanager_runs_the_channels_config_and_prometheus_sends_to_it(
 
 
 def test_a_firing_alert_reaches_the_webhook_channel(docker_master, master_webhook):
-    wait_for("mac-alertmanager's /api/v2/status", _config, timeout=120)
+    wait_for(_config, timeout=120, what="mac-alertmanager's /api/v2/status", interval=1.0)
     marker = uuid.uuid4().hex
     alert = {
         "labels": {

@@ -12,7 +12,8 @@ import yaml
 
 from healthcheck.promconfig import ALERT_RULES
 from testkit.docker_engine import NS_IP
-from tests.docker.conftest import METRICS_TOKEN, http_status, wait_for
+from testkit.waiting import http_status, wait_for
+from tests.docker.conftest import METRICS_TOKEN
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
@@ -43,7 +44,12 @@ def test_prometheus_loads_macs_alert_rules(docker_master):
         for rule in group["rules"]
         if "alert" in rule
     }
-    groups = wait_for("the rules in /api/v1/rules", lambda: _api("/api/v1/rules").get("groups"))
+    groups = wait_for(
+        lambda: _api("/api/v1/rules").get("groups"),
+        what="the rules in /api/v1/rules",
+        timeout=120,
+        interval=1.0,
+    )
     loaded = {rule["name"] for group in groups for rule in group["rules"]}
     assert shipped and shipped <= loaded, loaded
     assert {group["file"] for group in groups} == {"/etc/prometheus/rules/alerts.yml"}
@@ -53,22 +59,33 @@ def test_prometheus_sends_the_metrics_token_and_scrapes_without_one_when_unset(d
     metrics = f"http://{NS_IP}:28080/metrics"
     assert http_status(metrics) == 401
     assert http_status(metrics, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) == 200
-    wait_for("Prometheus scraping the master with the token", _master_target, timeout=60)
+    wait_for(
+        _master_target,
+        timeout=60,
+        what="Prometheus scraping the master with the token",
+        interval=1.0,
+    )
 
     # Unset (the environment wins over the env file): the api-server empties the token
     # file, /metrics is open and Prometheus's (empty) bearer is ignored.
     open_master = {**docker_master.env, "MAC_METRICS_TOKEN": ""}
     restarted = docker_master.mac("restart", "master", env=open_master)
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
-    wait_for("the open /metrics", lambda: http_status(metrics) == 200, timeout=120)
+    wait_for(
+        lambda: http_status(metrics) == 200, timeout=120, what="the open /metrics", interval=1.0
+    )
     token = docker_master.engine.docker(
         "exec", "mac-prometheus", "cat", "/etc/prometheus/auth/metrics_token"
     )
     assert token.returncode == 0 and token.stdout == "", token.stdout + token.stderr
-    wait_for("Prometheus scraping the open master", _master_target, timeout=60)
+    wait_for(_master_target, timeout=60, what="Prometheus scraping the open master", interval=1.0)
 
     # And back: the session's master keeps its token for the tests after this one.
     again = docker_master.mac("restart", "master")
     assert again.returncode == 0, again.stdout + again.stderr
-    wait_for("/metrics closed again", lambda: http_status(metrics) == 401, timeout=120)
-    wait_for("Prometheus scraping with the token again", _master_target, timeout=60)
+    wait_for(
+        lambda: http_status(metrics) == 401, timeout=120, what="/metrics closed again", interval=1.0
+    )
+    wait_for(
+        _master_target, timeout=60, what="Prometheus scraping with the token again", interval=1.0
+    )

@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from exporters.checks.docker import REMOVE_STALE_COMMAND
-from tests.docker.conftest import REPO, wait_for
+from testkit.waiting import wait_for
+from tests.docker.conftest import REPO
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
@@ -55,14 +56,24 @@ def test_the_inventory_survives_restart_master_and_docker_rm(docker_master, node
 
     restarted = docker_master.mac("restart", "master")
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
-    wait_for("the node known after mac restart master", lambda: node.master_node(), timeout=120)
+    wait_for(
+        lambda: node.master_node(),
+        timeout=120,
+        what="the node known after mac restart master",
+        interval=1.0,
+    )
     assert node.master_node()["hostname"] == name
 
     removed = node.engine.docker("rm", "-f", *MASTER_CONTAINERS)
     assert removed.returncode == 0, removed.stderr
     again = docker_master.mac("start", "master")
     assert again.returncode == 0, again.stdout + again.stderr
-    wait_for("the node known after docker rm -f", lambda: node.master_node(), timeout=120)
+    wait_for(
+        lambda: node.master_node(),
+        timeout=120,
+        what="the node known after docker rm -f",
+        interval=1.0,
+    )
     assert node.master_node()["hostname"] == name
     log = node.engine.docker("logs", "mac-api-server")
     assert "/api/v1/register" not in log.stdout + log.stderr  # a new container: no re-registration

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from email.message import Message
@@ -19,6 +16,8 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from testkit.ports import free_port
+from testkit.processes import stop_process
+from testkit.waiting import WaitTimeout, http_status, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -80,36 +79,70 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, Message]:
         return exc.code, exc.read().decode(), exc.headers
 
 
-class ExporterProcess:
-    """`python -m exporters <service>` as a real child process on a free loopback port."""
+def hung_sysfs_args(tmp_path: Path) -> list[str]:
+    """fixture_roots_args() with a sysfs whose port state is a FIFO without a writer:
+    open() blocks in the kernel, a real hung sysfs read."""
+    sys_root = tmp_path / "sys"
+    port = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    os.mkfifo(port / "state")
+    args = fixture_roots_args()
+    args[args.index("--sys-root") + 1] = str(sys_root)
+    return args
 
-    def __init__(self, service: str, *args: str, env: dict | None = None):
-        self.port = free_port()
+
+class ExporterProcess:
+    """`python -m exporters` as a real child process on loopback.
+
+    One service (`ExporterProcess("nic-exporter", ...)`, `--port` as a container runs
+    it) or several in one process (`ExporterProcess(["sw-exporter", ...], ...)`,
+    `name=PORT` each as the agent's bundle runs them); `ports` picks their ports.
+    """
+
+    def __init__(self, services: str | list[str], *args: str, env: dict | None = None, ports=None):
+        if isinstance(services, str):
+            self.ports = {services: free_port()}
+            command = [services, "--port", str(self.ports[services])]
+        else:
+            self.ports = ports or {name: free_port() for name in services}
+            command = [f"{name}={port}" for name, port in self.ports.items()]
+        self.port = next(iter(self.ports.values()))
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporters", service, "--bind", "127.0.0.1",
-             "--port", str(self.port), *args],
+            [sys.executable, "-m", "exporters", *command, "--bind", "127.0.0.1", *args],
             cwd=ROOT,
             env={**os.environ, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
 
-    def wait_ready(self, path: str = "/health", timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"exporter exited {self.proc.returncode}: {self.output()}")
-            with contextlib.suppress(OSError):
-                status, _, _ = http_get(self.url + path, timeout=2)
-                if status < 500:
-                    return
-            time.sleep(0.1)
-        raise AssertionError(f"exporter not ready after {timeout}s")
+    def url_of(self, service: str | None, path: str) -> str:
+        port = self.ports[service] if service else self.port
+        return f"http://127.0.0.1:{port}{path}"
 
-    def get(self, path: str) -> tuple[int, str, Message]:
-        return http_get(self.url + path)
+    def wait_ready(
+        self, path: str = "/health", services: list[str] | None = None, timeout: float = 30.0
+    ) -> None:
+        """Until each of `services` (all by default) answers `path` below 500."""
+        for service in services or list(self.ports):
+            url = self.url_of(service, path)
+            try:
+                wait_for(
+                    lambda url=url: (http_status(url) or 500) < 500,
+                    timeout,
+                    0.1,
+                    what=f"{service} answering {path}",
+                    process=self.proc,
+                )
+            except WaitTimeout as exc:
+                raise WaitTimeout(f"{exc}\n{self.output()}") from None
+
+    def get(
+        self, path: str, service: str | None = None, timeout: float = 5.0
+    ) -> tuple[int, str, Message]:
+        """GET `path` of `service` (the first one by default)."""
+        return http_get(self.url_of(service, path), timeout=timeout)
 
     def json(self, path: str):
         status, body, _ = self.get(path)
@@ -117,14 +150,7 @@ class ExporterProcess:
         return json.loads(body)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc)
 
     def output(self) -> str:
         if self.proc.poll() is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import pytest
 
 from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
 from testkit.ports import free_port
-from tests.exporters.conftest import ROOT, fixture_roots_args, http_get
+from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args, hung_sysfs_args
 
 PYTHON_SERVICES = [s.name for s in SERVICES if s.name != SYS_EXPORTER.name]
 # The Python services with everything they load, after every endpoint was fetched: what
@@ -27,60 +26,14 @@ PYTHON_SERVICES = [s.name for s in SERVICES if s.name != SYS_EXPORTER.name]
 BUNDLE_RSS_BUDGET = 90 * 2**20
 
 
-class BundleProcess:
-    """`python -m exporters a=PORT b=PORT ...` as a real child process on loopback."""
-
-    def __init__(self, services: list[str], *args: str, env: dict | None = None, ports=None):
-        self.ports = ports or {name: free_port() for name in services}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporters", *(f"{n}={p}" for n, p in self.ports.items()),
-             "--bind", "127.0.0.1", *args],
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-
-    def url(self, service: str, path: str) -> str:
-        return f"http://127.0.0.1:{self.ports[service]}{path}"
-
-    def get(self, service: str, path: str, timeout: float = 10.0):
-        return http_get(self.url(service, path), timeout=timeout)
-
-    def wait_ready(self, services: list[str] | None = None, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        for service in services or list(self.ports):
-            while True:
-                assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.output()}"
-                with contextlib.suppress(OSError):
-                    self.get(service, "/", timeout=2)
-                    break
-                assert time.monotonic() < deadline, f"{service} not answering after {timeout}s"
-                time.sleep(0.1)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def output(self) -> str:
-        return self.proc.stdout.read() if self.proc.poll() is not None and self.proc.stdout else ""
-
-
 @pytest.fixture
 def start_bundle():
-    started: list[BundleProcess] = []
+    started: list[ExporterProcess] = []
 
     def start(services=PYTHON_SERVICES, *args: str, env=None, ports=None, ready=None):
-        bundle = BundleProcess(list(services), *args, env=env, ports=ports)
+        bundle = ExporterProcess(list(services), *args, env=env, ports=ports)
         started.append(bundle)
-        bundle.wait_ready(ready)
+        bundle.wait_ready("/", services=ready)
         return bundle
 
     yield start
@@ -99,16 +52,16 @@ def _listening_pids(port: int) -> set[int]:
 def test_it_serves_every_python_service_from_one_process_within_budget(start_bundle):
     bundle = start_bundle(PYTHON_SERVICES, *fixture_roots_args("sysfs-ib"))
     for name in PYTHON_SERVICES:
-        status, _, _ = bundle.get(name, BY_NAME[name].liveness_path)
+        status, _, _ = bundle.get(BY_NAME[name].liveness_path, name)
         assert status == 200, name
-        status, metrics, _ = bundle.get(name, "/metrics")
+        status, metrics, _ = bundle.get("/metrics", name)
         assert status == 200
         assert f'mac_exporter_build_info{{service="{name}"' in metrics
         assert _listening_pids(bundle.ports[name]) == {bundle.proc.pid}
         if name != "mango-sdk-agent":
-            assert json.loads(bundle.get(name, "/health")[1])["service"] == name
-    assert json.loads(bundle.get("sys-manager", "/diagnostics")[1])["checks"]
-    assert {d["device"] for d in json.loads(bundle.get("mango-sdk-agent", "/v1/rdma")[1])}
+            assert json.loads(bundle.get("/health", name)[1])["service"] == name
+    assert json.loads(bundle.get("/diagnostics", "sys-manager")[1])["checks"]
+    assert {d["device"] for d in json.loads(bundle.get("/v1/rdma", "mango-sdk-agent")[1])}
     rss = psutil.Process(bundle.proc.pid).memory_info().rss
     assert rss <= BUNDLE_RSS_BUDGET, f"{rss / 2**20:.0f} MB resident for the Python services"
     bundle.proc.send_signal(signal.SIGTERM)
@@ -143,14 +96,9 @@ def silent_bmc():
 def test_hung_backends_of_two_services_leave_the_others_answering(
     start_bundle, tmp_path, silent_bmc
 ):
-    # nic-exporter: a FIFO without a writer blocks open() in the kernel, a real hung sysfs
-    # read; bmc-agent: a BMC that takes connections and never answers.
-    sys_root = tmp_path / "sys"
-    port_dir = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
-    port_dir.mkdir(parents=True)
-    os.mkfifo(port_dir / "state")
-    args = fixture_roots_args()
-    args[args.index("--sys-root") + 1] = str(sys_root)
+    # nic-exporter: a hung sysfs read; bmc-agent: a BMC that takes connections and never
+    # answers.
+    args = hung_sysfs_args(tmp_path)
     services = ["nic-exporter", "bmc-agent", "sw-exporter", "rocm-exporter", "mango-sdk-agent"]
     bundle = start_bundle(
         services, *args, "--collector-timeout", "2",
@@ -159,8 +107,8 @@ def test_hung_backends_of_two_services_leave_the_others_answering(
     )  # fmt: skip
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
         # Keep both broken services busy with more scrapes than they have threads.
-        hung = [pool.submit(bundle.get, "nic-exporter", "/metrics", 20) for _ in range(6)]
-        hung += [pool.submit(bundle.get, "bmc-agent", "/metrics", 20) for _ in range(6)]
+        hung = [pool.submit(bundle.get, "/metrics", "nic-exporter", 20) for _ in range(6)]
+        hung += [pool.submit(bundle.get, "/metrics", "bmc-agent", 20) for _ in range(6)]
         time.sleep(0.3)
         for name, path in (
             ("sw-exporter", "/metrics"),
@@ -169,13 +117,13 @@ def test_hung_backends_of_two_services_leave_the_others_answering(
             ("sw-exporter", "/health"),
         ):
             started = time.monotonic()
-            status, _, _ = bundle.get(name, path, timeout=5)
+            status, _, _ = bundle.get(path, name, timeout=5)
             assert status == 200 and time.monotonic() - started < 1.5, (name, path)
         for future in hung:
             assert future.result()[0] == 200  # late, without the hung collector's samples
-    _, nic, _ = bundle.get("nic-exporter", "/metrics", timeout=10)
+    _, nic, _ = bundle.get("/metrics", "nic-exporter", timeout=10)
     assert 'mac_exporter_collector_success{collector="rdma"} 0.0' in nic
-    _, bmc, _ = bundle.get("bmc-agent", "/metrics", timeout=10)
+    _, bmc, _ = bundle.get("/metrics", "bmc-agent", timeout=10)
     assert 'mac_exporter_build_info{service="bmc-agent"' in bmc
     assert bundle.proc.poll() is None
 
@@ -188,7 +136,7 @@ def test_a_service_whose_build_fails_keeps_its_port_with_the_reason(start_bundle
     env = {"PYTHONPATH": os.pathsep.join([str(broken.parent), str(ROOT)])}
     services = ["mango-sdk-agent", "sw-exporter", "nic-exporter"]
     bundle = start_bundle(services, *fixture_roots_args("sysfs-ib"), env=env)
-    status, metrics, _ = bundle.get("mango-sdk-agent", "/metrics")
+    status, metrics, _ = bundle.get("/metrics", "mango-sdk-agent")
     assert status == 200
     line = next(
         line
@@ -196,13 +144,13 @@ def test_a_service_whose_build_fails_keeps_its_port_with_the_reason(start_bundle
         if line.startswith('mac_exporter_backend_available{backend="mango-sdk-agent"')
     )
     assert "fastapi is broken on this node" in line and line.endswith(" 0.0")
-    status, body, _ = bundle.get("mango-sdk-agent", "/health")
+    status, body, _ = bundle.get("/health", "mango-sdk-agent")
     assert status == 503
     assert json.loads(body)["status"] == "failed"
     assert "ImportError" in json.loads(body)["error"]
-    assert bundle.get("mango-sdk-agent", "/docs")[0] == 404  # its liveness URL says failing
-    assert bundle.get("sw-exporter", "/metrics")[0] == 200
-    assert bundle.get("nic-exporter", "/metrics")[0] == 200
+    assert bundle.get("/docs", "mango-sdk-agent")[0] == 404  # its liveness URL says failing
+    assert bundle.get("/metrics", "sw-exporter")[0] == 200
+    assert bundle.get("/metrics", "nic-exporter")[0] == 200
 
 
 def test_a_taken_port_leaves_out_only_its_service(start_bundle):
@@ -215,8 +163,8 @@ def test_a_taken_port_leaves_out_only_its_service(start_bundle):
         bundle = start_bundle(
             list(ports), *fixture_roots_args(), ports=ports, ready=["sw-exporter", "nic-exporter"]
         )
-        assert bundle.get("sw-exporter", "/metrics")[0] == 200
-        assert bundle.get("nic-exporter", "/metrics")[0] == 200
+        assert bundle.get("/metrics", "sw-exporter")[0] == 200
+        assert bundle.get("/metrics", "nic-exporter")[0] == 200
         assert bundle.stop() == 0
     finally:
         holder.close()

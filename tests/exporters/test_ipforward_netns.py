@@ -30,31 +30,17 @@ from inventory.models import Node, NodeEvent
 from testkit.hostcut import cut_lab
 from testkit.netns import REPO, sh
 from testkit.ports import free_port
+from testkit.processes import stop_process
+from testkit.waiting import wait_for
+from tests.conftest import netns_marks
 
 pytestmark = [
-    pytest.mark.netns,
+    *netns_marks("ip", "iptables", "prometheus"),
     pytest.mark.prometheus,
-    pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        not (shutil.which("ip") and shutil.which("iptables") and shutil.which("prometheus")),
-        reason="iproute2, iptables or Debian's prometheus missing",
-    ),
 ]
 KEY = "ipforward-watch-node-key"
 SYS_MANAGER_PORT = 29103
-
-
-def wait_for(what: str, probe, timeout: float = 60.0, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(interval)
 
 
 def get_json(url: str) -> dict | None:
@@ -95,12 +81,7 @@ class Children:
         return child
 
     def stop(self, child: subprocess.Popen) -> None:
-        child.terminate()
-        try:
-            child.wait(15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        stop_process(child)
         self.running.remove(child)
 
     def stop_all(self) -> None:
@@ -136,7 +117,7 @@ def master(lab, django_db_setup, tmp_path_factory):
         log, env,
     )  # fmt: skip
     url = f"http://{lab.master_ip}:{port}"
-    wait_for("the master", lambda: get_json(f"{url}/health"), timeout=60)
+    wait_for(lambda: get_json(f"{url}/health"), timeout=60, what="the master")
     yield url
     children.stop_all()
 
@@ -163,7 +144,7 @@ def prometheus(lab, master, tmp_path_factory):
         work / "prometheus.log",
     )  # fmt: skip
     api = f"http://127.0.0.1:{port}"
-    wait_for("Prometheus", lambda: get_text(f"{api}/-/ready"), timeout=30)
+    wait_for(lambda: get_text(f"{api}/-/ready"), timeout=30, what="Prometheus")
     yield api, work / "targets"
     children.stop_all()
 
@@ -198,7 +179,7 @@ def sys_manager(lab, master, tmp_path):
                           "--bind", lab.agent_ip, "--port", str(SYS_MANAGER_PORT)),
             tmp_path / "sys-manager.log", env,
         )  # fmt: skip
-        wait_for("sys-manager", lambda: "mac_ipforward_enabled 1.0" in get_text(url))
+        wait_for(lambda: "mac_ipforward_enabled 1.0" in get_text(url), what="sys-manager")
         return url
 
     sh(*lab.exec_args("sysctl", "-qw", "net.ipv4.ip_forward=1"))
@@ -234,8 +215,8 @@ def test_resets_are_counted_reported_after_an_outage_and_alerted(
     write_targets([{**node.summary(), "exporters": node.exporters}], targets)
     query = f"{api}/api/v1/query?query=mac_ipforward_resets_total"
     wait_for(
-        "Prometheus scraping sys-manager",
         lambda: (get_json(query) or {}).get("data", {}).get("result"),
+        what="Prometheus scraping sys-manager",
     )
 
     lab.cut()  # the master is unreachable while the flag drops, twice
@@ -254,13 +235,13 @@ def test_resets_are_counted_reported_after_an_outage_and_alerted(
     assert sample(metrics, "mac_ipforward_enabled") == 0
     assert sample(metrics, "mac_ipforward_resets_total") == 2
     assert sample(metrics, "mac_ipforward_reasserts_total") == 0
-    wait_for("both resets in the node's history", lambda: reported(node) == 2, timeout=90)
+    wait_for(lambda: reported(node) == 2, timeout=90, what="both resets in the node's history")
     event = NodeEvent.objects.filter(node=node, kind=EventKind.IP_FORWARD_RESET).first()
     assert event.actor == "sys-manager" and event.data["reasserted"] is False
     assert "IPv4 forwarding was reset to 0 on the node" in event.message
     assert sample(get_text(metrics_url), "mac_ipforward_reports_pending") == 0
 
-    [alert] = wait_for("MacIpForwardReset firing", lambda: firing(api, node.hostname))
+    [alert] = wait_for(lambda: firing(api, node.hostname), what="MacIpForwardReset firing")
     assert alert["labels"]["severity"] == "warning"
     assert alert["labels"]["job"] == "sys-manager"
     assert alert["annotations"]["runbook_url"].startswith("docs/troubleshooting.md#")
@@ -270,16 +251,16 @@ def test_reassert_sets_forwarding_back_and_the_master_hears_so(lab, master, node
     metrics_url = sys_manager(MAC_IPFORWARD_REASSERT="1")
     set_forwarding(lab, 0)
     wait_for(
-        "forwarding set back to 1",
         lambda: sh(*lab.exec_args("cat", "/proc/sys/net/ipv4/ip_forward")).strip() == "1",
         timeout=10,
         interval=0.1,
+        what="forwarding set back to 1",
     )
     metrics = get_text(metrics_url)
     assert sample(metrics, "mac_ipforward_resets_total") == 1
     assert sample(metrics, "mac_ipforward_reasserts_total") == 1
     assert sample(metrics, "mac_ipforward_enabled") == 1
-    wait_for("the reset in the node's history", lambda: reported(node) == 1, timeout=30)
+    wait_for(lambda: reported(node) == 1, timeout=30, what="the reset in the node's history")
     event = NodeEvent.objects.get(node=node, kind=EventKind.IP_FORWARD_RESET)
     assert event.data["reasserted"] is True
     assert event.message.endswith("sys-manager set it back to 1")

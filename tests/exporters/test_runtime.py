@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from exporters.runtime import BackendStatus, CollectorRunner, Exporter
 from testkit.ports import free_port
-from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args
+from tests.exporters.conftest import ROOT, ExporterProcess, fixture_roots_args, hung_sysfs_args
 
 
 class Fixed:
@@ -185,13 +185,7 @@ def test_a_missing_root_is_a_clear_error(tmp_path):
 
 
 def test_a_stuck_collector_neither_stalls_scrapes_nor_blocks_the_exit(tmp_path):
-    # A FIFO without a writer blocks open() in the kernel: a real hung sysfs read.
-    sys_root = tmp_path / "sys"
-    port = sys_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
-    port.mkdir(parents=True)
-    os.mkfifo(port / "state")
-    args = fixture_roots_args()
-    args[args.index("--sys-root") + 1] = str(sys_root)
+    args = hung_sysfs_args(tmp_path)
     process = ExporterProcess("nic-exporter", *args, "--collector-timeout", "1")
     process.wait_ready("/health")
     for _ in range(2):

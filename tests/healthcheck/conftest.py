@@ -6,12 +6,14 @@ parallel runs of other engineers never collide with ours on port 29101.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,6 +21,8 @@ import pytest
 import redis
 
 from healthcheck.state import get_redis
+from testkit.ports import free_port
+from testkit.waiting import wait_for, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -108,23 +112,55 @@ class Processes:
         )
 
 
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMETHEUS_MARKS = [
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not shutil.which("prometheus"), reason="Debian's prometheus is not installed"
+    ),
+]
+
+
+def start_prometheus(
+    processes: Processes, work: Path, name: str = "prometheus", *flags: str
+) -> tuple[subprocess.Popen, str]:
+    """Prometheus on a free port with `work/prometheus.yml`: the process and its API URL."""
+    port = free_port()
+    child = processes.start(
+        name,
+        [
+            PROMETHEUS,
+            f"--config.file={work / 'prometheus.yml'}",
+            f"--storage.tsdb.path={work / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            *flags,
+        ],
+        env=None,
+    )
+    api = f"http://127.0.0.1:{port}"
+    wait_http(api + "/-/ready", 30, process=child, interval=0.2)
+    return child, api
+
+
+def prometheus_get(url: str) -> dict | None:
+    """A Prometheus API answer as JSON ({"raw": text} if it is not JSON); None if none."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            body = response.read()
+    except OSError:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"raw": body.decode(errors="replace")}
+
+
 @pytest.fixture
 def processes(tmp_path) -> Iterator[Processes]:
     procs = Processes(tmp_path)
     yield procs
     procs.stop_all()
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> object:
-    """Poll until predicate() is truthy; returns its value or fails with the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
 
 
 CELERY = str(Path(sys.executable).with_name("celery"))

@@ -10,7 +10,8 @@ import pytest
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
 from testkit.simfleet import loopback_base
-from tests.healthcheck.conftest import PYTHON, wait_for, wait_ready
+from testkit.waiting import wait_for
+from tests.healthcheck.conftest import PYTHON, wait_ready
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,6 @@ inside the deadline, not in a round after it), and leave the live nodes alone.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 
 import pytest
@@ -20,17 +18,11 @@ from healthcheck.sweep import run_sweep
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
 from testkit.hostcut import cut_lab
+from tests.conftest import netns_marks
 from tests.healthcheck.conftest import PYTHON, wait_ready
 
 TIMEOUT = 1.0
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        not (shutil.which("ip") and shutil.which("iptables")), reason="iproute2/iptables missing"
-    ),
-]
+pytestmark = netns_marks("ip", "iptables")
 
 
 @pytest.fixture

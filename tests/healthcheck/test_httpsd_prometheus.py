@@ -9,11 +9,7 @@ claim that a node's shard is hashmod of its `node` label.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
-import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,54 +17,17 @@ from django.core.management import call_command
 
 from healthcheck.promconfig import render_prometheus_config
 from healthcheck.sweep import run_sweep
-from testkit.ports import free_port
-from tests.healthcheck.conftest import Processes, wait_for
+from testkit.waiting import wait_for
+from tests.healthcheck.conftest import PROMETHEUS_MARKS, prometheus_get, start_prometheus
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 TOKEN = "sd-token-for-the-prometheus-test"
 NODES = 16
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not shutil.which("prometheus"), reason="Debian's prometheus is not installed"
-    ),
-]
-
-
-def start_prometheus(processes: Processes, work: Path, name: str) -> str:
-    """Prometheus on a free port with `work/prometheus.yml`; returns its API base URL."""
-    port = free_port()
-    processes.start(
-        name,
-        [
-            PROMETHEUS,
-            f"--config.file={work / 'prometheus.yml'}",
-            f"--storage.tsdb.path={work / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        env=None,
-    )
-    api = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _get(api + "/-/ready") is not None, timeout=30, interval=0.2)
-    return api
-
-
-def _get(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            body = response.read()
-    except OSError:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return {"raw": body.decode(errors="replace")}
+pytestmark = PROMETHEUS_MARKS
 
 
 def scraped(api: str) -> dict[tuple[str, str], str]:
     """{(job, instance): health} of the server's active targets."""
-    data = (_get(api + "/api/v1/targets?state=active") or {}).get("data", {})
+    data = (prometheus_get(api + "/api/v1/targets?state=active") or {}).get("data", {})
     return {
         (t["labels"]["job"], t["labels"]["instance"]): t["health"]
         for t in data.get("activeTargets", [])
@@ -77,7 +36,7 @@ def scraped(api: str) -> dict[tuple[str, str], str]:
 
 def up_series(api: str) -> set[tuple[str, str]]:
     """(job, instance) of every `up == 1` series: what this server really scraped."""
-    data = (_get(api + "/api/v1/query?query=up%3D%3D1") or {}).get("data", {})
+    data = (prometheus_get(api + "/api/v1/query?query=up%3D%3D1") or {}).get("data", {})
     return {(r["metric"]["job"], r["metric"]["instance"]) for r in data.get("result", [])}
 
 
@@ -104,7 +63,7 @@ def test_two_prometheus_servers_on_their_shards_scrape_every_target_exactly_once
             "prometheus_config", "--out", str(work / "prometheus.yml"), "--master", master,
             "--shard", str(shard), "--of", "2", "--scrape-interval", "1s",
         )  # fmt: skip
-        apis.append(start_prometheus(processes, work, f"prometheus-{shard}"))
+        apis.append(start_prometheus(processes, work, f"prometheus-{shard}")[1])
 
     expected = {("mac-master", master)}
     for node in runner.nodes:
@@ -156,8 +115,8 @@ def test_a_shard_is_prometheus_hashmod_of_the_node_label(
     ]  # fmt: skip
     (reference / "prometheus.yml").write_text(yaml.safe_dump(config))
     apis = [
-        start_prometheus(processes, sharded, "prometheus-sd"),
-        start_prometheus(processes, reference, "prometheus-hashmod"),
+        start_prometheus(processes, sharded, "prometheus-sd")[1],
+        start_prometheus(processes, reference, "prometheus-hashmod")[1],
     ]
 
     def sys_targets(api: str) -> set[str]:

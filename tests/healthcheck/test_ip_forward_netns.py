@@ -12,8 +12,6 @@ judged and saved by the ordinary sweep in the test process.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 
 import pytest
@@ -23,16 +21,10 @@ from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
 from testkit.netns import AGENT_IP, CTR_IP, forwarding_off_lab, sh
 from testkit.probe_runner import probes_from_json
+from tests.conftest import netns_marks
 from tests.healthcheck.conftest import PYTHON, REPO, wait_ready
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        not (shutil.which("ip") and shutil.which("iptables")), reason="iproute2/iptables missing"
-    ),
-]
+pytestmark = netns_marks("ip", "iptables")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import yaml
 from django.core.management import call_command
 
 from testkit.ports import free_port
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 TOKEN = "metrics-token-for-tests-0123456789"

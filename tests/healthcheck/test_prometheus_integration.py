@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 import signal
 import threading
 import time
-import urllib.request
 
 import pytest
 import yaml
@@ -16,25 +13,17 @@ from healthcheck.promconfig import render_prometheus_config
 from healthcheck.sweep import run_sweep
 from healthcheck.targets import write_targets
 from inventory.models import Node
-from testkit.ports import free_port
 from testkit.simfleet import Mode
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
+from tests.healthcheck.conftest import PROMETHEUS_MARKS, prometheus_get, start_prometheus
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-pytestmark = [
-    pytest.mark.prometheus,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not shutil.which("prometheus"), reason="Debian's prometheus is not installed"
-    ),
-]
+pytestmark = PROMETHEUS_MARKS
 FILE_SD_ERROR = 'msg="Error reading file"'
 
 
 @pytest.fixture
 def prometheus(tmp_path, processes, sd_dir, live_server):
     """Prometheus on a free port scraping every second, with the sweep's targets dir."""
-    port = free_port()
     master = live_server.url.removeprefix("http://")
     config = render_prometheus_config(
         str(sd_dir), [master], scrape_interval="1s", scrape_timeout="1s", sd_refresh_interval="1s"
@@ -42,37 +31,13 @@ def prometheus(tmp_path, processes, sd_dir, live_server):
     sd_dir.mkdir(parents=True, exist_ok=True)
     write_targets([], sd_dir)
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    proc = processes.start(
-        "prometheus",
-        [
-            PROMETHEUS,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-        ],
-        env=None,
-    )
-    api = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _get(api + "/-/ready") is not None, timeout=30, interval=0.2)
+    proc, api = start_prometheus(processes, tmp_path, "prometheus", "--web.enable-lifecycle")
     proc.api = api  # type: ignore[attr-defined]
     return proc
 
 
-def _get(url: str) -> dict | None:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            body = response.read()
-    except OSError:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        return {"raw": body.decode(errors="replace")}
-
-
 def active_targets(api: str) -> list[dict]:
-    data = _get(api + "/api/v1/targets?state=active") or {}
+    data = prometheus_get(api + "/api/v1/targets?state=active") or {}
     return data.get("data", {}).get("activeTargets", [])
 
 
@@ -119,21 +84,25 @@ def test_prometheus_scrapes_online_nodes_and_drops_offline_ones(
     # ...but stays visible through the master's /metrics, where an alert can fire.
     wait_for(
         lambda: (
-            (_get(api + "/api/v1/query?query=mac_node_up%3D%3D0") or {})
+            (prometheus_get(api + "/api/v1/query?query=mac_node_up%3D%3D0") or {})
             .get("data", {})
             .get("result")
         ),
         timeout=15,
         interval=0.3,
     )
-    query = _get(api + "/api/v1/query?query=mac_node_up%3D%3D0")
+    query = prometheus_get(api + "/api/v1/query?query=mac_node_up%3D%3D0")
     assert [r["metric"]["hostname"] for r in query["data"]["result"]] == [nodes[1].hostname]
 
 
 def _query(api: str, expr: str) -> list[dict]:
     from urllib.parse import quote
 
-    return (_get(f"{api}/api/v1/query?query={quote(expr)}") or {}).get("data", {}).get("result", [])
+    return (
+        (prometheus_get(f"{api}/api/v1/query?query={quote(expr)}") or {})
+        .get("data", {})
+        .get("result", [])
+    )
 
 
 @pytest.mark.django_db(transaction=True)

@@ -14,7 +14,8 @@ import pytest
 
 from healthcheck.state import sweep_count
 from testkit.simfleet import Mode
-from tests.healthcheck.conftest import CELERY, subprocess_env, wait_for
+from testkit.waiting import wait_for
+from tests.healthcheck.conftest import CELERY, subprocess_env
 from tests.healthcheck.private_servers import PrivateRedis
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ from inventory.choices import NodeStatus
 from inventory.live import MESSAGE_TYPE, join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
 from testkit.simfleet import Mode
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from healthcheck.state import PENDING_KEY, RUNNING_KEY, sweep_count
 from inventory.choices import NodeStatus
 from inventory.models import Node, NodeEvent
 from testkit.simfleet import Mode
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from healthcheck.sweep import judge, load_nodes, probe_nodes, run_sweep, save_fe
 from inventory.choices import EventKind, NodeStatus
 from inventory.models import Node, NodeEvent
 from testkit.simfleet import Mode
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 

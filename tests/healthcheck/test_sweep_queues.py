@@ -15,7 +15,7 @@ import pytest
 
 from healthcheck.health import check_queues
 from healthcheck.state import QUEUES_KEY, queue_depths, record_queue_depth
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 QUEUE = f"mac-orphan-{os.getpid()}"
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from healthcheck.state import sweep_history
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from healthcheck.state import lock_timeout, sweep_count
 from inventory.choices import NodeStatus
 from inventory.models import Node
 from testkit.simfleet import Mode
-from tests.healthcheck.conftest import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testkit.ports import free_port
-from testkit.proxy import start_proxy, stop_process
+from testkit.processes import stop_process
+from testkit.proxy import start_proxy
+from testkit.waiting import WaitTimeout, wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,20 +122,17 @@ def start_api_server(tmp: Path, env: dict[str, str] | None = None, workers: int 
     except (RuntimeError, subprocess.CalledProcessError):
         server.stop()
         raise
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            # A long timeout: the first schema build can take seconds on a loaded machine,
-            # and a second request racing it trips drf-spectacular's lazy extension loading
-            # (not thread-safe: AttributeError, a 500 in the log).
-            with urllib.request.urlopen(f"{server.url}/api/v1/schema/", timeout=30):
-                return server
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"the test API server did not start:\n{server.log_tail()}")
-        time.sleep(0.3)
+    try:
+        # A long timeout: the first schema build can take seconds on a loaded machine,
+        # and a second request racing it trips drf-spectacular's lazy extension loading
+        # (not thread-safe: AttributeError, a 500 in the log).
+        wait_http(
+            f"{server.url}/api/v1/schema/", 90, process=process, request_timeout=30, interval=0.3
+        )
+    except WaitTimeout:
+        server.stop()
+        raise RuntimeError(f"the test API server did not start:\n{server.log_tail()}") from None
+    return server
 
 
 def timed_call(url: str, body: dict | None = None) -> tuple[int, dict, float]:

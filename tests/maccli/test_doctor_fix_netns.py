@@ -22,15 +22,9 @@ import pytest
 
 from testkit.macenv import scratch_mac_env
 from testkit.netns import sh
+from tests.conftest import netns_marks
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        not (shutil.which("ip") and shutil.which("setpriv") and shutil.which("sysctl")),
-        reason="iproute2, setpriv (util-linux) or sysctl (procps) missing",
-    ),
-]
+pytestmark = netns_marks("ip", "setpriv", "sysctl", slow=False)
 CHECKS = ("ip_forward", "ip_forward_persisted")
 NOBODY = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
 

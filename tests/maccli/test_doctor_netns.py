@@ -11,24 +11,15 @@ and the command; after that command the master reaches sys-exporter again.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from testkit.netns import AGENT_IP, REPO, forwarding_off_lab, http_code, real_exporters, sh
+from tests.conftest import netns_marks
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        not (shutil.which("ip") and shutil.which("iptables") and shutil.which("curl")),
-        reason="iproute2, iptables or curl missing",
-    ),
-]
+pytestmark = netns_marks("ip", "iptables", "curl")
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ import yaml
 
 from healthcheck.state import get_redis, sweep_history
 from testkit.ports import free_port
-from tests.healthcheck.conftest import subprocess_env, wait_for
+from testkit.waiting import wait_for
+from tests.healthcheck.conftest import subprocess_env
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker" / "docker-compose.master.yml"
 

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from testkit.nspawn import NspawnUnavailable, booted
+from testkit.waiting import wait_for
 
 # The first run on a machine builds the tree with debootstrap (a few minutes).
 pytestmark = [pytest.mark.slow, pytest.mark.nspawn, pytest.mark.timeout(900)]
@@ -33,15 +34,6 @@ def machine(tmp_path_factory):
             yield machine
     except NspawnUnavailable as exc:
         pytest.skip(f"systemd-nspawn cannot boot a tree here: {exc}")
-
-
-def wait_for(what: str, probe, timeout: float = 30.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(interval)
-    return value
 
 
 RUNTIME = """
@@ -80,14 +72,14 @@ def test_the_agent_unit_starts_at_boot_runs_and_comes_back_after_a_kill(machine)
 
     machine.run("kill", "-KILL", first)
     wait_for(
-        "systemd to restart the unit",
         lambda: (
             _show(machine, "NRestarts") == "1" and _show(machine, "MainPID") not in {"0", first}
         ),
         timeout=30,
+        what="systemd to restart the unit",
     )
     # Restart=always brought supervisord back, and supervisord its service.
-    wait_for("the service to answer again", lambda: machine.python(ANSWERS).returncode == 0)
+    wait_for(lambda: machine.python(ANSWERS).returncode == 0, what="the service to answer again")
 
     stopped = machine.python(RUNTIME, ACTION="stop")
     assert stopped.returncode == 0, stopped.stderr
@@ -126,11 +118,11 @@ def test_the_networkd_drop_in_brings_forwarding_back_after_a_reconfigure(machine
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "  now pass: ip_forward_networkd" in fixed.stdout
     assert machine.run("cat", DROPIN).stdout == f"[Network]\n{key}=yes\n"
-    wait_for("networkd to turn forwarding on", lambda: _forwarding(machine) == "1")
+    wait_for(lambda: _forwarding(machine) == "1", what="networkd to turn forwarding on")
 
     # The guide's failure: something resets the flag, the link is reconfigured.
     _reset_and_reconfigure(machine)
-    wait_for("forwarding back on after the reconfigure", lambda: _forwarding(machine) == "1")
+    wait_for(lambda: _forwarding(machine) == "1", what="forwarding back on after the reconfigure")
 
     again = _mac(machine, "doctor", "--fix", "--yes", "ip_forward_networkd")
     assert again.stdout.strip() == "Nothing to fix: ip_forward_networkd passes."
@@ -146,6 +138,6 @@ def test_journald_names_the_link_that_gained_carrier(machine):
         "gain = last_carrier_gain(run_command, time.time()); print(gain.link if gain else '')"
     )
     link = wait_for(
-        "journald's Gained carrier", lambda: machine.python(code).stdout.strip(), timeout=20
+        lambda: machine.python(code).stdout.strip(), timeout=20, what="journald's Gained carrier"
     )
     assert link == "host0"

@@ -25,20 +25,11 @@ from maccli.output import CliError
 from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.process import ProcessRuntime
 from testkit.ports import free_port
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 BACKOFF = 15.0  # the promise: a crashed service answers again within this many seconds
-
-
-def _wait(predicate, timeout: float, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def _healthy_again(runtime, role, spec, old_pid):
@@ -82,7 +73,7 @@ def test_it_restarts_an_exporter_killed_with_sigkill(runtime):
     assert state.running and state.health == "ok"
     os.kill(state.pid, signal.SIGKILL)
     killed = time.monotonic()
-    again = _wait(_healthy_again(runtime, "agent", spec, state.pid), timeout=BACKOFF)
+    again = wait_for(_healthy_again(runtime, "agent", spec, state.pid), timeout=BACKOFF)
     assert time.monotonic() - killed < BACKOFF
     assert again.pid != state.pid
     log = runtime.supervisor("agent").dir / "logs" / "supervisord.log"
@@ -125,7 +116,7 @@ def test_it_restarts_the_api_server_and_removes_the_orphaned_workers(runtime, tm
     assert len(workers) == 2
 
     master.send_signal(signal.SIGKILL)  # its workers are orphaned, still holding the port
-    again = _wait(_healthy_again(runtime, "master", spec, state.pid), timeout=BACKOFF + 15)
+    again = wait_for(_healthy_again(runtime, "master", spec, state.pid), timeout=BACKOFF + 15)
     _gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not [proc for proc in alive if proc.status() != psutil.STATUS_ZOMBIE]
     new_master = psutil.Process(again.pid)
@@ -172,14 +163,14 @@ def test_a_crash_loop_is_retried_with_growing_delays_and_recovers(runtime, tmp_p
         lines = [line for line in log.read_text().splitlines() if "spawned: 'crasher'" in line]
         return [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in lines]
 
-    _wait(lambda: len(spawns()) >= 6, timeout=30)  # the first start, then five retries
+    wait_for(lambda: len(spawns()) >= 6, timeout=30)  # the first start, then five retries
     assert runtime.supervisor("agent").last_exit("crasher") == "4"
     times = spawns()[1:]
     gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
     # supervisord's backoff: 1 s, 2 s, 3 s... (to its one-second tick)
     assert gaps[0] >= 0.9 and gaps[-1] >= gaps[0] + 1.5, gaps
     marker.unlink()  # the cause is fixed: the next retry comes up and stays
-    _wait(_healthy_again(runtime, "agent", spec, state.pid), timeout=BACKOFF)
+    wait_for(_healthy_again(runtime, "agent", spec, state.pid), timeout=BACKOFF)
 
 
 CHATTY = """
@@ -198,7 +189,7 @@ def test_its_logs_rotate_by_size(runtime, tmp_path):
     runtime.start("agent", [spec])
     log = runtime.log_file("agent", "chatty")
     every = lambda: sorted(log.parent.glob("chatty.log*"))  # noqa: E731
-    _wait(lambda: any("line 03999" in path.read_text() for path in every()), timeout=15)
+    wait_for(lambda: any("line 03999" in path.read_text() for path in every()), timeout=15)
     backups = sorted(log.parent.glob("chatty.log.*"))
     assert [path.name for path in backups] == ["chatty.log.1", "chatty.log.2"]
     assert log.stat().st_size <= 20000 + 200
@@ -221,7 +212,7 @@ def test_a_port_held_by_another_process_is_named_not_reported_running(runtime, t
     # A leftover that even answers the liveness URL: "running ok" would be a lie.
     squatter = subprocess.Popen([sys.executable, str(script), str(port)])
     try:
-        _wait(lambda: _answers(port), timeout=10)
+        wait_for(lambda: _answers(port), timeout=10)
         spec = ServiceSpec(
             "svc", [sys.executable, str(script), str(port)], port=port, liveness_path="/health"
         )
@@ -254,7 +245,7 @@ def test_a_killed_supervisord_leaves_nothing_that_mac_stop_misses(runtime, tmp_p
     [state] = runtime.start("agent", [spec])
     sup = runtime.supervisor("agent")
     os.kill(sup.daemon_pid(), signal.SIGKILL)  # its services run on, unsupervised
-    _wait(lambda: not sup.answers(), timeout=5)
+    wait_for(lambda: not sup.answers(), timeout=5)
     [orphan] = runtime.status("agent", [spec])
     assert orphan.running and orphan.pid == state.pid
     assert "not supervised" in orphan.detail

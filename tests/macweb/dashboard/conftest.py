@@ -10,6 +10,7 @@ from django.test import Client
 
 from testkit import dashboard_servers as servers
 from testkit.dashboard_servers import PrometheusServer
+from testkit.processes import stop_process
 
 
 @pytest.fixture
@@ -71,6 +72,6 @@ def chart_env(tmp_path_factory) -> ChartEnv:
         yield env
     finally:
         env.prometheus.stop()
-        servers.stop_process(sys_proc)
+        stop_process(sys_proc)
         for server, _ in hardware:
             server.shutdown()

@@ -23,8 +23,10 @@ from django.db import connection, connections
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 from testkit import dashboard_servers as servers
+from testkit.browser import log_in
 from testkit.factories import online_gpu_node
 from testkit.ports import free_port
+from testkit.processes import stop_process
 from testkit.proxy import start_proxy
 
 CHROMIUM = "/usr/bin/chromium"
@@ -80,8 +82,8 @@ class Server:
 
     def stop(self) -> None:
         if self.proxy is not None:
-            servers.stop_process(self.proxy)
-        servers.stop_process(self.proc)
+            stop_process(self.proxy)
+        stop_process(self.proc)
 
 
 def server_env(chart_env, data_dir: Path) -> dict[str, str]:
@@ -140,15 +142,6 @@ def operator(django_user_model):
     return in_thread(django_user_model.objects.create_user, "operator", password="operator-pass")
 
 
-def log_in(page, server: Server) -> None:
-    page.goto(f"{server.url}/")
-    assert "/accounts/login/" in page.url  # anonymous users go to the login page
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "operator-pass")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{server.url}/")
-
-
 @pytest.fixture
 def fleet():
     from testkit.simfleet import FleetThread
@@ -157,6 +150,18 @@ def fleet():
     base = f"127.55.{os.getpid() % 250}.0"
     with FleetThread(2, base=base) as running:
         yield running
+
+
+def online_fleet_node(fleet, index: int) -> int:
+    """The inventory's Online node for the simulated fleet's node `index`; its id."""
+    node = fleet.nodes[index]
+    return in_thread(
+        online_gpu_node,
+        hostname=node.hostname,
+        ip=node.ip,
+        exporters=node.exporters(),
+        gpu_vendor="none",
+    ).pk
 
 
 def sweep(sd_dir: Path) -> None:
@@ -168,18 +173,9 @@ def sweep(sd_dir: Path) -> None:
 def test_the_fleet_page_follows_sweeps_live(page, asgi_server, operator, fleet, tmp_path):
     from playwright.sync_api import expect
 
-    ids = [
-        in_thread(
-            online_gpu_node,
-            hostname=n.hostname,
-            ip=n.ip,
-            exporters=n.exporters(),
-            gpu_vendor="none",
-        ).pk
-        for n in fleet.nodes
-    ]
+    ids = [online_fleet_node(fleet, index) for index in range(len(fleet.nodes))]
     sweep(tmp_path)
-    log_in(page, asgi_server)
+    log_in(page, asgi_server.url)
     victim = page.locator(f'tr[data-node-id="{ids[0]}"]')
     expect(victim.locator(".badge")).to_have_text("Online")
     expect(page.locator(f'tr[data-node-id="{ids[1]}"] .badge')).to_have_text("Online")
@@ -211,7 +207,7 @@ def test_a_deregistered_node_leaves_the_page_live(page, asgi_server, operator):
 
     staying = in_thread(online_gpu_node, hostname="gpu-stays")
     leaving = in_thread(online_gpu_node, hostname="gpu-leaves")
-    log_in(page, asgi_server)
+    log_in(page, asgi_server.url)
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
     expect(page.locator(f'tr[data-node-id="{leaving.pk}"]')).to_have_count(1)
     expect(page.locator('[data-count="total"]')).to_have_text("2")
@@ -235,7 +231,7 @@ def test_the_page_reconnects_after_a_restart_and_shows_what_it_missed(
     server.start()
     try:
         node = in_thread(online_gpu_node, hostname="gpu-restart")
-        log_in(page, server)
+        log_in(page, server.url)
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
         page.evaluate("window.__sameDocument = true")
         server.stop()
@@ -261,7 +257,7 @@ def test_the_node_page_draws_charts_from_prometheus(page, asgi_server, chart_env
         gpu_vendor=GpuVendor.NVIDIA,
         gpu_count=4,
     )
-    log_in(page, asgi_server)
+    log_in(page, asgi_server.url)
     page.goto(f"{asgi_server.url}/nodes/{chart_env.nvidia_id}/")
     for name, lines in [("cpu", 1), ("memory", 1), ("gpu_util", 4), ("gpu_power", 4), ("rdma", 4)]:
         figure = page.locator(f'figure[data-chart="{name}"]')
@@ -278,7 +274,7 @@ def test_an_empty_chart_says_why_in_the_page(page, asgi_server, operator):
     from playwright.sync_api import expect
 
     node = in_thread(online_gpu_node, hostname="gpu-nodata")
-    log_in(page, asgi_server)
+    log_in(page, asgi_server.url)
     page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
     empty = page.locator('figure[data-chart="cpu"] .chart-empty')
     expect(empty).to_be_visible()
@@ -306,7 +302,7 @@ def test_hostnames_are_text_not_markup(page, asgi_server, operator, tmp_path):
         status=NodeStatus.OFFLINE,
         status_detail='<img src=x onerror="window.__pwned=1">',
     )
-    log_in(page, asgi_server)
+    log_in(page, asgi_server.url)
     row = page.locator(f'tr[data-node-id="{node.pk}"]')
     expect(row.locator(".reason")).to_contain_text("<img src=x")
     from inventory.live import broadcast_node_changes
@@ -325,7 +321,7 @@ def test_a_page_whose_session_ended_says_logged_out(page, chart_env, operator, t
     server = Server(f"http://127.0.0.1:{port}", port, server_env(chart_env, tmp_path))
     server.start()
     try:
-        log_in(page, server)
+        log_in(page, server.url)
         expect(page.locator("#live")).to_have_attribute("data-state", "live")
         server.stop()
         in_thread(lambda: Session.objects.all().delete())  # e.g. an admin ended the sessions
@@ -337,29 +333,27 @@ def test_a_page_whose_session_ended_says_logged_out(page, chart_env, operator, t
         server.stop()
 
 
+def forwarding_off(fleet, index: int, tmp_path: Path) -> None:
+    """sys-exporter of the fleet's node `index` black-holed, as behind a bridge with
+    IPv4 forwarding off, and a sweep that sees it."""
+    fleet.set_mode(index, "sys-exporter", "blackhole")
+    sweep(tmp_path)
+
+
 def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
-    page, asgi_server, operator, fleet, tmp_path
+    page, asgi_server, operator, fleet, tmp_path, settings
 ):
     """The guide's selective failure: nic-exporter (host network) answers, sys-exporter
     behind the bridge times out; the row says IPv4 forwarding is off, with the fix."""
-    from django.test import override_settings
     from playwright.sync_api import expect
 
-    node = fleet.nodes[1]
-    pk = in_thread(
-        online_gpu_node,
-        hostname=node.hostname,
-        ip=node.ip,
-        exporters=node.exporters(),
-        gpu_vendor="none",
-    ).pk
-    with override_settings(PROBE_TIMEOUT=0.5):
-        sweep(tmp_path)
-        log_in(page, asgi_server)
-        row = page.locator(f'tr[data-node-id="{pk}"]')
-        expect(row.locator(".badge")).to_have_text("Online")
-        fleet.set_mode(1, "sys-exporter", "blackhole")
-        sweep(tmp_path)
+    settings.PROBE_TIMEOUT = 0.5
+    pk = online_fleet_node(fleet, 1)
+    sweep(tmp_path)
+    log_in(page, asgi_server.url)
+    row = page.locator(f'tr[data-node-id="{pk}"]')
+    expect(row.locator(".badge")).to_have_text("Online")
+    forwarding_off(fleet, 1, tmp_path)
     expect(row.locator(".badge")).to_have_text("Offline", timeout=3000)
     expect(row.locator(".reason")).to_contain_text("timed out")
     expect(row.locator(".diagnosis")).to_contain_text("ip_forward")
@@ -368,31 +362,22 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
 
 
 def test_the_node_page_follows_which_exporters_prometheus_scrapes(
-    page, asgi_server, operator, fleet, tmp_path
+    page, asgi_server, operator, fleet, tmp_path, settings
 ):
     """Forwarding off while the node page is open: sys-exporter turns down and missing
     from Prometheus, nic-exporter stays up and scraped, without a reload."""
-    from django.test import override_settings
     from playwright.sync_api import expect
 
-    node = fleet.nodes[0]
-    pk = in_thread(
-        online_gpu_node,
-        hostname=node.hostname,
-        ip=node.ip,
-        exporters=node.exporters(),
-        gpu_vendor="none",
-    ).pk
+    settings.PROBE_TIMEOUT = 0.5
     sys_row = page.locator('tr[data-service="sys-exporter"]')
     nic_row = page.locator('tr[data-service="nic-exporter"]')
-    with override_settings(PROBE_TIMEOUT=0.5):
-        sweep(tmp_path)
-        log_in(page, asgi_server)
-        page.goto(f"{asgi_server.url}/nodes/{pk}/")
-        expect(page.locator("#live")).to_have_attribute("data-state", "live")
-        expect(sys_row.locator(".exp-target")).to_have_text("scraped")
-        fleet.set_mode(0, "sys-exporter", "blackhole")
-        sweep(tmp_path)
+    pk = online_fleet_node(fleet, 0)
+    sweep(tmp_path)
+    log_in(page, asgi_server.url)
+    page.goto(f"{asgi_server.url}/nodes/{pk}/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(sys_row.locator(".exp-target")).to_have_text("scraped")
+    forwarding_off(fleet, 0, tmp_path)
     expect(page.locator("#node-status")).to_have_text("Offline", timeout=3000)
     expect(sys_row.locator(".exp-probe")).to_have_text("down")
     expect(sys_row.locator(".exp-target")).to_have_text("missing")

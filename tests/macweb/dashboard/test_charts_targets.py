@@ -15,6 +15,7 @@ from healthcheck.targets import write_targets
 from inventory.choices import GpuVendor
 from testkit import dashboard_servers as servers
 from testkit.factories import online_gpu_node
+from testkit.processes import stop_process
 
 pytestmark = [
     pytest.mark.django_db,
@@ -57,7 +58,7 @@ def test_charts_follow_the_targets_file_labels(client_user, tmp_path):
             memory = client_user.get(f"/nodes/{node.pk}/charts/memory.json").json()
     finally:
         prometheus.stop()
-        servers.stop_process(exporter)
+        stop_process(exporter)
     assert cpu["empty_reason"] is None, cpu["empty_reason"]
     assert any(v is not None for v in cpu["series"][0]["values"])
     assert memory["empty_reason"] is None, memory["empty_reason"]

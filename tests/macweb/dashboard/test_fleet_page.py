@@ -75,31 +75,79 @@ def test_it_filters_by_status_vendor_maintenance_and_search(client_user):
         return [r["hostname"] for r in client_user.get(f"/fleet.json?{query}").json()["nodes"]]
 
     assert names("status=offline") == ["c-down"]
-    assert names("vendor=amd") == ["b-amd"]
-    assert names("maintenance=yes") == ["b-amd"]
-    assert names("maintenance=no") == ["a-nv", "c-down"]
-    assert names("q=AMD") == ["b-amd"]
-    assert names("q=192.0.2") == ["c-down"]
-    assert names("status=online&vendor=nvidia") == ["a-nv"]
+    assert names("gpu_vendor=amd") == ["b-amd"]
+    assert names("maintenance=true") == ["b-amd"]
+    assert names("maintenance=false") == ["a-nv", "c-down"]
+    assert names("search=AMD") == ["b-amd"]
+    assert names("search=192.0.2") == ["c-down"]
+    assert names("status=online&gpu_vendor=nvidia") == ["a-nv"]
+    assert names("status=online&status=offline&gpu_vendor=nvidia&gpu_vendor=none") == [
+        "a-nv",
+        "c-down",
+    ]
+
+
+def test_the_page_and_the_api_filter_with_one_filterset(client_user, auth_client):
+    online_gpu_node(hostname="a-nv", gpu_vendor=GpuVendor.NVIDIA, labels={"rack": "a1"})
+    online_gpu_node(hostname="b-amd", gpu_vendor=GpuVendor.AMD, maintenance=True)
+    offline_node(hostname="c-down", ip="192.0.2.77")
+    for query in [
+        "status=offline",
+        "gpu_vendor=amd&maintenance=true",
+        "maintenance=false&search=a-",
+        "label=rack=a1",
+        "search=192.0.2",
+    ]:
+        page = [r["hostname"] for r in client_user.get(f"/fleet.json?{query}").json()["nodes"]]
+        api = [n["hostname"] for n in auth_client.get(f"/api/v1/nodes/?{query}").json()["results"]]
+        assert page == api, query
+
+
+def test_the_form_s_any_options_are_no_filter(client_user):
+    online_gpu_node(hostname="a-nv")
+    response = client_user.get("/?search=&status=&gpu_vendor=&maintenance=")
+    assert response.status_code == 200
+    assert response.content.decode().count('class="node-row') == 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("/?vendor=amd&maintenance=yes", "/?gpu_vendor=amd&maintenance=true"),
+        ("/?q=gpu&maintenance=no&page=2", "/?search=gpu&maintenance=false&page=2"),
+        ("/fleet.json?vendor=nvidia", "/fleet.json?gpu_vendor=nvidia"),
+    ],
+)
+def test_links_with_the_page_s_old_parameters_go_to_the_same_filter(client_user, old, new):
+    response = client_user.get(old)
+    assert response.status_code == 302
+    assert response["Location"] == new
 
 
 @pytest.mark.parametrize(
     ("query", "field"),
     [
         ("status=sleeping", "status"),
-        ("vendor=intel", "vendor"),
+        ("gpu_vendor=intel", "gpu_vendor"),
         ("page=zero", "page"),
         ("maintenance=maybe", "maintenance"),
+        ("label=rack", "label"),
+        ("search=" + "x" * 254, "search"),
+        ("search=a%00b", "search"),
         ("page=-1", "page"),
     ],
 )
-def test_bad_filters_get_a_400_naming_the_parameter(client_user, query, field):
+def test_bad_filters_get_a_400_naming_the_parameter(client_user, auth_client, query, field):
     response = client_user.get(f"/fleet.json?{query}")
     assert response.status_code == 400
     assert field in response.json()
-    page = client_user.get(f"/?{query}")
+    page = client_user.get(f"/?{query}", follow=True)
     assert page.status_code == 400
     assert f"Filter not applied: {field}:" in page.content.decode()
+    if field != "page":
+        api = auth_client.get(f"/api/v1/nodes/?{query}")
+        assert api.status_code == 400
+        assert field in api.json()
 
 
 def test_it_pages_so_the_whole_fleet_never_ships(client_user):
@@ -119,8 +167,8 @@ def test_it_pages_so_the_whole_fleet_never_ships(client_user):
 
 def test_paging_links_keep_the_filters(client_user):
     bulk_nodes(120, gpu_vendor=GpuVendor.AMD)
-    html = client_user.get("/?vendor=amd&q=bulk").content.decode()
-    assert 'href="?q=bulk&amp;vendor=amd&amp;page=2" rel="next"' in html
+    html = client_user.get("/?gpu_vendor=amd&search=bulk").content.decode()
+    assert 'href="?gpu_vendor=amd&amp;search=bulk&amp;page=2" rel="next"' in html
 
 
 def test_it_escapes_what_agents_sent(client_user):

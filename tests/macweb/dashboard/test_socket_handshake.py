@@ -13,6 +13,7 @@ import threading
 
 import pytest
 
+from testkit.browser import log_in
 from testkit.ports import free_port
 from tests.macweb.dashboard.test_browser import (  # noqa: F401 - fixtures used by name
     CHROMIUM,
@@ -98,11 +99,7 @@ def test_a_hanging_handshake_shows_no_answer_and_reconnects(page, proxy, operato
     from playwright.sync_api import expect
 
     via = f"http://127.0.0.1:{proxy.port}"
-    page.goto(f"{via}/")
-    page.fill("#id_username", "operator")
-    page.fill("#id_password", "operator-pass")
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{via}/")
+    log_in(page, via)
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
 
     proxy.hang.set()

@@ -1,8 +1,11 @@
-"""Filters of the nodes list: status, GPU vendor, maintenance, labels and search.
+"""The one filter of the node list, shared by the API and the dashboard's fleet page.
 
-A parameter that is present but malformed is a 400 naming it, never silently
-ignored: `?maintenance=yes` or `?label=` returning the whole fleet would hand a
-script the wrong nodes. The schema states the same formats (see NodeViewSet).
+`GET /api/v1/nodes/` and `/` (with `/fleet.json`) take the same parameters with the same
+meaning: `status` and `gpu_vendor` (repeat for several), `maintenance` (`true` or
+`false`), `label` (`key=value`) and `search`. A parameter that is present but malformed
+is an error naming it, never silently ignored: `?maintenance=yes` or `?label=`
+returning the whole fleet would hand a script, or an operator, the wrong nodes. The API
+answers it with a 400; the fleet page shows the message (see macweb.dashboard.views).
 """
 
 from __future__ import annotations
@@ -11,20 +14,24 @@ import re
 
 import django_filters
 from django import forms
-from django.db.models import TextField
+from django.db.models import Q, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import filters
-from rest_framework.exceptions import ValidationError
 
 from inventory.api.serializers import TEXT_PATTERN
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
+from inventory.validators import MAX_HOSTNAME
 
 _LABEL = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-/]{0,62})=([^\x00\n]{0,256})")
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}=[^\u0000\n]{0,256}$"
 LABEL_HELP = "key=value, e.g. rack=a1: nodes whose label key has that value."
+SEARCH_HELP = (
+    "Words to find in the host name, address or machine-id; a node matches when each "
+    "word is in one of them."
+)
+SEARCH_FIELDS = ("hostname", "ip", "machine_id")
 
 
 class StrictBooleanField(forms.Field):
@@ -68,28 +75,33 @@ class LabelFilter(django_filters.Filter):
         return queryset.alias(label_value=label).filter(label_value=wanted)
 
 
+@extend_schema_field({"type": "string", "maxLength": MAX_HOSTNAME, "pattern": TEXT_PATTERN})
+class SearchFilter(django_filters.CharFilter):
+    """Each word (split on spaces and commas) in one of SEARCH_FIELDS, any case.
+
+    At most MAX_HOSTNAME characters, the longest host name there can be; a NUL is
+    refused by the form field.
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_length=MAX_HOSTNAME, **kwargs)
+
+    def filter(self, queryset, value):
+        for word in (value or "").replace(",", " ").split():
+            anywhere = Q()
+            for field in SEARCH_FIELDS:
+                anywhere |= Q(**{f"{field}__icontains": word})
+            queryset = queryset.filter(anywhere)
+        return queryset
+
+
 class NodeFilterSet(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(choices=NodeStatus.choices)
     gpu_vendor = django_filters.MultipleChoiceFilter(choices=GpuVendor.choices)
     maintenance = StrictBooleanFilter()
     label = LabelFilter(help_text=LABEL_HELP)
+    search = SearchFilter(help_text=SEARCH_HELP)
 
     class Meta:
         model = Node
-        fields = ["status", "gpu_vendor", "maintenance", "label"]
-
-
-class NodeSearchFilter(filters.SearchFilter):
-    """DRF's search, whose refusals (a NUL in ?search=) name the parameter."""
-
-    def get_search_terms(self, request):
-        try:
-            return super().get_search_terms(request)
-        except ValidationError as exc:
-            raise ValidationError({self.search_param: exc.detail}) from None
-
-    def get_schema_operation_parameters(self, view) -> list[dict]:
-        parameters = super().get_schema_operation_parameters(view)
-        for parameter in parameters:
-            parameter["schema"]["pattern"] = TEXT_PATTERN
-        return parameters
+        fields = ["status", "gpu_vendor", "maintenance", "label", "search"]
