@@ -18,6 +18,10 @@ from testkit.simfleet.fleet import (
     SimFleet,
     SimNode,
 )
+from testkit.simfleet.profiles import DEFAULT_MIX, PROFILES, parse_mix
+
+# Every profile runs these, so faults of --fault-service may target them.
+SERVICES_OF_PROFILES = ("sys-exporter", "sys-manager")
 
 
 def pick(count: int, fraction: float, offset: float = 0.0) -> set[int]:
@@ -55,6 +59,7 @@ async def register_fleet(
             agent_version="simfleet",
             machine_id=hashlib.sha256(node.ip.encode()).hexdigest()[:32],
             labels={"simulated": "true"},
+            **node.registration(),
         )
         async with (
             semaphore,
@@ -83,7 +88,12 @@ async def register_fleet(
 
 async def _serve(args: argparse.Namespace) -> int:
     fleet = SimFleet(
-        args.nodes, base=args.base, ips=args.ip or None, services=args.services.split(",")
+        args.nodes,
+        base=args.base,
+        ips=args.ip or None,
+        services=args.services.split(","),
+        profiles=args.profiles,
+        seed=args.seed,
     )
     needed = sum(len(node.ports) for node in fleet.nodes) + 100
     limit = raise_nofile_limit()
@@ -106,7 +116,8 @@ async def _serve(args: argparse.Namespace) -> int:
             else:
                 await fleet.set_mode(index, args.fault_service, mode)
     first, last = fleet.nodes[0].ip, fleet.nodes[-1].ip
-    print(f"serving {count} simulated nodes on {first} .. {last} ({args.services})", flush=True)
+    what = f"profiles {args.profiles}, seed {args.seed}" if args.profiles else args.services
+    print(f"serving {count} simulated nodes on {first} .. {last} ({what})", flush=True)
     if args.register:
         done, errors = await register_fleet(fleet, args.register, args.token)
         print(f"registered {done} of {count} nodes with {args.register}", flush=True)
@@ -138,9 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help="addresses start after this one")
     parser.add_argument("--ip", action="append", help="explicit address (repeatable)")
     parser.add_argument(
+        "--profiles",
+        nargs="?",
+        const=DEFAULT_MIX,
+        metavar="NAME=WEIGHT,...",
+        help="nodes with hardware, in this mix of profiles: "
+        + "; ".join(f"{p.name} ({p.description})" for p in PROFILES.values())
+        + f". Without a value: {DEFAULT_MIX}. Without the option: plain nodes on --services",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated values")
+    parser.add_argument(
         "--services",
         default=",".join(DEFAULT_SERVICES),
-        help="comma-separated services each node serves (names from contract.services)",
+        help="comma-separated services each plain node serves (names from contract.services)",
     )
     parser.add_argument("--blackhole", type=float, default=0.0, help="fraction black-holed")
     parser.add_argument("--hang", type=float, default=0.0, help="fraction that hang")
@@ -155,9 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--token", default="", help="the master's join token (MAC_JOIN_TOKEN)")
     args = parser.parse_args(argv)
+    if args.profiles:
+        try:
+            parse_mix(args.profiles)
+        except ValueError as exc:
+            parser.error(str(exc))
     faulty = args.blackhole or args.hang or args.refuse
-    if faulty and args.fault_service not in ("all", *args.services.split(",")):
-        parser.error(f"--fault-service {args.fault_service!r} is not one of --services")
+    served = SERVICES_OF_PROFILES if args.profiles else args.services.split(",")
+    if faulty and args.fault_service not in ("all", *served):
+        parser.error(f"--fault-service {args.fault_service!r} is not a service the nodes serve")
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")
     try:
