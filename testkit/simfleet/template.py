@@ -26,9 +26,9 @@ Key = tuple[str, Owner, str]
 
 
 def _sample_labels(line: str) -> tuple[str, dict[str, str]]:
+    """The sample's name as written (the parser adds _total to DCGM's counters) and labels."""
     family = next(iter(text_string_to_metric_families(line + "\n")))
-    sample = family.samples[0]
-    return sample.name, sample.labels
+    return line.split("{", 1)[0].split(" ", 1)[0], family.samples[0].labels
 
 
 def _owner(labels: Mapping[str, str], nics: Mapping[str, int]) -> Owner:
