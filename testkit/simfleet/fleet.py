@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_
 from contract.liveness import loop_factory, raise_nofile_limit
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
 from testkit.simfleet.model import Event, Fault
-from testkit.simfleet.profiles import SimHardware, assign, parse_mix
+from testkit.simfleet.profiles import SimHardware, assign, parse_mix, template
 
 DEFAULT_BASE = "127.20.0.0"
 DEFAULT_SERVICES = (SYS_EXPORTER.name, NIC_EXPORTER.name)
@@ -223,6 +223,9 @@ class SimFleet:
         started = time.monotonic()
         self.clock = lambda: time.monotonic() - started
         kinds = assign(len(addresses), parse_mix(profiles)) if profiles else None
+        for kind in set(kinds or ()):
+            for name in kind.services:  # now: building one on the first scrape stalls the loop
+                template(kind.name, name)
         self.nodes: list[SimNode] = []
         for index, ip in enumerate(addresses):
             hostname = hostname_for(ip)

@@ -41,7 +41,9 @@ def samples(text: str) -> dict[tuple, float]:
 def value(text: str, name: str, **labels: str) -> float | None:
     for (sample, got), number in samples(text).items():
         # The parser names dcgm-exporter's suffix-less counters <name>_total.
-        if sample in (name, name + "_total") and all(dict(got).get(k) == v for k, v in labels.items()):
+        if sample in (name, name + "_total") and all(
+            dict(got).get(k) == v for k, v in labels.items()
+        ):
             return number
     return None
 
