@@ -30,7 +30,7 @@ controls) or `SimFleet` inside a running loop; from the shell:
 
 Each node needs one file descriptor per served port: at 10,000 nodes with two
 services that is 20,000, so the soft RLIMIT_NOFILE is raised to the hard limit
-and a larger fleet is split across processes (different --base).
+and the command splits a larger fleet across processes (each its own --base slice).
 """
 
 from testkit.simfleet.cli import pick, register_fleet

@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import hashlib
 import signal
+import subprocess
 import sys
+import threading
 
 from contract.liveness import loop_factory, raise_nofile_limit
 from contract.master_api import registration_body
@@ -17,6 +19,7 @@ from testkit.simfleet.fleet import (
     Mode,
     SimFleet,
     SimNode,
+    node_addresses,
 )
 from testkit.simfleet.profiles import DEFAULT_MIX, PROFILES, parse_mix
 
@@ -140,6 +143,86 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ports_per_node(args: argparse.Namespace) -> int:
+    """The most listening sockets one node of this fleet needs."""
+    if args.profiles:
+        return max(len(PROFILES[name].services) for name in parse_mix(args.profiles))
+    return len(args.services.split(","))
+
+
+def _slices(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """(--base, --nodes) of each process when one process cannot hold every socket."""
+    per_node = _ports_per_node(args)
+    limit = raise_nofile_limit()
+    if args.ip or args.nodes * per_node + 100 <= limit:
+        return []
+    per_process = max(1, (limit - 200) // per_node)
+    addresses = node_addresses(args.nodes, args.base)
+    return [
+        (args.base if start == 0 else addresses[start - 1], min(per_process, args.nodes - start))
+        for start in range(0, args.nodes, per_process)
+    ]
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in options)):
+            kept.append(arg)
+    return kept
+
+
+def _serve_in_processes(slices: list[tuple[str, int]], argv: list[str]) -> int:
+    """One child per slice (each under the open-files limit), READY when all are."""
+    rest = _without(argv, ("--nodes", "--base"))
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testkit.simfleet",
+                *rest,
+                "--nodes",
+                str(count),
+                "--base",
+                base,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for base, count in slices
+    ]
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        for child in children:
+            assert child.stdout is not None
+            for line in child.stdout:
+                if line.strip() == "READY":
+                    break
+                print(line, end="", flush=True)
+            else:
+                print(f"Error: a fleet process exited with {child.wait()}", file=sys.stderr)
+                return 1
+        total = sum(count for _, count in slices)
+        print(f"serving {total} simulated nodes in {len(children)} processes", flush=True)
+        print("READY", flush=True)
+        while not stop.is_set() and all(child.poll() is None for child in children):
+            stop.wait(1)
+        return 0 if stop.is_set() else 1
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            child.wait(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m testkit.simfleet",
@@ -187,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--fault-service {args.fault_service!r} is not a service the nodes serve")
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")
+    try:
+        slices = _slices(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len(slices) > 1:
+        return _serve_in_processes(slices, sys.argv[1:] if argv is None else argv)
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             return runner.run(_serve(args))
