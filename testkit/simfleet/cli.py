@@ -21,7 +21,7 @@ from testkit.simfleet.fleet import (
     SimNode,
     node_addresses,
 )
-from testkit.simfleet.profiles import DEFAULT_MIX, PROFILES, parse_mix
+from testkit.simfleet.profiles import DEFAULT_MIX, PROFILES, Profile, assign, parse_mix
 
 # Every profile runs these, so faults of --fault-service may target them.
 SERVICES_OF_PROFILES = ("sys-exporter", "sys-manager")
@@ -150,18 +150,27 @@ def _ports_per_node(args: argparse.Namespace) -> int:
     return len(args.services.split(","))
 
 
-def _slices(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """(--base, --nodes) of each process when one process cannot hold every socket."""
-    per_node = _ports_per_node(args)
+def slices(count: int, base: str, per_node: int) -> list[tuple[str, int]]:
+    """(--base, --nodes) of each process, so that none needs more sockets than it may open."""
     limit = raise_nofile_limit()
-    if args.ip or args.nodes * per_node + 100 <= limit:
-        return []
+    if count * per_node + 100 <= limit:
+        return [(base, count)]
     per_process = max(1, (limit - 200) // per_node)
-    addresses = node_addresses(args.nodes, args.base)
+    addresses = node_addresses(count, base)
     return [
-        (args.base if start == 0 else addresses[start - 1], min(per_process, args.nodes - start))
-        for start in range(0, args.nodes, per_process)
+        (base if start == 0 else addresses[start - 1], min(per_process, count - start))
+        for start in range(0, count, per_process)
     ]
+
+
+def fleet_layout(count: int, base: str, profiles: str) -> list[tuple[str, Profile]]:
+    """Each node's address and profile, as `--nodes count --base base --profiles` serves them."""
+    mix = parse_mix(profiles)
+    per_node = max(len(PROFILES[name].services) for name in mix)
+    layout = []
+    for start, size in slices(count, base, per_node):
+        layout.extend(zip(node_addresses(size, start), assign(size, mix), strict=True))
+    return layout
 
 
 def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
@@ -176,7 +185,7 @@ def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
     return kept
 
 
-def _serve_in_processes(slices: list[tuple[str, int]], argv: list[str]) -> int:
+def _serve_in_processes(parts: list[tuple[str, int]], argv: list[str]) -> int:
     """One child per slice (each under the open-files limit), READY when all are."""
     rest = _without(argv, ("--nodes", "--base"))
     children = [
@@ -194,7 +203,7 @@ def _serve_in_processes(slices: list[tuple[str, int]], argv: list[str]) -> int:
             stdout=subprocess.PIPE,
             text=True,
         )
-        for base, count in slices
+        for base, count in parts
     ]
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -209,7 +218,7 @@ def _serve_in_processes(slices: list[tuple[str, int]], argv: list[str]) -> int:
             else:
                 print(f"Error: a fleet process exited with {child.wait()}", file=sys.stderr)
                 return 1
-        total = sum(count for _, count in slices)
+        total = sum(count for _, count in parts)
         print(f"serving {total} simulated nodes in {len(children)} processes", flush=True)
         print("READY", flush=True)
         while not stop.is_set() and all(child.poll() is None for child in children):
@@ -271,11 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")
     try:
-        slices = _slices(args)
+        parts = [] if args.ip else slices(args.nodes, args.base, _ports_per_node(args))
     except ValueError as exc:
         parser.error(str(exc))
-    if len(slices) > 1:
-        return _serve_in_processes(slices, sys.argv[1:] if argv is None else argv)
+    if len(parts) > 1:
+        return _serve_in_processes(parts, sys.argv[1:] if argv is None else argv)
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             return runner.run(_serve(args))
