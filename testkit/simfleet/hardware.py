@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,6 +171,3 @@ def host(cpus: int, memory_bytes: int) -> str:
         {"nodename": HOST, "sysname": "Linux", "machine": "x86_64"}
     )
     return generate_latest(registry).decode()
-
-
-PageBuilder = Callable[[], str]

@@ -54,13 +54,11 @@ class Template:
     def __init__(self, text: str, nics: Mapping[str, int] | None = None) -> None:
         nics = nics or {}
         self.lines: list[Line] = []
-        self.names: set[str] = set()
         for raw in text.splitlines():
             if raw.startswith("#") or not raw.strip():
                 self.lines.append(Line("", None, raw + "\n"))
                 continue
             name, labels = _sample_labels(raw)
-            self.names.add(name)
             prefix = raw.rsplit(" ", 1)[0] + " "
             extra = labels.get("xid", "") + labels.get("collector", "") + labels.get("mode", "")
             key = (name, _owner(labels, nics), extra)

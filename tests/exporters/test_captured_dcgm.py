@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from exporters.nvidia import LABELS
-from tests.exporters.captures import capture
 from testkit.fakes.nvml import two_h200s
+from tests.exporters.captures import capture
 from tests.exporters.test_nvidia import GPU0, Clock, exporter_for
 
 CAPTURE = "NVIDIA/dcgm-exporter/etc"

@@ -1,4 +1,4 @@
-"""Simulated hardware: the pages match MAC's real exporters, values move, faults show, seeds repeat."""
+"""Simulated hardware: pages match the real exporters, values move, faults show, seeds repeat."""
 
 from __future__ import annotations
 
