@@ -60,6 +60,11 @@ def target_labels(sd_dir: Path, service: str, ip: str) -> dict[str, str]:
     raise LookupError(f"{ip} has no {service} target in {sd_dir}")
 
 
+def _charted(line: str, wanted: tuple[str, ...]) -> bool:
+    name = line.split(" ")[2] if line.startswith("# ") else line
+    return name.startswith(wanted)
+
+
 def history(node, sd_dir: Path, sim_now: float, hours: int = HOURS, step: int = STEP) -> str:
     """OpenMetrics text: the simulated node's charted families over the last `hours`."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -69,18 +74,19 @@ def history(node, sd_dir: Path, sim_now: float, hours: int = HOURS, step: int = 
     clock = [0.0]
     past = SimHardware(node.hardware.profile, node.hardware.seed, node.ip, lambda: clock[0])
     wall_end = int(time.time()) - 2 * step
-    families: dict[str, tuple[str, list[str]]] = {}
-    for service, wanted in CHARTED.items():
-        if service not in node.ports:
-            continue
-        extra = target_labels(sd_dir, service, node.ip)
-        for wall in range(wall_end - hours * 3600, wall_end, step):
-            clock[0] = sim_now - (time.time() - wall)
-            for family in text_string_to_metric_families(
-                past.page(service, node.hostname).decode()
-            ):
-                if family.name not in wanted:
-                    continue
+    families: dict[str, tuple[str, list[tuple[str, str, str]]]] = {}
+    services = {
+        service: (wanted, target_labels(sd_dir, service, node.ip))
+        for service, wanted in CHARTED.items()
+        if service in node.ports
+    }
+    for wall in range(wall_end - hours * 3600, wall_end, step):
+        clock[0] = sim_now - (time.time() - wall)
+        for service, (wanted, extra) in services.items():
+            page = past.page(service, node.hostname).decode()
+            # Parse only the charted families' lines: a page holds ten times more.
+            kept = "".join(line + "\n" for line in page.splitlines() if _charted(line, wanted))
+            for family in text_string_to_metric_families(kept):
                 kind, lines = families.setdefault(family.name, (family.type, []))
                 for sample in family.samples:
                     labels = {
@@ -96,6 +102,7 @@ def history(node, sd_dir: Path, sim_now: float, hours: int = HOURS, step: int = 
         for inner, sample, value in sorted(lines, key=lambda line: line[0]):
             out.append(f"{sample}{{{inner}}} {value}")
     out.append("# EOF")
+    node.history_state = past.state  # what its faults left behind, for the live node
     return "\n".join(out) + "\n"
 
 
@@ -120,8 +127,11 @@ def fail_some(fleet) -> None:
             fleet.set_mode(index, "sys-exporter", mode)
 
 
-def prometheus_with_history(nodes, sd_dir: Path, sim_now: float, port: int, work: Path):
-    from healthcheck.promconfig import render_prometheus_config
+def prometheus_with_history(
+    nodes, sd_dir: Path, sim_now: float, port: int, work: Path, alertmanager: str
+):
+    """Prometheus with the nodes' simulated past, scraping the fleet, evaluating MAC's rules."""
+    from healthcheck.promconfig import ALERT_RULES, render_prometheus_config
 
     work.mkdir(parents=True, exist_ok=True)
     for node in nodes:
@@ -139,8 +149,33 @@ def prometheus_with_history(nodes, sd_dir: Path, sim_now: float, port: int, work
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    config = render_prometheus_config(str(sd_dir), [], scrape_interval="15s")
+    config = render_prometheus_config(
+        str(sd_dir),
+        [],
+        scrape_interval="15s",
+        rule_files=[str(ALERT_RULES)],
+        alertmanagers=[alertmanager],
+    )
     return servers.start_prometheus_config(config, work, port=port)
+
+
+def alertmanager(work: Path, port: int):
+    """Debian's Alertmanager with one silent receiver: the dashboard lists what fires."""
+    from testkit.alerting import AlertmanagerServer
+
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "alertmanager.yml"
+    config.write_text("route:\n  receiver: dashboard\nreceivers:\n  - name: dashboard\n")
+    return AlertmanagerServer(config, work / "data", port=port).start()
+
+
+def inject_faults(fleet, shown: dict) -> None:
+    """What the alerts panel shows: an XID, an uncorrectable ECC error, a GPU off the bus."""
+    nvidia = [n for n in fleet.nodes if n.hardware.profile.name == "nvidia"]
+    lost = next(n for n in nvidia if n is not shown["nvidia"])
+    fleet.inject(shown["nvidia"].ip, "xid", 3, 43)
+    fleet.inject(shown["amd"].ip, "ecc", 6)
+    fleet.inject(lost.ip, "gpu_lost", 1)
 
 
 def take(out: Path) -> list[Path]:
@@ -158,10 +193,14 @@ def take(out: Path) -> list[Path]:
         from inventory.models import Node
 
         make_operator()
-        prometheus_port = free_port()
-        env = {"DATABASE_URL": db_url, "MAC_PROMETHEUS_URL": f"http://127.0.0.1:{prometheus_port}"}
+        prometheus_port, alertmanager_port = free_port(), free_port()
+        env = {
+            "DATABASE_URL": db_url,
+            "MAC_PROMETHEUS_URL": f"http://127.0.0.1:{prometheus_port}",
+            "MAC_ALERTMANAGER_URL": f"http://127.0.0.1:{alertmanager_port}",
+        }
         server, url = servers.start_uvicorn(env)
-        prometheus = None
+        prometheus = manager = None
         shots = []
         try:
             register(fleet, url)
@@ -174,11 +213,24 @@ def take(out: Path) -> list[Path]:
                 vendor = node.hardware.profile.name
                 if vendor in ("nvidia", "amd") and node.ip in online:
                     shown.setdefault(vendor, node)
+            manager = alertmanager(Path(tmp) / "alertmanager", alertmanager_port)
             prometheus = prometheus_with_history(
-                shown.values(), sd_dir, fleet.fleet.clock(), prometheus_port, Path(tmp) / "prom"
+                shown.values(),
+                sd_dir,
+                fleet.fleet.clock(),
+                prometheus_port,
+                Path(tmp) / "prom",
+                manager.url,
             )
+            for node in shown.values():  # the live node goes on from its simulated past
+                fleet.loop_call(setattr, node.hardware, "state", node.history_state)
             ids = {v: Node.objects.get(ip=n.ip).pk for v, n in shown.items()}
             prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids["amd"]}"}}[1m])', 90)
+            inject_faults(fleet, shown)
+            deadline = time.monotonic() + 120
+            while len(manager.get("/api/v2/alerts")) < 3 and time.monotonic() < deadline:
+                time.sleep(2)
+            run_sweep(sd_dir=sd_dir)  # "last seen" just now in the pictures
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(
                     executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
@@ -214,6 +266,8 @@ def take(out: Path) -> list[Path]:
             servers.stop_process(server)
             if prometheus is not None:
                 prometheus.stop()
+            if manager is not None:
+                manager.stop()
     return shots
 
 

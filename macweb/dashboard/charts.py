@@ -33,6 +33,7 @@ GPU_LABELS = ("gpu", "gpu_id")
 # Labels that say nothing about which line a series is (identity, placement, vendor).
 IGNORED_LABELS = frozenset(
     {"__name__", "instance", "job", "node", "gpu_vendor", "vendor", "iface", "hostname"}
+    | {"cluster_name", "maintenance"}  # every target's own labels (healthcheck.targets)
     | {"Hostname", "UUID", "modelName", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "device"}
     | {"serial_number", "card_model", "card_vendor"}
 )

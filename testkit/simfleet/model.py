@@ -1,8 +1,9 @@
 """Values of a simulated node at a time: a pure function of (seed, node address, time) plus faults.
 
-Gauges are smooth waves: a GPU's utilisation swings between about 10 % and 90 % over
-a period of 5 to 30 minutes (some nodes sit idle), power and temperature follow it,
-memory fills in a sawtooth (a job loads, runs, ends). Counters are the integrals of
+Gauges are smooth waves: a GPU's utilisation swells between about 10 % and 90 % over
+2 to 8 hours with a ripple of a few minutes (some nodes sit idle), power and
+temperature follow it, memory fills in a sawtooth of 1 to 4 hours (a job loads, runs,
+ends). Counters are the integrals of
 those waves, worked out in closed form, so a counter never goes back and its rate is
 the wave: energy from power, RDMA bytes from a link busy 15-85 % of 400 Gb/s.
 
@@ -72,7 +73,7 @@ def scheduled(seed: int, key: str, window: int, rate: float, faults: tuple[Fault
 class NodeState:
     """What faults left behind on one node; empty dicts until the first fault."""
 
-    window: int = 0  # the first window whose scheduled fault is not applied yet
+    window: int | None = None  # the first window whose scheduled fault is not applied yet
     xids: dict[tuple[int, int], int] = field(default_factory=dict)  # (gpu, xid) -> count
     last_xid: dict[int, int] = field(default_factory=dict)
     ecc: dict[int, int] = field(default_factory=dict)  # gpu -> uncorrectable errors
@@ -84,32 +85,46 @@ class NodeState:
 
 @dataclass(frozen=True)
 class Wave:
-    """level + amplitude * sin(omega t + phase), and its integral from 0."""
+    """level + the sum of amplitude * sin(omega t + phase) terms, and its integral from 0."""
 
     level: float
-    amplitude: float
-    omega: float
-    phase: float
+    terms: tuple[tuple[float, float, float], ...]  # (amplitude, omega, phase)
 
     def at(self, t: float) -> float:
-        return self.level + self.amplitude * math.sin(self.omega * t + self.phase)
+        return self.level + sum(a * math.sin(w * t + p) for a, w, p in self.terms)
 
     def integral(self, t: float) -> float:
-        a, w, p = self.amplitude, self.omega, self.phase
-        return self.level * t + a / w * (math.cos(p) - math.cos(w * t + p))
+        return self.level * t + sum(
+            a / w * (math.cos(p) - math.cos(w * t + p)) for a, w, p in self.terms
+        )
 
 
 def gpu_wave(seed: int, key: str, gpu: int, idle: bool) -> Wave:
-    period, phase, _, _ = unit(seed, key, "gpu")
+    """A job's swell over 2-8 hours with a ripple of a few minutes: 11-93 %."""
+    period, phase, ripple, ripple_phase = unit(seed, key, "gpu")
+    shift = 0.4 * gpu  # the GPUs of one job move together, a little apart
     if idle:
-        return Wave(2.0, 1.5, TAU / 600, phase * TAU)
-    return Wave(50.0, 40.0, TAU / (300 + 1500 * period), phase * TAU + 0.4 * gpu)
+        return Wave(2.0, ((1.5, TAU / 600, phase * TAU + shift),))
+    return Wave(
+        52.0,
+        (
+            (35.0, TAU / (7200 + 21600 * period), phase * TAU + 0.1 * shift),
+            (6.0, TAU / (240 + 480 * ripple), ripple_phase * TAU + shift),
+        ),
+    )
 
 
 def nic_wave(seed: int, key: str, nic: int, direction: int, idle: bool) -> Wave:
-    period, phase, _, _ = unit(seed, key, "nic", nic, direction)
-    busy = 0.02 if idle else 0.5
-    return Wave(busy, busy * 0.7, TAU / (240 + 1200 * period), phase * TAU)
+    """The share of the line rate in use: 15-85 % (2-4 % on an idle node)."""
+    period, phase, ripple, ripple_phase = unit(seed, key, "nic", nic, direction)
+    busy = 0.03 if idle else 0.5
+    return Wave(
+        busy,
+        (
+            (busy * 0.6, TAU / (3600 + 14400 * period), phase * TAU),
+            (busy * 0.1, TAU / (180 + 240 * ripple), ripple_phase * TAU),
+        ),
+    )
 
 
 def sawtooth(t: float, period: float, offset: float) -> float:

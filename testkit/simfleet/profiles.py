@@ -162,7 +162,7 @@ class SimHardware:
         idle, boot, memory, _ = unit(self.seed, self.key, "node")
         self.idle = idle < 0.15  # some nodes wait for work
         self.boot = 3600 + boot * 5 * 86400  # seconds since boot when the fleet starts
-        self.memory_period = 600 + memory * 3000
+        self.memory_period = 3600 + memory * 10_800
         self.memory_offset = boot * 10_000
 
     def inject(self, fault: Fault | str, target: int = 0, xid: int = 0, after: float = 0) -> Event:
@@ -176,6 +176,8 @@ class SimHardware:
     def _events_until(self, now: float) -> list[Event]:
         """Scheduled faults of the windows not applied yet, plus injected ones, started by now."""
         state, events = self.state, []
+        if state.window is None:  # faults before the first scrape left nothing behind
+            state.window = int(now // WINDOW)
         while state.window <= now // WINDOW:
             event = scheduled(self.seed, self.key, state.window, FAULT_RATE, self.profile.faults)
             if event is not None and event.start > now:
