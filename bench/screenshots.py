@@ -227,8 +227,12 @@ def take(out: Path) -> list[Path]:
             ids = {v: Node.objects.get(ip=n.ip).pk for v, n in shown.items()}
             prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids["amd"]}"}}[1m])', 90)
             inject_faults(fleet, shown)
-            deadline = time.monotonic() + 120
-            while len(manager.get("/api/v2/alerts")) < 3 and time.monotonic() < deadline:
+            wanted = {"GpuXidError", "GpuEccUncorrectableErrors", "GpuFellOffTheBus"}
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                firing = {a["labels"]["alertname"] for a in manager.get("/api/v2/alerts")}
+                if wanted <= firing:
+                    break
                 time.sleep(2)
             run_sweep(sd_dir=sd_dir)  # "last seen" just now in the pictures
             with sync_playwright() as pw:
@@ -255,8 +259,11 @@ def take(out: Path) -> list[Path]:
                 for vendor, name in (("nvidia", "node.png"), ("amd", "node-amd.png")):
                     page.goto(f"{url}/nodes/{ids[vendor]}/")
                     page.click('button[data-range="24h"]')
+                    page.wait_for_timeout(300)  # the charts start loading the day
                     page.wait_for_function(
                         "document.querySelectorAll('figure.chart canvas').length === 7"
+                        " && !document.querySelector('figure.chart.loading')",
+                        timeout=120_000,
                     )
                     page.wait_for_timeout(500)
                     shots.append(out / name)

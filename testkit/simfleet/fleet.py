@@ -16,9 +16,15 @@ from enum import StrEnum
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from contract.liveness import loop_factory, raise_nofile_limit
-from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
+from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork, Service
 from testkit.simfleet.model import Event, Fault
-from testkit.simfleet.profiles import SimHardware, assign, parse_mix, template
+from testkit.simfleet.profiles import (
+    SimHardware,
+    assign,
+    parse_mix,
+    registration_nics,
+    template,
+)
 
 DEFAULT_BASE = "127.20.0.0"
 DEFAULT_SERVICES = (SYS_EXPORTER.name, NIC_EXPORTER.name)
@@ -181,7 +187,7 @@ class SimNode:
     hardware: SimHardware | None = None  # None: a plain node with fixed pages
 
     def registration(self) -> dict:
-        """The GPU fields of this node's registration body."""
+        """The hardware fields of this node's registration body (an agent in host mode)."""
         if self.hardware is None:
             return {}
         profile = self.hardware.profile
@@ -189,6 +195,8 @@ class SimNode:
             "gpu_vendor": profile.gpu_vendor,
             "gpu_model": profile.gpu_model,
             "gpu_count": profile.gpu_count,
+            "nics": list(registration_nics(profile.name)),
+            "agent_network": AgentNetwork.HOST.value,
         }
 
     def exporters(self) -> dict[str, int]:
@@ -226,6 +234,7 @@ class SimFleet:
         for kind in set(kinds or ()):
             for name in kind.services:  # now: building one on the first scrape stalls the loop
                 template(kind.name, name)
+            registration_nics(kind.name)
         self.nodes: list[SimNode] = []
         for index, ip in enumerate(addresses):
             hostname = hostname_for(ip)

@@ -82,6 +82,9 @@ def build_nic_tree(root: Path, kind: NicKind, count: int) -> dict[str, str]:
             recorded = src / "class" / "net" / kind.iface / name
             if recorded.exists():
                 shutil.copy(recorded, net / name)
+        if not (net / "speed").exists():
+            (net / "speed").write_text("400000\n")  # a 400 Gb/s port, as ethtool says
+        (net / "address").write_text(f"02:5e:00:00:{0x10 + n:02x}:01\n")  # locally administered
         if kind.ibdev:
             (pci / "net" / iface).mkdir(parents=True)
             shutil.copy(
@@ -92,8 +95,7 @@ def build_nic_tree(root: Path, kind: NicKind, count: int) -> dict[str, str]:
             shutil.copytree(src / "class" / "infiniband" / kind.ibdev, dev, symlinks=True)
             (dev / "device").unlink()
             os.symlink(pci_link, dev / "device")
-        else:
-            os.symlink(pci_link, net / "device")
+        os.symlink(pci_link, net / "device")
         if kind.ethtool:
             ethtool[iface] = (FIXTURES / "ethtool" / kind.ethtool).read_text()
     return ethtool
@@ -150,6 +152,17 @@ def nics(kind: NicKind, count: int) -> str:
         roots = Roots(sys_root=tmp)
         sources = [RdmaSource(roots, ethtool=ethtool.__getitem__), InfinibandSource(roots)]
         return scrape(Exporter("nic-exporter", sources), times=1)
+
+
+def registration_nics(kind: NicKind, count: int) -> list[dict]:
+    """The ``nics`` of the registration, as `mac start agent` finds them on such a node."""
+    from exporters.nic import discover_interfaces
+    from maccli.agent.hardware import registration_nic
+
+    with tempfile.TemporaryDirectory(prefix="simfleet-sysfs-") as tmp:
+        build_nic_tree(Path(tmp), kind, count)
+        found = discover_interfaces(Roots(sys_root=tmp))
+        return [registration_nic(nic) for nic in found if nic.physical]
 
 
 def host(cpus: int, memory_bytes: int) -> str:

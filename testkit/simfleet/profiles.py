@@ -148,6 +148,14 @@ def template(profile: str, service: str) -> Template | None:
     return Template(text, spec.nic_owners)
 
 
+@functools.cache
+def registration_nics(profile: str) -> tuple[dict, ...]:
+    spec = PROFILES[profile]
+    if spec.nic is None:
+        return ()
+    return tuple(hardware.registration_nics(spec.nic, spec.nic_count))
+
+
 @dataclass(eq=False)
 class SimHardware:
     """One node's hardware: its profile, its seed-derived character and its fault state."""
@@ -270,6 +278,8 @@ class SimHardware:
         for gpu in range(self.profile.gpu_count):
             owner = ("gpu", gpu)
             values[("mac_gpu_lost", owner, "")] = 1.0 if gpu in lost else 0.0
+            if state.last_xid.get(gpu) == 79 and gpu not in lost:
+                del state.last_xid[gpu]  # back after a reset: a fresh exporter knows no XID
             values[("DCGM_FI_DEV_XID_ERRORS", owner, "")] = state.last_xid.get(gpu, 0)
             for xid in XIDS:
                 values[("DCGM_EXP_XID_ERRORS_COUNT", owner, str(xid))] = state.xids.get((gpu, xid))

@@ -120,6 +120,9 @@ def test_a_lost_gpu_loses_its_readings_and_reports_xid_79():
     page = hardware.page("dcgm-exporter", "n").decode()
     assert value(page, "mac_gpu_lost", gpu="2") == 0
     assert value(page, "DCGM_FI_DEV_GPU_UTIL", gpu="2") is not None
+    # Back after a reset (a reboot): the exporter knows no XID, the count stays.
+    assert value(page, "DCGM_FI_DEV_XID_ERRORS", gpu="2") == 0
+    assert value(page, "DCGM_EXP_XID_ERRORS_COUNT", gpu="2", xid="79") == 1
 
 
 def test_an_ecc_error_counts_on_both_vendors():
@@ -212,9 +215,14 @@ def test_a_served_fleet_answers_each_profiles_exporters_over_real_sockets():
     with FleetThread(8, base=loopback_base(), profiles="nvidia=1,amd=1", seed=5) as fleet:
         nvidia = next(n for n in fleet.nodes if n.hardware.profile.name == "nvidia")
         amd = next(n for n in fleet.nodes if n.hardware.profile.name == "amd")
-        assert nvidia.registration() == {
+        registration = nvidia.registration()
+        assert {k: registration[k] for k in ("gpu_vendor", "gpu_model", "gpu_count")} == {
             "gpu_vendor": "nvidia", "gpu_model": "NVIDIA H200", "gpu_count": 8,
         }  # fmt: skip
+        # The NICs as `mac start agent` reads them from the profile's sysfs tree.
+        assert [(nic["ibdev"], nic["driver"]) for nic in registration["nics"]] == [
+            (f"mlx5_{n}", "mlx5_core") for n in range(8)
+        ]
         assert set(nvidia.exporters()) == {"sys-exporter", "sys-manager", "dcgm-exporter",
                                            "nic-exporter"}  # fmt: skip
         with urllib.request.urlopen(f"http://{nvidia.ip}:29150/metrics", timeout=5) as page:
