@@ -169,9 +169,9 @@ def alertmanager(work: Path, port: int):
     return AlertmanagerServer(config, work / "data", port=port).start()
 
 
-def inject_faults(fleet, shown: dict) -> None:
+def inject_faults(fleet, shown: dict, online: set[str]) -> None:
     """What the alerts panel shows: an XID, an uncorrectable ECC error, a GPU off the bus."""
-    nvidia = [n for n in fleet.nodes if n.hardware.profile.name == "nvidia"]
+    nvidia = [n for n in fleet.nodes if n.hardware.profile.name == "nvidia" and n.ip in online]
     lost = next(n for n in nvidia if n is not shown["nvidia"])
     fleet.inject(shown["nvidia"].ip, "xid", 3, 43)
     fleet.inject(shown["amd"].ip, "ecc", 6)
@@ -211,7 +211,7 @@ def take(out: Path) -> list[Path]:
             shown = {}
             for node in fleet.nodes:
                 vendor = node.hardware.profile.name
-                if vendor in ("nvidia", "amd") and node.ip in online:
+                if vendor in ("nvidia", "amd") and node.ip in online and not node.hardware.idle:
                     shown.setdefault(vendor, node)
             manager = alertmanager(Path(tmp) / "alertmanager", alertmanager_port)
             prometheus = prometheus_with_history(
@@ -226,7 +226,7 @@ def take(out: Path) -> list[Path]:
                 fleet.loop_call(setattr, node.hardware, "state", node.history_state)
             ids = {v: Node.objects.get(ip=n.ip).pk for v, n in shown.items()}
             prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids["amd"]}"}}[1m])', 90)
-            inject_faults(fleet, shown)
+            inject_faults(fleet, shown, online)
             wanted = {"GpuXidError", "GpuEccUncorrectableErrors", "GpuFellOffTheBus"}
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline:
