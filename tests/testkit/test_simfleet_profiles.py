@@ -233,3 +233,28 @@ def test_a_served_fleet_answers_each_profiles_exporters_over_real_sockets():
         fleet.inject(nvidia.ip, "gpu_lost", 3)
         with urllib.request.urlopen(f"http://{nvidia.ip}:29150/metrics", timeout=5) as page:
             assert value(page.read().decode(), "mac_gpu_lost", gpu="3") == 1
+
+
+def test_a_bad_profiles_option_is_a_clear_command_line_error(capsys):
+    from testkit.simfleet.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--nodes", "3", "--profiles", "nvidia=60,tpu=40"])
+    assert exited.value.code == 2
+    assert "--profiles: unknown profile 'tpu'; known: nvidia, amd, mangoboost, cpu" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_fleet_past_the_open_files_limit_is_split_over_processes(monkeypatch):
+    from testkit.simfleet import cli
+
+    monkeypatch.setattr(cli, "raise_nofile_limit", lambda: 1200)
+    parts = cli.slices(1000, "127.40.0.0", 5)
+    assert [count for _, count in parts] == [200] * 5
+    assert parts[0][0] == "127.40.0.0"
+    layout = cli.fleet_layout(1000, "127.40.0.0", "nvidia=1,cpu=1")
+    addresses = [ip for ip, _ in layout]
+    assert len(set(addresses)) == 1000 and addresses[200] == "127.40.0.201"
+    # Each process serves the mix on its own slice, so the whole fleet keeps it.
+    assert sum(profile.name == "nvidia" for _, profile in layout) == 500
