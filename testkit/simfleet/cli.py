@@ -21,7 +21,14 @@ from testkit.simfleet.fleet import (
     SimNode,
     node_addresses,
 )
-from testkit.simfleet.profiles import DEFAULT_MIX, PROFILES, Profile, assign, parse_mix
+from testkit.simfleet.profiles import (
+    DEFAULT_MIX,
+    FAULT_RATE,
+    PROFILES,
+    Profile,
+    assign,
+    parse_mix,
+)
 
 # Every profile runs these, so faults of --fault-service may target them.
 SERVICES_OF_PROFILES = ("sys-exporter", "sys-manager")
@@ -97,6 +104,7 @@ async def _serve(args: argparse.Namespace) -> int:
         services=args.services.split(","),
         profiles=args.profiles,
         seed=args.seed,
+        fault_rate=args.fault_rate,
     )
     needed = sum(len(node.ports) for node in fleet.nodes) + 100
     limit = raise_nofile_limit()
@@ -251,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated values")
     parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=FAULT_RATE,
+        help="each profiled node's chance of a GPU or RDMA fault per 10 minutes "
+        f"(default {FAULT_RATE}; 0 for none)",
+    )
+    parser.add_argument(
         "--services",
         default=",".join(DEFAULT_SERVICES),
         help="comma-separated services each plain node serves (names from contract.services)",
@@ -268,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--token", default="", help="the master's join token (MAC_JOIN_TOKEN)")
     args = parser.parse_args(argv)
+    if not 0 <= args.fault_rate <= 1:
+        parser.error(f"--fault-rate {args.fault_rate} is not between 0 and 1")
     if args.profiles:
         try:
             parse_mix(args.profiles)

@@ -19,6 +19,7 @@ from contract.liveness import loop_factory, raise_nofile_limit
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork, Service
 from testkit.simfleet.model import Event, Fault
 from testkit.simfleet.profiles import (
+    FAULT_RATE,
     SimHardware,
     assign,
     parse_mix,
@@ -210,7 +211,8 @@ class SimFleet:
     Plain nodes serve fixed pages on ``services``. With ``profiles`` (a mix such as
     ``nvidia=60,amd=30,cpu=10``) each node gets a hardware profile, serves that
     profile's services and renders its exporters' pages per scrape from ``seed``,
-    its address and the seconds since the fleet was made.
+    its address and the seconds since the fleet was made; ``fault_rate`` is each node's
+    chance of a fault per 10 minutes (0: only the faults ``inject`` starts).
     """
 
     def __init__(
@@ -222,6 +224,7 @@ class SimFleet:
         services: Iterable[str] = DEFAULT_SERVICES,
         profiles: str | None = None,
         seed: int = 0,
+        fault_rate: float = FAULT_RATE,
     ) -> None:
         names = list(services)
         unknown = [name for name in names if name not in BY_NAME]
@@ -246,7 +249,7 @@ class SimFleet:
                 }
                 self.nodes.append(SimNode(index, ip, hostname, ports))
                 continue
-            hardware = SimHardware(kinds[index], seed, ip, self.clock)
+            hardware = SimHardware(kinds[index], seed, ip, self.clock, fault_rate)
             ports = {}
             for name in hardware.profile.services:
                 service = BY_NAME[name]

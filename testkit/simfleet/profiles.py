@@ -164,6 +164,7 @@ class SimHardware:
     seed: int
     key: str  # the node's address: the same node gets the same values in every run
     clock: Callable[[], float]
+    fault_rate: float = FAULT_RATE  # 0: only injected faults
     state: NodeState = field(default_factory=NodeState)
 
     def __post_init__(self) -> None:
@@ -187,7 +188,9 @@ class SimHardware:
         if state.window is None:  # faults before the first scrape left nothing behind
             state.window = int(now // WINDOW)
         while state.window <= now // WINDOW:
-            event = scheduled(self.seed, self.key, state.window, FAULT_RATE, self.profile.faults)
+            event = scheduled(
+                self.seed, self.key, state.window, self.fault_rate, self.profile.faults
+            )
             if event is not None and event.start > now:
                 break  # this window's fault is still to come
             if event is not None:
@@ -220,7 +223,7 @@ class SimHardware:
                         state.missed.get(nic * 2 + direction, 0) + lost
                     )
         current = scheduled(
-            self.seed, self.key, int(now // WINDOW), FAULT_RATE, self.profile.faults
+            self.seed, self.key, int(now // WINDOW), self.fault_rate, self.profile.faults
         )
         candidates = [*state.injected, *([current] if current else [])]
         return [e for e in candidates if e.start <= now < e.end]

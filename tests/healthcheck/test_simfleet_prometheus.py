@@ -4,8 +4,8 @@ The nodes register over HTTP with their GPU vendor, model and count; the sweep w
 the targets; Prometheus (Debian's, with MAC's alert rules loaded) scrapes every
 exporter of every profile. What a new user should see must then be there: vendor
 counts in the API, dcgm-exporter's and AMD's GPU names, RDMA byte rates on every NIC
-vendor, data in the dashboard's GPU charts for a node of each vendor, and an alert
-when a simulated GPU falls off the bus.
+vendor, data in the dashboard's GPU charts for a node of each vendor, and MAC's alert
+rules firing on injected faults (a GPU off the bus, an XID, an uncorrectable ECC error).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def prometheus(tmp_path, processes, sd_dir, live_server) -> str:
 def test_a_mixed_fleet_shows_its_gpus_and_rdma_through_master_and_prometheus(
     prometheus, fleet, live_server, fast_probes, sd_dir, sweep_redis, user
 ):
-    simulated = fleet(6, profiles=MIX, seed=11)
+    simulated = fleet(6, profiles=MIX, seed=11, fault_rate=0)  # only the faults injected
     registered, errors = asyncio.run_coroutine_threadsafe(
         register_fleet(simulated.fleet, live_server.url), simulated.loop
     ).result(60)
@@ -144,14 +144,21 @@ def test_a_mixed_fleet_shows_its_gpus_and_rdma_through_master_and_prometheus(
         wait_for(lambda node=node: charts_drawn(node), timeout=60, interval=1)
 
     simulated.inject(by_profile["nvidia"].ip, "gpu_lost", 4)
+    simulated.inject(by_profile["nvidia"].ip, "xid", 2, 31)
+    simulated.inject(by_profile["amd"].ip, "ecc", 6)
 
-    def fell_off() -> list[dict]:
+    def firing() -> dict[str, set[tuple[str, str]]]:
         alerts = get_json(f"{prometheus}/api/v1/alerts")["data"]["alerts"]
-        return [
-            a
-            for a in alerts
-            if a["labels"]["alertname"] == "GpuFellOffTheBus" and a["state"] == "firing"
-        ]
+        fired: dict[str, set[tuple[str, str]]] = {}
+        for alert in alerts:
+            if alert["state"] == "firing":
+                labels = alert["labels"]
+                gpu = labels.get("gpu") or labels.get("gpu_id", "")
+                fired.setdefault(labels["alertname"], set()).add((labels["node"], gpu))
+        return fired
 
-    firing = wait_for(fell_off, timeout=30, interval=0.5)
-    assert {(a["labels"]["node"], a["labels"]["gpu"]) for a in firing} == {(str(nvidia.pk), "4")}
+    wanted = {"GpuFellOffTheBus", "GpuXidError", "GpuEccUncorrectableErrors"}
+    fired = wait_for(lambda: wanted <= set(firing()) and firing(), timeout=30, interval=0.5)
+    assert fired["GpuFellOffTheBus"] == {(str(nvidia.pk), "4")}
+    assert (str(nvidia.pk), "2") in fired["GpuXidError"]
+    assert fired["GpuEccUncorrectableErrors"] == {(str(amd.pk), "6")}

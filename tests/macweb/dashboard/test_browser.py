@@ -412,7 +412,9 @@ def simulated():
     base = f"127.56.{os.getpid() % 250}.0"
     from testkit.simfleet import FleetThread
 
-    with FleetThread(4, base=base, profiles="nvidia=1,amd=1,mangoboost=1,cpu=1", seed=3) as fleet:
+    with FleetThread(
+        4, base=base, profiles="nvidia=1,amd=1,mangoboost=1,cpu=1", seed=3, fault_rate=0
+    ) as fleet:
         yield fleet
 
 
