@@ -38,7 +38,7 @@ pytestmark = [
     ),
 ]
 MIX = "nvidia=2,amd=2,mangoboost=1,cpu=1"
-GPU_CHARTS = ("gpu_util", "gpu_memory", "gpu_temp", "gpu_power")
+GPU_CHARTS = ("gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "gpu_errors")
 
 
 def get_json(url: str, headers: dict | None = None) -> dict:

@@ -403,7 +403,7 @@ def test_the_node_page_follows_which_exporters_prometheus_scrapes(
 
 # A simulated fleet with hardware profiles: what a new user sees with
 # MAC_SIMULATED_FLEET (vendor counts, the GPU model, GPU and RDMA charts with data).
-GPU_CHARTS = ("gpu_util", "gpu_memory", "gpu_temp", "gpu_power")
+GPU_CHARTS = ("gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "gpu_errors")
 MODELS = {"nvidia": "NVIDIA H200", "amd": "AMD Instinct MI300X"}
 
 
