@@ -1,21 +1,23 @@
 """Screenshots of the dashboard for the docs: `python -m bench.screenshots [--out docs/img]`.
 
-Stands up the real pieces on loopback: a throwaway PostgreSQL database with a
-simulated fleet (some nodes offline, each with its diagnosis), Debian's
-Prometheus holding 26 hours of one node's history, uvicorn serving macweb.asgi,
-and headless Chromium that logs in and takes the pictures. The history is
-synthetic hardware readings (CPU, memory, eight GPUs, two RDMA NICs) written
-with `promtool tsdb create-blocks-from openmetrics`, under the exporters' own
-metric names and the `node` label the targets file gives, so the charts go
-through exactly the same queries as a live node's.
+Stands up what `MAC_SIMULATED_FLEET=200 scripts/run` shows, on loopback: a simulated
+fleet of 200 nodes with hardware profiles (testkit.simfleet: NVIDIA, AMD, MangoBoost
+and CPU nodes, a few failing as scripts/run makes them) registered over HTTP with
+uvicorn serving macweb.asgi on a throwaway PostgreSQL database, one sweep, Debian's
+Prometheus scraping the fleet through the sweep's targets files, and headless
+Chromium that logs in and takes the pictures. So that the charts show a day, the
+Prometheus starts with 26 hours of an NVIDIA and an AMD node's past, written with
+`promtool tsdb create-blocks-from openmetrics` from the same simulated nodes' pages
+at past times, under the labels the targets files give them: the live scrapes
+continue the same series.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import asyncio
+import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -26,9 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchdb import bench_database  # noqa: E402
-from bench.webfleet import OPERATOR, make_operator, populate  # noqa: E402
+from bench.webfleet import OPERATOR, make_operator  # noqa: E402
 from testkit import dashboard_servers as servers  # noqa: E402
 from testkit.browser import log_in  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
 from testkit.processes import stop_process  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -36,126 +39,204 @@ PROMTOOL = "/usr/bin/promtool"
 HOURS = 26
 STEP = 60
 MAX_PNG_BYTES = 300 * 1024
+NODES = 200
+BASE = "127.31.0.0"
+# What the dashboard's charts read (macweb.dashboard.charts), per exporter.
+CHARTED = {
+    "sys-exporter": ("node_cpu_seconds", "node_memory_MemTotal_bytes",
+                     "node_memory_MemAvailable_bytes"),
+    "dcgm-exporter": ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP",
+                      "DCGM_FI_DEV_POWER_USAGE"),
+    "rocm-exporter": ("gpu_gfx_activity", "gpu_used_vram", "gpu_junction_temperature",
+                      "gpu_power_usage"),
+    "nic-exporter": ("rdma_rx_bytes", "rdma_tx_bytes"),
+}  # fmt: skip
 
 
-def _busy(t: float, seed: float) -> float:
-    """0..1: a training job from 20 h ago to 6 h ago, lighter work around it."""
-    age_h = (time.time() - t) / 3600
-    job = 0.88 if 6 < age_h < 20 else 0.18 + 0.12 * math.sin(t / 2400 + seed)
-    return max(0.02, min(0.99, job + 0.04 * math.sin(t / 1500 + seed * 3)))
+def target_labels(sd_dir: Path, service: str, ip: str) -> dict[str, str]:
+    """The labels Prometheus gives the node's target of `service` (job and instance too)."""
+    for group in json.loads((sd_dir / f"{service}.json").read_text()):
+        for target in group["targets"]:
+            if target.startswith(f"{ip}:"):
+                return {**group["labels"], "job": service, "instance": target}
+    raise LookupError(f"{ip} has no {service} target in {sd_dir}")
 
 
-def history(node_id: int, host: str, hours: int = HOURS, step: int = STEP) -> str:
-    """OpenMetrics text: the node's CPU, memory, GPU and RDMA series over `hours`."""
-    rng = random.Random(node_id)
-    end = int(time.time()) - 30
-    times = list(range(end - hours * 3600, end, step))
-    base = f'job="{{job}}",node="{node_id}",hostname="{{host}}",gpu_vendor="nvidia"'
-    lines: list[str] = []
-
-    def family(name: str, kind: str, series: dict[str, list[float]]) -> None:
-        lines.append(f"# TYPE {name} {kind}")
-        sample = f"{name}_total" if kind == "counter" else name
-        for labels, values in series.items():
-            for t, v in zip(times, values, strict=True):
-                lines.append(f"{sample}{{{labels}}} {v:.3f} {t}")
-
-    sys_labels = base.format(job="sys-exporter", host=host)
-    cpu: dict[str, list[float]] = {}
-    for n in range(8):
-        idle, values = 1e6, []
-        for t in times:
-            idle += step * (1 - _busy(t, n * 0.1) * rng.uniform(0.9, 1.0))
-            values.append(idle)
-        cpu[f'{sys_labels},cpu="{n}",mode="idle"'] = values
-    family("node_cpu_seconds", "counter", cpu)
-    total = 512 * 2**30
-    family("node_memory_MemTotal_bytes", "gauge", {sys_labels: [total] * len(times)})
-    available = [total * (0.9 - 0.6 * _busy(t, 5)) for t in times]
-    family("node_memory_MemAvailable_bytes", "gauge", {sys_labels: available})
-
-    gpu_labels = base.format(job="dcgm-exporter", host=host)
-
-    def per_gpu(fn) -> dict[str, list[float]]:
-        return {
-            f'{gpu_labels},gpu="{g}",UUID="GPU-{g:04d}",device="nvidia{g}",modelName="H100"': [
-                fn(_busy(t, g * 0.37)) for t in times
-            ]
-            for g in range(8)
-        }
-
-    family("DCGM_FI_DEV_GPU_UTIL", "gauge", per_gpu(lambda b: round(100 * b)))
-    family("DCGM_FI_DEV_FB_USED", "gauge", per_gpu(lambda b: 2000 + 76000 * min(1, b * 1.1)))
-    family("DCGM_FI_DEV_GPU_TEMP", "gauge", per_gpu(lambda b: 34 + 42 * b))
-    family("DCGM_FI_DEV_POWER_USAGE", "gauge", per_gpu(lambda b: 90 + 580 * b))
-
-    nic_labels = base.format(job="nic-exporter", host=host)
-    for direction, scale in (("rx", 38e9), ("tx", 31e9)):
-        series = {}
-        for n in range(2):
-            counter, values = 0.0, []
-            for t in times:
-                counter += step * scale * _busy(t, 9 + n) * rng.uniform(0.85, 1.0)
-                values.append(counter)
-            labels = f'{nic_labels},device="mlx5_{n}",port="1",vendor="mellanox"'
-            series[labels] = values
-        family(f"rdma_{direction}_bytes", "counter", series)
-    lines.append("# EOF")
-    return "\n".join(lines) + "\n"
+def _charted(line: str, wanted: tuple[str, ...]) -> bool:
+    name = line.split(" ")[2] if line.startswith("# ") else line
+    return name.startswith(wanted)
 
 
-def prometheus_with_history(node_id: int, host: str, work: Path) -> servers.PrometheusServer:
+def history(node, sd_dir: Path, sim_now: float, hours: int = HOURS, step: int = STEP) -> str:
+    """OpenMetrics text: the simulated node's charted families over the last `hours`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from testkit.simfleet.profiles import SimHardware
+
+    clock = [0.0]
+    past = SimHardware(node.hardware.profile, node.hardware.seed, node.ip, lambda: clock[0])
+    wall_end = int(time.time()) - 2 * step
+    families: dict[str, tuple[str, list[tuple[str, str, str]]]] = {}
+    services = {
+        service: (wanted, target_labels(sd_dir, service, node.ip))
+        for service, wanted in CHARTED.items()
+        if service in node.ports
+    }
+    for wall in range(wall_end - hours * 3600, wall_end, step):
+        clock[0] = sim_now - (time.time() - wall)
+        for service, (wanted, extra) in services.items():
+            page = past.page(service, node.hostname).decode()
+            # Parse only the charted families' lines: a page holds ten times more.
+            kept = "".join(line + "\n" for line in page.splitlines() if _charted(line, wanted))
+            for family in text_string_to_metric_families(kept):
+                kind, lines = families.setdefault(family.name, (family.type, []))
+                for sample in family.samples:
+                    labels = {
+                        (f"exported_{k}" if k in extra else k): v for k, v in sample.labels.items()
+                    }
+                    labels.update(extra)
+                    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    lines.append((inner, sample.name, f"{sample.value} {wall}"))
+    out = []
+    for name, (kind, lines) in families.items():
+        out.append(f"# TYPE {name} {kind}")
+        # OpenMetrics wants each series' samples together, in time order.
+        for inner, sample, value in sorted(lines, key=lambda line: line[0]):
+            out.append(f"{sample}{{{inner}}} {value}")
+    out.append("# EOF")
+    node.history_state = past.state  # what its faults left behind, for the live node
+    return "\n".join(out) + "\n"
+
+
+def register(fleet, url: str) -> None:
+    from testkit.simfleet import register_fleet
+
+    _, errors = asyncio.run_coroutine_threadsafe(
+        register_fleet(fleet.fleet, url), fleet.loop
+    ).result(300)
+    if errors:
+        raise RuntimeError(f"{len(errors)} nodes did not register, e.g. {errors[0]}")
+
+
+def fail_some(fleet) -> None:
+    """The faults scripts/run gives its simulated fleet: 4 % black-holed, 4 % refused, 2 % hung."""
+    from testkit.simfleet import Mode, pick
+
+    count = len(fleet.nodes)
+    for mode, fraction, offset in ((Mode.BLACKHOLE, 0.04, 0), (Mode.HANG, 0.02, 1 / 3),
+                                   (Mode.REFUSE, 0.04, 2 / 3)):  # fmt: skip
+        for index in pick(count, fraction, offset):
+            fleet.set_mode(index, "sys-exporter", mode)
+
+
+def prometheus_with_history(
+    nodes, sd_dir: Path, sim_now: float, port: int, work: Path, alertmanager: str
+):
+    """Prometheus with the nodes' simulated past, scraping the fleet, evaluating MAC's rules."""
+    from healthcheck.promconfig import ALERT_RULES, render_prometheus_config
+
     work.mkdir(parents=True, exist_ok=True)
-    source = work / "history.om"
-    source.write_text(history(node_id, host))
-    subprocess.run(
-        [PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(source), str(work / "data")],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return servers.start_prometheus([], work)
-
-
-def story(node) -> None:
-    """A past ip_forward outage in the node's history, as the sweep records one."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from inventory.models import NodeEvent
-
-    now = timezone.now()
-    for kind, message, hours in [
-        ("offline", "sys-exporter timed out: IPv4 forwarding is off on the agent", 50),
-        ("online", "sys-exporter answered", 49.6),
-        ("maintenance_on", "driver update", 30),
-        ("maintenance_off", "", 29.2),
-    ]:
-        NodeEvent.objects.create(
-            node=node,
-            hostname=node.hostname,
-            kind=kind,
-            message=message,
-            actor="admin" if kind.startswith("maintenance") else "",
-            created_at=now - timedelta(hours=hours),
+    for node in nodes:
+        source = work / f"history-{node.ip}.om"
+        source.write_text(history(node, sd_dir, sim_now))
+        subprocess.run(
+            [
+                PROMTOOL,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                str(source),
+                str(work / "data"),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
+    config = render_prometheus_config(
+        str(sd_dir),
+        [],
+        scrape_interval="15s",
+        rule_files=[str(ALERT_RULES)],
+        alertmanagers=[alertmanager],
+    )
+    return servers.start_prometheus_config(config, work, port=port)
+
+
+def alertmanager(work: Path, port: int):
+    """Debian's Alertmanager with one silent receiver: the dashboard lists what fires."""
+    from testkit.alerting import AlertmanagerServer
+
+    work.mkdir(parents=True, exist_ok=True)
+    config = work / "alertmanager.yml"
+    config.write_text("route:\n  receiver: dashboard\nreceivers:\n  - name: dashboard\n")
+    return AlertmanagerServer(config, work / "data", port=port).start()
+
+
+def inject_faults(fleet, shown: dict, online: set[str]) -> None:
+    """What the alerts panel shows: an XID, an uncorrectable ECC error, a GPU off the bus."""
+    nvidia = [n for n in fleet.nodes if n.hardware.profile.name == "nvidia" and n.ip in online]
+    lost = next(n for n in nvidia if n is not shown["nvidia"])
+    fleet.inject(shown["nvidia"].ip, "xid", 3, 43)
+    fleet.inject(shown["amd"].ip, "ecc", 6)
+    fleet.inject(lost.ip, "gpu_lost", 1)
 
 
 def take(out: Path) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
-    with tempfile.TemporaryDirectory() as tmp, bench_database("mac_screens") as db_url:
-        populate(220, offline_every=9)
-        make_operator()
+    from testkit.simfleet import FleetThread
+    from testkit.simfleet.profiles import DEFAULT_MIX
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        bench_database("mac_screens") as db_url,
+        FleetThread(NODES, base=BASE, profiles=DEFAULT_MIX, seed=1) as fleet,
+    ):
+        from healthcheck.sweep import run_sweep
         from inventory.models import Node
 
-        node = Node.objects.get(hostname="node-a00-03")
-        story(node)
-        prometheus = prometheus_with_history(node.pk, node.hostname, Path(tmp) / "prometheus")
-        env = {"DATABASE_URL": db_url, "MAC_PROMETHEUS_URL": prometheus.url}
+        make_operator()
+        prometheus_port, alertmanager_port = free_port(), free_port()
+        env = {
+            "DATABASE_URL": db_url,
+            "MAC_PROMETHEUS_URL": f"http://127.0.0.1:{prometheus_port}",
+            "MAC_ALERTMANAGER_URL": f"http://127.0.0.1:{alertmanager_port}",
+        }
         server, url = servers.start_uvicorn(env)
+        prometheus = manager = None
         shots = []
         try:
+            register(fleet, url)
+            fail_some(fleet)
+            sd_dir = Path(tmp) / "targets"
+            run_sweep(sd_dir=sd_dir)
+            online = set(Node.objects.filter(status="online").values_list("ip", flat=True))
+            shown = {}
+            for node in fleet.nodes:
+                vendor = node.hardware.profile.name
+                if vendor in ("nvidia", "amd") and node.ip in online and not node.hardware.idle:
+                    shown.setdefault(vendor, node)
+            manager = alertmanager(Path(tmp) / "alertmanager", alertmanager_port)
+            prometheus = prometheus_with_history(
+                shown.values(),
+                sd_dir,
+                fleet.fleet.clock(),
+                prometheus_port,
+                Path(tmp) / "prom",
+                manager.url,
+            )
+            for node in shown.values():  # the live node goes on from its simulated past
+                fleet.loop_call(setattr, node.hardware, "state", node.history_state)
+            ids = {v: Node.objects.get(ip=n.ip).pk for v, n in shown.items()}
+            prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids["amd"]}"}}[1m])', 90)
+            inject_faults(fleet, shown, online)
+            wanted = {"GpuXidError", "GpuEccUncorrectableErrors", "GpuFellOffTheBus"}
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                firing = {a["labels"]["alertname"] for a in manager.get("/api/v2/alerts")}
+                if wanted <= firing:
+                    break
+                time.sleep(2)
+            run_sweep(sd_dir=sd_dir)  # "last seen" just now in the pictures
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(
                     executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
@@ -173,18 +254,25 @@ def take(out: Path) -> list[Path]:
                     storage_state=light.storage_state(),
                 )
                 page = dark.new_page()
-                page.goto(f"{url}/nodes/{node.pk}/")
-                page.click('button[data-range="24h"]')
-                page.wait_for_function(
-                    "document.querySelectorAll('figure.chart canvas').length === 7"
-                )
-                page.wait_for_timeout(500)
-                shots.append(out / "node.png")
-                page.screenshot(path=shots[-1], full_page=True)
+                for vendor, name in (("nvidia", "node.png"), ("amd", "node-amd.png")):
+                    page.goto(f"{url}/nodes/{ids[vendor]}/")
+                    page.click('button[data-range="24h"]')
+                    page.wait_for_timeout(300)  # the charts start loading the day
+                    page.wait_for_function(
+                        "document.querySelectorAll('figure.chart canvas').length === 8"
+                        " && !document.querySelector('figure.chart.loading')",
+                        timeout=120_000,
+                    )
+                    page.wait_for_timeout(500)
+                    shots.append(out / name)
+                    page.screenshot(path=shots[-1], full_page=True)
                 browser.close()
         finally:
             stop_process(server)
-            prometheus.stop()
+            if prometheus is not None:
+                prometheus.stop()
+            if manager is not None:
+                manager.stop()
     return shots
 
 

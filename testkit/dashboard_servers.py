@@ -168,11 +168,11 @@ def start_prometheus(targets: list[Target], work: Path, interval: str = "1s") ->
     return start_prometheus_config(config, work)
 
 
-def start_prometheus_config(config: dict, work: Path) -> PrometheusServer:
-    """Debian's prometheus on a free loopback port with the given configuration."""
+def start_prometheus_config(config: dict, work: Path, port: int | None = None) -> PrometheusServer:
+    """Debian's prometheus on `port` (a free loopback one by default) with the configuration."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
         [
             PROMETHEUS,

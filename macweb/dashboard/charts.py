@@ -33,6 +33,7 @@ GPU_LABELS = ("gpu", "gpu_id")
 # Labels that say nothing about which line a series is (identity, placement, vendor).
 IGNORED_LABELS = frozenset(
     {"__name__", "instance", "job", "node", "gpu_vendor", "vendor", "iface", "hostname"}
+    | {"cluster_name", "maintenance"}  # every target's own labels (healthcheck.targets)
     | {"Hostname", "UUID", "modelName", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "device"}
     | {"serial_number", "card_model", "card_vendor"}
 )
@@ -131,6 +132,27 @@ CHARTS: dict[str, ChartSpec] = {
             exporter={GpuVendor.NVIDIA: "dcgm-exporter", GpuVendor.AMD: "rocm-exporter"},
         ),
         _gpu("gpu_power", "GPU power", "W", "DCGM_FI_DEV_POWER_USAGE", "gpu_power_usage"),
+        # Errors per step in one vocabulary: uncorrectable ECC on both vendors (dcgm's
+        # double-bit counter, AMD's uncorrectable total, a gauge hence delta), and the
+        # XID events dcgm-exporter counts (AMD has no XIDs).
+        ChartSpec(
+            name="gpu_errors",
+            title="GPU errors (XID, uncorrectable ECC)",
+            unit="errors",
+            queries={
+                GpuVendor.NVIDIA: (
+                    Query(
+                        "sum by (gpu) (increase(DCGM_EXP_XID_ERRORS_COUNT{{{sel}}}[{win}]))",
+                        "XID, GPU",
+                    ),
+                    Query("increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{sel}}}[{win}])", "ECC, GPU"),
+                ),
+                GpuVendor.AMD: (
+                    Query("delta(gpu_ecc_uncorrect_total{{{sel}}}[{win}])", "ECC, GPU"),
+                ),
+            },
+            exporter={GpuVendor.NVIDIA: "dcgm-exporter", GpuVendor.AMD: "rocm-exporter"},
+        ),
         ChartSpec(
             name="rdma",
             title="RDMA bandwidth",

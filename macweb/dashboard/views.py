@@ -168,7 +168,7 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     node = get_object_or_404(Node, pk=pk)
     chart_names = ["cpu", "memory"]
     if node.gpu_vendor != GpuVendor.NONE:
-        chart_names += ["gpu_util", "gpu_memory", "gpu_temp", "gpu_power"]
+        chart_names += ["gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "gpu_errors"]
     chart_names.append("rdma")
     context = {
         "node": node,

@@ -22,6 +22,9 @@ aiohttp.web: one answer per connection, a pre-rendered body, no per-request
 task. 10,000 nodes must cost little CPU next to the master's sweep they are
 measuring, on the same two cores.
 
+With `profiles` (`--profiles` on the command line) the nodes are GPU and RDMA
+machines instead: see testkit.simfleet.profiles and docs/probing.md.
+
 Use from Python with `FleetThread` (a background event loop with synchronous
 controls) or `SimFleet` inside a running loop; from the shell:
 
@@ -30,7 +33,7 @@ controls) or `SimFleet` inside a running loop; from the shell:
 
 Each node needs one file descriptor per served port: at 10,000 nodes with two
 services that is 20,000, so the soft RLIMIT_NOFILE is raised to the hard limit
-and a larger fleet is split across processes (different --base).
+and the command splits a larger fleet across processes (each its own --base slice).
 """
 
 from testkit.simfleet.cli import pick, register_fleet
@@ -47,13 +50,19 @@ from testkit.simfleet.fleet import (
     node_addresses,
     render_exposition,
 )
+from testkit.simfleet.model import Fault
+from testkit.simfleet.profiles import DEFAULT_MIX, PROFILES, Profile
 
 __all__ = [
     "DEFAULT_BASE",
+    "DEFAULT_MIX",
     "DEFAULT_SERVICES",
+    "PROFILES",
+    "Fault",
     "FleetThread",
     "Mode",
     "Port",
+    "Profile",
     "SimFleet",
     "SimNode",
     "hostname_for",

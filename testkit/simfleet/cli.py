@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import hashlib
 import signal
+import subprocess
 import sys
+import threading
 
 from contract.liveness import loop_factory, raise_nofile_limit
 from contract.master_api import registration_body
@@ -17,7 +19,19 @@ from testkit.simfleet.fleet import (
     Mode,
     SimFleet,
     SimNode,
+    node_addresses,
 )
+from testkit.simfleet.profiles import (
+    DEFAULT_MIX,
+    FAULT_RATE,
+    PROFILES,
+    Profile,
+    assign,
+    parse_mix,
+)
+
+# Every profile runs these, so faults of --fault-service may target them.
+SERVICES_OF_PROFILES = ("sys-exporter", "sys-manager")
 
 
 def pick(count: int, fraction: float, offset: float = 0.0) -> set[int]:
@@ -55,6 +69,7 @@ async def register_fleet(
             agent_version="simfleet",
             machine_id=hashlib.sha256(node.ip.encode()).hexdigest()[:32],
             labels={"simulated": "true"},
+            **node.registration(),
         )
         async with (
             semaphore,
@@ -83,7 +98,13 @@ async def register_fleet(
 
 async def _serve(args: argparse.Namespace) -> int:
     fleet = SimFleet(
-        args.nodes, base=args.base, ips=args.ip or None, services=args.services.split(",")
+        args.nodes,
+        base=args.base,
+        ips=args.ip or None,
+        services=args.services.split(","),
+        profiles=args.profiles,
+        seed=args.seed,
+        fault_rate=args.fault_rate,
     )
     needed = sum(len(node.ports) for node in fleet.nodes) + 100
     limit = raise_nofile_limit()
@@ -106,7 +127,8 @@ async def _serve(args: argparse.Namespace) -> int:
             else:
                 await fleet.set_mode(index, args.fault_service, mode)
     first, last = fleet.nodes[0].ip, fleet.nodes[-1].ip
-    print(f"serving {count} simulated nodes on {first} .. {last} ({args.services})", flush=True)
+    what = f"profiles {args.profiles}, seed {args.seed}" if args.profiles else args.services
+    print(f"serving {count} simulated nodes on {first} .. {last} ({what})", flush=True)
     if args.register:
         done, errors = await register_fleet(fleet, args.register, args.token)
         print(f"registered {done} of {count} nodes with {args.register}", flush=True)
@@ -129,6 +151,95 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ports_per_node(args: argparse.Namespace) -> int:
+    """The most listening sockets one node of this fleet needs."""
+    if args.profiles:
+        return max(len(PROFILES[name].services) for name in parse_mix(args.profiles))
+    return len(args.services.split(","))
+
+
+def slices(count: int, base: str, per_node: int) -> list[tuple[str, int]]:
+    """(--base, --nodes) of each process, so that none needs more sockets than it may open."""
+    limit = raise_nofile_limit()
+    if count * per_node + 100 <= limit:
+        return [(base, count)]
+    per_process = max(1, (limit - 200) // per_node)
+    addresses = node_addresses(count, base)
+    return [
+        (base if start == 0 else addresses[start - 1], min(per_process, count - start))
+        for start in range(0, count, per_process)
+    ]
+
+
+def fleet_layout(count: int, base: str, profiles: str) -> list[tuple[str, Profile]]:
+    """Each node's address and profile, as `--nodes count --base base --profiles` serves them."""
+    mix = parse_mix(profiles)
+    per_node = max(len(PROFILES[name].services) for name in mix)
+    layout = []
+    for start, size in slices(count, base, per_node):
+        layout.extend(zip(node_addresses(size, start), assign(size, mix), strict=True))
+    return layout
+
+
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in options)):
+            kept.append(arg)
+    return kept
+
+
+def _serve_in_processes(parts: list[tuple[str, int]], argv: list[str]) -> int:
+    """One child per slice (each under the open-files limit), READY when all are."""
+    rest = _without(argv, ("--nodes", "--base"))
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testkit.simfleet",
+                *rest,
+                "--nodes",
+                str(count),
+                "--base",
+                base,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for base, count in parts
+    ]
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        for child in children:
+            assert child.stdout is not None
+            for line in child.stdout:
+                if line.strip() == "READY":
+                    break
+                print(line, end="", flush=True)
+            else:
+                print(f"Error: a fleet process exited with {child.wait()}", file=sys.stderr)
+                return 1
+        total = sum(count for _, count in parts)
+        print(f"serving {total} simulated nodes in {len(children)} processes", flush=True)
+        print("READY", flush=True)
+        while not stop.is_set() and all(child.poll() is None for child in children):
+            stop.wait(1)
+        return 0 if stop.is_set() else 1
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        for child in children:
+            child.wait(30)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m testkit.simfleet",
@@ -138,9 +249,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help="addresses start after this one")
     parser.add_argument("--ip", action="append", help="explicit address (repeatable)")
     parser.add_argument(
+        "--profiles",
+        nargs="?",
+        const=DEFAULT_MIX,
+        metavar="NAME=WEIGHT,...",
+        help="nodes with hardware, in this mix of profiles: "
+        + "; ".join(f"{p.name} ({p.description})" for p in PROFILES.values())
+        + f". Without a value: {DEFAULT_MIX}. Without the option: plain nodes on --services",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the simulated values")
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=FAULT_RATE,
+        help="each profiled node's chance of a GPU or RDMA fault per 10 minutes "
+        f"(default {FAULT_RATE}; 0 for none)",
+    )
+    parser.add_argument(
         "--services",
         default=",".join(DEFAULT_SERVICES),
-        help="comma-separated services each node serves (names from contract.services)",
+        help="comma-separated services each plain node serves (names from contract.services)",
     )
     parser.add_argument("--blackhole", type=float, default=0.0, help="fraction black-holed")
     parser.add_argument("--hang", type=float, default=0.0, help="fraction that hang")
@@ -155,11 +283,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--token", default="", help="the master's join token (MAC_JOIN_TOKEN)")
     args = parser.parse_args(argv)
+    if not 0 <= args.fault_rate <= 1:
+        parser.error(f"--fault-rate {args.fault_rate} is not between 0 and 1")
+    if args.profiles:
+        try:
+            parse_mix(args.profiles)
+        except ValueError as exc:
+            parser.error(str(exc))
     faulty = args.blackhole or args.hang or args.refuse
-    if faulty and args.fault_service not in ("all", *args.services.split(",")):
-        parser.error(f"--fault-service {args.fault_service!r} is not one of --services")
+    served = SERVICES_OF_PROFILES if args.profiles else args.services.split(",")
+    if faulty and args.fault_service not in ("all", *served):
+        parser.error(f"--fault-service {args.fault_service!r} is not a service the nodes serve")
     if args.nodes < 1 and not args.ip:
         parser.error("--nodes must be at least 1")
+    try:
+        parts = [] if args.ip else slices(args.nodes, args.base, _ports_per_node(args))
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len(parts) > 1:
+        return _serve_in_processes(parts, sys.argv[1:] if argv is None else argv)
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             return runner.run(_serve(args))

@@ -8,14 +8,24 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from contract.liveness import loop_factory, raise_nofile_limit
-from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
+from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork, Service
+from testkit.simfleet.model import Event, Fault
+from testkit.simfleet.profiles import (
+    FAULT_RATE,
+    SimHardware,
+    assign,
+    parse_mix,
+    registration_nics,
+    template,
+)
 
 DEFAULT_BASE = "127.20.0.0"
 DEFAULT_SERVICES = (SYS_EXPORTER.name, NIC_EXPORTER.name)
@@ -95,7 +105,7 @@ class Port:
 
     ip: str
     service: Service
-    answer: bytes
+    answer: bytes | Callable[[], bytes]  # a callable renders the page per request
     mode: Mode = Mode.ANSWER
     server: asyncio.base_events.Server | None = None
     blackhole: list[socket.socket] = field(default_factory=list)
@@ -113,7 +123,7 @@ class Port:
             return _response("404 Not Found", "text/plain", b"not found\n")
         if self.mode is Mode.BAD_BODY:
             return _response("200 OK", "text/html", b"<html><body>login</body></html>\n")
-        return self.answer
+        return self.answer() if callable(self.answer) else self.answer
 
 
 class _Responder(asyncio.Protocol):
@@ -161,12 +171,34 @@ def _body_for(service: Service, hostname: str, exposition: bytes) -> bytes:
     return _response("200 OK", "application/json", body)
 
 
+def _page_for(hardware: SimHardware, service: Service, hostname: str) -> Callable[[], bytes]:
+    def answer() -> bytes:
+        page = hardware.page(service.name, hostname)
+        return _response("200 OK", "text/plain; version=0.0.4; charset=utf-8", page or b"")
+
+    return answer
+
+
 @dataclass(eq=False)
 class SimNode:
     index: int
     ip: str
     hostname: str
     ports: dict[str, Port]
+    hardware: SimHardware | None = None  # None: a plain node with fixed pages
+
+    def registration(self) -> dict:
+        """The hardware fields of this node's registration body (an agent in host mode)."""
+        if self.hardware is None:
+            return {}
+        profile = self.hardware.profile
+        return {
+            "gpu_vendor": profile.gpu_vendor,
+            "gpu_model": profile.gpu_model,
+            "gpu_count": profile.gpu_count,
+            "nics": list(registration_nics(profile.name)),
+            "agent_network": AgentNetwork.HOST.value,
+        }
 
     def exporters(self) -> dict[str, int]:
         """What this node would report at registration ({service: port})."""
@@ -174,7 +206,14 @@ class SimNode:
 
 
 class SimFleet:
-    """The fleet inside one running event loop."""
+    """The fleet inside one running event loop.
+
+    Plain nodes serve fixed pages on ``services``. With ``profiles`` (a mix such as
+    ``nvidia=60,amd=30,cpu=10``) each node gets a hardware profile, serves that
+    profile's services and renders its exporters' pages per scrape from ``seed``,
+    its address and the seconds since the fleet was made; ``fault_rate`` is each node's
+    chance of a fault per 10 minutes (0: only the faults ``inject`` starts).
+    """
 
     def __init__(
         self,
@@ -183,22 +222,50 @@ class SimFleet:
         base: str = DEFAULT_BASE,
         ips: Sequence[str] | None = None,
         services: Iterable[str] = DEFAULT_SERVICES,
+        profiles: str | None = None,
+        seed: int = 0,
+        fault_rate: float = FAULT_RATE,
     ) -> None:
         names = list(services)
         unknown = [name for name in names if name not in BY_NAME]
         if unknown:
             raise ValueError(f"unknown service {unknown[0]!r}; known: {', '.join(sorted(BY_NAME))}")
         addresses = list(ips) if ips else node_addresses(count, base)
+        started = time.monotonic()
+        self.clock = lambda: time.monotonic() - started
+        kinds = assign(len(addresses), parse_mix(profiles)) if profiles else None
+        for kind in set(kinds or ()):
+            for name in kind.services:  # now: building one on the first scrape stalls the loop
+                template(kind.name, name)
+            registration_nics(kind.name)
         self.nodes: list[SimNode] = []
         for index, ip in enumerate(addresses):
             hostname = hostname_for(ip)
-            exposition = render_exposition(hostname)
-            ports = {
-                name: Port(ip, BY_NAME[name], _body_for(BY_NAME[name], hostname, exposition))
-                for name in names
-            }
-            self.nodes.append(SimNode(index, ip, hostname, ports))
+            if kinds is None:
+                exposition = render_exposition(hostname)
+                ports = {
+                    name: Port(ip, BY_NAME[name], _body_for(BY_NAME[name], hostname, exposition))
+                    for name in names
+                }
+                self.nodes.append(SimNode(index, ip, hostname, ports))
+                continue
+            hardware = SimHardware(kinds[index], seed, ip, self.clock, fault_rate)
+            ports = {}
+            for name in hardware.profile.services:
+                service = BY_NAME[name]
+                if service.liveness_path == "/metrics":
+                    ports[name] = Port(ip, service, _page_for(hardware, service, hostname))
+                else:
+                    ports[name] = Port(ip, service, _body_for(service, hostname, b""))
+            self.nodes.append(SimNode(index, ip, hostname, ports, hardware))
         self.by_ip = {node.ip: node for node in self.nodes}
+
+    def inject(self, which: int | str, fault: Fault | str, target: int = 0, xid: int = 0) -> Event:
+        """Start a fault now on one node's GPU or NIC ``target`` (a node with a profile)."""
+        hardware = self.node(which).hardware
+        if hardware is None:
+            raise ValueError(f"node {which!r} has no hardware profile to fail")
+        return hardware.inject(fault, target, xid)
 
     async def start(self) -> None:
         raise_nofile_limit()
@@ -310,6 +377,17 @@ class FleetThread:
 
     def set_node_mode(self, which: int | str, mode: Mode | str) -> None:
         self._call(self.fleet.set_node_mode(which, mode))
+
+    def inject(self, which: int | str, fault: Fault | str, target: int = 0, xid: int = 0) -> Event:
+        return self.loop_call(self.fleet.inject, which, fault, target, xid)
+
+    def loop_call(self, function, *args):
+        """Run a plain function on the fleet's loop thread (the state it touches lives there)."""
+
+        async def call():
+            return function(*args)
+
+        return self._call(call())
 
     def __enter__(self) -> FleetThread:
         return self.start()

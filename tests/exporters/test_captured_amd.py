@@ -22,8 +22,8 @@ from prometheus_client.core import Metric
 
 from exporters.amd import LABELS, AmdGpuSource
 from exporters.runtime import Exporter, Roots
+from testkit.fakes.amdsmi import FakeAmdSmi
 from tests.exporters.captures import capture
-from tests.exporters.fake_amdsmi import FakeAmdSmi
 from tests.exporters.test_amd import AMD_ROOTS
 
 AMDSMI_README = "ROCm/amdsmi/tests/python_unittest/README.md"

@@ -5,7 +5,7 @@ dcgm-exporter's, read from the captures folder (tests/fixtures/captured/MANIFEST
 names the commit, licence and sha256; without them the tests skip). Each line is
 ``FIELD, prometheus type, help``; a line commented out is a field NVIDIA knows but
 leaves off by default. MAC's dcgm-exporter runs here on the recorded H200s of
-tests/exporters/fake_nvml.py.
+testkit/fakes/nvml.py.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from exporters.nvidia import LABELS
+from testkit.fakes.nvml import two_h200s
 from tests.exporters.captures import capture
-from tests.exporters.fake_nvml import two_h200s
 from tests.exporters.test_nvidia import GPU0, Clock, exporter_for
 
 CAPTURE = "NVIDIA/dcgm-exporter/etc"

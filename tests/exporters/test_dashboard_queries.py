@@ -42,7 +42,7 @@ READY_QUERY = {"dcgm-exporter": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
 
 def _fake_dcgm_exporter(port: int) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.exporters.fake_nvml", "--port", str(port),
+        [sys.executable, "-m", "testkit.fakes.nvml", "--port", str(port),
          "--hostname", EXPORTER_HOSTNAME],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -68,7 +68,7 @@ def _module(*argv: str) -> Callable[[int], subprocess.Popen]:
 # sys-exporter as `mac` runs it: the real node_exporter on this machine's /proc and /sys.
 EXPORTERS: dict[str, Callable[[int], subprocess.Popen]] = {
     "dcgm-exporter": _fake_dcgm_exporter,
-    "rocm-exporter": _module("tests.exporters.fake_amdsmi"),
+    "rocm-exporter": _module("testkit.fakes.amdsmi"),
     "nic-exporter": _module("exporters", "nic-exporter", "--sys-root", str(FIXTURES / "sysfs-ib")),
     "sys-exporter": _module("exporters", "sys-exporter"),
 }

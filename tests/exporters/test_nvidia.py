@@ -8,9 +8,9 @@ import pynvml
 
 from exporters.nvidia import NvmlSource, generate_dcgm_latest
 from exporters.runtime import Exporter
+from testkit.fakes.nvml import FakeNvml, two_h200s
 from tests.exporters.conftest import assert_golden, backend_available
 from tests.exporters.dashboards import HERE, load
-from tests.exporters.fake_nvml import FakeNvml, two_h200s
 
 UUID0 = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
 UUID1 = "GPU-a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"

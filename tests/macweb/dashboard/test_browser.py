@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
+from healthcheck.promconfig import render_prometheus_config
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 from testkit import dashboard_servers as servers
@@ -383,3 +384,70 @@ def test_the_node_page_follows_which_exporters_prometheus_scrapes(
     expect(sys_row.locator(".exp-target")).to_have_text("missing")
     expect(nic_row.locator(".exp-probe")).to_have_text("up")
     expect(nic_row.locator(".exp-target")).to_have_text("scraped")
+
+
+# A simulated fleet with hardware profiles: what a new user sees with
+# MAC_SIMULATED_FLEET (vendor counts, the GPU model, GPU and RDMA charts with data).
+GPU_CHARTS = ("gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "gpu_errors")
+MODELS = {"nvidia": "NVIDIA H200", "amd": "AMD Instinct MI300X"}
+
+
+@pytest.fixture
+def simulated():
+    base = f"127.56.{os.getpid() % 250}.0"
+    from testkit.simfleet import FleetThread
+
+    with FleetThread(
+        4, base=base, profiles="nvidia=1,amd=1,mangoboost=1,cpu=1", seed=3, fault_rate=0
+    ) as fleet:
+        yield fleet
+
+
+@pytest.mark.prometheus
+def test_nvidia_and_amd_node_pages_draw_gpu_charts_of_a_simulated_fleet(
+    page, simulated, chart_env, operator, tmp_path
+):
+    from playwright.sync_api import expect
+
+    ids = {}
+    for node in simulated.nodes:
+        profile = node.hardware.profile
+        ids[profile.name] = in_thread(
+            online_gpu_node,
+            hostname=node.hostname,
+            ip=node.ip,
+            exporters=node.exporters(),
+            **node.registration(),
+        ).pk
+    sd_dir = tmp_path / "targets"
+    sweep(sd_dir)
+    config = render_prometheus_config(
+        str(sd_dir), [], scrape_interval="1s", scrape_timeout="1s", sd_refresh_interval="1s"
+    )
+    prometheus = servers.start_prometheus_config(config, tmp_path / "prometheus")
+    port = free_port()
+    env = {**server_env(chart_env, tmp_path / "data"), "MAC_PROMETHEUS_URL": prometheus.url}
+    server = Server(f"http://127.0.0.1:{port}", port, env, tmp_path / "proxy")
+    server.start()
+    try:
+        for vendor, metric in (("nvidia", "DCGM_FI_DEV_GPU_UTIL"), ("amd", "gpu_gfx_activity")):
+            prometheus.wait_for(f'{metric}{{node="{ids[vendor]}"}}')
+            prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids[vendor]}"}}[5s]) > 0')
+        log_in(page, server)
+        expect(page.locator('[data-count="vendor.nvidia"]')).to_have_text("1")
+        expect(page.locator('[data-count="vendor.amd"]')).to_have_text("2")
+        expect(page.locator('[data-count="vendor.none"]')).to_have_text("1")
+        for vendor in ("nvidia", "amd"):
+            page.goto(f"{server.url}/nodes/{ids[vendor]}/")
+            expect(page.locator("#node-gpus")).to_have_text(f"8 \u00d7 {MODELS[vendor]}")
+            for name in GPU_CHARTS:
+                figure = page.locator(f'figure[data-chart="{name}"]')
+                expect(figure.locator("canvas")).to_have_count(1)
+                # uPlot's legend: one row for time plus one per GPU drawn
+                expect(figure.locator(".u-legend .u-series")).to_have_count(9)
+                expect(figure.locator(".chart-empty")).to_be_hidden()
+            rdma = page.locator('figure[data-chart="rdma"]')
+            expect(rdma.locator(".u-legend .u-series")).to_have_count(17)  # 8 NICs, rx and tx
+    finally:
+        server.stop()
+        prometheus.stop()

@@ -160,3 +160,10 @@ def test_charts_need_a_login():
 
 def test_hostnames_are_quoted_in_promql():
     assert charts.promql_string('a"b\\c') == '"a\\"b\\\\c"'
+
+
+def test_every_targets_own_labels_stay_out_of_series_names():
+    metric = {"device": "mlx5_0", "port": "1", "cluster_name": "mac", "maintenance": "false"}
+    assert charts.series_name("rx", {**metric, "node": "3", "job": "nic-exporter"}) == (
+        "rx mlx5_0 port=1"
+    )

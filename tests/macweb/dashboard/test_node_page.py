@@ -42,7 +42,16 @@ def test_it_shows_status_diagnosis_fix_exporters_and_history(client_user):
     assert 'class="exp-unknown"><td class="mono">dcgm-exporter' in html
     assert 'class="exp-absent"><td class="mono">bmc-agent' in html
     assert html.index(">Offline</td>") < html.index(">Registered</td>")  # newest first
-    for name in ("cpu", "memory", "gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "rdma"):
+    for name in (
+        "cpu",
+        "memory",
+        "gpu_util",
+        "gpu_memory",
+        "gpu_temp",
+        "gpu_power",
+        "gpu_errors",
+        "rdma",
+    ):
         assert f'/nodes/{node.pk}/charts/{name}.json"' in html
     assert "vendor/uplot/uPlot.iife.min.js" in html
 

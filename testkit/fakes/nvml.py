@@ -5,7 +5,7 @@ its per-code subclasses) is the real nvidia-ml-py module's, so the exporter cann
 tell the difference except that no driver is touched. GPM follows NVML's contract:
 metrics come from two samples of the same GPU, the second taken after the first.
 
-``python -m tests.exporters.fake_nvml --port P`` serves dcgm-exporter on two fake
+``python -m testkit.fakes.nvml --port P`` serves dcgm-exporter on two fake
 H200s as a real process, for tests that point a real Prometheus at it.
 """
 

@@ -1,7 +1,7 @@
 """The amdsmi hardware boundary for the tests: one recorded MI300X, as amdsmi answers.
 
 The values and shapes are amdsmi's (dicts with "N/A" for what a card does not
-report, MT/s for PCIe speeds, KB for XGMI). ``python -m tests.exporters.fake_amdsmi
+report, MT/s for PCIe speeds, KB for XGMI). ``python -m testkit.fakes.amdsmi
 --port P`` serves rocm-exporter on it, over the amdgpu sysfs fixture, for the
 Prometheus dashboard test.
 """
@@ -9,15 +9,23 @@ Prometheus dashboard test.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from types import SimpleNamespace
 
-from tests.exporters.conftest import FIXTURES
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 
 NA = "N/A"
 
 
 class FakeAmdSmi:
-    """One MI300X (SPX partition, 8 HBM stacks, 7 XGMI links, 8 XCCs)."""
+    """MI300X cards (SPX partition, 8 HBM stacks, 7 XGMI links, 8 XCCs): one by default.
+
+    With ``count`` > 1 every card answers as the recorded one, under its own handle,
+    PCI address, UUID and KFD node (an 8-GPU MI300X platform for the simulated fleet).
+    """
+
+    def __init__(self, count: int = 1) -> None:
+        self.count = count
 
     class AmdSmiException(Exception):
         pass
@@ -31,19 +39,21 @@ class FakeAmdSmi:
         pass
 
     def amdsmi_get_processor_handles(self):
-        return ["h0"]
+        return [f"h{index}" for index in range(self.count)]
 
     def amdsmi_get_gpu_asic_info(self, h):
-        return {"market_name": "AMD Instinct MI300X", "asic_serial": "0x2B1C0E9A7F3D5000"}
+        serial = f"0x2B1C0E9A7F3D50{_index(h):02X}"
+        return {"market_name": "AMD Instinct MI300X", "asic_serial": serial}
 
     def amdsmi_get_gpu_device_bdf(self, h):
-        return "0000:05:00.0"
+        return f"0000:{0x05 + 0x20 * _index(h):02x}:00.0"
 
     def amdsmi_get_gpu_device_uuid(self, h):
-        return "5fff74a1-0000-1000-80c3-2b1c0e9a7f3d"
+        return f"5fff74a1-0000-1000-80c3-2b1c0e9a7f{0x3D + _index(h):02x}"
 
     def amdsmi_get_gpu_kfd_info(self, h):
-        return {"kfd_id": 17094, "node_id": 2, "current_partition_id": 0}
+        index = _index(h)
+        return {"kfd_id": 17094 + index, "node_id": 2 + index, "current_partition_id": 0}
 
     def amdsmi_get_gpu_activity(self, h):
         return {"gfx_activity": 77, "umc_activity": 12, "mm_activity": NA}
@@ -100,6 +110,10 @@ class FakeAmdSmi:
             "hbm_thm_residency_acc": 0,
             "xcp_stats": [{"gfx_busy_inst": [80, 76, 79, 77, 74, 78, 81, 75], "jpeg_busy": []}],
         }
+
+
+def _index(handle: str) -> int:
+    return int(handle[1:])
 
 
 def main() -> None:
