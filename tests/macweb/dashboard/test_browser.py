@@ -433,7 +433,7 @@ def test_nvidia_and_amd_node_pages_draw_gpu_charts_of_a_simulated_fleet(
         for vendor, metric in (("nvidia", "DCGM_FI_DEV_GPU_UTIL"), ("amd", "gpu_gfx_activity")):
             prometheus.wait_for(f'{metric}{{node="{ids[vendor]}"}}')
             prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids[vendor]}"}}[5s]) > 0')
-        log_in(page, server)
+        log_in(page, server.url)
         expect(page.locator('[data-count="vendor.nvidia"]')).to_have_text("1")
         expect(page.locator('[data-count="vendor.amd"]')).to_have_text("2")
         expect(page.locator('[data-count="vendor.none"]')).to_have_text("1")
