@@ -32,6 +32,7 @@ filled at import time); the view builds a private CollectorRegistry around it.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -148,8 +149,11 @@ class InventoryCollector(Collector):
             )
 
 
+@functools.cache
 def diagnosis_table() -> GaugeMetricFamily:
-    """What each diagnosis code means and its fix, for alert annotations to look up."""
+    """What each diagnosis code means and its fix, for alert annotations to look up.
+
+    Constant, so made once and served as is at every scrape."""
     table = GaugeMetricFamily(
         "mac_diagnosis_info",
         "What each diagnosis code means and how to fix it (constant 1).",
