@@ -204,13 +204,18 @@ def report(
         row("failure confirmed in a second round (former design, baseline)", former),
         row("start of the catching sweep to Offline", caught),
         "",
+        # A trial's cut lands at a random moment, so the worst trial understates the worst
+        # case: a death just after a sweep starts waits a whole interval for the next one,
+        # then that sweep's own time to Offline. The target is judged on that derived bound.
         verdict(
             "Offline within the sweep interval + probe timeout",
-            f"the worst of {len(trials)} trials",
-            max(mac),
+            f"the derived worst case (interval + slowest catching sweep, of {len(trials)} "
+            "trials)",
+            args.interval + max(caught),
             bound,
             " s",
         ),
+        f"- Worst trial measured: {max(mac):.2f} s after the cut.",
         f"- The former design, measured here: median {median(former):.2f} s against MAC's "
         f"{median(mac):.2f} s.",
         f"- Caught by the first sweep that started after the death: "
