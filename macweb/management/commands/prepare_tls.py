@@ -25,12 +25,14 @@ class Command(BaseCommand):
             "--name",
             action="append",
             default=[],
-            help="a host name or address agents reach the master by (repeatable)",
+            help="host names or addresses agents reach the master by (repeatable, or "
+            "comma-separated)",
         )
         parser.add_argument("--pin-only", action="store_true", help="print only the pin")
 
     def handle(self, *args, **options) -> None:
-        names = [*options["name"], *settings.TLS_NAMES]
+        given = [name for value in options["name"] for name in value.split(",")]
+        names = [*given, *settings.TLS_NAMES]
         try:
             material = prepare(
                 settings.TLS_DIR,
