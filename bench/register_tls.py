@@ -169,11 +169,13 @@ def report(results: list[tuple[str, Burst]], args, load: tuple[float, float]) ->
     for _, b in results:
         by_name.setdefault(b.name, []).append(b)
     for name, bursts in by_name.items():
+        mid = median([median(b.latencies_ms) for b in bursts])
+        api = median([b.api_cpu_ms for b in bursts])
+        proxy = median([b.proxy_cpu_ms for b in bursts])
+        client = median([b.client_cpu_s * 1000 / b.sent for b in bursts])
         lines.append(
-            f"- {name}: median of run medians {median([median(b.latencies_ms) for b in bursts]):.1f}"
-            f" ms; median per request {median([b.api_cpu_ms for b in bursts]):.2f} ms API CPU, "
-            f"{median([b.proxy_cpu_ms for b in bursts]):.2f} ms nginx CPU, "
-            f"{median([b.client_cpu_s * 1000 / b.sent for b in bursts]):.2f} ms client CPU"
+            f"- {name}: median of run medians {mid:.1f} ms; median per request {api:.2f} ms "
+            f"API CPU, {proxy:.2f} ms nginx CPU, {client:.2f} ms client CPU"
         )
     each = ratios(results)
     errors = sum(len(b.errors) for _, b in results)

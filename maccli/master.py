@@ -377,6 +377,12 @@ def _public_host(cfg: NodeConfig) -> str:
     return cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
 
 
+def _pass_tls_names(cfg: NodeConfig) -> None:
+    """The Compose proxy cannot see this host's names: its certificate gets them here
+    (docker-compose.master.yml reads MAC_TLS_HOST_NAMES)."""
+    os.environ["MAC_TLS_HOST_NAMES"] = ",".join(tls_names(cfg))
+
+
 def _specs(cfg: NodeConfig, runtime: Runtime) -> list[ServiceSpec]:
     return master_specs(cfg, docker=not isinstance(runtime, ProcessRuntime))
 
@@ -399,8 +405,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
         states = runtime.start(ROLE, specs)
         admin = _create_admin(cfg, specs)
     else:
-        # The Compose proxy cannot see this host's names: its certificate gets them here.
-        os.environ["MAC_TLS_HOST_NAMES"] = ",".join(tls_names(cfg))
+        _pass_tls_names(cfg)
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     host = _public_host(cfg)
@@ -459,9 +464,7 @@ def join_lines(cfg: NodeConfig, runtime: Runtime, host: str) -> list[str]:
         f"mac env set MAC_MASTER_CA_SHA256={pin} && mac start agent"
     ]
     if http_mode(cfg) == "on":
-        lines.append(
-            f"  (unverified, plain HTTP: mac env set MASTER_IP={host} && mac start agent)"
-        )
+        lines.append(f"  (unverified, plain HTTP: mac env set MASTER_IP={host} && mac start agent)")
     return lines
 
 
@@ -479,6 +482,8 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    if not isinstance(runtime, ProcessRuntime):
+        _pass_tls_names(cfg)
     states = runtime.restart(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
     return 0

@@ -101,6 +101,15 @@ def _same_key(cert: x509.Certificate, key) -> bool:
 # --- the CA -----------------------------------------------------------------------------
 
 
+_NO_USAGE = dict.fromkeys(
+    (
+        "digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+        "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only",
+    ),
+    False,
+)  # fmt: skip
+
+
 def _make_ca(cluster: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     # P-256: the cheapest handshake that every client supports (bench/register_tls.py).
     key = ec.generate_private_key(ec.SECP256R1())
@@ -116,13 +125,9 @@ def _make_ca(cluster: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey
         .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
-            ),
+            x509.KeyUsage(**{**_NO_USAGE, "key_cert_sign": True, "crl_sign": True}),
             critical=True,
-        )  # fmt: skip
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
         .sign(key, hashes.SHA256())
     )
@@ -248,7 +253,9 @@ def prepare_site(directory: Path, cert_file: str, key_file: str) -> TlsMaterial:
     """The site's own chain (MAC_TLS_CERT, server certificate first) and key (MAC_TLS_KEY),
     checked; the top of the chain is what agents fetch and pin."""
     if not cert_file or not key_file:
-        given, missing = ("MAC_TLS_CERT", "MAC_TLS_KEY") if cert_file else ("MAC_TLS_KEY", "MAC_TLS_CERT")
+        given, missing = ("MAC_TLS_CERT", "MAC_TLS_KEY")
+        if not cert_file:
+            given, missing = missing, given
         raise TlsError(
             f"{given} is set but {missing} is not: give both (the chain and its key), or "
             "neither to let the master use its own CA."
@@ -257,7 +264,8 @@ def prepare_site(directory: Path, cert_file: str, key_file: str) -> TlsMaterial:
     try:
         chain = x509.load_pem_x509_certificates(cert_path.read_bytes())
     except OSError as exc:
-        raise TlsError(f"MAC_TLS_CERT={cert_file}: cannot read it ({exc.strerror or exc}).") from None
+        reason = exc.strerror or exc
+        raise TlsError(f"MAC_TLS_CERT={cert_file}: cannot read it ({reason}).") from None
     except ValueError:
         raise TlsError(f"MAC_TLS_CERT={cert_file} holds no PEM certificate.") from None
     try:

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-
 from urllib.parse import urlsplit
 
 from contract.pinning import parse_pin

@@ -7,6 +7,7 @@ GET /api/v1/ca.pem with its own CA, and anything else with a JSON 200, as a mast
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -102,9 +103,7 @@ def recording_master(
     try:
         yield recorder
     finally:
-        try:
+        with contextlib.suppress(OSError):
             listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-        except OSError:
-            pass
         listener.close()
         thread.join(5)

@@ -80,7 +80,7 @@ def untrusted_master_error(exc: UntrustedMaster) -> CliError:
         hint=(
             "Compare with the pin the master prints (its join line at `mac start master`, "
             "or the command below on the master). If the master's CA was made again (its "
-            f"data folder was lost), set the new pin; if not, something between this node "
+            "data folder was lost), set the new pin; if not, something between this node "
             "and the master answers in its place: do not change the pin."
         ),
         commands=[

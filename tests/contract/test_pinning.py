@@ -76,9 +76,11 @@ def test_a_ca_answer_that_is_no_certificate_is_refused(tmp_path):
     material = prepare(tmp_path / "m", ["127.0.0.1"])
     bogus = tmp_path / "bogus.pem"
     bogus.write_bytes(b"<html>hello</html>")
-    with recording_master(material.cert, material.key, bogus) as recorder:
-        with pytest.raises(UntrustedMaster, match=r"could not read the CA .* holds no PEM"):
-            _client(recorder.port, material.pin).health()
+    with (
+        recording_master(material.cert, material.key, bogus) as recorder,
+        pytest.raises(UntrustedMaster, match=r"could not read the CA .* holds no PEM"),
+    ):
+        _client(recorder.port, material.pin).health()
     assert TOKEN.encode() not in recorder.everything()
 
 

@@ -52,7 +52,9 @@ def test_it_makes_a_ca_and_a_server_certificate_for_the_names(tmp_path):
 
     assert material.pin == _openssl_pin(tmp_path / "tls" / CA_CERT)
     assert material.ca == tmp_path / "tls" / CA_CERT
-    assert _sans(material.cert) == ["10.20.0.5", "master-1.example", "localhost", "127.0.0.1", "::1"]
+    assert _sans(material.cert) == [
+        "10.20.0.5", "master-1.example", "localhost", "127.0.0.1", "::1"
+    ]  # fmt: skip
     chain = x509.load_pem_x509_certificates(material.cert.read_bytes())
     ca = first_certificate(material.ca.read_bytes())
     chain[0].verify_directly_issued_by(ca)

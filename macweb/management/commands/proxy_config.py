@@ -55,7 +55,9 @@ class Command(BaseCommand):
         upstream = _address("--upstream", options["upstream"])
         out = Path(options["out"]).resolve()
         prefix = Path(options["prefix"]).resolve() if options["prefix"] else out.parent
-        tls = _tls(_address("--tls-listen", options["tls_listen"])) if options["tls_listen"] else None
+        tls = None
+        if options["tls_listen"]:
+            tls = _tls(_address("--tls-listen", options["tls_listen"]))
         if tls is None and settings.HTTP_MODE != "on":
             raise CommandError(
                 f"MAC_HTTP={settings.HTTP_MODE} needs HTTPS: give --tls-listen HOST:PORT."
