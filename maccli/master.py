@@ -25,7 +25,7 @@ from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
 from maccli.runtimes.base import Runtime
 from maccli.runtimes.process import ProcessRuntime
-from node.config import NODE_KEY, NodeConfig, Source
+from node.config import NODE_KEY, ConfigError, NodeConfig, Source
 
 ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -120,7 +120,11 @@ def tls_names(cfg: NodeConfig) -> list[str]:
 
 
 def http_mode(cfg: NodeConfig) -> str:
-    return (cfg.get("MAC_HTTP") or "on").strip().lower()
+    """MAC_HTTP, checked before anything starts (macweb.settings reads it too)."""
+    mode = (cfg.get("MAC_HTTP") or "on").strip().lower()
+    if mode not in {"on", "off", "redirect"}:
+        raise ConfigError(f"MAC_HTTP={mode!r}: use on, off or redirect (docs/tls.md).")
+    return mode
 
 
 def api_internal_port(cfg: NodeConfig) -> int:
