@@ -3,9 +3,10 @@
 Also the one builder of a registration body, for `mac start agent` and the
 simulated fleets of the tests and benchmarks alike.
 
-Plain http.client so the agent needs nothing beyond the standard library, and so the
-connection can leave from the address the agent reports (the master then sees the
-same address whether or not a join token lets it trust the claimed one).
+Plain http.client so the connection can leave from the address the agent reports (the
+master then sees the same address whether or not a join token lets it trust the
+claimed one). Over `https://` with a CA pin, the first connection checks the master's
+CA against the pin (contract.pinning) before any request carries a credential.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from contract import __version__
+from contract.pinning import trusted_context
 from contract.services import NODE_KEY_HEADER
 
 
@@ -99,17 +102,50 @@ class MasterClient:
         join_token: str = "",
         node_key: str = "",
         source_ip: str | None = None,
+        ca_pin: str = "",
     ) -> None:
+        """`ca_pin` (hex, contract.pinning.parse_pin) needs an https:// `base_url`: with it
+        the client trusts that CA alone, once its public key hashed to the pin."""
         parts = urlsplit(base_url)
+        self.tls = parts.scheme == "https"
+        if ca_pin and not self.tls:
+            raise ValueError(f"a CA pin needs an https:// master URL, not {base_url}")
+        self.url = base_url.rstrip("/")
         self.host = parts.hostname or ""
-        self.port = parts.port or 80
+        self.port = parts.port or (443 if self.tls else 80)
         self.timeout = timeout
         self.join_token = join_token
         self.node_key = node_key
         self.source_ip = source_ip
+        self.ca_pin = ca_pin
+        self._context: ssl.SSLContext | None = None
+
+    def _tls_context(self, source: tuple[str, int] | None) -> ssl.SSLContext:
+        """The pinned context, checked once per client; the system's roots without a pin.
+
+        Raises contract.pinning.UntrustedMaster on a mismatch (not an OSError, so that
+        no caller mistakes it for a master that is merely down).
+        """
+        if self._context is None:
+            if self.ca_pin:
+                self._context = trusted_context(
+                    self.url, self.host, self.port, self.ca_pin,
+                    timeout=self.timeout, source=source,
+                )  # fmt: skip
+            else:
+                self._context = ssl.create_default_context()
+        return self._context
 
     def _connection(self, bind: bool) -> http.client.HTTPConnection:
         source = (self.source_ip, 0) if bind and self.source_ip else None
+        if self.tls:
+            return http.client.HTTPSConnection(
+                self.host,
+                self.port,
+                timeout=self.timeout,
+                source_address=source,
+                context=self._tls_context(source),
+            )
         return http.client.HTTPConnection(
             self.host, self.port, timeout=self.timeout, source_address=source
         )
@@ -125,7 +161,13 @@ class MasterClient:
         if self.node_key:
             headers[NODE_KEY_HEADER] = self.node_key
         for bind in (True, False):
-            conn = self._connection(bind)
+            try:
+                # First: the CA pin, checked (or refused) before a header is sent.
+                conn = self._connection(bind)
+            except OSError as exc:
+                if bind and self.source_ip and getattr(exc, "errno", None) in (99, 49):
+                    continue
+                return Reply(0, "", {}, _describe(exc, self.timeout))
             try:
                 conn.request(method, path, body=body, headers=headers)
                 response = conn.getresponse()
@@ -164,6 +206,12 @@ class MasterClient:
 
 
 def _describe(exc: OSError, timeout: float) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (
+            f"the master's TLS certificate does not verify ({exc.verify_message}); with "
+            "the master's CA pinned (MAC_MASTER_CA_SHA256) a name or address missing from "
+            "its certificate goes into MAC_TLS_NAMES on the master, then restart it"
+        )
     if isinstance(exc, TimeoutError | socket.timeout):
         return f"no answer within {timeout:g} s"
     if isinstance(exc, ConnectionRefusedError):

@@ -46,6 +46,8 @@ BY_NAME: dict[str, Service] = {service.name: service for service in SERVICES}
 SYS_EXPORTER = BY_NAME["sys-exporter"]
 NIC_EXPORTER = BY_NAME["nic-exporter"]
 MASTER_API_PORT = 28080
+# HTTPS of the master's front door, beside MASTER_API_PORT (docs/tls.md).
+MASTER_TLS_PORT = 28443
 MASTER_PROMETHEUS_PORT = 29090
 # In MAC's range, so that a site's own Alertmanager on 9093 is left alone.
 MASTER_ALERTMANAGER_PORT = 29093

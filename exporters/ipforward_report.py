@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from contract.master_api import MasterClient, Reply
+from contract.pinning import UntrustedMaster
 from exporters.ipforward import Reset
 
 log = logging.getLogger("exporters")
@@ -114,7 +115,13 @@ class ResetReporter:
                 self.last_error = "no MASTER_IP or no node key yet (not registered)"
                 return self.max_delay
             body = report.body()
-            reply = client.report_event(body)
+            try:
+                reply = client.report_event(body)
+            except UntrustedMaster as exc:
+                # The pin does not match: nothing was sent; keep the report for later.
+                self.last_error = str(exc)
+                log.error("ip_forward reset not reported: %s", exc)
+                return self.max_delay
             if reply.status in (201, 400):
                 with self._lock:
                     self._pending.remove(report)

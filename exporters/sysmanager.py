@@ -63,12 +63,12 @@ def master_client(roots: Roots) -> MasterClient | None:
     """A client of the master with this node's key, or None before registration."""
     cfg = node_config(roots)
     try:
-        url = cfg.master_url
+        url, pin = cfg.master_url, cfg.master_ca_pin
     except ConfigError:
         return None
     if not cfg.master_ip or not cfg.node_key:
         return None
-    return MasterClient(url, timeout=5.0, node_key=cfg.node_key)
+    return MasterClient(url, timeout=5.0, node_key=cfg.node_key, ca_pin=pin)
 
 
 def _switch(cfg: NodeConfig, key: str) -> bool:

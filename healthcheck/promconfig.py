@@ -11,7 +11,8 @@ from a file when the master sets one. Used two ways:
   `--web.listen-address=:29090 --storage.tsdb.path=... --web.enable-lifecycle`;
 - docker/prometheus/prometheus.yml is `docker_prometheus_yaml()` for the Compose
   deployment (targets mounted at /etc/prometheus/targets, the API server
-  reached as mac-api-server:28080, the alert rules that the image links at
+  reached through mac-proxy's HTTPS, mac-proxy:28443, verified against the CA in
+  the mac-tls volume, the alert rules that the image links at
   /etc/prometheus/rules, the metrics token file that the api-server container
   writes into a volume at start); a test keeps the file and the code in step;
 - its `alerting:` section sends alerts to MAC_ALERTMANAGER_URL (mac-alertmanager on
@@ -34,13 +35,20 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_API_PORT, MASTER_PROMETHEUS_PORT
+from contract.services import (
+    MASTER_ALERTMANAGER_PORT,
+    MASTER_API_PORT,
+    MASTER_PROMETHEUS_PORT,
+    MASTER_TLS_PORT,
+)
 from healthcheck.targets import SCRAPED_SERVICES
 
 DOCKER_SD_DIR = "/etc/prometheus/targets"
 # MAC's alert rules, shipped as package data beside this module.
 ALERT_RULES = Path(__file__).resolve().parent / "prometheus" / "alerts.yml"
-DOCKER_MASTER = f"mac-api-server:{MASTER_API_PORT}"
+# Through the proxy's HTTPS, as on the process runtime; its certificate names mac-proxy.
+DOCKER_MASTER = f"mac-proxy:{MASTER_TLS_PORT}"
+DOCKER_CA = "/etc/prometheus/tls/ca.pem"  # the mac-tls volume, read-only
 # In mac-prometheus: MAC's image links healthcheck/prometheus here (docker/Dockerfile).
 DOCKER_RULES = "/etc/prometheus/rules/alerts.yml"
 # The mac-prometheus-auth volume, written by the api-server (`prometheus_config
@@ -67,9 +75,11 @@ class HttpSd:
     shard: int
     of: int
     token_file: str  # holds MAC_SD_TOKEN, sent as a bearer token
+    ca_file: str | None = None  # the master's CA: https, verified against it (docs/tls.md)
 
     def url(self, service: str) -> str:
-        return f"http://{self.master}/api/v1/sd/{service}?shard={self.shard}&of={self.of}"
+        scheme = "https" if self.ca_file else "http"
+        return f"{scheme}://{self.master}/api/v1/sd/{service}?shard={self.shard}&of={self.of}"
 
 
 def render_prometheus_config(
@@ -84,6 +94,7 @@ def render_prometheus_config(
     rule_files: Iterable[str] = (),
     http_sd: HttpSd | None = None,
     alertmanagers: Iterable[str] = (),
+    master_ca_file: str | None = None,
 ) -> dict:
     """The configuration as a dict (yaml.safe_dump it, or use render_prometheus_yaml).
 
@@ -95,6 +106,7 @@ def render_prometheus_config(
 
     `metrics_token_file` holds MAC_METRICS_TOKEN when the master requires it; Prometheus
     2.x reads it for every scrape of the master (`authorization.credentials_file`).
+    `master_ca_file` (the master's CA) makes the master's scrape HTTPS, verified against it.
     """
     sd_path = PurePosixPath(sd_dir)
     master_job: dict = {
@@ -104,6 +116,9 @@ def render_prometheus_config(
     }
     if metrics_token_file:
         master_job["authorization"] = {"type": "Bearer", "credentials_file": metrics_token_file}
+    if master_ca_file:
+        master_job["scheme"] = "https"
+        master_job["tls_config"] = {"ca_file": master_ca_file}
     scrape_configs = [master_job] if http_sd is None or http_sd.shard == 0 else []
     for service in services:
         job: dict = {"job_name": service, "metrics_path": "/metrics"}
@@ -121,6 +136,7 @@ def render_prometheus_config(
                     "url": http_sd.url(service),
                     "refresh_interval": sd_refresh_interval,
                     "authorization": {"type": "Bearer", "credentials_file": http_sd.token_file},
+                    **({"tls_config": {"ca_file": http_sd.ca_file}} if http_sd.ca_file else {}),
                 }
             ]
         scrape_configs.append(job)
@@ -220,6 +236,8 @@ def render_prometheus_yaml(
     if kw.get("http_sd"):
         shard = kw["http_sd"]
         flags = f"--master {','.join(masters)} --shard {shard.shard} --of {shard.of}"
+    if kw.get("master_ca_file") and not docker:
+        flags += f" --ca-file {kw['master_ca_file']}"
     header = HEADER.format(out=out, flags=flags, port=MASTER_PROMETHEUS_PORT)
     body = yaml.safe_dump(
         render_prometheus_config(sd_dir, masters, **kw), sort_keys=False, default_flow_style=False
@@ -237,4 +255,5 @@ def docker_prometheus_yaml(out: str = "docker/prometheus/prometheus.yml") -> str
         metrics_token_file=DOCKER_METRICS_TOKEN,
         rule_files=[DOCKER_RULES],
         alertmanagers=[DOCKER_ALERTMANAGER],
+        master_ca_file=DOCKER_CA,
     )

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
+from contract.pinning import parse_pin
 from contract.services import AgentNetwork
-from node.config import ConfigError, valid_hostname
+from node.config import CA_PIN_KEY, MASTER_URL_KEY, ConfigError, valid_hostname
 from node.envfile import KEY_RE
 
 
@@ -35,6 +37,22 @@ def _check_port(key: str, value: str) -> None:
         raise ConfigError(f"{key}={value!r} is not a TCP port (1-65535).")
 
 
+def _check_master_url(value: str) -> None:
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 (raises ValueError on a bad port)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    host = parts.hostname or ""
+    if parts.scheme not in {"http", "https"} or not valid_address_or_hostname(host):
+        raise ConfigError(
+            f"MASTER_URL={value!r} is not http(s)://<master>:<port> "
+            "(e.g. https://10.0.0.5:28443, from the join line of `mac start master`)."
+        )
+    if parts.path.strip("/") or parts.query:
+        raise ConfigError(f"MASTER_URL={value!r} must have no path: https://<master>:<port>.")
+
+
 def validate(key: str, value: str) -> None:
     """Raise ConfigError naming the key when KEY=VALUE cannot be stored."""
     if not KEY_RE.match(key):
@@ -50,6 +68,13 @@ def validate(key: str, value: str) -> None:
         raise ConfigError(f"the value of {key} is empty; to remove it use: mac env unset {key}")
     if key == "MASTER_IP" and not valid_address_or_hostname(value):
         raise ConfigError(f"MASTER_IP={value!r} is neither an IP address nor a host name.")
+    if key == MASTER_URL_KEY:
+        _check_master_url(value)
+    if key == CA_PIN_KEY:
+        try:
+            parse_pin(value)
+        except ValueError as exc:
+            raise ConfigError(f"{CA_PIN_KEY}: {exc}") from None
     if key == "NODE_NAME" and not valid_hostname(value):
         raise ConfigError(
             f"NODE_NAME={value!r} is not a valid host name (letters, digits, hyphens and dots)."

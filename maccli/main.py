@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from contract import __version__
+from contract.pinning import UntrustedMaster
 from maccli import output
 from maccli.output import CliError
 from node.config import ConfigError
@@ -216,6 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except ConfigError as exc:
         output.print_error(CliError(str(exc), commands=["mac env list"]))
+        return 1
+    except UntrustedMaster as exc:
+        from maccli.agent.errors import untrusted_master_error
+
+        output.print_error(untrusted_master_error(exc))
         return 1
     except KeyboardInterrupt:
         output.err().print("Interrupted.")

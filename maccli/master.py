@@ -17,14 +17,15 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT
+from contract.pinning import first_certificate, spki_sha256
+from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT, MASTER_TLS_PORT
 from maccli import output
 from maccli.agent import print_states
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
 from maccli.runtimes.base import Runtime
 from maccli.runtimes.process import ProcessRuntime
-from node.config import NODE_KEY, NodeConfig, Source
+from node.config import NODE_KEY, ConfigError, NodeConfig, Source
 
 ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +99,34 @@ def _prometheus_project_spec(
     )
 
 
+def tls_port(cfg: NodeConfig) -> int:
+    """HTTPS of the proxy, beside HTTP on MAC_MASTER_PORT."""
+    return cfg.int_value("MAC_TLS_PORT", MASTER_TLS_PORT)
+
+
+def tls_dir(cfg: NodeConfig) -> Path:
+    """The same default as macweb.settings.TLS_DIR."""
+    return Path(cfg.get("MAC_TLS_DIR") or data_dir(cfg) / "tls").expanduser().resolve()
+
+
+def tls_names(cfg: NodeConfig) -> list[str]:
+    """What agents may call the master, for its server certificate (with MAC_TLS_NAMES and
+    loopback, which prepare_tls adds)."""
+    bind = cfg.get("MAC_MASTER_BIND") or "0.0.0.0"
+    names = [_public_host(cfg), socket.gethostname(), socket.getfqdn()]
+    if bind not in {"0.0.0.0", "::"}:
+        names.append(bind)
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def http_mode(cfg: NodeConfig) -> str:
+    """MAC_HTTP, checked before anything starts (macweb.settings reads it too)."""
+    mode = (cfg.get("MAC_HTTP") or "on").strip().lower()
+    if mode not in {"on", "off", "redirect"}:
+        raise ConfigError(f"MAC_HTTP={mode!r}: use on, off or redirect (docs/tls.md).")
+    return mode
+
+
 def api_internal_port(cfg: NodeConfig) -> int:
     """Where the API server listens behind the proxy (127.0.0.1 only)."""
     return cfg.int_value("MAC_API_INTERNAL_PORT", API_INTERNAL_PORT)
@@ -164,15 +193,24 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         prom_prestart.append(
             [
                 *django, "prometheus_config", "--out", str(prom_config),
-                "--master", f"{probe_host}:{api_port}",
+                # Over the proxy's HTTPS, trusting the master's CA (or the site's top).
+                "--master", f"{probe_host}:{tls_port(cfg)}",
+                "--ca-file", str(tls_dir(cfg) / "ca.pem"),
             ]
         )  # fmt: skip
     proxy_dir = data / "proxy"
     proxy_conf = proxy_dir / "nginx.conf"
+    # The CA (first start) and server certificate, then nginx.conf with HTTPS beside HTTP.
+    tls_prestart = [*django, "prepare_tls"]
+    for name in tls_names(cfg):
+        tls_prestart += ["--name", name]
     proxy_prestart = [
         *django, "proxy_config", "--out", str(proxy_conf),
         "--listen", f"{bind}:{api_port}", "--upstream", f"127.0.0.1:{internal_port}",
+        "--tls-listen", f"{bind}:{tls_port(cfg)}",
     ]  # fmt: skip
+    # MAC_HTTP=off keeps HTTP on loopback only, where the health check asks.
+    proxy_host = "127.0.0.1" if http_mode(cfg) == "off" else probe_host
     specs = [
         ServiceSpec(
             "api-server",
@@ -216,9 +254,9 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
             port=api_port,
             liveness_path="/health",
             env=env,
-            prestart=[proxy_prestart],
+            prestart=[tls_prestart, proxy_prestart],
             ready_timeout=90,
-            host=probe_host,
+            host=proxy_host,
             bind=bind,
         ),
         ServiceSpec(
@@ -343,6 +381,12 @@ def _public_host(cfg: NodeConfig) -> str:
     return cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
 
 
+def _pass_tls_names(cfg: NodeConfig) -> None:
+    """The Compose proxy cannot see this host's names: its certificate gets them here
+    (docker-compose.master.yml reads MAC_TLS_HOST_NAMES)."""
+    os.environ["MAC_TLS_HOST_NAMES"] = ",".join(tls_names(cfg))
+
+
 def _specs(cfg: NodeConfig, runtime: Runtime) -> list[ServiceSpec]:
     return master_specs(cfg, docker=not isinstance(runtime, ProcessRuntime))
 
@@ -365,6 +409,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
         states = runtime.start(ROLE, specs)
         admin = _create_admin(cfg, specs)
     else:
+        _pass_tls_names(cfg)
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     host = _public_host(cfg)
@@ -385,11 +430,46 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
         lines.append(f"Admin:       {admin}")
     elif runtime.name == "docker":
         lines.append("Admin:       docker logs mac-api-server 2>&1 | grep -i 'admin user'")
-    lines.append(f"Agents join: mac env set MASTER_IP={host} && mac start agent")
+    lines += join_lines(cfg, runtime, host)
     for line in lines:
         output.say(line)
     output.ok("Master started.")
     return 0
+
+
+# Where the Compose master's proxy keeps the CA (docker/docker-compose.master.yml).
+DOCKER_CA = "/var/lib/mac-tls/ca.pem"
+
+
+def _ca_pem(cfg: NodeConfig, runtime: Runtime) -> bytes:
+    if isinstance(runtime, ProcessRuntime):
+        return (tls_dir(cfg) / "ca.pem").read_bytes()
+    result = subprocess.run(
+        ["docker", "exec", "mac-proxy", "cat", DOCKER_CA],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise OSError(result.stderr.decode(errors="replace").strip() or "docker exec failed")
+    return result.stdout
+
+
+def join_lines(cfg: NodeConfig, runtime: Runtime, host: str) -> list[str]:
+    """How agents join: over HTTPS with the CA's pin (kubeadm's CA hash), and without."""
+    url_host = f"[{host}]" if ":" in host else host
+    try:
+        pin = spki_sha256(first_certificate(_ca_pem(cfg, runtime)))
+    except (OSError, ValueError) as exc:
+        output.warn(f"could not read the master's CA for the join line: {exc}")
+        pin = "<on the master: mac start master prints it again>"
+    lines = [
+        f"Agents join: mac env set MASTER_URL=https://{url_host}:{tls_port(cfg)} && "
+        f"mac env set MAC_MASTER_CA_SHA256={pin} && mac start agent"
+    ]
+    if http_mode(cfg) == "on":
+        lines.append(f"  (unverified, plain HTTP: mac env set MASTER_IP={host} && mac start agent)")
+    return lines
 
 
 def stop(runtime_name: str | None = None) -> int:
@@ -406,6 +486,8 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    if not isinstance(runtime, ProcessRuntime):
+        _pass_tls_names(cfg)
     states = runtime.restart(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
     return 0

@@ -93,7 +93,11 @@ def node_network(cfg: NodeConfig, ip: str, given: str | None) -> tuple[str, str]
     if not (cfg.node_key and cfg.master_ip):
         return "", ""
     client = MasterClient(
-        cfg.master_url, timeout=3.0, join_token=cfg.join_token, node_key=cfg.node_key
+        cfg.master_url,
+        timeout=3.0,
+        join_token=cfg.join_token,
+        node_key=cfg.node_key,
+        ca_pin=cfg.master_ca_pin,
     )
     reply = client.self_info()
     body = reply.body if reply.ok and isinstance(reply.body, dict) else {}

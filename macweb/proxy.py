@@ -1,4 +1,5 @@
-"""nginx in front of the API server: the master's one public HTTP port (28080).
+"""nginx in front of the API server: the master's one front door, HTTP on 28080 and
+HTTPS on 28443 (docs/tls.md).
 
 Why a proxy: slow clients, oversized headers and connection floods are what a reverse
 proxy is built for, and nginx bounds them with its own settings instead of MAC
@@ -17,6 +18,8 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from contract.pinning import CA_PATH
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # Idle connections to the API server kept for reuse, and for how long: below the
@@ -32,6 +35,19 @@ WEBSOCKET_IDLE_SECONDS = 3600
 RETRY_AFTER_SECONDS = 5
 # Every method the master serves somewhere (the API, the pages, the admin).
 ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
+# MAC_HTTP: plain HTTP served as before, refused to other hosts (loopback only, for the
+# master's own commands and health checks), or redirected to HTTPS (but /health).
+HTTP_MODES = ("on", "off", "redirect")
+
+
+@dataclass(frozen=True)
+class TlsServing:
+    """HTTPS beside HTTP in the same server (macweb.tls made or checked the files)."""
+
+    listen: str  # HOST:PORT
+    cert: str  # the chain, server certificate first
+    key: str
+    ca_pem: str  # served to agents at contract.pinning.CA_PATH, to check against their pin
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,8 @@ def render_nginx_conf(
     prefix: str,
     trusted_proxies: Sequence[IPNetwork] = (),
     resolver: str = "",
+    tls: TlsServing | None = None,
+    http_mode: str = "on",
 ) -> str:
     """nginx.conf for a proxy on `listen` (HOST:PORT) in front of the API at `upstream`.
 
@@ -87,6 +105,7 @@ def render_nginx_conf(
     `resolver` (Docker's 127.0.0.11) makes nginx look the upstream's name up again as
     it goes, so that a recreated mac-api-server with a new address is still found;
     without it the upstream is a fixed address with kept-alive connections.
+    `tls` adds HTTPS in the same server; `http_mode` (HTTP_MODES) is what HTTP does then.
     """
     timeout_ms = max(1, round(limits.request_timeout * 1000))
     # nginx has no separate cap on client connections: worker_connections counts each
@@ -119,6 +138,8 @@ def render_nginx_conf(
         )
         target = "http://mac_api"
         set_target = ""
+    backlog = max(511, limits.max_connections)
+    http_listen, tls_lines, https_map = _front_door(listen, backlog, tls, http_mode)
     realip = "".join(f"    set_real_ip_from {net};\n" for net in trusted_proxies)
     if realip:
         realip += "    real_ip_header X-Forwarded-For;\n    real_ip_recursive on;\n"
@@ -180,11 +201,11 @@ http {{
         "" "";
     }}
 
-{upstream_block}
+{upstream_block}{https_map}
     server {{
         # A burst of agents connects at once: queue them in the kernel, not drop them.
-        listen {_listen(listen)} backlog={max(511, limits.max_connections)};
-
+        listen {http_listen} backlog={backlog};
+{tls_lines}
         proxy_http_version 1.1;
         proxy_connect_timeout 5s;
 
@@ -241,3 +262,45 @@ http {{
     }}
 }}
 """
+
+
+def _front_door(
+    listen: str, backlog: int, tls: TlsServing | None, http_mode: str
+) -> tuple[str, str, str]:
+    """(HTTP's listen address, the server's TLS lines, the http block's redirect map)."""
+    if http_mode not in HTTP_MODES:
+        raise ValueError(f"http_mode {http_mode!r} is not one of {', '.join(HTTP_MODES)}")
+    if tls is None:
+        if http_mode != "on":
+            raise ValueError(f"MAC_HTTP={http_mode} needs HTTPS, which this proxy does not serve")
+        return _listen(listen), "", ""
+    http_listen = _listen(listen)
+    if http_mode == "off":
+        http_listen = _listen(f"127.0.0.1:{listen.rpartition(':')[2]}")
+    tls_port = tls.listen.rpartition(":")[2]
+    lines = (
+        f"        listen {_listen(tls.listen)} ssl backlog={backlog};\n"
+        f"        ssl_certificate {_text(tls.cert)};\n"
+        f"        ssl_certificate_key {_text(tls.key)};\n"
+        "        ssl_protocols TLSv1.2 TLSv1.3;\n"
+        # Agents and Prometheus come back every few seconds: resume, not a new handshake.
+        "        ssl_session_cache shared:mac_tls:10m;\n"
+        "        ssl_session_timeout 1h;\n"
+        "        # The CA agents check against their pin (MAC_MASTER_CA_SHA256): public.\n"
+        f"        location = {CA_PATH} {{\n"
+        "            default_type application/x-pem-file;\n"
+        f"            return 200 {_text(tls.ca_pem)};\n"
+        "        }\n"
+    )
+    https_map = ""
+    if http_mode == "redirect":
+        # /health stays on HTTP: the guide's checks and the master's own.
+        https_map = (
+            '    map "$scheme:$uri" $mac_to_https {\n'
+            '        default 0;\n        "http:/health" 0;\n        "~^http:" 1;\n    }\n'
+        )
+        lines += (
+            f"        if ($mac_to_https) {{\n"
+            f"            return 301 https://$host:{tls_port}$request_uri;\n        }}\n"
+        )
+    return http_listen, lines, https_map

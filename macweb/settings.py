@@ -385,6 +385,18 @@ SPECTACULAR_SETTINGS = {
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAC_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 
+# --- TLS on the front door (macweb.tls, docs/tls.md): the master's own CA and server
+# certificate in TLS_DIR, or the site's chain and key; HTTP beside it on, off or redirected.
+TLS_DIR = env_path("MAC_TLS_DIR", DATA_DIR / "tls")
+TLS_CERT = env_str("MAC_TLS_CERT")
+TLS_KEY = env_str("MAC_TLS_KEY")
+# Names and addresses added to the master's server certificate (agents that reach it by
+# a name or NAT address the master cannot see itself).
+TLS_NAMES = env_list("MAC_TLS_NAMES")
+HTTP_MODE = env_str("MAC_HTTP", "on").lower()
+if HTTP_MODE not in ("on", "off", "redirect"):
+    raise ImproperlyConfigured(f"MAC_HTTP={HTTP_MODE!r}: use on, off or redirect (docs/tls.md).")
+
 # --- Static files and the login flow.
 STATIC_URL = "/static/"
 STATIC_ROOT = env_path("MAC_STATIC_ROOT", DATA_DIR / "static")

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from contract.pinning import parse_pin
 from contract.services import MASTER_API_PORT
 from node.envfile import read_env_file
 
@@ -58,6 +60,9 @@ NETWORK_FILESYSTEMS = frozenset(
 
 # Values that differ from node to node: never in a shared home.
 PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
+# The master's URL (https://<master>:28443 with a CA pin), in place of MASTER_IP.
+MASTER_URL_KEY = "MASTER_URL"
+CA_PIN_KEY = "MAC_MASTER_CA_SHA256"
 # Values nobody but root should read: shown masked by `mac env list`.
 SECRET_KEYS = frozenset({"MAC_JOIN_TOKEN", "MAC_NODE_KEY"})
 NODE_KEY = "MAC_NODE_KEY"
@@ -182,7 +187,11 @@ class NodeConfig:
     def merged(self) -> dict[str, tuple[str, Source]]:
         """Every MAC-related key with its winning value and source (for `mac env list`)."""
         keys = set(DEFAULTS) | set(self.user_values) | set(self.node_values)
-        keys |= {k for k in self.environ if k.startswith("MAC_") or k in PER_NODE_KEYS}
+        keys |= {
+            k
+            for k in self.environ
+            if k.startswith("MAC_") or k in PER_NODE_KEYS or k == MASTER_URL_KEY
+        }
         result: dict[str, tuple[str, Source]] = {}
         for key in sorted(keys):
             value, source = self.lookup(key)
@@ -202,10 +211,26 @@ class NodeConfig:
     # Typed accessors -------------------------------------------------------------------
     @property
     def master_ip(self) -> str:
-        return (self.get("MASTER_IP") or "").strip()
+        """MASTER_IP, else the host of MASTER_URL."""
+        explicit = (self.get("MASTER_IP") or "").strip()
+        if explicit or not self._given_url():
+            return explicit
+        return urlsplit(self._given_url()).hostname or ""
+
+    def _given_url(self) -> str:
+        return (self.get(MASTER_URL_KEY) or "").strip().rstrip("/")
 
     @property
     def master_port(self) -> int:
+        """The port of MASTER_URL when it is set, else MAC_MASTER_PORT."""
+        given = self._given_url()
+        if given:
+            parts = urlsplit(given)
+            try:
+                explicit = parts.port
+            except ValueError:
+                raise ConfigError(f"MASTER_URL={given!r} has no valid port.") from None
+            return explicit or (443 if parts.scheme == "https" else 80)
         port = self.int_value("MAC_MASTER_PORT", MASTER_API_PORT)
         if not 1 <= port <= 65535:
             raise ConfigError(f"MAC_MASTER_PORT={port} is not a TCP port.")
@@ -213,10 +238,42 @@ class NodeConfig:
 
     @property
     def master_url(self) -> str:
+        """MASTER_URL when set (it must be https:// with a CA pin), else
+        http://MASTER_IP:MAC_MASTER_PORT."""
+        given = self._given_url()
+        if given:
+            parts = urlsplit(given)
+            if parts.scheme not in {"http", "https"} or not parts.hostname:
+                raise ConfigError(
+                    f"MASTER_URL={given!r} is not http(s)://<master>:<port> "
+                    "(e.g. https://10.0.0.5:28443)."
+                )
+            if self.master_ca_pin and parts.scheme != "https":
+                raise ConfigError(
+                    f"{CA_PIN_KEY} is set, so the master is reached over TLS only, but "
+                    f"MASTER_URL={given} is plain HTTP: set MASTER_URL=https://<master>:28443."
+                )
+            return given
+        if self.master_ca_pin:
+            raise ConfigError(
+                f"{CA_PIN_KEY} is set, so the master is reached over TLS only: set "
+                "MASTER_URL=https://<master>:28443 (the join line of `mac start master`)."
+            )
         host = self.master_ip
         if ":" in host:  # a bare IPv6 address needs brackets in a URL
             host = f"[{host}]"
         return f"http://{host}:{self.master_port}"
+
+    @property
+    def master_ca_pin(self) -> str:
+        """The master's CA pin (64 hex digits), or "" when the agent has none."""
+        value = (self.get(CA_PIN_KEY) or "").strip()
+        if not value:
+            return ""
+        try:
+            return parse_pin(value)
+        except ValueError as exc:
+            raise ConfigError(f"{CA_PIN_KEY}: {exc}") from None
 
     @property
     def join_token(self) -> str:

@@ -25,18 +25,37 @@ def nginx_binary() -> str | None:
     )
 
 
+def prepare_tls(env: dict[str, str], *names: str) -> str:
+    """`manage.py prepare_tls` as the master runs it (MAC_TLS_DIR or MAC_DATA_DIR of `env`);
+    the pin it printed."""
+    argv = [sys.executable, "-m", "django", "prepare_tls"]
+    for name in names:
+        argv += ["--name", name]
+    done = subprocess.run(
+        argv, env=env, cwd=REPO, check=True, capture_output=True, text=True, timeout=120
+    )
+    return done.stdout.strip().splitlines()[-1].partition("=")[2]
+
+
 def start_proxy(
-    directory: Path, env: dict[str, str], listen_port: int, upstream_port: int
+    directory: Path,
+    env: dict[str, str],
+    listen_port: int,
+    upstream_port: int,
+    tls_port: int | None = None,
 ) -> subprocess.Popen:
-    """nginx on 127.0.0.1:listen_port for the API server on 127.0.0.1:upstream_port."""
+    """nginx on 127.0.0.1:listen_port for the API server on 127.0.0.1:upstream_port, and
+    HTTPS on 127.0.0.1:tls_port when given (after prepare_tls)."""
     nginx = nginx_binary()
     if nginx is None:
         raise RuntimeError("nginx is not installed (scripts/bootstrap installs Debian's nginx)")
     prefix = directory / "proxy"
     conf = prefix / "nginx.conf"
+    tls = ["--tls-listen", f"127.0.0.1:{tls_port}"] if tls_port else []
     subprocess.run(
         [sys.executable, "-m", "django", "proxy_config", "--out", str(conf),
-         "--listen", f"127.0.0.1:{listen_port}", "--upstream", f"127.0.0.1:{upstream_port}"],
+         "--listen", f"127.0.0.1:{listen_port}", "--upstream", f"127.0.0.1:{upstream_port}",
+         *tls],
         env=env, cwd=REPO, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     log = (directory / "proxy.log").open("ab")

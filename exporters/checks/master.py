@@ -1,14 +1,69 @@
-"""Checks between the node and its master: the API answers, and it knows this node."""
+"""Checks between the node and its master: the node verifies it, the API answers, and it
+knows this node."""
 
 from __future__ import annotations
 
-from contract.master_api import MasterClient
+from contract.master_api import MasterClient, Reply
+from contract.pinning import UntrustedMaster
 from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout
-from node.config import NodeConfig
+from node.config import CA_PIN_KEY, ConfigError, NodeConfig
+
+JOIN_FIX = (
+    "# on the master, `mac start master` prints the join line; on this node:\n"
+    "sudo mac env set --node MASTER_URL=https://<master>:28443\n"
+    f"sudo mac env set --node {CA_PIN_KEY}=<the pin it printed>\n"
+    "sudo mac start agent"
+)
 
 
 def _client(ctx: CheckContext, cfg: NodeConfig) -> MasterClient:
-    return MasterClient(cfg.master_url, timeout=timeout(ctx), node_key=cfg.node_key)
+    return MasterClient(
+        cfg.master_url, timeout=timeout(ctx), node_key=cfg.node_key, ca_pin=cfg.master_ca_pin
+    )
+
+
+def _untrusted(check_id: str, title: str, exc: UntrustedMaster) -> CheckResult:
+    return CheckResult(
+        check_id,
+        title,
+        CheckStatus.FAIL,
+        f"{exc}; nothing was sent to it.",
+        "# if the master's CA was made again, take the new pin from its join line:\n"
+        + JOIN_FIX.split("\n", 1)[1],
+    )
+
+
+def _ask(ctx: CheckContext, cfg: NodeConfig, what: str) -> Reply:
+    client = _client(ctx, cfg)
+    return client.health() if what == "health" else client.self_info()
+
+
+def check_master_pinned(ctx: CheckContext) -> CheckResult:
+    """Whether this node verifies its master before it sends the join token or its key."""
+    cfg = config(ctx)
+    title = "this node verifies its master (CA pin)"
+    if not cfg.master_ip:
+        return CheckResult("master_pinned", title, CheckStatus.SKIP, "MASTER_IP is not set.")
+    try:
+        pin, url = cfg.master_ca_pin, cfg.master_url
+    except ConfigError as exc:
+        return CheckResult("master_pinned", title, CheckStatus.FAIL, str(exc), JOIN_FIX)
+    if pin:
+        return CheckResult(
+            "master_pinned",
+            title,
+            CheckStatus.PASS,
+            f"{url}, trusted only with the CA sha256:{pin[:16]}...",
+        )
+    return CheckResult(
+        "master_pinned",
+        title,
+        CheckStatus.WARN,
+        f"{CA_PIN_KEY} is not set: this node cannot tell its master from an impostor, and "
+        f"its join token and node key go to {url} "
+        + ("in clear." if url.startswith("http://") else "trusting any public CA."),
+        JOIN_FIX,
+    )
 
 
 def check_master_reachable(ctx: CheckContext) -> CheckResult:
@@ -16,8 +71,13 @@ def check_master_reachable(ctx: CheckContext) -> CheckResult:
     title = "the master's API answers"
     if not cfg.master_ip:
         return CheckResult("master_reachable", title, CheckStatus.SKIP, "MASTER_IP is not set.")
-    url = f"{cfg.master_url}/health"
-    reply = _client(ctx, cfg).health()
+    try:
+        url = f"{cfg.master_url}/health"
+        reply = _ask(ctx, cfg, "health")
+    except ConfigError as exc:
+        return CheckResult("master_reachable", title, CheckStatus.FAIL, str(exc), JOIN_FIX)
+    except UntrustedMaster as exc:
+        return _untrusted("master_reachable", title, exc)
     if reply.status == 200:
         return CheckResult("master_reachable", title, CheckStatus.PASS, f"{url} answered 200")
     found = reply.reason() if reply.status else f"no answer: {reply.error}"
@@ -40,8 +100,13 @@ def check_node_registered(ctx: CheckContext) -> CheckResult:
         return CheckResult(
             "node_registered", title, CheckStatus.FAIL, detail + ".", "sudo mac start agent"
         )
-    url = f"{cfg.master_url}/api/v1/self"
-    reply = _client(ctx, cfg).self_info()
+    try:
+        url = f"{cfg.master_url}/api/v1/self"
+        reply = _ask(ctx, cfg, "self")
+    except ConfigError as exc:
+        return CheckResult("node_registered", title, CheckStatus.FAIL, str(exc), JOIN_FIX)
+    except UntrustedMaster as exc:
+        return _untrusted("node_registered", title, exc)
     status = reply.status
     if status == 200:
         node = reply.body if isinstance(reply.body, dict) else {}
@@ -73,4 +138,4 @@ def check_node_registered(ctx: CheckContext) -> CheckResult:
     )
 
 
-CHECKS = (check_master_reachable, check_node_registered)
+CHECKS = (check_master_pinned, check_master_reachable, check_node_registered)

@@ -8,12 +8,15 @@ runs; the code that talks to the master only decides when to raise them.
 from __future__ import annotations
 
 from contract.master_api import Reply
+from contract.pinning import UntrustedMaster
 from maccli.output import CliError
-from node.config import NodeConfig
+from node.config import CA_PIN_KEY, NodeConfig
 
 
 def health_command(cfg: NodeConfig) -> str:
-    return f"curl -m5 -o /dev/null -w '%{{http_code}}\\n' {cfg.master_url}/health"
+    # Over HTTPS, -k: only whether it answers; `mac` itself checks the CA against the pin.
+    insecure = "-k " if cfg.master_url.startswith("https://") else ""
+    return f"curl -m5 {insecure}-o /dev/null -w '%{{http_code}}\\n' {cfg.master_url}/health"
 
 
 def no_route_error(cfg: NodeConfig, exc: OSError) -> CliError:
@@ -69,6 +72,25 @@ def registration_error(cfg: NodeConfig, reply: Reply) -> CliError:
         prefix + reply.reason(),
         hint="Fix what the master names, then run again:",
         commands=["mac env list", "mac start agent"],
+    )
+
+
+def untrusted_master_error(exc: UntrustedMaster) -> CliError:
+    """The master's CA does not match this node's pin: stop, and say how to tell why."""
+    return CliError(
+        f"{exc}. Nothing was sent to it: neither the join token nor the node key.",
+        hint=(
+            "Compare with the pin the master prints (its join line at `mac start master`, "
+            "or the command below on the master). If the master's CA was made again (its "
+            "data folder was lost), set the new pin; if not, something between this node "
+            "and the master answers in its place: do not change the pin."
+        ),
+        commands=[
+            "openssl x509 -in <data folder>/tls/ca.pem -pubkey -noout | openssl pkey -pubin "
+            "-outform der | sha256sum   # on the master",
+            f"sudo mac env set --node {CA_PIN_KEY}=<pin>",
+            "sudo mac start agent",
+        ],
     )
 
 

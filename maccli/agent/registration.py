@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from contract.master_api import MasterClient, Reply, route_address
+from contract.pinning import UntrustedMaster
 from maccli import output
 from maccli.agent import errors
 from maccli.agent.payload import build_payload
@@ -28,6 +29,7 @@ def client(cfg: NodeConfig, source_ip: str | None = None, timeout: float = 10.0)
         join_token=cfg.join_token,
         node_key=cfg.node_key,
         source_ip=source_ip,
+        ca_pin=cfg.master_ca_pin,
     )
 
 
@@ -137,12 +139,15 @@ def deregister(cfg: NodeConfig, hostname: str) -> tuple[str, bool, CliError | No
         return hostname, False, errors.no_master_ip_to_deregister()
     master = client(cfg, timeout=5)
     with output.spinner(f"Deregistering {hostname} from {cfg.master_url} ..."):
-        # The name the master knows, in case NODE_NAME changed since the registration.
-        reply = known = master.self_info()
-        if known.ok and isinstance(known.body, dict) and known.body.get("hostname"):
-            hostname = known.body["hostname"]
-        if known.status != 0:
-            reply = master.deregister(hostname)
+        try:
+            # The name the master knows, in case NODE_NAME changed since the registration.
+            reply = known = master.self_info()
+            if known.ok and isinstance(known.body, dict) and known.body.get("hostname"):
+                hostname = known.body["hostname"]
+            if known.status != 0:
+                reply = master.deregister(hostname)
+        except UntrustedMaster as exc:
+            return hostname, False, errors.untrusted_master_error(exc)
     if reply.ok:
         return hostname, True, None
     if reply.status == 404:
@@ -162,7 +167,10 @@ def master_view(cfg: NodeConfig) -> tuple[str, dict | None]:
         return "Master: MASTER_IP is not set (mac env set MASTER_IP=<master-ip>).", None
     if not cfg.node_key:
         return f"Master {cfg.master_ip}: this node is not registered (run: mac start agent).", None
-    reply = client(cfg, timeout=5).self_info()
+    try:
+        reply = client(cfg, timeout=5).self_info()
+    except UntrustedMaster as exc:
+        return f"Master {cfg.master_ip}: not trusted: {exc}.", None
     if reply.ok and isinstance(reply.body, dict):
         node = reply.body
         line = (

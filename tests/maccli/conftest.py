@@ -87,6 +87,8 @@ def make_mac_env(tmp_path: Path) -> MacEnv:
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
             # The master's API server behind its proxy: never the fixed 28081 of another run.
             "MAC_API_INTERNAL_PORT": str(free_port()),
+            # ... nor the fixed 28443 of its HTTPS.
+            "MAC_TLS_PORT": str(free_port()),
         }
     )
     mac = MacEnv(tmp_path, env)

@@ -11,6 +11,7 @@ from contract.services import (
     MASTER_ALERTMANAGER_PORT,
     MASTER_API_PORT,
     MASTER_PROMETHEUS_PORT,
+    MASTER_TLS_PORT,
     SERVICES,
 )
 
@@ -121,7 +122,10 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
         assert spec["restart"] == "unless-stopped"
         assert spec["networks"] == ["master"]
     # Only the proxy publishes the API port; the api-server is reached on the network.
-    assert _published(services["proxy"]["ports"]) == [(MASTER_API_PORT, MASTER_API_PORT)]
+    assert _published(services["proxy"]["ports"]) == [
+        (MASTER_API_PORT, MASTER_API_PORT),
+        (MASTER_TLS_PORT, MASTER_TLS_PORT),
+    ]
     assert "ports" not in services["api-server"]
     prometheus = services["prometheus"]
     assert _published(prometheus["ports"]) == [(MASTER_PROMETHEUS_PORT, MASTER_PROMETHEUS_PORT)]
@@ -170,7 +174,8 @@ def test_master_proxy_is_nginx_configured_by_mac_in_front_of_the_api_server():
     command = " ".join(proxy["command"])
     assert (
         "python -m django proxy_config --out /tmp/mac-proxy/nginx.conf "
-        "--listen 0.0.0.0:28080 --upstream api-server:28080 --resolver 127.0.0.11 &&"
+        "--listen 0.0.0.0:28080 --upstream api-server:28080 --resolver 127.0.0.11 "
+        "--tls-listen 0.0.0.0:28443 &&"
     ) in command
     assert "exec nginx -p /tmp/mac-proxy -c /tmp/mac-proxy/nginx.conf -e stderr" in command
     # The limits it renders come from the same variables as under the process runtime.
@@ -231,6 +236,11 @@ NOT_PASSED_TO_CONTAINERS = {
     "MAC_API_MAX_CONNECTIONS_PER_ADDRESS": "mac-proxy's",
     "MAC_API_MAX_HEADER_BYTES": "mac-proxy's",
     "MAC_API_REQUEST_TIMEOUT": "mac-proxy's",
+    "MAC_TLS_DIR": "mac-proxy's (prepare_tls, proxy_config): the mac-tls volume",
+    "MAC_TLS_CERT": "mac-proxy's",
+    "MAC_TLS_KEY": "mac-proxy's",
+    "MAC_TLS_NAMES": "mac-proxy's",
+    "MAC_HTTP": "mac-proxy's",
 }
 
 
@@ -258,3 +268,26 @@ def test_entries_without_a_value_are_the_ones_mac_passes_through():
     assert "MAC_REDIS_URL" not in names  # fixed by the file
     assert passed_through("services:\n  a:\n    environment: [A=1, B]\n") == {"B"}
     assert passed_through("services: [") == set()
+
+
+def test_master_proxy_serves_https_with_the_ca_kept_on_a_volume():
+    services = _load("docker-compose.master.yml")["services"]
+    proxy = services["proxy"]
+    command = " ".join(proxy["command"])
+    # The CA is made on the first start into mac-tls and kept there; the certificate
+    # names the host's addresses (from `mac`) and mac-proxy (for mac-prometheus).
+    assert command.startswith(
+        'sh -c python -m django prepare_tls --name mac-proxy --name "$${MAC_TLS_HOST_NAMES}" && '
+    )
+    assert "mac-tls:/var/lib/mac-tls" in proxy["volumes"]
+    assert proxy["environment"]["MAC_TLS_DIR"] == "/var/lib/mac-tls"
+    for name in ("MAC_TLS_CERT", "MAC_TLS_KEY", "MAC_TLS_NAMES", "MAC_TLS_HOST_NAMES"):
+        assert proxy["environment"][name] == f"${{{name}:-}}"
+    assert proxy["environment"]["MAC_HTTP"] == "${MAC_HTTP:-on}"
+    # mac-prometheus scrapes the master through that HTTPS, trusting that CA.
+    assert "mac-tls:/etc/prometheus/tls:ro" in services["prometheus"]["volumes"]
+    scraped = yaml.safe_load((DOCKER / "prometheus" / "prometheus.yml").read_text())
+    master = scraped["scrape_configs"][0]
+    assert master["static_configs"] == [{"targets": [f"mac-proxy:{MASTER_TLS_PORT}"]}]
+    assert master["scheme"] == "https"
+    assert master["tls_config"] == {"ca_file": "/etc/prometheus/tls/ca.pem"}

@@ -14,6 +14,7 @@ from testkit.ports import free_port
 EXPECTED = {
     "master_ip",
     "node_name",
+    "master_pinned",
     "master_reachable",
     "node_registered",
     "ip_forward",
@@ -123,6 +124,8 @@ def test_a_healthy_registered_node_passes_everything(mac_env, live_master):
                      "service:sys-exporter", "service:nic-exporter", "ip_forward",
                      "ip_forward_persisted"):  # fmt: skip
         assert statuses[check_id] == "pass", (check_id, payload)
+    # Joined by MASTER_IP alone: the one warning says the master is not verified.
+    assert statuses.pop("master_pinned") == "warn"
     assert set(statuses.values()) <= {"pass", "skip"}
 
 

@@ -73,6 +73,11 @@ class Command(BaseCommand):
             help=f"the Compose flavour: targets in {DOCKER_SD_DIR}, master at {DOCKER_MASTER}",
         )
         parser.add_argument(
+            "--ca-file",
+            help="the master's CA (MAC_TLS_DIR/ca.pem): scrape --master over HTTPS, verified "
+            "against it",
+        )
+        parser.add_argument(
             "--metrics-token-file",
             help="write only MAC_METRICS_TOKEN (empty when unset) to this file, mode 0600",
         )
@@ -111,6 +116,7 @@ class Command(BaseCommand):
             rule_files=[self._rules(out)],
             http_sd=http_sd,
             alertmanagers=self._alertmanagers(options["alertmanager"]),
+            master_ca_file=self._ca_file(options["ca_file"]),
         )
         self._write(out, text)
 
@@ -158,7 +164,25 @@ class Command(BaseCommand):
                 "MAC_SD_TOKEN=<a long random string>), restart the master, and run this again."
             )
         token_file = self._write_secret(out.parent / "sd_token", settings.SD_TOKEN)
-        return HttpSd(master=master, shard=shard, of=of, token_file=token_file)
+        return HttpSd(
+            master=master,
+            shard=shard,
+            of=of,
+            token_file=token_file,
+            ca_file=self._ca_file(options["ca_file"]),
+        )
+
+    def _ca_file(self, given: str | None) -> str | None:
+        """The CA file, absolute; Prometheus would not start on a missing one."""
+        if not given:
+            return None
+        path = Path(given).resolve()
+        if not path.is_file():
+            raise CommandError(
+                f"--ca-file {given}: no such file; the proxy's prepare_tls makes it "
+                "(MAC_TLS_DIR/ca.pem)."
+            )
+        return str(path)
 
     def _write_metrics_token(self, out: Path) -> str | None:
         """MAC_METRICS_TOKEN in a 0600 file beside the config, for Prometheus to send."""

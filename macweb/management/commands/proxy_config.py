@@ -5,6 +5,9 @@ the master's settings, and makes nginx's own folders under `--prefix` (default: 
 folder of FILE). `mac start master` runs it before each start of the `proxy`
 service, the Compose master's mac-proxy at each container start; then
 `nginx -p PREFIX -c FILE -e stderr` runs it in the foreground.
+
+`--tls-listen HOST:PORT` adds HTTPS (28443) with the material `manage.py prepare_tls`
+made or checked just before, and MAC_HTTP says what plain HTTP does then.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from contract.atomicfile import write_atomically
-from macweb.proxy import ProxyLimits, render_nginx_conf
+from macweb.proxy import ProxyLimits, TlsServing, render_nginx_conf
+from macweb.tls import material_paths
 
 
 def _address(option: str, value: str) -> str:
@@ -36,6 +40,10 @@ class Command(BaseCommand):
         parser.add_argument("--upstream", required=True, help="HOST:PORT of the API server")
         parser.add_argument("--prefix", help="nginx's folder: pid file, temporary folders")
         parser.add_argument(
+            "--tls-listen",
+            help="HOST:PORT of HTTPS beside HTTP (e.g. 0.0.0.0:28443); run prepare_tls first",
+        )
+        parser.add_argument(
             "--resolver",
             default="",
             help="DNS server that nginx asks for the upstream's name as it goes "
@@ -47,6 +55,13 @@ class Command(BaseCommand):
         upstream = _address("--upstream", options["upstream"])
         out = Path(options["out"]).resolve()
         prefix = Path(options["prefix"]).resolve() if options["prefix"] else out.parent
+        tls = None
+        if options["tls_listen"]:
+            tls = _tls(_address("--tls-listen", options["tls_listen"]))
+        if tls is None and settings.HTTP_MODE != "on":
+            raise CommandError(
+                f"MAC_HTTP={settings.HTTP_MODE} needs HTTPS: give --tls-listen HOST:PORT."
+            )
         text = render_nginx_conf(
             ProxyLimits.from_settings(settings),
             listen=listen,
@@ -54,6 +69,8 @@ class Command(BaseCommand):
             prefix=str(prefix),
             trusted_proxies=settings.TRUSTED_PROXIES,
             resolver=options["resolver"],
+            tls=tls,
+            http_mode=settings.HTTP_MODE,
         )
         try:
             (prefix / "tmp").mkdir(parents=True, exist_ok=True)
@@ -61,4 +78,20 @@ class Command(BaseCommand):
             write_atomically(out, text.encode())
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
-        self.stdout.write(f"Wrote {out}: proxy on {listen} for the API server at {upstream}.")
+        https = f" and HTTPS on {tls.listen}" if tls else ""
+        self.stdout.write(
+            f"Wrote {out}: proxy on {listen}{https} for the API server at {upstream}."
+        )
+
+
+def _tls(listen: str) -> TlsServing:
+    """The files prepare_tls left (MAC_TLS_DIR, or MAC_TLS_CERT / MAC_TLS_KEY)."""
+    paths = material_paths(settings.TLS_DIR, settings.TLS_CERT, settings.TLS_KEY)
+    try:
+        ca_pem = paths.ca.read_text()
+    except OSError as exc:
+        raise CommandError(
+            f"cannot read {paths.ca} ({exc.strerror or exc}): run `manage.py prepare_tls` "
+            "before proxy_config --tls-listen."
+        ) from None
+    return TlsServing(listen=listen, cert=str(paths.cert), key=str(paths.key), ca_pem=ca_pem)

@@ -1,0 +1,146 @@
+"""The proxy's HTTPS (28443) beside HTTP, with Debian's nginx on the material prepare_tls
+made: the chain verifies against the pinned CA, the CA is served to agents, and MAC_HTTP
+turns plain HTTP off (loopback only) or into a redirect (but /health)."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from contract.pinning import CA_PATH, first_certificate, pinned_context, spki_sha256
+from testkit.fakehttp import JsonHandler, serving
+from testkit.ports import free_port
+from testkit.processes import stop_process
+from testkit.proxy import nginx_binary, prepare_tls, start_proxy
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(nginx_binary() is None, reason="Debian's nginx is missing")
+
+
+class Upstream(JsonHandler):
+    """The API server's stand-in: says which path and scheme nginx passed on."""
+
+    def do_GET(self):
+        self.send_json(200, {"path": self.path, "proto": self.headers["X-Forwarded-Proto"]})
+
+
+def _get(host: str, port: int, path: str, context=None) -> http.client.HTTPResponse:
+    if context is None:
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+    else:
+        conn = http.client.HTTPSConnection(host, port, timeout=5, context=context)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    response.body = response.read()
+    conn.close()
+    return response
+
+
+@pytest.fixture
+def master_env(tmp_path):
+    return {**os.environ, "MAC_DATA_DIR": str(tmp_path / "data")}
+
+
+def test_https_serves_the_chain_of_the_pinned_ca_beside_http(tmp_path, master_env):
+    pin = prepare_tls(master_env)
+    ca_pem = (tmp_path / "data" / "tls" / "ca.pem").read_bytes()
+    http_port, tls_port = free_port(), free_port()
+    with serving(Upstream) as upstream:
+        proxy = start_proxy(tmp_path, master_env, http_port, urlsplit(upstream).port, tls_port)
+        try:
+            served_ca = _get("127.0.0.1", tls_port, CA_PATH, context=pinned_context(ca_pem))
+            secure = _get("127.0.0.1", tls_port, "/api/v1/self", context=pinned_context(ca_pem))
+            by_name = _get("localhost", tls_port, "/health", context=pinned_context(ca_pem))
+            plain = _get("127.0.0.1", http_port, "/api/v1/self")
+        finally:
+            stop_process(proxy)
+
+    assert served_ca.status == 200
+    assert served_ca.headers["Content-Type"] == "application/x-pem-file"
+    assert spki_sha256(first_certificate(served_ca.body)) == pin
+    assert secure.status == 200
+    assert b'"proto": "https"' in secure.body and b'"/api/v1/self"' in secure.body
+    assert by_name.status == 200
+    assert plain.status == 200 and b'"proto": "http"' in plain.body
+
+
+def _nginx(tmp_path: Path, env: dict, listen: str, tls_listen: str) -> subprocess.Popen:
+    conf = tmp_path / "proxy" / "nginx.conf"
+    subprocess.run(
+        [sys.executable, "-m", "django", "proxy_config", "--out", str(conf), "--listen", listen,
+         "--upstream", f"127.0.0.1:{free_port()}", "--tls-listen", tls_listen],
+        env=env, cwd=REPO, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [nginx_binary(), "-p", str(conf.parent), "-c", str(conf), "-e", "stderr"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    host, _, port = tls_listen.rpartition(":")
+    for _ in range(200):
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return process
+        except OSError:
+            if process.poll() is not None:
+                break
+            subprocess.run(["sleep", "0.05"], check=False)
+    stop_process(process)
+    pytest.fail("nginx did not start")
+
+
+def test_http_off_leaves_plain_http_on_loopback_only(tmp_path, master_env):
+    master_env["MAC_HTTP"] = "off"
+    prepare_tls(master_env, "127.0.0.2")
+    http_port, tls_port = free_port(), free_port()
+    # 127.0.0.2 plays the master's network address.
+    proxy = _nginx(tmp_path, master_env, f"127.0.0.2:{http_port}", f"127.0.0.2:{tls_port}")
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", http_port), timeout=2)
+        local = _get("127.0.0.1", http_port, "/health")
+        ca = (tmp_path / "data" / "tls" / "ca.pem").read_bytes()
+        served = _get("127.0.0.2", tls_port, CA_PATH, context=pinned_context(ca))
+    finally:
+        stop_process(proxy)
+    assert local.status == 503  # nginx answers (its API server is down): the check still runs
+    assert served.status == 200
+
+
+def test_http_redirect_sends_everything_but_health_to_https(tmp_path, master_env):
+    master_env["MAC_HTTP"] = "redirect"
+    prepare_tls(master_env)
+    http_port, tls_port = free_port(), free_port()
+    proxy = _nginx(tmp_path, master_env, f"127.0.0.1:{http_port}", f"127.0.0.1:{tls_port}")
+    try:
+        moved = _get("127.0.0.1", http_port, "/api/v1/nodes?status=offline")
+        health = _get("127.0.0.1", http_port, "/health")
+        ca = (tmp_path / "data" / "tls" / "ca.pem").read_bytes()
+        secure = _get("127.0.0.1", tls_port, "/api/v1/nodes", context=pinned_context(ca))
+    finally:
+        stop_process(proxy)
+    assert moved.status == 301
+    assert moved.headers["Location"] == (
+        f"https://127.0.0.1:{tls_port}/api/v1/nodes?status=offline"
+    )
+    assert health.status == 503  # passed on to the API server (down here), not redirected
+    assert secure.status == 503  # HTTPS itself never redirects
+
+
+def test_http_off_without_https_is_refused_by_name(tmp_path, master_env):
+    master_env["MAC_HTTP"] = "off"
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "proxy_config", "--out", str(tmp_path / "n.conf"),
+         "--listen", "127.0.0.1:1", "--upstream", "127.0.0.1:2"],
+        env=master_env, cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "MAC_HTTP=off needs HTTPS: give --tls-listen HOST:PORT." in done.stderr
+    assert "Traceback" not in done.stderr
