@@ -209,8 +209,7 @@ def report(
         # then that sweep's own time to Offline. The target is judged on that derived bound.
         verdict(
             "Offline within the sweep interval + probe timeout",
-            f"the derived worst case (interval + slowest catching sweep, of {len(trials)} "
-            "trials)",
+            f"the derived worst case (interval + slowest catching sweep, of {len(trials)} trials)",
             args.interval + max(caught),
             bound,
             " s",
