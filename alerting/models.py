@@ -73,6 +73,14 @@ class NotificationChannel(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Alertmanager through the front door (macweb.monitoring_gate): silences, posted
+        # alerts, and its status page, which shows the channels' secrets.
+        permissions = [
+            (
+                "manage_alertmanager",
+                "Can silence and post alerts in Alertmanager and read its configuration",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name

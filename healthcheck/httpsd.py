@@ -111,8 +111,9 @@ def http_sd(request: HttpRequest, service: str) -> HttpResponse:
             "http_sd needs 'Authorization: Bearer <MAC_SD_TOKEN>'; the config written by "
             "`manage.py prometheus_config --shard K --of N` sends it."
             if settings.SD_TOKEN
-            else "http_sd is closed: set MAC_SD_TOKEN on the master, restart it, then write "
-            "each Prometheus's config with `manage.py prometheus_config --shard K --of N`."
+            else "http_sd is closed (MAC_METRICS_TOKEN=off and no MAC_SD_TOKEN): set "
+            "MAC_SD_TOKEN on the master, restart it, then write each Prometheus's config "
+            "with `manage.py prometheus_config --shard K --of N`."
         )
         response = _error(401, detail)
         response["WWW-Authenticate"] = 'Bearer realm="mac-sd"'

@@ -30,6 +30,10 @@ ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The API server's own port behind the proxy, which alone listens on MAC_MASTER_PORT.
 API_INTERNAL_PORT = 28081
+# Where the master's own servers listen: only the proxy faces other hosts (issue 22);
+# Prometheus and Alertmanager are served to people through it, under /prometheus/ and
+# /alertmanager/, and stay reachable at the root on the master itself.
+LOOPBACK = "127.0.0.1"
 
 
 def data_dir(cfg: NodeConfig) -> Path:
@@ -52,11 +56,9 @@ def alertmanager_port(cfg: NodeConfig) -> int:
     return cfg.int_value("MAC_ALERTMANAGER_PORT", MASTER_ALERTMANAGER_PORT)
 
 
-def alertmanager_spec(
-    cfg: NodeConfig, data: Path, env: dict[str, str], bind: str, probe_host: str
-) -> ServiceSpec:
-    """Debian's prometheus-alertmanager on 29093, its configuration written from the
-    notification channels just before it starts (alerting.amconfig)."""
+def alertmanager_spec(cfg: NodeConfig, data: Path, env: dict[str, str]) -> ServiceSpec:
+    """Debian's prometheus-alertmanager on the loopback's 29093, its configuration written
+    from the notification channels just before it starts (alerting.amconfig)."""
     port = alertmanager_port(cfg)
     directory = Path(env["MAC_ALERTMANAGER_DIR"])
     django = [sys.executable, "-m", "django"]
@@ -67,11 +69,14 @@ def alertmanager_spec(
         cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
         f"--config.file={directory / 'alertmanager.yml'}",
         f"--storage.path={data / 'alertmanager-data'}",
-        f"--web.listen-address={bind}:{port}",
+        f"--web.listen-address={LOOPBACK}:{port}",
+        # The links it makes point at the front door; its routes stay at the root.
+        f"--web.external-url={env['MAC_PUBLIC_URL']}/alertmanager/",
+        "--web.route-prefix=/",
         # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
         "--cluster.listen-address=",
     ]
-    return _prometheus_project_spec("alertmanager", argv, port, env, prestart, probe_host, bind)
+    return _prometheus_project_spec("alertmanager", argv, port, env, prestart)
 
 
 def _prometheus_project_spec(
@@ -80,11 +85,9 @@ def _prometheus_project_spec(
     port: int,
     env: dict[str, str],
     prestart: list[list[str]],
-    probe_host: str,
-    bind: str,
 ) -> ServiceSpec:
-    """A Prometheus-project server: ready when its /-/ready answers, which can take a
-    while on a first start (the TSDB or the notification log is set up)."""
+    """A Prometheus-project server on the loopback: ready when its /-/ready answers,
+    which can take a while on a first start (the TSDB or the notification log is set up)."""
     return ServiceSpec(
         name,
         argv,
@@ -93,8 +96,8 @@ def _prometheus_project_spec(
         env=env,
         prestart=prestart,
         ready_timeout=60,
-        host=probe_host,
-        bind=bind,
+        host=LOOPBACK,
+        bind=LOOPBACK,
     )
 
 
@@ -139,13 +142,12 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         **file_settings(cfg),
         "DJANGO_SETTINGS_MODULE": "macweb.settings",
         "MAC_DATA_DIR": str(data),
-        "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{probe_host}:{prom_port}",
-        "MAC_ALERTMANAGER_URL": site_alertmanager
-        or f"http://{probe_host}:{alertmanager_port(cfg)}",
+        "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{LOOPBACK}:{prom_port}",
+        "MAC_ALERTMANAGER_URL": site_alertmanager or f"http://{LOOPBACK}:{alertmanager_port(cfg)}",
         "MAC_ALERTMANAGER_DIR": cfg.get("MAC_ALERTMANAGER_DIR") or str(data / "alertmanager"),
         "MAC_ALERTMANAGER_MANAGED": cfg.get("MAC_ALERTMANAGER_MANAGED")
         or ("0" if site_alertmanager else "1"),
-        "MAC_PUBLIC_URL": cfg.get("MAC_PUBLIC_URL") or f"http://{_public_host(cfg)}:{api_port}",
+        "MAC_PUBLIC_URL": public_url(cfg),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
     django = [py, "-m", "django"]
@@ -171,8 +173,11 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
     proxy_conf = proxy_dir / "nginx.conf"
     proxy_prestart = [
         *django, "proxy_config", "--out", str(proxy_conf),
-        "--listen", f"{bind}:{api_port}", "--upstream", f"127.0.0.1:{internal_port}",
+        "--listen", f"{bind}:{api_port}", "--upstream", f"{LOOPBACK}:{internal_port}",
+        "--prometheus", f"{LOOPBACK}:{prom_port}",
     ]  # fmt: skip
+    if not site_alertmanager:
+        proxy_prestart += ["--alertmanager", f"{LOOPBACK}:{alertmanager_port(cfg)}"]
     specs = [
         ServiceSpec(
             "api-server",
@@ -279,19 +284,20 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
             [
                 cfg.get("MAC_PROMETHEUS_BIN") or "/usr/bin/prometheus",
                 f"--config.file={prom_config}",
-                f"--web.listen-address={bind}:{prom_port}",
+                f"--web.listen-address={LOOPBACK}:{prom_port}",
                 f"--storage.tsdb.path={prom_dir / 'data'}",
-                "--web.enable-lifecycle",
+                # No --web.enable-lifecycle: nothing of MAC's reloads or stops it over
+                # HTTP (a changed config comes with a restart), so /-/quit stays closed.
+                f"--web.external-url={env['MAC_PUBLIC_URL']}/prometheus/",
+                "--web.route-prefix=/",
             ],
             prom_port,
             env,
             prom_prestart,
-            probe_host,
-            bind,
         ),
     ]
     if not site_alertmanager:
-        specs.append(alertmanager_spec(cfg, data, env, bind, probe_host))
+        specs.append(alertmanager_spec(cfg, data, env))
     return specs
 
 
@@ -343,6 +349,20 @@ def _public_host(cfg: NodeConfig) -> str:
     return cfg.get("MAC_PUBLIC_HOST") or (_host_address() if wildcard else bind)
 
 
+def public_url(cfg: NodeConfig) -> str:
+    """The front door as people reach it (MAC_PUBLIC_URL, else derived from the master's
+    address and port): the links in notifications and the servers' external URLs.
+    The same under both runtimes."""
+    given = (cfg.get("MAC_PUBLIC_URL") or "").rstrip("/")
+    return given or f"http://{_public_host(cfg)}:{cfg.master_port}"
+
+
+def _export_public_url(cfg: NodeConfig) -> None:
+    """Compose takes ${MAC_PUBLIC_URL} from mac's environment: give it the derived one,
+    as the process runtime gives it to its services."""
+    os.environ["MAC_PUBLIC_URL"] = public_url(cfg)
+
+
 def _specs(cfg: NodeConfig, runtime: Runtime) -> list[ServiceSpec]:
     return master_specs(cfg, docker=not isinstance(runtime, ProcessRuntime))
 
@@ -365,18 +385,20 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
         states = runtime.start(ROLE, specs)
         admin = _create_admin(cfg, specs)
     else:
+        _export_public_url(cfg)
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     host = _public_host(cfg)
-    api, prom = f"http://{host}:{cfg.master_port}", f"http://{host}:{prometheus_port(cfg)}"
+    api = public_url(cfg)
     lines = [
         f"Dashboard:   {api}/",
         f"API docs:    {api}/api/v1/docs/",
         f"Health:      curl {api}/health",
-        f"Prometheus:  {prom}/targets",
+        f"Prometheus:  {api}/prometheus/targets (log in first; on this host also "
+        f"http://127.0.0.1:{prometheus_port(cfg)}/)",
         "Alerts:      "
         + (
-            f"http://{host}:{alertmanager_port(cfg)}/ (channels: {api}/admin/alerting/)"
+            f"{api}/alertmanager/ (channels: {api}/admin/alerting/)"
             if not cfg.get("MAC_ALERTMANAGER_URL")
             else f"{cfg.get('MAC_ALERTMANAGER_URL')} (the site's Alertmanager)"
         ),

@@ -120,9 +120,17 @@ class AlertStack:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return json.load(response)
 
+    @property
+    def metrics_token(self) -> str:
+        """The token the master made at its first start (prepare_master)."""
+        return (self.root / "data" / "metrics_token").read_text().strip()
+
     def node_up(self) -> dict[str, float]:
-        """{hostname: value of mac_node_up} from the master's /metrics."""
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+        """{hostname: value of mac_node_up} from the master's /metrics (with its token)."""
+        request = urllib.request.Request(
+            f"{self.url}/metrics", headers={"Authorization": f"Bearer {self.metrics_token}"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
             text = response.read().decode()
         found = {}
         for line in text.splitlines():

@@ -5,6 +5,9 @@ the master's settings, and makes nginx's own folders under `--prefix` (default: 
 folder of FILE). `mac start master` runs it before each start of the `proxy`
 service, the Compose master's mac-proxy at each container start; then
 `nginx -p PREFIX -c FILE -e stderr` runs it in the foreground.
+
+`--prometheus HOST:PORT` and `--alertmanager HOST:PORT` serve those servers under
+/prometheus/ and /alertmanager/, behind the gate (macweb.monitoring_gate).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from contract.atomicfile import write_atomically
-from macweb.proxy import ProxyLimits, render_nginx_conf
+from macweb.proxy import MONITORING_SERVERS, ProxyLimits, render_nginx_conf
 
 
 def _address(option: str, value: str) -> str:
@@ -41,10 +44,22 @@ class Command(BaseCommand):
             help="DNS server that nginx asks for the upstream's name as it goes "
             "(127.0.0.11 under Docker)",
         )
+        for name in MONITORING_SERVERS:
+            parser.add_argument(
+                f"--{name}",
+                default="",
+                help=f"HOST:PORT of {name.capitalize()}, served under /{name}/ to those "
+                "who may see it",
+            )
 
     def handle(self, *args, **options) -> None:
         listen = _address("--listen", options["listen"])
         upstream = _address("--upstream", options["upstream"])
+        monitoring = {
+            name: _address(f"--{name}", options[name])
+            for name in MONITORING_SERVERS
+            if options[name]
+        }
         out = Path(options["out"]).resolve()
         prefix = Path(options["prefix"]).resolve() if options["prefix"] else out.parent
         text = render_nginx_conf(
@@ -54,6 +69,7 @@ class Command(BaseCommand):
             prefix=str(prefix),
             trusted_proxies=settings.TRUSTED_PROXIES,
             resolver=options["resolver"],
+            monitoring=monitoring,
         )
         try:
             (prefix / "tmp").mkdir(parents=True, exist_ok=True)
@@ -61,4 +77,7 @@ class Command(BaseCommand):
             write_atomically(out, text.encode())
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
-        self.stdout.write(f"Wrote {out}: proxy on {listen} for the API server at {upstream}.")
+        served = "".join(f", /{name}/ for {address}" for name, address in monitoring.items())
+        self.stdout.write(
+            f"Wrote {out}: proxy on {listen} for the API server at {upstream}{served}."
+        )
