@@ -67,6 +67,8 @@ class AlertStack:
                 "MAC_WORKER_CONCURRENCY": "2",
                 "MAC_ADMIN_PASSWORD": ADMIN_PASSWORD,
                 "MAC_PUBLIC_URL": f"http://127.0.0.1:{self.api_port}",
+                # The tests' webhook receivers listen on the loopback (alerting.destinations).
+                "MAC_CHANNEL_ALLOWED_NETWORKS": "127.0.0.0/8",
                 **self.settings,
             }
         )
