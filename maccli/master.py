@@ -428,6 +428,8 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    if not isinstance(runtime, ProcessRuntime):
+        _export_public_url(cfg)
     states = runtime.restart(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
     return 0

@@ -105,7 +105,7 @@ def _start(node: Node, mode: str) -> dict:
 
 
 def _prometheus_jobs() -> dict[str, str]:
-    url = f"http://{HOST_IP}:29090/api/v1/targets"
+    url = "http://127.0.0.1:29090/api/v1/targets"  # the master's loopback only (issue 22)
     with urllib.request.urlopen(url, timeout=5) as response:
         targets = json.load(response)["data"]["activeTargets"]
     return {t["labels"].get("job", ""): t["health"] for t in targets}
