@@ -19,7 +19,7 @@ while the node is registered, even when its IP does, so a node keeps its shard
 when other nodes join or leave, and all of one node's jobs land on the same
 Prometheus. Changing N moves nodes, as with any hashmod.
 
-Errors say what is wrong: 401 without the token (or while MAC_SD_TOKEN is unset),
+Errors say what is wrong: 401 without the token (or while no token is set),
 404 for a job that Prometheus does not scrape, 400 naming `shard` or `of` when one
 is missing, not an integer, or out of range.
 """

@@ -223,3 +223,14 @@ def test_metrics_token_off_opens_metrics_and_writes_no_file(tmp_path):
     assert setting_of_a_new_process(data, "METRICS_TOKEN", MAC_METRICS_TOKEN="off") == ""
     assert setting_of_a_new_process(data, "METRICS_TOKEN_OFF", MAC_METRICS_TOKEN="OFF")
     assert setting_of_a_new_process(data, "SD_TOKEN", MAC_METRICS_TOKEN="off") == ""
+
+
+def test_the_check_warns_when_metrics_is_open_by_accident(settings, tmp_path):
+    settings.METRICS_TOKEN_SOURCE = ""
+    settings.METRICS_TOKEN_FILE = tmp_path / "metrics_token"
+
+    [warning] = check_master_prepared()
+
+    assert warning.id == "macweb.W001"
+    assert str(tmp_path / "metrics_token") in warning.msg
+    assert "MAC_METRICS_TOKEN=off" in warning.hint
