@@ -319,12 +319,13 @@ def _monitoring_locations(
             f"""\
         location /{name}/ {{
             set $mac_gate_uri $uri;
-            # The servers run with their route prefix at / (loopback use keeps working)
-            # and their external URL at /{name}/ (the links they make).
+{upstream}            # The servers run with their route prefix at / (loopback use keeps working)
+            # and their external URL at /{name}/ (the links they make). Last of the
+            # rewrite directives: `break` ends them (a `set` after it would never run).
             rewrite ^/{name}(/.*)$ $1 break;
             auth_request /_mac_gate;
             auth_request_set $mac_gate_reason $upstream_http_x_mac_gate;
-{upstream}            proxy_pass {target};
+            proxy_pass {target};
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_set_header X-Forwarded-Proto $scheme;
