@@ -15,6 +15,7 @@ from django.core.validators import URLValidator, validate_email
 from django.db import models
 
 from alerting.choices import ChannelKind, Severity
+from alerting.destinations import url_refusal
 
 # One Alertmanager matcher: a label name, an operator, a value (quoted or not).
 MATCHER = re.compile(
@@ -73,6 +74,14 @@ class NotificationChannel(models.Model):
 
     class Meta:
         ordering = ["name"]
+        # Alertmanager through the front door (macweb.monitoring_gate): silences, posted
+        # alerts, and its status page, which shows the channels' secrets.
+        permissions = [
+            (
+                "manage_alertmanager",
+                "Can silence and post alerts in Alertmanager and read its configuration",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -149,4 +158,7 @@ def channel_errors(channel: NotificationChannel) -> dict[str, list[str]]:
                 _URL(channel.url)
             except ValidationError:
                 add("url", "must be an http:// or https:// URL")
+            else:
+                if refusal := url_refusal(channel.url):
+                    add("url", refusal)
     return errors

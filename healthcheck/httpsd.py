@@ -19,7 +19,7 @@ while the node is registered, even when its IP does, so a node keeps its shard
 when other nodes join or leave, and all of one node's jobs land on the same
 Prometheus. Changing N moves nodes, as with any hashmod.
 
-Errors say what is wrong: 401 without the token (or while MAC_SD_TOKEN is unset),
+Errors say what is wrong: 401 without the token (or while no token is set),
 404 for a job that Prometheus does not scrape, 400 naming `shard` or `of` when one
 is missing, not an integer, or out of range.
 """
@@ -111,8 +111,9 @@ def http_sd(request: HttpRequest, service: str) -> HttpResponse:
             "http_sd needs 'Authorization: Bearer <MAC_SD_TOKEN>'; the config written by "
             "`manage.py prometheus_config --shard K --of N` sends it."
             if settings.SD_TOKEN
-            else "http_sd is closed: set MAC_SD_TOKEN on the master, restart it, then write "
-            "each Prometheus's config with `manage.py prometheus_config --shard K --of N`."
+            else "http_sd is closed (MAC_METRICS_TOKEN=off and no MAC_SD_TOKEN): set "
+            "MAC_SD_TOKEN on the master, restart it, then write each Prometheus's config "
+            "with `manage.py prometheus_config --shard K --of N`."
         )
         response = _error(401, detail)
         response["WWW-Authenticate"] = 'Bearer realm="mac-sd"'

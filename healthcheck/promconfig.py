@@ -8,7 +8,8 @@ from a file when the master sets one. Used two ways:
 
 - `manage.py prometheus_config --out FILE` writes it for `mac start master`,
   which runs Debian's /usr/bin/prometheus with
-  `--web.listen-address=:29090 --storage.tsdb.path=... --web.enable-lifecycle`;
+  `--web.listen-address=127.0.0.1:29090 --storage.tsdb.path=...` (no lifecycle
+  endpoints; served to people under /prometheus/ by the proxy, issue 22);
 - docker/prometheus/prometheus.yml is `docker_prometheus_yaml()` for the Compose
   deployment (targets mounted at /etc/prometheus/targets, the API server
   reached through mac-proxy's HTTPS, mac-proxy:28443, verified against the CA in

@@ -21,12 +21,13 @@ def health(request):
 
 @require_GET
 def metrics(request):
-    # Open by default, as Prometheus expects; MAC_METRICS_TOKEN closes it (the node list,
-    # statuses and diagnoses are in there).
+    # Closed by the metrics token (made at the first start): the node list, statuses and
+    # diagnoses are in there. Open only while MAC_METRICS_TOKEN=off (or no token at all).
     if settings.METRICS_TOKEN and not bearer_matches(request, settings.METRICS_TOKEN):
         response = HttpResponse(
             "/metrics needs 'Authorization: Bearer <MAC_METRICS_TOKEN>'; MAC's own Prometheus "
-            "config sends it (manage.py prometheus_config).\n",
+            "config sends it (manage.py prometheus_config). The master's token is in "
+            "MAC_DATA_DIR/metrics_token unless MAC_METRICS_TOKEN sets it.\n",
             status=401,
             content_type="text/plain; charset=utf-8",
         )

@@ -31,6 +31,10 @@ ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The API server's own port behind the proxy, which alone listens on MAC_MASTER_PORT.
 API_INTERNAL_PORT = 28081
+# Where the master's own servers listen: only the proxy faces other hosts (issue 22);
+# Prometheus and Alertmanager are served to people through it, under /prometheus/ and
+# /alertmanager/, and stay reachable at the root on the master itself.
+LOOPBACK = "127.0.0.1"
 
 
 def data_dir(cfg: NodeConfig) -> Path:
@@ -53,11 +57,9 @@ def alertmanager_port(cfg: NodeConfig) -> int:
     return cfg.int_value("MAC_ALERTMANAGER_PORT", MASTER_ALERTMANAGER_PORT)
 
 
-def alertmanager_spec(
-    cfg: NodeConfig, data: Path, env: dict[str, str], bind: str, probe_host: str
-) -> ServiceSpec:
-    """Debian's prometheus-alertmanager on 29093, its configuration written from the
-    notification channels just before it starts (alerting.amconfig)."""
+def alertmanager_spec(cfg: NodeConfig, data: Path, env: dict[str, str]) -> ServiceSpec:
+    """Debian's prometheus-alertmanager on the loopback's 29093, its configuration written
+    from the notification channels just before it starts (alerting.amconfig)."""
     port = alertmanager_port(cfg)
     directory = Path(env["MAC_ALERTMANAGER_DIR"])
     django = [sys.executable, "-m", "django"]
@@ -68,11 +70,14 @@ def alertmanager_spec(
         cfg.get("MAC_ALERTMANAGER_BIN") or "/usr/bin/prometheus-alertmanager",
         f"--config.file={directory / 'alertmanager.yml'}",
         f"--storage.path={data / 'alertmanager-data'}",
-        f"--web.listen-address={bind}:{port}",
+        f"--web.listen-address={LOOPBACK}:{port}",
+        # The links it makes point at the front door; its routes stay at the root.
+        f"--web.external-url={env['MAC_PUBLIC_URL']}/alertmanager/",
+        "--web.route-prefix=/",
         # One Alertmanager: no gossip port (9094 by default) to collide with a site's.
         "--cluster.listen-address=",
     ]
-    return _prometheus_project_spec("alertmanager", argv, port, env, prestart, probe_host, bind)
+    return _prometheus_project_spec("alertmanager", argv, port, env, prestart)
 
 
 def _prometheus_project_spec(
@@ -81,11 +86,9 @@ def _prometheus_project_spec(
     port: int,
     env: dict[str, str],
     prestart: list[list[str]],
-    probe_host: str,
-    bind: str,
 ) -> ServiceSpec:
-    """A Prometheus-project server: ready when its /-/ready answers, which can take a
-    while on a first start (the TSDB or the notification log is set up)."""
+    """A Prometheus-project server on the loopback: ready when its /-/ready answers,
+    which can take a while on a first start (the TSDB or the notification log is set up)."""
     return ServiceSpec(
         name,
         argv,
@@ -94,8 +97,8 @@ def _prometheus_project_spec(
         env=env,
         prestart=prestart,
         ready_timeout=60,
-        host=probe_host,
-        bind=bind,
+        host=LOOPBACK,
+        bind=LOOPBACK,
     )
 
 
@@ -168,13 +171,12 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         **file_settings(cfg),
         "DJANGO_SETTINGS_MODULE": "macweb.settings",
         "MAC_DATA_DIR": str(data),
-        "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{probe_host}:{prom_port}",
-        "MAC_ALERTMANAGER_URL": site_alertmanager
-        or f"http://{probe_host}:{alertmanager_port(cfg)}",
+        "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL") or f"http://{LOOPBACK}:{prom_port}",
+        "MAC_ALERTMANAGER_URL": site_alertmanager or f"http://{LOOPBACK}:{alertmanager_port(cfg)}",
         "MAC_ALERTMANAGER_DIR": cfg.get("MAC_ALERTMANAGER_DIR") or str(data / "alertmanager"),
         "MAC_ALERTMANAGER_MANAGED": cfg.get("MAC_ALERTMANAGER_MANAGED")
         or ("0" if site_alertmanager else "1"),
-        "MAC_PUBLIC_URL": cfg.get("MAC_PUBLIC_URL") or f"http://{_public_host(cfg)}:{api_port}",
+        "MAC_PUBLIC_URL": public_url(cfg),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
     django = [py, "-m", "django"]
@@ -206,9 +208,12 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         tls_prestart += ["--name", name]
     proxy_prestart = [
         *django, "proxy_config", "--out", str(proxy_conf),
-        "--listen", f"{bind}:{api_port}", "--upstream", f"127.0.0.1:{internal_port}",
+        "--listen", f"{bind}:{api_port}", "--upstream", f"{LOOPBACK}:{internal_port}",
         "--tls-listen", f"{bind}:{tls_port(cfg)}",
+        "--prometheus", f"{LOOPBACK}:{prom_port}",
     ]  # fmt: skip
+    if not site_alertmanager:
+        proxy_prestart += ["--alertmanager", f"{LOOPBACK}:{alertmanager_port(cfg)}"]
     # MAC_HTTP=off keeps HTTP on loopback only, where the health check asks.
     proxy_host = "127.0.0.1" if http_mode(cfg) == "off" else probe_host
     specs = [
@@ -317,19 +322,20 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
             [
                 cfg.get("MAC_PROMETHEUS_BIN") or "/usr/bin/prometheus",
                 f"--config.file={prom_config}",
-                f"--web.listen-address={bind}:{prom_port}",
+                f"--web.listen-address={LOOPBACK}:{prom_port}",
                 f"--storage.tsdb.path={prom_dir / 'data'}",
-                "--web.enable-lifecycle",
+                # No --web.enable-lifecycle: nothing of MAC's reloads or stops it over
+                # HTTP (a changed config comes with a restart), so /-/quit stays closed.
+                f"--web.external-url={env['MAC_PUBLIC_URL']}/prometheus/",
+                "--web.route-prefix=/",
             ],
             prom_port,
             env,
             prom_prestart,
-            probe_host,
-            bind,
         ),
     ]
     if not site_alertmanager:
-        specs.append(alertmanager_spec(cfg, data, env, bind, probe_host))
+        specs.append(alertmanager_spec(cfg, data, env))
     return specs
 
 
@@ -387,6 +393,25 @@ def _pass_tls_names(cfg: NodeConfig) -> None:
     os.environ["MAC_TLS_HOST_NAMES"] = ",".join(tls_names(cfg))
 
 
+def public_url(cfg: NodeConfig) -> str:
+    """The front door as people reach it (MAC_PUBLIC_URL, else derived from the master's
+    address and port): the links in notifications and the servers' external URLs.
+    The same under both runtimes."""
+    given = (cfg.get("MAC_PUBLIC_URL") or "").rstrip("/")
+    if given:
+        return given
+    # With plain HTTP refused or redirected, links go to HTTPS (the master's CA signs it).
+    if http_mode(cfg) == "on":
+        return f"http://{_public_host(cfg)}:{cfg.master_port}"
+    return f"https://{_public_host(cfg)}:{tls_port(cfg)}"
+
+
+def _export_public_url(cfg: NodeConfig) -> None:
+    """Compose takes ${MAC_PUBLIC_URL} from mac's environment: give it the derived one,
+    as the process runtime gives it to its services."""
+    os.environ["MAC_PUBLIC_URL"] = public_url(cfg)
+
+
 def _specs(cfg: NodeConfig, runtime: Runtime) -> list[ServiceSpec]:
     return master_specs(cfg, docker=not isinstance(runtime, ProcessRuntime))
 
@@ -410,18 +435,20 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
         admin = _create_admin(cfg, specs)
     else:
         _pass_tls_names(cfg)
+        _export_public_url(cfg)
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     host = _public_host(cfg)
-    api, prom = f"http://{host}:{cfg.master_port}", f"http://{host}:{prometheus_port(cfg)}"
+    api = public_url(cfg)
     lines = [
         f"Dashboard:   {api}/",
         f"API docs:    {api}/api/v1/docs/",
         f"Health:      curl {api}/health",
-        f"Prometheus:  {prom}/targets",
+        f"Prometheus:  {api}/prometheus/targets (log in first; on this host also "
+        f"http://127.0.0.1:{prometheus_port(cfg)}/)",
         "Alerts:      "
         + (
-            f"http://{host}:{alertmanager_port(cfg)}/ (channels: {api}/admin/alerting/)"
+            f"{api}/alertmanager/ (channels: {api}/admin/alerting/)"
             if not cfg.get("MAC_ALERTMANAGER_URL")
             else f"{cfg.get('MAC_ALERTMANAGER_URL')} (the site's Alertmanager)"
         ),
@@ -488,6 +515,7 @@ def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
     if not isinstance(runtime, ProcessRuntime):
         _pass_tls_names(cfg)
+        _export_public_url(cfg)
     states = runtime.restart(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
     return 0

@@ -127,7 +127,7 @@ def env_or_file_secret(names: tuple[str, ...], path: Path) -> tuple[str, str]:
         return "", ""  # not prepared yet: the macweb.E001 check says so
     except OSError as exc:
         raise ImproperlyConfigured(
-            f"The secret key file {path} cannot be read ({exc.strerror or exc}); fix its "
-            "owner or mode, or set MAC_SECRET_KEY."
+            f"The file {path} cannot be read ({exc.strerror or exc}); fix its "
+            f"owner or mode, or set {names[-1]}."
         ) from None
     return (value, str(path)) if value else ("", "")

@@ -6,6 +6,11 @@ proxy is built for, and nginx bounds them with its own settings instead of MAC
 subclassing the app server's protocol (issue 19). It also turns the client address
 into one trusted X-Forwarded-For entry, and passes the dashboard's WebSocket through.
 
+It is also the only way in to Prometheus and Alertmanager from other hosts (issue 22):
+`/prometheus/` and `/alertmanager/` pass to the servers on the master's loopback (or
+its Compose network) once Django says yes to each request (nginx `auth_request` to
+macweb.monitoring_gate), so the same logins, API tokens and permissions apply.
+
 `manage.py proxy_config` writes the configuration from the master's settings; the
 process runtime runs nginx in the foreground on it (`mac start master`, service
 `proxy`), the Compose master as mac-proxy. Every limit, its setting and what a
@@ -15,7 +20,7 @@ client sees past it is in docs/security.md.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from contract.pinning import CA_PATH
@@ -35,6 +40,11 @@ WEBSOCKET_IDLE_SECONDS = 3600
 RETRY_AFTER_SECONDS = 5
 # Every method the master serves somewhere (the API, the pages, the admin).
 ALLOWED_METHODS = "GET, HEAD, POST, OPTIONS"
+# Where nginx asks Django whether a request to Prometheus or Alertmanager may pass
+# (macweb.monitoring_gate); only nginx's own subrequests reach it.
+GATE_PATH = "/auth/monitoring"
+# The servers behind the front door, by the path prefix they are served under.
+MONITORING_SERVERS = ("prometheus", "alertmanager")
 # MAC_HTTP: plain HTTP served as before, refused to other hosts (loopback only, for the
 # master's own commands and health checks), or redirected to HTTPS (but /health).
 HTTP_MODES = ("on", "off", "redirect")
@@ -97,6 +107,7 @@ def render_nginx_conf(
     resolver: str = "",
     tls: TlsServing | None = None,
     http_mode: str = "on",
+    monitoring: Mapping[str, str] | None = None,
 ) -> str:
     """nginx.conf for a proxy on `listen` (HOST:PORT) in front of the API at `upstream`.
 
@@ -106,6 +117,8 @@ def render_nginx_conf(
     it goes, so that a recreated mac-api-server with a new address is still found;
     without it the upstream is a fixed address with kept-alive connections.
     `tls` adds HTTPS in the same server; `http_mode` (HTTP_MODES) is what HTTP does then.
+    `monitoring` maps "prometheus" and "alertmanager" to HOST:PORT; each one given is
+    served under /<name>/ behind the gate.
     """
     timeout_ms = max(1, round(limits.request_timeout * 1000))
     # nginx has no separate cap on client connections: worker_connections counts each
@@ -140,6 +153,7 @@ def render_nginx_conf(
         set_target = ""
     backlog = max(511, limits.max_connections)
     http_listen, tls_lines, https_map = _front_door(listen, backlog, tls, http_mode)
+    monitoring_locations = _monitoring_locations(monitoring or {}, resolver, target, set_target)
     realip = "".join(f"    set_real_ip_from {net};\n" for net in trusted_proxies)
     if realip:
         realip += "    real_ip_header X-Forwarded-For;\n    real_ip_recursive on;\n"
@@ -240,6 +254,7 @@ http {{
             proxy_send_timeout {WEBSOCKET_IDLE_SECONDS}s;
         }}
 
+{monitoring_locations}
         location @method_not_allowed {{
             add_header Allow "{ALLOWED_METHODS}" always;
             return 405 "The $request_method method is not allowed.\n";
@@ -304,3 +319,95 @@ def _front_door(
             f"            return 301 https://$host:{tls_port}$request_uri;\n        }}\n"
         )
     return http_listen, lines, https_map
+
+
+def _monitoring_locations(
+    servers: Mapping[str, str], resolver: str, api_target: str, set_api: str
+) -> str:
+    """/prometheus/ and /alertmanager/ behind Django's gate, and the gate's subrequest.
+
+    The gate sees the path as nginx normalised it ($uri: %-escapes decoded, `..` and
+    `//` resolved), captured before the prefix is cut, and the client's method: the
+    subrequest itself is always a GET. Its answer's X-Mac-Gate header says why a
+    request is refused; nginx shows that (the subrequest's body is never sent on).
+    """
+    if not servers:
+        return ""
+    unknown = set(servers) - set(MONITORING_SERVERS)
+    if unknown:
+        raise ValueError(f"no such monitoring server: {', '.join(sorted(unknown))}")
+    blocks = [
+        f"""\
+        # Django answers whether a request may pass (macweb.monitoring_gate).
+        location = {GATE_PATH} {{
+            return 404;
+        }}
+        location = /_mac_gate {{
+            internal;
+{set_api}            proxy_pass {api_target}{GATE_PATH};
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Original-URI $mac_gate_uri;
+            proxy_set_header X-Original-Method $request_method;
+            proxy_set_header Connection "";
+        }}
+        location @gate_login {{
+            # People (a browser asks for HTML) go to the login page and come back.
+            if ($http_accept ~* "text/html") {{
+                return 302 /accounts/login/?next=$request_uri;
+            }}
+            add_header WWW-Authenticate 'Bearer realm="mac"' always;
+            return 401 "Log in (/accounts/login/) or send 'Authorization: Bearer <API token>'.\\n";
+        }}
+        location @gate_refused {{
+            return 403 "$mac_gate_reason\\n";
+        }}
+"""
+    ]
+    for name in MONITORING_SERVERS:
+        if name not in servers:
+            continue
+        address = servers[name]
+        if resolver:
+            upstream = f"            set $mac_{name} http://{address};\n"
+            target = f"$mac_{name}"
+        else:
+            upstream = ""
+            target = f"http://{address}"
+        down = _text(f"{name.capitalize()} does not answer; on the master: mac status master\n")
+        blocks.append(
+            f"""\
+        location /{name}/ {{
+            set $mac_gate_uri $uri;
+{upstream}            # The servers run with their route prefix at / (loopback use keeps working)
+            # and their external URL at /{name}/ (the links they make). Last of the
+            # rewrite directives: `break` ends them (a `set` after it would never run).
+            rewrite ^/{name}(/.*)$ $1 break;
+            auth_request /_mac_gate;
+            auth_request_set $mac_gate_reason $upstream_http_x_mac_gate;
+            proxy_pass {target};
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            # The servers need neither: the gate has read them.
+            proxy_set_header Authorization "";
+            proxy_set_header Cookie "";
+            proxy_set_header Connection "";
+            proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
+            error_page 401 = @gate_login;
+            error_page 403 = @gate_refused;
+            error_page 405 @method_not_allowed;
+            error_page 413 @body_too_large;
+            error_page 429 @too_many_requests;
+            error_page 502 504 =503 @{name}_down;
+        }}
+        location @{name}_down {{
+            add_header Retry-After {RETRY_AFTER_SECONDS} always;
+            return 503 {down};
+        }}
+"""
+        )
+    return "".join(blocks)

@@ -96,6 +96,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "macweb.dashboard.context.monitoring_links",
             ],
         },
     },
@@ -329,11 +330,22 @@ CLUSTER_NAME = env_str("MAC_CLUSTER_NAME", "mac")
 # Addresses a reverse proxy in front of the API may speak for (X-Forwarded-For).
 TRUSTED_PROXIES = env_networks("MAC_TRUSTED_PROXIES")
 # --- Hostile clients (docs/security.md).
-# When set, /metrics needs `Authorization: Bearer <token>`; MAC's Prometheus config sends it.
-METRICS_TOKEN = env_str("MAC_METRICS_TOKEN")
-# The http_sd endpoint (/api/v1/sd/<job>, healthcheck.httpsd) is closed until this is set;
-# Prometheus sends it as `Authorization: Bearer <token>` (manage.py prometheus_config --shard).
-SD_TOKEN = env_str("MAC_SD_TOKEN")
+# /metrics needs `Authorization: Bearer <token>`: MAC_METRICS_TOKEN, else the file that
+# prepare_master makes at the first start (like the secret key); MAC's Prometheus config
+# sends it. MAC_METRICS_TOKEN=off opens /metrics to anyone who reaches the front door.
+METRICS_TOKEN_FILE = DATA_DIR / "metrics_token"
+_metrics_token, METRICS_TOKEN_SOURCE = env_or_file_secret(
+    ("MAC_METRICS_TOKEN",), METRICS_TOKEN_FILE
+)
+METRICS_TOKEN_OFF = _metrics_token.lower() == "off"
+METRICS_TOKEN = "" if METRICS_TOKEN_OFF else _metrics_token
+# The http_sd endpoint (/api/v1/sd/<job>, healthcheck.httpsd) needs MAC_SD_TOKEN, or the
+# metrics token when that is unset; with neither it is closed. Prometheus sends it as
+# `Authorization: Bearer <token>` (manage.py prometheus_config --shard).
+SD_TOKEN = env_str("MAC_SD_TOKEN") or METRICS_TOKEN
+# Notification channels (webhook, Slack) may not point at loopback, link-local, cloud
+# metadata or the master's own addresses (alerting.destinations), except in these networks.
+CHANNEL_ALLOWED_NETWORKS = env_networks("MAC_CHANNEL_ALLOWED_NETWORKS")
 # Origins (scheme://host[:port]) whose pages may open the dashboard's WebSocket; empty
 # means the master's own: the hosts of MAC_ALLOWED_HOSTS, or the socket's own Host.
 ALLOWED_ORIGINS = env_list("MAC_ALLOWED_ORIGINS")

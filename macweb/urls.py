@@ -7,6 +7,7 @@ from django.views import defaults
 from drf_spectacular.views import SpectacularSwaggerView
 
 from macweb.api_schema import SchemaView
+from macweb.monitoring_gate import monitoring_gate
 
 urlpatterns = [
     path("", include("healthcheck.urls")),
@@ -16,6 +17,8 @@ urlpatterns = [
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    # nginx's auth_request for /prometheus/ and /alertmanager/ (macweb.proxy.GATE_PATH).
+    path("auth/monitoring", monitoring_gate, name="monitoring-gate"),
     path("", include("macweb.dashboard.urls")),
 ]
 

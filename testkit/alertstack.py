@@ -67,6 +67,8 @@ class AlertStack:
                 "MAC_WORKER_CONCURRENCY": "2",
                 "MAC_ADMIN_PASSWORD": ADMIN_PASSWORD,
                 "MAC_PUBLIC_URL": f"http://127.0.0.1:{self.api_port}",
+                # The tests' webhook receivers listen on the loopback (alerting.destinations).
+                "MAC_CHANNEL_ALLOWED_NETWORKS": "127.0.0.0/8",
                 **self.settings,
             }
         )
@@ -120,9 +122,17 @@ class AlertStack:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return json.load(response)
 
+    @property
+    def metrics_token(self) -> str:
+        """The token the master made at its first start (prepare_master)."""
+        return (self.root / "data" / "metrics_token").read_text().strip()
+
     def node_up(self) -> dict[str, float]:
-        """{hostname: value of mac_node_up} from the master's /metrics."""
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5) as response:
+        """{hostname: value of mac_node_up} from the master's /metrics (with its token)."""
+        request = urllib.request.Request(
+            f"{self.url}/metrics", headers={"Authorization": f"Bearer {self.metrics_token}"}
+        )
+        with urllib.request.urlopen(request, timeout=5) as response:
             text = response.read().decode()
         found = {}
         for line in text.splitlines():

@@ -1,4 +1,5 @@
-"""The notification channels API (/api/v1/alert-channels/): staff only, thin over services."""
+"""The notification channels API (/api/v1/alert-channels/): Django's model permissions on
+NotificationChannel (view, add, change, delete; the admin grants them), thin over services."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser
+from rest_framework.permissions import DjangoModelPermissions
 from rest_framework.response import Response
 
 from alerting import services
@@ -23,7 +24,9 @@ _DETAIL = inline_serializer("AlertChannelError", {"detail": serializers.CharFiel
 # What every operation may answer besides its success: who may call it, which channel.
 DENIED = {
     401: OpenApiResponse(_DETAIL, description="no session and no valid API token"),
-    403: OpenApiResponse(_DETAIL, description="the user is not staff"),
+    403: OpenApiResponse(
+        _DETAIL, description="the user lacks the permission (alerting.<action>_notificationchannel)"
+    ),
 }
 NOT_FOUND = {404: OpenApiResponse(_DETAIL, description="no channel has that id")}
 BAD_REQUEST = {
@@ -31,6 +34,25 @@ BAD_REQUEST = {
         description='{"<field>": ["message"]}: the field Alertmanager would refuse'
     )
 }
+
+
+class ChannelPermissions(DjangoModelPermissions):
+    """Model permissions, reading included (a channel's URL host and filters are the
+    site's business); sending a test notification needs the change permission."""
+
+    perms_map = {
+        **DjangoModelPermissions.perms_map,
+        "GET": ["%(app_label)s.view_%(model_name)s"],
+        "HEAD": ["%(app_label)s.view_%(model_name)s"],
+    }
+
+    def has_permission(self, request, view) -> bool:
+        if getattr(view, "action", None) == "test":
+            user = request.user
+            return bool(user and user.is_authenticated) and user.has_perm(
+                "alerting.change_notificationchannel"
+            )
+        return super().has_permission(request, view)
 
 
 def _actor(request) -> str:
@@ -58,7 +80,7 @@ class NotificationChannelViewSet(viewsets.ModelViewSet):
     queryset = NotificationChannel.objects.all()
     serializer_class = NotificationChannelSerializer
     authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsAdminUser]
+    permission_classes = [ChannelPermissions]
     filterset_fields = ["kind", "enabled"]
 
     def perform_create(self, serializer) -> None:

@@ -1,4 +1,4 @@
-"""/api/v1/alert-channels/: staff only, secrets write-only, bad input a 400 naming the field."""
+"""/api/v1/alert-channels/: model permissions, write-only secrets, a 400 naming the bad field."""
 
 from __future__ import annotations
 

@@ -74,6 +74,15 @@ class Node:
             timeout=timeout, check=False,
         )  # fmt: skip
 
+    def on_loopback(self, url: str, *curl: str) -> object:
+        """The JSON answer of `url` asked from the node itself (its 127.0.0.1, where
+        the master's Prometheus and Alertmanager are published); None when none came."""
+        done = self.sh("curl", "-s", "-m", "5", *curl, url)
+        try:
+            return json.loads(done.stdout or "null")
+        except ValueError:
+            return None
+
     def master_node(self) -> dict:
         """What the master says of this node (GET /api/v1/nodes/self, with its key)."""
         done = self.mac("status", "--json")

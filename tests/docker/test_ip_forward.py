@@ -105,7 +105,7 @@ def _start(node: Node, mode: str) -> dict:
 
 
 def _prometheus_jobs() -> dict[str, str]:
-    url = f"http://{HOST_IP}:29090/api/v1/targets"
+    url = "http://127.0.0.1:29090/api/v1/targets"  # the master's loopback only (issue 22)
     with urllib.request.urlopen(url, timeout=5) as response:
         targets = json.load(response)["data"]["activeTargets"]
     return {t["labels"].get("job", ""): t["health"] for t in targets}
@@ -156,10 +156,15 @@ def test_host_mode_survives_forwarding_off_and_reports_the_node_s_own_interfaces
         seen = node.master_node()
         assert seen.get("status") == "online", seen
         time.sleep(1)
+    # (A target's health stays "unknown" until its first scrape, up to a scrape interval.)
     jobs = wait_for(
-        lambda: (j := _prometheus_jobs()).get("sys-exporter") == "up" and j,
+        lambda: (
+            (j := _prometheus_jobs()).get("sys-exporter") == "up"
+            and j.get("nic-exporter") != "unknown"
+            and j
+        ),
         timeout=60,
-        what="sys-exporter scraped by the master's Prometheus with forwarding off",
+        what="sys-exporter and nic-exporter scraped by the master's Prometheus, forwarding off",
         interval=1.0,
     )
     assert jobs.get("nic-exporter") == "up", jobs

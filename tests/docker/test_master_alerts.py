@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 
 import pytest
@@ -16,21 +15,17 @@ from testkit.waiting import wait_for
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
-ALERTMANAGER = f"http://{NS_IP}:29093"
+# Published on the master's loopback only (issue 22): asked from the node itself.
+ALERTMANAGER = "http://127.0.0.1:29093"
 
 
-def _json(url: str, body: object | None = None) -> object:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return json.loads(response.read() or b"null")
-    except OSError:
-        return None
+def _json(master, url: str, body: object | None = None) -> object:
+    data = ("-H", "Content-Type: application/json", "--data", json.dumps(body)) if body else ()
+    return master.on_loopback(url, *data)
 
 
-def _config() -> dict:
-    status = _json(f"{ALERTMANAGER}/api/v2/status") or {}
+def _config(master) -> dict:
+    status = _json(master, f"{ALERTMANAGER}/api/v2/status") or {}
     original = (status.get("config") or {}).get("original")
     return yaml.safe_load(original) if original else {}
 
@@ -38,7 +33,12 @@ def _config() -> dict:
 def test_alertmanager_runs_the_channels_config_and_prometheus_sends_to_it(
     docker_master, master_webhook
 ):
-    config = wait_for(_config, timeout=120, what="mac-alertmanager's /api/v2/status", interval=1.0)
+    config = wait_for(
+        lambda: _config(docker_master),
+        timeout=120,
+        what="mac-alertmanager's /api/v2/status",
+        interval=1.0,
+    )
     assert config["route"]["group_wait"] == "1s"  # MAC_ALERT_GROUP_WAIT from the env file
     webhooks = [
         hook["url"]
@@ -48,7 +48,8 @@ def test_alertmanager_runs_the_channels_config_and_prometheus_sends_to_it(
     assert webhooks == [master_webhook.url]
 
     def prometheus_sends() -> list:
-        data = (_json(f"http://{NS_IP}:29090/api/v1/alertmanagers") or {}).get("data") or {}
+        answer = _json(docker_master, "http://127.0.0.1:29090/api/v1/alertmanagers") or {}
+        data = answer.get("data") or {}
         return data.get("activeAlertmanagers")
 
     [target] = wait_for(
@@ -56,14 +57,19 @@ def test_alertmanager_runs_the_channels_config_and_prometheus_sends_to_it(
     )
     assert target["url"].endswith(":29093/api/v2/alerts"), target
 
-    health = _json(f"http://{NS_IP}:28080/health") or {}
+    health = _json(docker_master, f"http://{NS_IP}:28080/health") or {}
     checks = health.get("checks", {})
     assert checks["alertmanager"]["ok"], health
     assert "1 channel(s) in use" in checks["alert_channels"]["detail"], health
 
 
 def test_a_firing_alert_reaches_the_webhook_channel(docker_master, master_webhook):
-    wait_for(_config, timeout=120, what="mac-alertmanager's /api/v2/status", interval=1.0)
+    wait_for(
+        lambda: _config(docker_master),
+        timeout=120,
+        what="mac-alertmanager's /api/v2/status",
+        interval=1.0,
+    )
     marker = uuid.uuid4().hex
     alert = {
         "labels": {
@@ -74,7 +80,7 @@ def test_a_firing_alert_reaches_the_webhook_channel(docker_master, master_webhoo
         },
         "annotations": {"summary": f"test {marker}"},
     }
-    _json(f"{ALERTMANAGER}/api/v2/alerts", [alert])
+    _json(docker_master, f"{ALERTMANAGER}/api/v2/alerts", [alert])
     got = master_webhook.wait_for(
         lambda body: any(
             a["annotations"].get("summary") == f"test {marker}" for a in body.get("alerts", [])

@@ -22,11 +22,14 @@ def _load(name: str) -> dict:
     return yaml.safe_load((DOCKER / name).read_text())
 
 
-def _published(ports: list[str]) -> list[tuple[int, int]]:
+def _published(ports: list[str], on: str = "") -> list[tuple[int, int]]:
+    """(host port, container port) of each mapping, which must be published on the
+    address `on` ("" for every address)."""
     pairs = []
+    prefix = re.escape(f"{on}:") if on else ""
     for item in ports:
-        match = re.fullmatch(r"\$\{[A-Z_]+:-(\d+)\}:(\d+)", item)
-        assert match, f"port mapping {item!r} is not ${{VAR:-default}}:container"
+        match = re.fullmatch(prefix + r"\$\{[A-Z_]+:-(\d+)\}:(\d+)", item)
+        assert match, f"port mapping {item!r} is not {on or ''}${{VAR:-default}}:container"
         pairs.append((int(match.group(1)), int(match.group(2))))
     return pairs
 
@@ -128,8 +131,21 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
     ]
     assert "ports" not in services["api-server"]
     prometheus = services["prometheus"]
-    assert _published(prometheus["ports"]) == [(MASTER_PROMETHEUS_PORT, MASTER_PROMETHEUS_PORT)]
+    # Prometheus and Alertmanager: on the master's loopback only (issue 22), served to
+    # other hosts by the proxy behind the gate, and without the lifecycle endpoints.
+    assert _published(prometheus["ports"], on="127.0.0.1") == [
+        (MASTER_PROMETHEUS_PORT, MASTER_PROMETHEUS_PORT)
+    ]
     assert f"--web.listen-address=:{MASTER_PROMETHEUS_PORT}" in prometheus["command"]
+    assert "--web.enable-lifecycle" not in prometheus["command"]
+    assert "--web.route-prefix=/" in prometheus["command"]
+    assert (
+        "--web.external-url=${MAC_PUBLIC_URL:-http://localhost:28080}/prometheus/"
+        in prometheus["command"]
+    )
+    proxy = services["proxy"]["command"][-1]
+    assert "--prometheus prometheus:29090 --alertmanager mac-alertmanager:29093" in proxy
+    assert "ports" not in services["redis"]
     assert "./prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
     assert "mac-targets:/etc/prometheus/targets:ro" in prometheus["volumes"]
     assert (DOCKER / "prometheus" / "prometheus.yml").is_file()
@@ -156,8 +172,11 @@ def test_master_compose_has_api_worker_beat_prometheus_alertmanager_with_named_v
     assert "exec celery -A macweb beat" in services["beat"]["command"][-1]
     # Alertmanager on 29093 reads what the api-server writes; its silences on a volume.
     alerts = services["alertmanager"]
-    assert _published(alerts["ports"]) == [(MASTER_ALERTMANAGER_PORT, MASTER_ALERTMANAGER_PORT)]
+    assert _published(alerts["ports"], on="127.0.0.1") == [
+        (MASTER_ALERTMANAGER_PORT, MASTER_ALERTMANAGER_PORT)
+    ]
     command = alerts["command"][-1]
+    assert "--web.external-url=${MAC_PUBLIC_URL:-http://localhost:28080}/alertmanager/" in command
     assert f"--web.listen-address=:{MASTER_ALERTMANAGER_PORT}" in command
     assert "--cluster.listen-address=" in command
     assert "mac-alertmanager:/alertmanager" in alerts["volumes"]
@@ -175,6 +194,7 @@ def test_master_proxy_is_nginx_configured_by_mac_in_front_of_the_api_server():
     assert (
         "python -m django proxy_config --out /tmp/mac-proxy/nginx.conf "
         "--listen 0.0.0.0:28080 --upstream api-server:28080 --resolver 127.0.0.11 "
+        "--prometheus prometheus:29090 --alertmanager mac-alertmanager:29093 "
         "--tls-listen 0.0.0.0:28443 &&"
     ) in command
     assert "exec nginx -p /tmp/mac-proxy -c /tmp/mac-proxy/nginx.conf -e stderr" in command

@@ -176,3 +176,17 @@ def test_status_shows_each_containers_state_as_docker_ps_does(mac_env, docker):
     nic = next(line for line in shown.stdout.splitlines() if line.startswith("nic-exporter "))
     assert nic.split()[1] == "stopped"  # no container: the runtime's own word
     assert shown.returncode == 1  # nothing answers on the liveness URLs here
+
+
+def test_start_master_gives_compose_the_public_url_the_process_runtime_derives(mac_env, docker):
+    # Issue 25: under Docker MAC_PUBLIC_URL was empty, and notifications linked to
+    # localhost; the servers' external URLs (/prometheus/, /alertmanager/) need it too.
+    mac_env.env.update({"MAC_RUNTIME": "docker", "MAC_PUBLIC_HOST": "mac.example.test"})
+    (docker / "containers.json").write_text("[]")  # no leftovers of another project
+
+    started = mac_env.run("start", "master")
+
+    assert started.returncode == 0, started.stdout + started.stderr
+    seen = json.loads((docker / "compose-env.json").read_text())
+    assert seen["MAC_PUBLIC_URL"] == "http://mac.example.test:28080"
+    assert "Prometheus:  http://mac.example.test:28080/prometheus/targets" in started.stdout

@@ -62,7 +62,10 @@ def test_start_status_stop_master(mac_env):
         started = mac_env.run("start", "master", timeout=240)
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"Dashboard:   http://127.0.0.1:{api}/" in started.stdout
-        assert f"Prometheus:  http://127.0.0.1:{prom}/targets" in started.stdout
+        # Prometheus and Alertmanager through the front door; Prometheus on the loopback too.
+        assert f"Prometheus:  http://127.0.0.1:{api}/prometheus/targets" in started.stdout
+        assert f"also http://127.0.0.1:{prom}/" in started.stdout
+        assert f"Alerts:      http://127.0.0.1:{api}/alertmanager/" in started.stdout
         assert "Admin:       Created admin user 'admin'; password from MAC_ADMIN_PASSWORD." in (
             started.stdout
         )

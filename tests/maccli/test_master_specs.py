@@ -27,3 +27,30 @@ def test_every_master_service_gets_the_env_files_settings_but_the_agents_key(tmp
         # Not in the spec: the runtime starts from the process environment, which holds 5.
         assert "MAC_PROBE_TIMEOUT" not in spec.env, spec.name
         assert spec.env["MAC_DATA_DIR"] == str(tmp_path / "data"), spec.name
+
+
+def test_only_the_proxy_listens_beyond_the_loopback(tmp_path):
+    environ = {
+        "MAC_NODE_ENV_FILE": str(tmp_path / "node.env"),
+        "MAC_USER_ENV_FILE": str(tmp_path / "user.env"),
+        "MAC_DATA_DIR": str(tmp_path / "data"),
+        "MAC_MASTER_BIND": "0.0.0.0",
+        "MAC_PUBLIC_HOST": "mac.example.test",
+        "PATH": "/usr/bin:/bin",
+    }
+    specs = {spec.name: spec for spec in master_specs(NodeConfig.load(environ=environ))}
+
+    assert specs["proxy"].bind == "0.0.0.0"
+    for name in ("api-server", "prometheus", "alertmanager"):
+        assert specs[name].bind == "127.0.0.1", name
+    prometheus, alertmanager = specs["prometheus"].argv, specs["alertmanager"].argv
+    assert "--web.listen-address=127.0.0.1:29090" in prometheus
+    assert "--web.listen-address=127.0.0.1:29093" in alertmanager
+    assert not any("lifecycle" in arg for arg in prometheus)
+    public = "http://mac.example.test:28080"
+    assert specs["api-server"].env["MAC_PUBLIC_URL"] == public
+    assert f"--web.external-url={public}/prometheus/" in prometheus
+    assert f"--web.external-url={public}/alertmanager/" in alertmanager
+    proxy_config = specs["proxy"].prestart[0]
+    assert proxy_config[proxy_config.index("--prometheus") + 1] == "127.0.0.1:29090"
+    assert proxy_config[proxy_config.index("--alertmanager") + 1] == "127.0.0.1:29093"

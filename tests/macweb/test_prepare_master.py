@@ -7,6 +7,7 @@ seen from fresh ones.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -18,7 +19,14 @@ import pytest
 from macweb.checks import check_master_prepared
 
 REPO = Path(__file__).resolve().parents[2]
-UNSET = ("SECRET_KEY", "MAC_SECRET_KEY", "MAC_DATA_DIR", "MAC_STATIC_ROOT")
+UNSET = (
+    "SECRET_KEY",
+    "MAC_SECRET_KEY",
+    "MAC_DATA_DIR",
+    "MAC_STATIC_ROOT",
+    "MAC_METRICS_TOKEN",
+    "MAC_SD_TOKEN",
+)
 
 
 def master_env(data_dir: Path, **extra: str) -> dict[str, str]:
@@ -39,19 +47,19 @@ def manage(data_dir: Path, *args: str, **extra: str) -> subprocess.CompletedProc
     )
 
 
-def secret_key_of_a_new_process(data_dir: Path) -> str:
+def setting_of_a_new_process(data_dir: Path, name: str = "SECRET_KEY", **extra: str):
     code = "import django; django.setup(); from django.conf import settings as s; "
-    code += "print(s.SECRET_KEY)"
+    code += f"import json; print(json.dumps(s.{name}))"
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
-        env=master_env(data_dir),
+        env=master_env(data_dir, **extra),
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    return done.stdout.strip()
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def tree(root: Path) -> list[str]:
@@ -85,7 +93,7 @@ def test_it_creates_the_folders_and_a_private_key_that_every_process_reads(tmp_p
     key = key_file.read_text().strip()
     assert len(key) >= 50
     assert f"created {key_file}" in done.stdout
-    assert secret_key_of_a_new_process(data) == secret_key_of_a_new_process(data) == key
+    assert setting_of_a_new_process(data) == setting_of_a_new_process(data) == key
     assert manage(data, "check").returncode == 0
 
 
@@ -99,7 +107,7 @@ def test_a_second_run_keeps_the_key(tmp_path):
     assert again.returncode == 0, again.stderr
     assert (data / "secret_key").read_text() == first
     assert "kept" in again.stdout
-    assert tree(data) == ["secret_key", "static"]  # no temporary files left behind
+    assert tree(data) == ["metrics_token", "secret_key", "static"]  # no temporary files
 
 
 def test_a_key_readable_by_others_is_kept_and_made_private(tmp_path):
@@ -186,3 +194,43 @@ def test_both_environment_names_are_read(tmp_path, name):
         check=True,
     )
     assert done.stdout.split() == ["shared-by-every-process", name]
+
+
+def test_it_makes_the_metrics_token_that_every_process_requires(tmp_path):
+    data = tmp_path / "data"
+
+    done = manage(data, "prepare_master")
+
+    token_file = data / "metrics_token"
+    assert f"Metrics token: created {token_file}" in done.stdout
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text().strip()
+    assert len(token) >= 32
+    assert setting_of_a_new_process(data, "METRICS_TOKEN") == token
+    # http_sd takes it too while MAC_SD_TOKEN is unset.
+    assert setting_of_a_new_process(data, "SD_TOKEN") == token
+    manage(data, "prepare_master")
+    assert token_file.read_text().strip() == token  # kept: Prometheus's copy stays valid
+
+
+def test_metrics_token_off_opens_metrics_and_writes_no_file(tmp_path):
+    data = tmp_path / "data"
+
+    done = manage(data, "prepare_master", MAC_METRICS_TOKEN="off")
+
+    assert "Metrics token: from MAC_METRICS_TOKEN in the environment" in done.stdout
+    assert not (data / "metrics_token").exists()
+    assert setting_of_a_new_process(data, "METRICS_TOKEN", MAC_METRICS_TOKEN="off") == ""
+    assert setting_of_a_new_process(data, "METRICS_TOKEN_OFF", MAC_METRICS_TOKEN="OFF")
+    assert setting_of_a_new_process(data, "SD_TOKEN", MAC_METRICS_TOKEN="off") == ""
+
+
+def test_the_check_warns_when_metrics_is_open_by_accident(settings, tmp_path):
+    settings.METRICS_TOKEN_SOURCE = ""
+    settings.METRICS_TOKEN_FILE = tmp_path / "metrics_token"
+
+    [warning] = check_master_prepared()
+
+    assert warning.id == "macweb.W001"
+    assert str(tmp_path / "metrics_token") in warning.msg
+    assert "MAC_METRICS_TOKEN=off" in warning.hint

@@ -5,8 +5,11 @@ oversized headers and forged addresses is tests/inventory/test_server_stack.py's
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from macweb.proxy import ProxyLimits, render_nginx_conf
+from testkit.fakehttp import JsonHandler, serving
+from testkit.ports import free_port
+from testkit.waiting import wait_for
 
 LIMITS = ProxyLimits(
     request_timeout=2.5,
@@ -121,3 +127,91 @@ def test_the_command_refuses_an_address_that_is_not_host_port(tmp_path, option, 
             "proxy_config", "--out", str(tmp_path / "nginx.conf"),
             "--listen", args["--listen"], "--upstream", args["--upstream"],
         )  # fmt: skip
+
+
+def _call(url: str, method: str = "GET") -> tuple[int, bytes]:
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+class _GateAndServer(JsonHandler):
+    """Plays the API server's gate (which says yes unless the client says `no`) and a
+    monitoring server (which echoes the path it got); every request is recorded."""
+
+    seen: list[dict] = []
+
+    def _answer(self) -> None:
+        self.seen.append(
+            {"method": self.command, "path": self.path, **{k: v for k, v in self.headers.items()}}
+        )
+        if self.path == "/auth/monitoring":
+            refused = self.headers.get("X-Client") == "no"
+            self.send_response(403 if refused else 204)
+            if refused:
+                self.send_header("X-Mac-Gate", "refused for the test")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_json(200, {"path": self.path, "method": self.command})
+
+    do_GET = do_POST = do_DELETE = _answer
+
+
+@pytest.mark.parametrize("resolver", ["", "127.0.0.11"])
+def test_monitoring_servers_pass_only_what_the_gate_allows(tmp_path, resolver):
+    """Through the real nginx: the gate sees the normalised path with its prefix and the
+    client's method; the server gets the path without the prefix, with its query; a
+    refusal is a 403 with the gate's reason. Both ways of naming the upstreams."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(nginx).exists():
+        pytest.skip("Debian's nginx is not installed")
+    _GateAndServer.seen = []
+    with serving(_GateAndServer) as url:
+        backend = url.removeprefix("http://")
+        port = free_port()
+        text = render_nginx_conf(
+            LIMITS, listen=f"127.0.0.1:{port}", upstream=backend, prefix=str(tmp_path),
+            resolver=resolver, monitoring={"prometheus": backend, "alertmanager": backend},
+        )  # fmt: skip
+        (tmp_path / "tmp").mkdir()
+        (tmp_path / "nginx.conf").write_text(text)
+        proc = subprocess.Popen(
+            [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", "stderr"],
+            stderr=subprocess.PIPE,
+        )
+        try:
+            door = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _call(f"{door}/prometheus/-/ready")[0] == 200, timeout=20)
+            _GateAndServer.seen = []
+
+            answer = json.loads(_call(f"{door}/prometheus/api/v1/query?query=up")[1])
+            deleted, _ = _call(f"{door}/alertmanager/api/v2/silence/x%2Fy", method="DELETE")
+            refused = urllib.request.Request(
+                f"{door}/prometheus/api/%2E%2E/-/quit", method="POST", data=b"",
+                headers={"X-Client": "no"},
+            )  # fmt: skip
+            with pytest.raises(urllib.error.HTTPError) as error:
+                urllib.request.urlopen(refused, timeout=5)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+    assert answer == {"path": "/api/v1/query?query=up", "method": "GET"}
+    assert deleted == 200
+    assert error.value.code == 403
+    assert error.value.read() == b"refused for the test\n"
+    gate = [r for r in _GateAndServer.seen if r["path"] == "/auth/monitoring"]
+    assert [(r["X-Original-Method"], r["X-Original-URI"]) for r in gate] == [
+        ("GET", "/prometheus/api/v1/query"),
+        ("DELETE", "/alertmanager/api/v2/silence/x/y"),
+        ("POST", "/prometheus/-/quit"),  # as nginx normalised it
+    ]
+    passed = [r for r in _GateAndServer.seen if r["path"] != "/auth/monitoring"]
+    assert [r["path"] for r in passed] == ["/api/v1/query?query=up", "/api/v2/silence/x/y"]
+    assert all("Authorization" not in r and "Cookie" not in r for r in passed)

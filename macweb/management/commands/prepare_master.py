@@ -1,9 +1,13 @@
-"""`manage.py prepare_master`: the folders and the secret key the master's processes share.
+"""`manage.py prepare_master`: the folders and the secrets the master's processes share.
 
 Loading the settings creates nothing (issue 12), so this command does it, once per
 data folder, before migrate: `mac start master` and the master's container run it
 first. It is idempotent: a second run keeps the key, so the API, the worker and beat
 (which read it at start-up) keep agreeing, and sessions survive restarts.
+
+The metrics token (issue 22) is made the same way: /metrics and http_sd need it from the
+first start, and MAC's Prometheus reads it from the file; MAC_METRICS_TOKEN in the
+environment (a site's own token, or `off`) replaces the file.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ KEY_MODE = 0o600
 
 
 class Command(BaseCommand):
-    help = "Create the data and static folders and the secret key file (idempotent)."
+    help = (
+        "Create the data and static folders, the secret key and metrics token files (idempotent)."
+    )
     # Its own system check (macweb.E001) would refuse to run it: it is the fix.
     requires_system_checks: list[str] = []
 
@@ -29,7 +35,10 @@ class Command(BaseCommand):
         self.verbosity = options["verbosity"]
         self._folder("MAC_DATA_DIR", Path(settings.DATA_DIR))
         self._folder("MAC_STATIC_ROOT", Path(settings.STATIC_ROOT))
-        self._secret_key(Path(settings.SECRET_KEY_FILE))
+        self._secret("Secret key", Path(settings.SECRET_KEY_FILE), settings.SECRET_KEY_SOURCE, 50)
+        self._secret(
+            "Metrics token", Path(settings.METRICS_TOKEN_FILE), settings.METRICS_TOKEN_SOURCE, 32
+        )
 
     def _say(self, text: str) -> None:
         if self.verbosity:
@@ -45,24 +54,24 @@ class Command(BaseCommand):
             ) from None
         self._say(f"{variable}: {path}")
 
-    def _secret_key(self, path: Path) -> None:
-        source = settings.SECRET_KEY_SOURCE
+    def _secret(self, what: str, path: Path, source: str, size: int) -> None:
+        """A random secret in `path` (mode 0600), kept when there is one already."""
         if source and source != str(path):
-            self._say(f"Secret key: from {source} in the environment; no file written.")
+            self._say(f"{what}: from {source} in the environment; no file written.")
             return
         try:
             existing = path.read_text().strip() if path.exists() else ""
         except OSError as exc:
-            raise CommandError(f"The secret key file {path} cannot be read: {exc}.") from None
+            raise CommandError(f"The file {path} cannot be read: {exc}.") from None
         if existing:
             if stat.S_IMODE(path.stat().st_mode) & 0o077:
-                path.chmod(KEY_MODE)  # readable by others: the key signs sessions
-                self._say(f"Secret key: kept {path}, mode tightened to 0600.")
+                path.chmod(KEY_MODE)  # readable by others: it is a secret
+                self._say(f"{what}: kept {path}, mode tightened to 0600.")
             else:
-                self._say(f"Secret key: kept {path}.")
+                self._say(f"{what}: kept {path}.")
             return
         try:
-            write_atomically(path, secrets.token_urlsafe(50).encode() + b"\n", mode=KEY_MODE)
+            write_atomically(path, secrets.token_urlsafe(size).encode() + b"\n", mode=KEY_MODE)
         except OSError as exc:
-            raise CommandError(f"The secret key file {path} cannot be written: {exc}.") from None
-        self._say(f"Secret key: created {path} (mode 0600).")
+            raise CommandError(f"The file {path} cannot be written: {exc}.") from None
+        self._say(f"{what}: created {path} (mode 0600).")

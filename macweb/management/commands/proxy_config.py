@@ -8,6 +8,8 @@ service, the Compose master's mac-proxy at each container start; then
 
 `--tls-listen HOST:PORT` adds HTTPS (28443) with the material `manage.py prepare_tls`
 made or checked just before, and MAC_HTTP says what plain HTTP does then.
+`--prometheus HOST:PORT` and `--alertmanager HOST:PORT` serve those servers under
+/prometheus/ and /alertmanager/, behind the gate (macweb.monitoring_gate).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from contract.atomicfile import write_atomically
-from macweb.proxy import ProxyLimits, TlsServing, render_nginx_conf
+from macweb.proxy import MONITORING_SERVERS, ProxyLimits, TlsServing, render_nginx_conf
 from macweb.tls import material_paths
 
 
@@ -49,10 +51,22 @@ class Command(BaseCommand):
             help="DNS server that nginx asks for the upstream's name as it goes "
             "(127.0.0.11 under Docker)",
         )
+        for name in MONITORING_SERVERS:
+            parser.add_argument(
+                f"--{name}",
+                default="",
+                help=f"HOST:PORT of {name.capitalize()}, served under /{name}/ to those "
+                "who may see it",
+            )
 
     def handle(self, *args, **options) -> None:
         listen = _address("--listen", options["listen"])
         upstream = _address("--upstream", options["upstream"])
+        monitoring = {
+            name: _address(f"--{name}", options[name])
+            for name in MONITORING_SERVERS
+            if options[name]
+        }
         out = Path(options["out"]).resolve()
         prefix = Path(options["prefix"]).resolve() if options["prefix"] else out.parent
         tls = None
@@ -71,6 +85,7 @@ class Command(BaseCommand):
             resolver=options["resolver"],
             tls=tls,
             http_mode=settings.HTTP_MODE,
+            monitoring=monitoring,
         )
         try:
             (prefix / "tmp").mkdir(parents=True, exist_ok=True)
@@ -79,8 +94,9 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
         https = f" and HTTPS on {tls.listen}" if tls else ""
+        served = "".join(f", /{name}/ for {address}" for name, address in monitoring.items())
         self.stdout.write(
-            f"Wrote {out}: proxy on {listen}{https} for the API server at {upstream}."
+            f"Wrote {out}: proxy on {listen}{https} for the API server at {upstream}{served}."
         )
 
 

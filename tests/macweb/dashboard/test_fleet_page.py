@@ -205,3 +205,14 @@ def test_rows_carry_the_agent_s_network_mode_in_the_address_tooltip(client_user)
     html = client_user.get("/").content.decode()
     assert 'title="Agent network: host network">' in html
     assert 'title="Agent network: bridge (published ports)">' in html
+
+
+def test_the_header_links_to_prometheus_and_alertmanager_through_the_front_door(
+    client_user, settings
+):
+    page = client_user.get("/").content.decode()
+    assert 'href="/prometheus/targets"' in page
+    assert 'href="/alertmanager/"' in page
+
+    settings.ALERTMANAGER_MANAGED = False  # a site's own Alertmanager: not served here
+    assert 'href="/alertmanager/"' not in client_user.get("/").content.decode()

@@ -1,0 +1,121 @@
+"""A channel cannot be aimed inside the master (issue 22): loopback, link-local, cloud
+metadata and the master's own addresses are refused with the field named, in the API and
+the admin, unless MAC_CHANNEL_ALLOWED_NETWORKS allows them; and channels follow Django's
+model permissions, not is_staff."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from alerting.models import NotificationChannel
+from tests.alerting.test_admin import ADD, form
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/alert-channels/"
+
+
+@pytest.fixture
+def no_allowlist(settings, am_settings):
+    settings.CHANNEL_ALLOWED_NETWORKS = []
+    return settings
+
+
+@pytest.fixture
+def staff_client(api_client, staff):
+    api_client.force_authenticate(staff)
+    return api_client
+
+
+def _own_address() -> str:
+    """This host's address on its default route (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            pytest.skip("this host has no route off the loopback")
+        return probe.getsockname()[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:9093/api/v2/alerts", "is a loopback address"),
+        ("http://169.254.169.254/latest/meta-data/", "is a cloud metadata address"),
+        ("http://169.254.10.20/hook", "is a link-local address"),
+        ("http://[::1]:8080/hook", "is a loopback address"),
+        ("http://localhost:29093/hook", "localhost (resolves to"),
+        # Another spelling of 127.0.0.1 is checked by what it names.
+        ("http://[::ffff:127.0.0.1]/hook", "resolves to 127.0.0.1"),
+    ],
+)
+def test_an_address_inside_is_a_400_naming_the_url(staff_client, no_allowlist, url, said):
+    response = staff_client.post(URL, {"name": "in", "kind": "webhook", "url": url}, format="json")
+
+    assert response.status_code == 400, response.content
+    [message] = response.json()["url"]
+    assert said in message
+    assert "MAC_CHANNEL_ALLOWED_NETWORKS" in message
+    assert not NotificationChannel.objects.exists()
+
+
+def test_the_masters_own_address_is_refused(staff_client, no_allowlist):
+    own = _own_address()
+    response = staff_client.post(
+        URL, {"name": "own", "kind": "slack", "url": f"https://{own}/services/x"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert "one of the master's own addresses" in response.json()["url"][0]
+
+
+def test_an_address_on_the_sites_network_is_taken(staff_client, no_allowlist):
+    response = staff_client.post(
+        URL, {"name": "chat", "kind": "webhook", "url": "http://192.0.2.10/hook"}, format="json"
+    )
+
+    assert response.status_code == 201, response.content
+
+
+def test_the_allowlist_lets_a_site_use_its_loopback(staff_client, no_allowlist):
+    no_allowlist.CHANNEL_ALLOWED_NETWORKS = [ipaddress.ip_network("127.0.0.0/8")]
+    response = staff_client.post(
+        URL, {"name": "relay", "kind": "webhook", "url": "http://127.0.0.1:9/hook"}, format="json"
+    )
+
+    assert response.status_code == 201, response.content
+
+
+def test_the_admin_form_names_the_url_too(admin_client, no_allowlist):
+    response = admin_client.post(ADD, form(url="http://169.254.169.254/"))
+
+    assert response.status_code == 200
+    assert "is a cloud metadata address" in response.content.decode()
+    assert not NotificationChannel.objects.exists()
+
+
+def test_channels_follow_the_model_permissions(api_client, django_user_model, no_allowlist):
+    # Staff alone is not enough: the permissions are.
+    user = django_user_model.objects.create_user("ops", password="x", is_staff=True)
+    api_client.force_authenticate(user)
+    body = {"name": "chat", "kind": "webhook", "url": "http://192.0.2.10/hook"}
+    assert api_client.get(URL).status_code == 403
+    assert api_client.post(URL, body, format="json").status_code == 403
+
+    user.user_permissions.add(Permission.objects.get(codename="view_notificationchannel"))
+    user = django_user_model.objects.get(pk=user.pk)  # a fresh permission cache
+    api_client.force_authenticate(user)
+    assert api_client.get(URL).status_code == 200
+    assert api_client.post(URL, body, format="json").status_code == 403
+
+    user.user_permissions.add(Permission.objects.get(codename="add_notificationchannel"))
+    user = django_user_model.objects.get(pk=user.pk)
+    api_client.force_authenticate(user)
+    created = api_client.post(URL, body, format="json")
+    assert created.status_code == 201, created.content
+    # Sending a test notification changes nothing, but it is the change permission's.
+    assert api_client.post(f"{URL}{created.json()['id']}/test/").status_code == 403
