@@ -51,6 +51,7 @@ def test_only_the_proxy_listens_beyond_the_loopback(tmp_path):
     assert specs["api-server"].env["MAC_PUBLIC_URL"] == public
     assert f"--web.external-url={public}/prometheus/" in prometheus
     assert f"--web.external-url={public}/alertmanager/" in alertmanager
-    proxy_config = specs["proxy"].prestart[0]
+    # (prepare_tls runs first; then proxy_config renders nginx.conf.)
+    proxy_config = next(cmd for cmd in specs["proxy"].prestart if "proxy_config" in cmd)
     assert proxy_config[proxy_config.index("--prometheus") + 1] == "127.0.0.1:29090"
     assert proxy_config[proxy_config.index("--alertmanager") + 1] == "127.0.0.1:29093"
