@@ -230,6 +230,12 @@ SWEEP_CHUNK_SIZE = env_int("MAC_SWEEP_CHUNK_SIZE", 10000, minimum=1)
 PROBE_QUEUE = env_str("MAC_PROBE_QUEUE", "celery")
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
 PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMETHEUS_PORT}")
+# Scale-out mode (docs/scaling.md, healthcheck.scaleout): MAC_SCRAPE_SHARDS vmagent
+# scrapers and one store; `mac start master` sets the scrapers' URLs and points
+# MAC_PROMETHEUS_URL (what every metrics reader queries) at the store.
+SCRAPE_SHARDS = env_int("MAC_SCRAPE_SHARDS", 0, minimum=0)
+SCRAPER_URLS = env_list("MAC_SCRAPER_URLS")
+METRICS_MIN_FREE_BYTES = env_int("MAC_METRICS_MIN_FREE_BYTES", 1024**3, minimum=0)
 
 # Prometheus' scrape and rule-evaluation interval (manage.py prometheus_config).
 SCRAPE_INTERVAL = env_duration("MAC_SCRAPE_INTERVAL", "15s")
