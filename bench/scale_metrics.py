@@ -377,7 +377,7 @@ def report(results: dict[str, list[list[Sample]]], sizes: list[int], runs: int) 
     ]
     summary = []
     for engine, by_size in results.items():
-        best: Sample | None = None
+        held = []
         for runs_of_size in by_size:
             row = _median_sample(runs_of_size)
             lines.append(
@@ -387,37 +387,50 @@ def report(results: dict[str, list[list[Sample]]], sizes: list[int], runs: int) 
                 f"{median(row.chart_ms):.0f} / {percentile(row.chart_ms, 95):.0f} |"
             )
             if all(s.held for s in runs_of_size):
-                best = row
-        summary.append((engine, best, by_size))
-    lines += ["", "Per 1,000 nodes at the largest size held with no missed or failed scrape "
-              "(measured there, divided by its size), and 12,500 nodes computed from them "
-              "linearly (not measured):", ""]  # fmt: skip
+                held.append(row)
+        summary.append((engine, held, by_size))
+    lines += ["", "Per 1,000 nodes from the sizes held with no missed or failed scrape: series "
+              "and samples/s divided by the size; RSS and CPU as the growth between the "
+              "smallest and the largest held size (so the engine's fixed cost is not counted "
+              "per node), or divided by the size when only one size held. Per core: samples/s "
+              "and nodes per engine CPU core at the largest held size. The 12,500-node column "
+              "is computed from these (linear), not measured.", ""]  # fmt: skip
     lines += [
-        "| engine | largest held (measured) | series / 1k nodes | samples/s / 1k | "
-        "RSS GiB / 1k | CPU cores / 1k | 12,500 nodes: series, GiB, cores (computed) |",
-        "|---|---|---|---|---|---|---|",
+        "| engine | largest held (measured) | series / 1k | samples/s / 1k | RSS MiB / 1k | "
+        "CPU cores / 1k | samples/s per core | nodes per core | "
+        "12,500 nodes: series, RSS GiB, cores (computed) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for engine, best, by_size in summary:
-        if best is None:
-            lines.append(f"| {engine} | none of the sizes tried | | | | | |")
+    for engine, held, by_size in summary:
+        if not held:
+            lines.append(f"| {engine} | none of the sizes tried | | | | | | | |")
             continue
+        low, best = held[0], held[-1]
         tried = max(s[0].nodes for s in by_size)
-        held = f"{best.nodes:,}" + (" (largest tried)" if best.nodes == tried else "")
-        k = PROJECTED_NODES / best.nodes
+        shown = f"{best.nodes:,}" + (" (largest tried)" if best.nodes == tried else "")
+        if best.nodes > low.nodes:
+            span = best.nodes - low.nodes
+            rss_node = (best.rss_bytes - low.rss_bytes) / span
+            cpu_node = (best.cpu_cores - low.cpu_cores) / span
+        else:
+            rss_node, cpu_node = best.rss_bytes / best.nodes, best.cpu_cores / best.nodes
+        extra = PROJECTED_NODES - best.nodes
+        cores = best.cpu_cores or float("nan")
         lines.append(
-            f"| {engine} | {held} | {per_thousand(best.series, best.nodes):,.0f} | "
+            f"| {engine} | {shown} | {per_thousand(best.series, best.nodes):,.0f} | "
             f"{per_thousand(best.samples_per_s, best.nodes):,.0f} | "
-            f"{per_thousand(best.rss_bytes, best.nodes) / 2**30:.2f} | "
-            f"{per_thousand(best.cpu_cores, best.nodes):.2f} | "
-            f"{best.series * k / 1e6:.1f} M, {best.rss_bytes * k / 2**30:.0f} GiB, "
-            f"{best.cpu_cores * k:.1f} |"
+            f"{rss_node * 1000 / 2**20:,.0f} | {cpu_node * 1000:.2f} | "
+            f"{best.samples_per_s / cores:,.0f} | {best.nodes / cores:,.0f} | "
+            f"{best.series / best.nodes * PROJECTED_NODES / 1e6:.1f} M, "
+            f"{(best.rss_bytes + rss_node * extra) / 2**30:.0f} GiB, "
+            f"{best.cpu_cores + cpu_node * extra:.1f} |"
         )
     lines += [
         "",
-        "Per core: divide the CPU column by the cores the engine used; a size with the machine "
-        "near 100 % busy is limited by the shared cores (fleet + engine), not by the engine "
-        "alone. The projection assumes cost grows linearly with nodes, which holds for "
-        "scraping and ingestion and understates query cost; the store's cluster version "
+        "A size with the machine near 100 % busy is limited by the shared cores (fleet and "
+        "engine together), not by the engine alone. The projection assumes cost grows "
+        "linearly with nodes, which holds for scraping and ingestion and understates query "
+        "cost; the store's cluster version "
         "(docs/scaling.md) is the path past one machine.",
     ]
     return "\n".join(lines)
