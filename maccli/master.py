@@ -396,6 +396,12 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
             else f"{cfg.get('MAC_ALERTMANAGER_URL')} (the site's Alertmanager)"
         ),
     ]
+    if scaleout.shards(cfg):
+        # Scale-out mode: where the metrics are, and who scrapes them.
+        lines.append(
+            f"Metrics:     store {scaleout.store_url(cfg)}, {scaleout.shards(cfg)} scrapers "
+            "(mac status master), merged targets on the Prometheus URL"
+        )
     if admin:
         lines.append(f"Admin:       {admin}")
     elif runtime.name == "docker":
