@@ -191,3 +191,50 @@ def test_a_dead_scraper_degrades_health_naming_its_share(client, scale_out, scra
     assert f"scraper 1/2 at {url} does not answer" in detail
     assert f"its {share} nodes have a gap" in detail
     assert Node.objects.count() == 12
+
+
+@pytest.mark.skipif(not shutil.which("promtool"), reason="Debian's promtool is missing")
+def test_mac_scraper_down_fires_for_the_shard_that_is_down(tmp_path):
+    """Only for the scraper whose `up` is 0, after its `for:`; promtool test rules."""
+    from healthcheck.scaleout import SCALEOUT_RULES
+
+    up = 'up{job="mac-scraper",instance="127.0.0.1:29431",shard="1/2"}'
+    case = {
+        "interval": "15s",
+        "input_series": [
+            {"series": up, "values": "1 1 0 0 0 0 0"},
+            {"series": up.replace("29431", "29430").replace("1/2", "0/2"), "values": "1x6"},
+        ],
+        "alert_rule_test": [
+            {"eval_time": "15s", "alertname": "MacScraperDown", "exp_alerts": []},
+            {
+                "eval_time": "75s",
+                "alertname": "MacScraperDown",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {
+                            "severity": "critical", "job": "mac-scraper",
+                            "instance": "127.0.0.1:29431", "shard": "1/2",
+                        },
+                        "exp_annotations": {
+                            "summary": "Scraper 1/2 of the master does not answer",
+                            "description": (
+                                "The vmagent scraper of shard 1/2 (127.0.0.1:29431) is down: the "
+                                "nodes of its share have a gap in their metrics and charts until "
+                                "it is back. `mac status master` shows it; supervision restarts "
+                                "it, its log is `mac logs scraper-N`."
+                            ),
+                            "runbook_url": "docs/scaling.md#faults-and-what-says-so",
+                        },
+                    }
+                ],
+            },
+        ],
+    }  # fmt: skip
+    tests = {"rule_files": [str(SCALEOUT_RULES)], "evaluation_interval": "15s", "tests": [case]}
+    path = tmp_path / "scaleout_test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False))
+    run = subprocess.run(
+        ["promtool", "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stdout + run.stderr

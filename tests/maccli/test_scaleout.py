@@ -240,6 +240,22 @@ def test_a_killed_scraper_is_reported_while_away_and_comes_back(scale):
         assert "Metrics gap: scraper 1/2" in scale.admin.get("/")
         merged = scale.master.get_json(f"{scale.master.prom_url}/api/v1/targets", timeout=20)
         assert [s["health"] for s in merged["data"]["scrapers"]] == ["up", "down"]
+        # Its own alert, from the store's scrape of the scrapers, after its `for: 30s`.
+        wait_for(
+            lambda: scale.webhook.matching(
+                lambda body: (
+                    body["status"] == "firing"
+                    and any(
+                        a["labels"].get("alertname") == "MacScraperDown"
+                        and a["labels"].get("shard") == "1/2"
+                        for a in body["alerts"]
+                    )
+                )
+            ),
+            timeout=120,
+            interval=1,
+            what="the MacScraperDown notification",
+        )
     finally:
         os.kill(pid, signal.SIGKILL)
     wait_for(
