@@ -300,7 +300,7 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
                 "MAC_SCRAPE_SHARDS runs under the process runtime only for now.",
                 commands=["mac start master --runtime process"],
             )
-        env.update(scaleout.env_overrides(cfg, data))
+        env.update(scaleout.env_overrides(cfg, data, f"http://{probe_host}:{prom_port}"))
         specs = [spec for spec in specs if spec.name != "prometheus"]
         specs += scaleout.specs(
             cfg, data, env, views_bind=bind, probe_host=probe_host, views_port=prom_port,

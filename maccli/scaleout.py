@@ -84,11 +84,16 @@ def sd_token(cfg: NodeConfig, data: Path) -> str:
         ) from None
 
 
-def env_overrides(cfg: NodeConfig, data: Path) -> dict[str, str]:
-    """What every master process must agree on in scale-out mode."""
+def env_overrides(cfg: NodeConfig, data: Path, targets_url: str) -> dict[str, str]:
+    """What every master process must agree on in scale-out mode.
+
+    MAC_PROMETHEUS_URL (queries) is the store; MAC_TARGETS_URL (who scrapes what, and
+    each target's health) is the merged targets view on 29090.
+    """
     return {
         "MAC_SCRAPE_SHARDS": str(shards(cfg)),
         "MAC_PROMETHEUS_URL": store_url(cfg),
+        "MAC_TARGETS_URL": targets_url,
         "MAC_SCRAPER_URLS": ",".join(f"http://{a}" for a in scraper_addresses(cfg)),
         "MAC_SD_TOKEN": sd_token(cfg, data),
     }

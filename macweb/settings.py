@@ -235,6 +235,10 @@ PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMET
 # MAC_PROMETHEUS_URL (what every metrics reader queries) at the store.
 SCRAPE_SHARDS = env_int("MAC_SCRAPE_SHARDS", 0, minimum=0)
 SCRAPER_URLS = env_list("MAC_SCRAPER_URLS")
+# Where /api/v1/targets is answered for the whole fleet: Prometheus, or in scale-out
+# mode the merged view on its port (MAC_PROMETHEUS_URL is then the store, which has no
+# view of the scrapers' targets).
+TARGETS_URL = env_str("MAC_TARGETS_URL") or PROMETHEUS_URL
 METRICS_MIN_FREE_BYTES = env_int("MAC_METRICS_MIN_FREE_BYTES", 1024**3, minimum=0)
 
 # Prometheus' scrape and rule-evaluation interval (manage.py prometheus_config).

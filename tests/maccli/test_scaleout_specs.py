@@ -44,6 +44,7 @@ def test_it_runs_scrapers_a_store_and_rules_instead_of_prometheus(tmp_path):
     assert specs["prometheus"].port == 29090
     env = specs["api-server"].env
     assert env["MAC_PROMETHEUS_URL"] == "http://127.0.0.1:39428"  # charts read the store
+    assert env["MAC_TARGETS_URL"] == "http://127.0.0.1:29090"  # the merged targets view
     assert env["MAC_SCRAPER_URLS"].split(",") == [f"http://127.0.0.1:{29430 + k}" for k in range(3)]
     assert all(spec.env is env for spec in specs.values())  # every process agrees
 
