@@ -59,6 +59,7 @@ WARMUP = 45.0
 WINDOW = 120.0
 QUERY_ROUNDS = 10
 PROJECTED_NODES = 12_500
+MEMORY_SHARE = 0.7  # of the available memory a size may take (the fleet needs the rest)
 JOBS = {
     "sys-exporter": BY_NAME["sys-exporter"].port,
     "dcgm-exporter": BY_NAME["dcgm-exporter"].port,
@@ -456,6 +457,22 @@ def _median_sample(samples: list[Sample]) -> Sample:
     )
 
 
+def memory_stop(sizes: list[int], nodes: int, runs: list[Sample]) -> str:
+    """Why the next size is not tried ("" when it fits): its engine RSS, scaled from this
+    size, must stay under MEMORY_SHARE of the memory available now (fleet included)."""
+    larger = [n for n in sizes if n > nodes]
+    if not larger:
+        return ""
+    need = max(s.rss_bytes for s in runs) / nodes * larger[0]
+    free = psutil.virtual_memory().available * MEMORY_SHARE
+    if need <= free:
+        return ""
+    return (
+        f"{larger[0]:,} nodes would need about {need / 2**30:.1f} GiB (scaled from "
+        f"{nodes:,}), {free / 2**30:.1f} GiB usable"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scale_metrics", description=__doc__)
     parser.add_argument("--sizes", default="250,500,1000,2000", help="fleet sizes, ascending")
@@ -467,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     engines = {"prometheus": Prometheus, "vm": VictoriaMetrics}
     charts = chart_queries(1)
     results: dict[str, list[list[Sample]]] = {}
+    notes: list[str] = []
     for key in args.engines.split(","):
         engine_class = engines[key]
         results[engine_class.name] = []
@@ -486,7 +504,13 @@ def main(argv: list[str] | None = None) -> int:
             results[engine_class.name].append(runs)
             if not all(s.held for s in runs):
                 break  # larger sizes would miss too
+            stop = memory_stop(sizes, nodes, runs)
+            if stop:
+                notes.append(f"{engine_class.name}: {stop}")
+                break
     text = report(results, sizes, args.runs)
+    if notes:
+        text += "\n\nNot tried (memory): " + "; ".join(notes) + "."
     print(text)
     if args.write:
         update_section("scale-metrics", "Metrics at scale: one Prometheus vs vmagent + store", text)
