@@ -38,6 +38,7 @@ from django.db import connection
 
 from alerting.health import check_alertmanager, check_channels
 from contract import __version__
+from healthcheck.scaleout import scaleout_checks
 from healthcheck.state import get_redis, last_sweep, queue_depths
 
 PROCESS_STARTED = time.time()
@@ -153,6 +154,8 @@ def run_health_checks() -> dict:
     }
     failed = [name for name, (ok, _detail) in results.items() if not ok]
     optional = {"alertmanager": check_alertmanager()}
+    # Scale-out mode (MAC_SCRAPE_SHARDS): the store and each scraper; nothing when off.
+    optional.update(scaleout_checks())
     if results["database"][0]:
         optional["alert_channels"] = check_channels()
     degraded = [name for name, (ok, _detail) in optional.items() if not ok]

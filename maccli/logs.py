@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -30,7 +31,10 @@ from node.config import NodeConfig
 
 # The services of `mac start master` (maccli.master.master_specs), by name, and
 # mac-redis, which only the Docker master runs (the process runtime uses the host's).
-MASTER_SERVICES = ("api-server", "worker", "beat", "prometheus", "alertmanager", "redis", "proxy")
+MASTER_SERVICES = ("api-server", "worker", "beat", "prometheus", "alertmanager", "redis", "proxy",
+                   # Scale-out mode (MAC_SCRAPE_SHARDS, maccli.scaleout), with scraper-K.
+                   "store", "rules")  # fmt: skip
+SCRAPER = re.compile(r"scraper-\d+")
 DOCKER_ONLY = {"redis": "the host's redis-server"}
 AGENT_SERVICES = tuple(service.name for service in SERVICES)
 FOLLOW_POLL = 0.25  # seconds between two looks at a followed log file
@@ -42,7 +46,8 @@ def role_of(service: str, role: str | None = None) -> tuple[str, str]:
     name = service.strip()
     if name not in AGENT_SERVICES + MASTER_SERVICES and name.startswith("mac-"):
         name = name[len("mac-") :]
-    owner = "agent" if name in AGENT_SERVICES else "master" if name in MASTER_SERVICES else ""
+    master = name in MASTER_SERVICES or SCRAPER.fullmatch(name)
+    owner = "agent" if name in AGENT_SERVICES else "master" if master else ""
     if not owner:
         raise CliError(
             f"unknown service {service!r}.",

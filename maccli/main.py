@@ -86,6 +86,15 @@ def parser() -> argparse.ArgumentParser:
                 "per-node file as MAC_AGENT_NETWORK",
             )
 
+    # Scale-out mode's store (maccli.metricsbackup): vmbackup / vmrestore.
+    for verb, text in (
+        ("backup", "back up the metrics store (MAC_SCRAPE_SHARDS) into a folder"),
+        ("restore", "restore the metrics store from a folder (master stopped)"),
+    ):
+        cmd = sub.add_parser(verb, help=text)
+        cmd.add_argument("what", choices=["metrics"])
+        cmd.add_argument("folder", help="the backup's folder, e.g. /srv/backups/mac-metrics")
+
     st = sub.add_parser("status", help="services, their health, and the master's view")
     st.add_argument("role", nargs="?", choices=["agent", "master"], default="agent")
     st.add_argument("--json", action="store_true")
@@ -184,6 +193,10 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         return probecmd.probe(
             args.address, timeout=args.timeout, as_json=args.json, network=args.network
         )
+    if args.command in {"backup", "restore"}:
+        from maccli import metricsbackup
+
+        return getattr(metricsbackup, args.command)(args.folder)
     if args.command == "status":
         if args.role == "master":
             return master.status(args.runtime)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from contract.pinning import first_certificate, spki_sha256
 from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT, MASTER_TLS_PORT
-from maccli import output
+from maccli import output, scaleout
 from maccli.agent import print_states
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
@@ -336,6 +336,23 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
     ]
     if not site_alertmanager:
         specs.append(alertmanager_spec(cfg, data, env))
+    if scaleout.shards(cfg):
+        # Scale-out mode (MAC_SCRAPE_SHARDS, docs/scaling.md): scrapers, store and rules
+        # replace mac-prometheus, and every process reads metrics from the store.
+        if docker:
+            raise CliError(
+                "MAC_SCRAPE_SHARDS runs under the process runtime only for now.",
+                commands=["mac start master --runtime process"],
+            )
+        env.update(scaleout.env_overrides(cfg, data, f"http://{LOOPBACK}:{prom_port}"))
+        specs = [spec for spec in specs if spec.name != "prometheus"]
+        # The merged targets view takes Prometheus's place on 29090: loopback only, like
+        # Prometheus (the front door serves it under /prometheus/).
+        specs += scaleout.specs(
+            cfg, data, env, views_bind=LOOPBACK, probe_host=LOOPBACK, views_port=prom_port,
+            master=f"{probe_host}:{api_port}", alertmanager_url=env["MAC_ALERTMANAGER_URL"],
+            project_spec=_prometheus_project_spec,
+        )  # fmt: skip
     return specs
 
 
@@ -453,6 +470,12 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
             else f"{cfg.get('MAC_ALERTMANAGER_URL')} (the site's Alertmanager)"
         ),
     ]
+    if scaleout.shards(cfg):
+        # Scale-out mode: where the metrics are, and who scrapes them.
+        lines.append(
+            f"Metrics:     store {scaleout.store_url(cfg)}, {scaleout.shards(cfg)} scrapers "
+            "(mac status master), merged targets on the Prometheus URL"
+        )
     if admin:
         lines.append(f"Admin:       {admin}")
     elif runtime.name == "docker":
@@ -526,5 +549,10 @@ def status(runtime_name: str | None = None) -> int:
     runtime = choose_runtime(cfg, ROLE, runtime_name)
     states = runtime.status(ROLE, _specs(cfg, runtime))
     print_states(states, f"Master services ({runtime.name} runtime)")
+    if scaleout.shards(cfg):
+        # Each scraper's share, from its own targets (MAC_SCRAPE_SHARDS).
+        output.say("Scrapers (share of the fleet, from each scraper's /api/v1/targets):")
+        for name, share in scaleout.scraper_shares(cfg):
+            output.say(f"  {name}: {share}")
     healthy = all(s.running and s.health in ("ok", "-") for s in states)
     return 0 if healthy else 1

@@ -231,6 +231,16 @@ SWEEP_CHUNK_SIZE = env_int("MAC_SWEEP_CHUNK_SIZE", 10000, minimum=1)
 PROBE_QUEUE = env_str("MAC_PROBE_QUEUE", "celery")
 SD_DIR = env_path("MAC_SD_DIR", DATA_DIR / "prometheus" / "targets")
 PROMETHEUS_URL = env_str("MAC_PROMETHEUS_URL", f"http://127.0.0.1:{MASTER_PROMETHEUS_PORT}")
+# Scale-out mode (docs/scaling.md, healthcheck.scaleout): MAC_SCRAPE_SHARDS vmagent
+# scrapers and one store; `mac start master` sets the scrapers' URLs and points
+# MAC_PROMETHEUS_URL (what every metrics reader queries) at the store.
+SCRAPE_SHARDS = env_int("MAC_SCRAPE_SHARDS", 0, minimum=0)
+SCRAPER_URLS = env_list("MAC_SCRAPER_URLS")
+# Where /api/v1/targets is answered for the whole fleet: Prometheus, or in scale-out
+# mode the merged view on its port (MAC_PROMETHEUS_URL is then the store, which has no
+# view of the scrapers' targets).
+TARGETS_URL = env_str("MAC_TARGETS_URL") or PROMETHEUS_URL
+METRICS_MIN_FREE_BYTES = env_int("MAC_METRICS_MIN_FREE_BYTES", 1024**3, minimum=0)
 
 # Prometheus' scrape and rule-evaluation interval (manage.py prometheus_config).
 SCRAPE_INTERVAL = env_duration("MAC_SCRAPE_INTERVAL", "15s")

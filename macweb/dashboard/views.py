@@ -16,6 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
 from contract.services import SERVICES
+from healthcheck.scaleout import scraper_gaps
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 from macweb.dashboard import charts, queries
@@ -102,6 +103,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
             },
             "prev_query": query.as_query(page=context["page"].number - 1),
             "next_query": query.as_query(page=context["page"].number + 1),
+            # Scale-out mode: a scraper that is away (MAC_SCRAPE_SHARDS); empty when off.
+            "metrics_gaps": scraper_gaps(),
         }
     )
     return render(request, "dashboard/fleet.html", context, status=400 if query.errors else 200)

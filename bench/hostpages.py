@@ -1,0 +1,136 @@
+"""node_exporter-sized host pages for bench.scale_metrics, from node_exporter's own output.
+
+A real GPU node's host metrics are about 1,500 series (node_exporter: CPUs, disks,
+filesystems, interfaces...); the simulated fleet's sys-exporter page is a few dozen.
+This server adds the difference: on port HOST_PORT of every node address it serves
+the first HOST_SERIES samples of node_exporter's golden end-to-end output
+(`prometheus/node_exporter/collector/fixtures/e2e-output.txt`, a capture listed in
+tests/fixtures/captured/MANIFEST.md), with the comment lines of the kept families.
+
+Values move from one scrape interval to the next (VARIANTS pre-rendered pages, the
+counters growing), so the stores compress what a live node gives them, not a
+constant. Run by the benchmark as `python -m bench.hostpages --nodes N --base IP`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+from testkit.simfleet.fleet import node_addresses
+
+HOST_PORT = 29199
+HOST_SERIES = 1450
+VARIANTS = 8
+CAPTURE = "prometheus/node_exporter/collector/fixtures/e2e-output.txt"
+INTERVAL = 15.0
+
+
+def captures_dir() -> Path:
+    """The captures folder, as tests/exporters/captures.py finds it."""
+    configured = os.environ.get("MAC_CAPTURES_DIR", "").strip()
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[1].parent / "shared" / "captures"
+
+
+def page_lines(text: str, series: int = HOST_SERIES) -> tuple[list[str], list[bool]]:
+    """(lines to serve, whether each is a counter sample) for the first `series` samples."""
+    kept: list[str] = []
+    counter: list[bool] = []
+    kinds: dict[str, str] = {}
+    samples = 0
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            kinds[name] = kind
+        if line.startswith("#"):
+            if samples < series:
+                kept.append(line)
+                counter.append(False)
+            continue
+        if samples >= series or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        kept.append(line)
+        counter.append(kinds.get(name) == "counter")
+        samples += 1
+    return kept, counter
+
+
+def render_variant(lines: list[str], counter: list[bool], variant: int) -> bytes:
+    """The page of interval `variant`: counters grown by a per-series step, gauges wobbling."""
+    out = []
+    for index, (line, is_counter) in enumerate(zip(lines, counter, strict=True)):
+        if line.startswith("#"):
+            out.append(line)
+            continue
+        head, _, value = line.rpartition(" ")
+        try:
+            number = float(value)
+        except ValueError:
+            out.append(line)
+            continue
+        step = (index % 13 + 1) * variant
+        number = number + 1000 * step if is_counter else number * (1 + 0.01 * (step % 7))
+        out.append(f"{head} {number:g}")
+    body = ("\n".join(out) + "\n").encode()
+    head = (
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+class _Page(asyncio.Protocol):
+    pages: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if b"\r\n\r\n" not in self.buffer:
+            return
+        # Every scraper of one interval gets the same page; the next interval the next one.
+        page = self.pages[int(time.time() // INTERVAL) % len(self.pages)]
+        self.transport.write(page)  # type: ignore[attr-defined]
+        self.transport.close()
+
+
+async def serve(addresses: list[str]) -> None:
+    text = (captures_dir() / CAPTURE).read_text()
+    lines, counter = page_lines(text)
+    _Page.pages = [render_variant(lines, counter, v) for v in range(VARIANTS)]
+    loop = asyncio.get_running_loop()
+    servers = [await loop.create_server(_Page, ip, HOST_PORT, backlog=256) for ip in addresses]
+    print("READY", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for server in servers:
+            server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.hostpages")
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--base", required=True)
+    args = parser.parse_args(argv)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    try:
+        asyncio.run(serve(node_addresses(args.nodes, args.base)))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
