@@ -346,10 +346,8 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
             )
         env.update(scaleout.env_overrides(cfg, data, f"http://{LOOPBACK}:{prom_port}"))
         specs = [spec for spec in specs if spec.name != "prometheus"]
-        # The merged targets view takes Prometheus's place on 29090: loopback only, like
-        # Prometheus (the front door serves it under /prometheus/).
         specs += scaleout.specs(
-            cfg, data, env, views_bind=LOOPBACK, probe_host=LOOPBACK, views_port=prom_port,
+            cfg, data, env, views_port=prom_port,
             master=f"{probe_host}:{api_port}", alertmanager_url=env["MAC_ALERTMANAGER_URL"],
             project_spec=_prometheus_project_spec,
         )  # fmt: skip

@@ -104,8 +104,6 @@ def specs(
     data: Path,
     env: dict[str, str],
     *,
-    views_bind: str,
-    probe_host: str,
     views_port: int,
     master: str,
     alertmanager_url: str,
@@ -179,10 +177,11 @@ def specs(
     )
     view_argv = [
         sys.executable, "-m", "healthcheck.targetsview",
-        "--listen", f"{views_bind}:{views_port}", "--store", store,
+        "--listen", f"127.0.0.1:{views_port}", "--store", store,
         *[arg for address in scrapers for arg in ("--scraper", f"http://{address}")],
     ]  # fmt: skip
-    view = project_spec("prometheus", view_argv, views_port, env, [], probe_host, views_bind)
+    # In Prometheus's place on the loopback (the front door serves it under /prometheus/).
+    view = project_spec("prometheus", view_argv, views_port, env, [])
     return [*result, view]
 
 
