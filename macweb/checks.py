@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.conf import settings
-from django.core.checks import Error, register
+from django.core.checks import Error, Warning, register
+
+from inventory.bulkheads import SETTINGS, VARIABLES
 
 PREPARE = "manage.py prepare_master"
 
@@ -37,3 +39,27 @@ def check_master_prepared(app_configs=None, **kwargs) -> list[Error]:
             )
         )
     return errors
+
+
+# Threads of a worker that no bulkhead may take: /health and an agent's registration.
+FREE_THREADS = 2
+
+
+@register()
+def check_bulkheads(app_configs=None, **kwargs) -> list[Warning]:
+    """The bulkheads (inventory.bulkheads) leave threads for what must never wait."""
+    taken = sum(getattr(settings, name) for name in SETTINGS.values())
+    if settings.API_THREADS - taken >= FREE_THREADS:
+        return []
+    sizes = ", ".join(
+        f"{VARIABLES[service]}={getattr(settings, name)}" for service, name in SETTINGS.items()
+    )
+    return [
+        Warning(
+            f"The bulkheads ({sizes}) may take {taken} of the {settings.API_THREADS} request "
+            f"threads of a worker (MAC_API_THREADS): fewer than {FREE_THREADS} stay free for "
+            "/health and the agents while Prometheus, Alertmanager and the broker all hang.",
+            hint="Raise MAC_API_THREADS or lower the MAC_BULKHEAD_* settings.",
+            id="macweb.W001",
+        )
+    ]
