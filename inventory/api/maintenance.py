@@ -30,7 +30,7 @@ class MaintenanceResultSerializer(MaintenanceSerializer):
     hostname = serializers.CharField()
     changed = serializers.BooleanField(help_text="false when it already had that value")
     deferred = serializers.CharField(
-        help_text='what could not follow the change at once and is left to a poll (the '
+        help_text="what could not follow the change at once and is left to a poll (the "
         'silence, when the broker does not answer), in words; "" when nothing was'
     )
 

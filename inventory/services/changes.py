@@ -39,9 +39,7 @@ def remove_nodes(nodes: Iterable[Node], *, actor: str, message: str) -> int:
     return len(ids)
 
 
-def set_maintenance(
-    node: Node, on: bool, *, actor: str, deferred: list[str] | None = None
-) -> bool:
+def set_maintenance(node: Node, on: bool, *, actor: str, deferred: list[str] | None = None) -> bool:
     """Switch maintenance; returns False when it already had that value.
 
     `deferred` receives, in words, what could not follow the change at once (the
