@@ -118,6 +118,8 @@ if _database_url:
     # MAC_DB_POOL_SIZE=0 turns it off (persistent connections instead).
     _pool_size = env_int("MAC_DB_POOL_SIZE", 20, minimum=0, maximum=1000)
     if _db["ENGINE"] == "django.db.backends.postgresql":
+        # Django's backend with COMMIT and ROLLBACK under the statement deadline too.
+        _db["ENGINE"] = "macweb.postgresql"
         # During an outage a connection attempt gives up after a few seconds (libpq's
         # default is to wait for the OS, minutes for a black-holed server), and so does a
         # request waiting for a pooled connection: /health and registration then answer
@@ -135,7 +137,7 @@ if _database_url:
             # SELECT 1 outside the deadline and would hang on a hung server; without it,
             # a connection that died fails its next statement quickly and is replaced.
             _db["CONN_HEALTH_CHECKS"] = False
-    if _pool_size and _db["ENGINE"] == "django.db.backends.postgresql":
+    if _pool_size and _db["ENGINE"] == "macweb.postgresql":
         _db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections together with a pool
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
