@@ -32,9 +32,11 @@ sample costs /health one Redis command, never a broadcast to the workers.
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import redis
@@ -52,6 +54,8 @@ STUCK_INTERVALS = 2
 # Seconds /health waits on Prometheus and Alertmanager (asked at once): a hung one must
 # leave /health well under a second (issue 26).
 OUTSIDE_DEADLINE = 0.5
+# Seconds an answer of theirs is reused (see _LastAnswer).
+OUTSIDE_REUSE = 1.0
 
 
 def check_database() -> tuple[bool, str]:
@@ -200,12 +204,48 @@ def check_prometheus(timeout: float = OUTSIDE_DEADLINE) -> tuple[bool, str]:
     return True, f"Prometheus at {settings.PROMETHEUS_URL} is ready"
 
 
+class _LastAnswer:
+    """The last answer of a check, for OUTSIDE_REUSE seconds, and one asker at a time.
+
+    While one request asks a hung service (up to OUTSIDE_DEADLINE), the others of the
+    process answer with the previous result instead of queueing behind it: a freeze
+    costs one /health in a few a short wait, not every one of them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: dict[tuple, tuple[float, dict]] = {}
+
+    def get(self, key: tuple, ask: Callable[[], dict]) -> dict:
+        now = time.monotonic()
+        at, last = self._answers.get(key, (0.0, None))
+        if last is not None and now - at < OUTSIDE_REUSE:
+            return last
+        if not self._lock.acquire(blocking=last is None):
+            return last  # another request is asking right now
+        try:
+            answer = ask()
+            self._answers[key] = (time.monotonic(), answer)
+            return answer
+        finally:
+            self._lock.release()
+
+
+_outside = _LastAnswer()
+
+
 def outside_service_checks() -> dict[str, tuple[bool, str]]:
     """Prometheus and Alertmanager, asked at once, each within OUTSIDE_DEADLINE.
 
     /health answers load balancers and agents (whose registration gives up after 10 s):
-    a hung service costs it at most one short deadline, not one per service.
+    a hung service costs it at most one short deadline, not one per service, and only
+    one request of the process at a time (_LastAnswer).
     """
+    key = (settings.PROMETHEUS_URL, settings.ALERTMANAGER_URL)
+    return _outside.get(key, _ask_outside_services)
+
+
+def _ask_outside_services() -> dict[str, tuple[bool, str]]:
     alertmanager = Alertmanager(
         settings.ALERTMANAGER_URL, min(settings.ALERTMANAGER_TIMEOUT, OUTSIDE_DEADLINE)
     )

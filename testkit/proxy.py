@@ -26,9 +26,16 @@ def nginx_binary() -> str | None:
 
 
 def start_proxy(
-    directory: Path, env: dict[str, str], listen_port: int, upstream_port: int
+    directory: Path,
+    env: dict[str, str],
+    listen_port: int,
+    upstream_port: int,
+    repo: Path = REPO,
 ) -> subprocess.Popen:
-    """nginx on 127.0.0.1:listen_port for the API server on 127.0.0.1:upstream_port."""
+    """nginx on 127.0.0.1:listen_port for the API server on 127.0.0.1:upstream_port.
+
+    `repo` is the checkout whose `manage.py proxy_config` writes the configuration (a
+    benchmark's baseline runs another one)."""
     nginx = nginx_binary()
     if nginx is None:
         raise RuntimeError("nginx is not installed (scripts/bootstrap installs Debian's nginx)")
@@ -37,7 +44,7 @@ def start_proxy(
     subprocess.run(
         [sys.executable, "-m", "django", "proxy_config", "--out", str(conf),
          "--listen", f"127.0.0.1:{listen_port}", "--upstream", f"127.0.0.1:{upstream_port}"],
-        env=env, cwd=REPO, check=True, capture_output=True, timeout=120,
+        env=env, cwd=repo, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     log = (directory / "proxy.log").open("ab")
     process = subprocess.Popen(
