@@ -25,6 +25,7 @@ from alerting.amconfig import TEST_LABEL
 from alerting.choices import ChannelKind
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel, channel_errors
+from inventory import bulkheads
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,9 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
         cache.set(RELOAD_PENDING_KEY, True, None)
     if reload and (result.written or cache.get(RELOAD_PENDING_KEY)):
         try:
-            (client or Alertmanager.from_settings()).reload()
-        except AlertmanagerUnavailable as exc:
+            with bulkheads.ALERTMANAGER.slot():
+                (client or Alertmanager.from_settings()).reload()
+        except (AlertmanagerUnavailable, bulkheads.BulkheadFull) as exc:
             result.reload_error = str(exc)
             log.warning("Alertmanager not reloaded (the next poll retries): %s", exc)
         else:
@@ -245,8 +247,9 @@ def send_test_notification(
         "endsAt": (now + dt.timedelta(minutes=TEST_ALERT_MINUTES)).isoformat(),
     }
     try:
-        (client or Alertmanager.from_settings()).post_alerts([alert])
-    except AlertmanagerUnavailable as exc:
+        with bulkheads.ALERTMANAGER.slot():
+            (client or Alertmanager.from_settings()).post_alerts([alert])
+    except (AlertmanagerUnavailable, bulkheads.BulkheadFull) as exc:
         raise ChannelError(f"the test alert was not accepted: {exc}") from None
     return f"test alert sent through Alertmanager to {channel.name} ({channel.get_kind_display()})"
 

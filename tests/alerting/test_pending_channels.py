@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.core.cache import cache
 
 from alerting import services, tasks
 from alerting.models import NotificationChannel
+from inventory import bulkheads
 from testkit.alerting import AlertmanagerServer
 from tests.alerting.conftest import needs_alertmanager
 
@@ -123,3 +125,20 @@ def test_a_file_that_differs_from_the_database_degrades_health(client, am_settin
 
     assert "alert_config" in body["degraded"]
     assert "differs from the channels in the database" in body["checks"]["alert_config"]["detail"]
+
+
+def test_a_reload_past_the_alertmanager_bulkhead_is_left_to_the_poll(am_settings):
+    am_settings.BULKHEAD_ALERTMANAGER = 1
+    bulkheads.ALERTMANAGER.reset()
+    try:
+        with bulkheads.ALERTMANAGER.slot():  # another request waits on Alertmanager
+            applied = services.save_channel(
+                NotificationChannel(name="hook", kind="webhook", url="http://127.0.0.1:9/"),
+                actor="t",
+            )
+    finally:
+        bulkheads.ALERTMANAGER.reset()
+
+    assert applied.written and not applied.reloaded
+    assert "MAC_BULKHEAD_ALERTMANAGER=1" in applied.reload_error
+    assert cache.get(services.RELOAD_PENDING_KEY)  # beat's poll reloads it
