@@ -4,6 +4,19 @@ Not Django's stock handler, because it runs each request in a thread of its own:
 1,000 simultaneous registrations (bench/register.py, back to back on one machine,
 issue 19) it took 3-4x the worker CPU (15.3 against 4.9 ms a new registration) and
 282 of 1,000 re-registrations got 503 waiting for a pooled connection, against 0 here.
+
+Nor Django's stock WSGI application under gunicorn's threaded worker with ASGI for
+/ws/ only (the usual Channels split, issue 25), measured with bench/register.py
+(--app wsgi, same machine, 2 workers of 8 threads, 3 bursts of 1,000; docs/benchmarks.md,
+"stock WSGI"): API CPU per GET /health 7.16 ms against 5.48 ms here, per new
+registration 10.61 against 9.19 ms, 84 against 123 /health and 69 against 80
+registrations a second; only re-registrations cost less (14.10 against 16.44 ms). Both
+runs on a machine loaded by other work (load 12-21 on 2 CPUs), so the figures are
+rough, but every burst but one favours this handler, which also keeps one server.
+
+The price: the methods of Django's handler called below are not documented API.
+tests/macweb/test_asgi_handler.py fails, naming the method, when a Django release
+changes one of them, and pyproject pins Django to 5.2.x until it is checked again.
 """
 
 import os
