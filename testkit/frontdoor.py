@@ -194,23 +194,24 @@ class Burst:
 def sample_front_door(
     url: str, seconds: float, *, interval: float = 0.2, prefix: str = "door"
 ) -> dict[str, list[Answer]]:
-    """GET /health and POST /api/v1/register (a new host each time), side by side, for
-    `seconds`, one pair every `interval`: what agents and load balancers meet meanwhile."""
+    """A GET /health and a POST /api/v1/register (a new host each time), each sent on
+    its own every `interval` for `seconds`: what load balancers and agents meet."""
     answers: dict[str, list[Answer]] = {"health": [], "register": []}
     lock = threading.Lock()
     end = time.monotonic() + seconds
 
-    def one(n: int) -> None:
-        health = call(f"{url}/health")
-        register = call(f"{url}/api/v1/register", {"hostname": f"{prefix}-{n:04d}"})
+    def one(name: str, *args) -> None:
+        answer = call(*args)
         with lock:
-            answers["health"].append(health)
-            answers["register"].append(register)
+            answers[name].append(answer)
 
-    with ThreadPoolExecutor(16) as pool:
+    with ThreadPoolExecutor(32) as pool:
         n = 0
         while time.monotonic() < end:
-            pool.submit(one, n)
+            pool.submit(one, "health", f"{url}/health")
+            pool.submit(
+                one, "register", f"{url}/api/v1/register", {"hostname": f"{prefix}-{n:04d}"}
+            )
             n += 1
             time.sleep(interval)
     return answers

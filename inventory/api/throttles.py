@@ -29,17 +29,12 @@ NODE_EVENT_RATE = "30/min"  # per node: a reset a second for half a minute, then
 class NodeKeyRateThrottle(SimpleRateThrottle):
     """`rate` per node key (hashed: the cache never holds a key); no key, no count."""
 
-    scope = "node_key"
+    scope = "register"
 
     def get_rate(self) -> str:
-        # Read per request so that a changed setting (and tests) take effect at once.
+        # DRF makes a throttle per request and asks this each time: a changed setting
+        # (and tests) take effect at once.
         return settings.REGISTER_RATE
-
-    def __init__(self) -> None:
-        # SimpleRateThrottle reads the rate once, in its constructor; a fresh throttle
-        # is made for every request, so a changed setting still applies at once.
-        self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
 
     def get_cache_key(self, request, view) -> str | None:
         key = request.headers.get(NODE_KEY_HEADER)
@@ -66,6 +61,12 @@ class NodeKeyRateThrottle(SimpleRateThrottle):
             detail=f"Too many requests with this {NODE_KEY_HEADER}: the limit is {self.rate} "
             f"per node ({self.setting}); retry in {wait} s.",
         )
+
+
+class DeregisterRateThrottle(NodeKeyRateThrottle):
+    """The same rate for deregistrations, counted apart (as nginx counts them apart)."""
+
+    scope = "deregister"
 
 
 class NodeEventRateThrottle(NodeKeyRateThrottle):

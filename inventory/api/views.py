@@ -46,7 +46,7 @@ from inventory.api.serializers import (
     RegistrationResponseSerializer,
     RegistrationSerializer,
 )
-from inventory.api.throttles import NodeKeyRateThrottle
+from inventory.api.throttles import DeregisterRateThrottle, NodeKeyRateThrottle
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Node
 
@@ -207,7 +207,7 @@ class RegisterView(AgentAPIView):
 
 class DeregisterView(AgentAPIView):
     serializer_class = DeregistrationSerializer
-    throttle_classes = [NodeKeyRateThrottle]
+    throttle_classes = [DeregisterRateThrottle]
 
     @extend_schema(
         operation_id="deregister",

@@ -334,4 +334,4 @@ def test_registration_keeps_working_when_the_rate_limit_cache_is_down(register, 
     response = register("gpu-01", remote="10.0.0.5", key=key)
 
     assert response.status_code == 200
-    assert "rate limit of node_key not applied" in caplog.text
+    assert "rate limit of register not applied" in caplog.text
