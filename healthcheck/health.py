@@ -224,6 +224,9 @@ class _LastAnswer:
         if not self._lock.acquire(blocking=last is None):
             return last  # another request is asking right now
         try:
+            at, last = self._answers.get(key, (0.0, None))
+            if last is not None and time.monotonic() - at < OUTSIDE_REUSE:
+                return last  # asked while this request waited for the lock
             answer = ask()
             self._answers[key] = (time.monotonic(), answer)
             return answer
