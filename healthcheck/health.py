@@ -205,11 +205,13 @@ def check_prometheus(timeout: float = OUTSIDE_DEADLINE) -> tuple[bool, str]:
 
 
 class _LastAnswer:
-    """The last answer of a check, for OUTSIDE_REUSE seconds, and one asker at a time.
+    """The last answer of a check, refreshed in the background once OUTSIDE_REUSE old.
 
-    While one request asks a hung service (up to OUTSIDE_DEADLINE), the others of the
-    process answer with the previous result instead of queueing behind it: a freeze
-    costs one /health in a few a short wait, not every one of them.
+    A request never waits on a hung service, except the first of a process, which has
+    no answer to give yet: it asks (within OUTSIDE_DEADLINE) and waits. Later ones
+    answer with the last result, and the first of them to find it stale starts one
+    thread that asks again; so /health says "degraded" at most OUTSIDE_REUSE plus
+    OUTSIDE_DEADLINE after a service hangs, and costs the agents nothing meanwhile.
     """
 
     def __init__(self) -> None:
@@ -217,19 +219,26 @@ class _LastAnswer:
         self._answers: dict[tuple, tuple[float, dict]] = {}
 
     def get(self, key: tuple, ask: Callable[[], dict]) -> dict:
-        now = time.monotonic()
         at, last = self._answers.get(key, (0.0, None))
-        if last is not None and now - at < OUTSIDE_REUSE:
-            return last
-        if not self._lock.acquire(blocking=last is None):
-            return last  # another request is asking right now
+        if last is None:
+            with self._lock:
+                at, last = self._answers.get(key, (0.0, None))
+                if last is None:  # nobody asked while this request waited for the lock
+                    return self._ask(key, ask)
+        if time.monotonic() - at >= OUTSIDE_REUSE and self._lock.acquire(blocking=False):
+            threading.Thread(
+                target=self._refresh, args=(key, ask), name="mac-health-ask", daemon=True
+            ).start()
+        return last
+
+    def _ask(self, key: tuple, ask: Callable[[], dict]) -> dict:
+        answer = ask()
+        self._answers[key] = (time.monotonic(), answer)
+        return answer
+
+    def _refresh(self, key: tuple, ask: Callable[[], dict]) -> None:
         try:
-            at, last = self._answers.get(key, (0.0, None))
-            if last is not None and time.monotonic() - at < OUTSIDE_REUSE:
-                return last  # asked while this request waited for the lock
-            answer = ask()
-            self._answers[key] = (time.monotonic(), answer)
-            return answer
+            self._ask(key, ask)
         finally:
             self._lock.release()
 
@@ -241,8 +250,8 @@ def outside_service_checks() -> dict[str, tuple[bool, str]]:
     """Prometheus and Alertmanager, asked at once, each within OUTSIDE_DEADLINE.
 
     /health answers load balancers and agents (whose registration gives up after 10 s):
-    a hung service costs it at most one short deadline, not one per service, and only
-    one request of the process at a time (_LastAnswer).
+    a hung service costs it nothing but the first request of a process, and that one
+    at most one short deadline, not one per service (_LastAnswer).
     """
     key = (settings.PROMETHEUS_URL, settings.ALERTMANAGER_URL)
     return _outside.get(key, _ask_outside_services)
