@@ -7,7 +7,8 @@ charts (32 requests) once held all 16 threads of a master for 6 s each: /health 
 agents' registrations waited 11.5 s behind them (issue 26).
 
 What: each such service gets a per-worker semaphore of MAC_BULKHEAD_* slots, taken
-without waiting. A request that finds them all taken fails at once with the reason
+without waiting (the charts, which wait on the event loop rather than in a thread,
+have a larger share: macweb.asgi). A request that finds them all taken fails at once with the reason
 (the chart or the alerts panel says so, the API answers 503, a broker publish is left
 to the poll that reconciles it anyway), so the other threads always stay free for
 /health, the agent endpoints and the pages that read only the database.
@@ -33,6 +34,9 @@ SETTINGS = {
     "the broker": "BULKHEAD_BROKER",
 }
 VARIABLES = {name: f"MAC_{setting}" for name, setting in SETTINGS.items()}
+# Services whose callers wait in a request thread; the charts wait for Prometheus on
+# the event loop instead (macweb.asgi), so their share is of sockets, not of threads.
+THREAD_HOLDING = ("Alertmanager", "the broker")
 
 
 class BulkheadFull(RuntimeError):

@@ -115,12 +115,28 @@ get_resolver().url_patterns  # noqa: B018
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs apps loaded)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from macweb.routing import MasterOriginValidator, websocket_urlpatterns  # noqa: E402
 
+# The charts wait on Prometheus for up to MAC_DASHBOARD_PROMETHEUS_TIMEOUT. Under the
+# handler above an async view is awaited from one of the worker's MAC_API_THREADS, so
+# 32 charts on a hung Prometheus once held all 16 threads of a master and /health and
+# registrations waited 11.5 s behind them (issue 26). Django's own handler awaits an
+# async view on the event loop, its middleware and database calls taking a thread only
+# for a moment: the charts go there, and wait on Prometheus holding no request thread
+# (their bulkhead, MAC_BULKHEAD_PROMETHEUS, bounds how many may).
+charts_asgi_app = get_asgi_application()
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": URLRouter(
+            [
+                re_path(r"^nodes/[0-9]+/charts/", charts_asgi_app),
+                re_path(r"", django_asgi_app),
+            ]
+        ),
         "websocket": MasterOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -167,7 +167,9 @@ API_THREADS = env_int("MAC_API_THREADS", 8, minimum=1, maximum=256)
 # Of those threads, how many may wait on each outside service at once (inventory.bulkheads);
 # a request past them fails at once with the reason, so that /health, the agents and the
 # pages that read only the database always find a free thread.
-BULKHEAD_PROMETHEUS = env_int("MAC_BULKHEAD_PROMETHEUS", 2, minimum=1, maximum=256)
+# Charts that may wait on Prometheus at once per worker: they wait on the event loop,
+# holding no request thread (macweb.asgi), so a page's eight and a few more fit.
+BULKHEAD_PROMETHEUS = env_int("MAC_BULKHEAD_PROMETHEUS", 16, minimum=1, maximum=1024)
 BULKHEAD_ALERTMANAGER = env_int("MAC_BULKHEAD_ALERTMANAGER", 2, minimum=1, maximum=256)
 BULKHEAD_BROKER = env_int("MAC_BULKHEAD_BROKER", 2, minimum=1, maximum=256)
 
