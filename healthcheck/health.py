@@ -231,6 +231,9 @@ class _LastAnswer:
             ).start()
         return last
 
+    def forget(self) -> None:
+        self._answers.clear()
+
     def _ask(self, key: tuple, ask: Callable[[], dict]) -> dict:
         answer = ask()
         self._answers[key] = (time.monotonic(), answer)
@@ -244,6 +247,12 @@ class _LastAnswer:
 
 
 _outside = _LastAnswer()
+
+
+def forget_outside_answers() -> None:
+    """Drop the remembered answers of Prometheus and Alertmanager (tests: a port reused
+    by another server must not inherit the last one's answer)."""
+    _outside.forget()
 
 
 def outside_service_checks() -> dict[str, tuple[bool, str]]:
