@@ -32,7 +32,14 @@ class NotificationChannelAdmin(admin.ModelAdmin):
     list_filter = ("kind", "enabled")
     search_fields = ("name", "email_to")
     actions = ("send_test_notification",)
-    readonly_fields = ("config_error", "checked_at", "created_by", "created_at", "updated_at")
+    readonly_fields = (
+        "config_error",
+        "pending_reason",
+        "checked_at",
+        "created_by",
+        "created_at",
+        "updated_at",
+    )
     fieldsets = (
         (None, {"fields": ("name", "kind", "enabled", "send_resolved")}),
         ("Which alerts", {"fields": ("severities", "matchers")}),
@@ -74,6 +81,8 @@ class NotificationChannelAdmin(admin.ModelAdmin):
             return "disabled"
         if channel.config_error:
             return f"left out: {channel.config_error}"
+        if channel.pending_reason:
+            return f"pending: {channel.pending_reason}"
         return "yes" if channel.checked_at else "not checked yet"
 
     def save_model(self, request, obj, form, change) -> None:

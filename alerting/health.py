@@ -11,6 +11,7 @@ from django.conf import settings
 
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel
+from alerting.services import config_out_of_step
 
 # /health answers load balancers and agents: a hung Alertmanager must not hold it long.
 HEALTH_TIMEOUT = 1.0
@@ -41,3 +42,11 @@ def check_channels() -> tuple[bool, str]:
     if not count:
         return True, "no notification channel yet: alerts reach nobody (Admin > Alerts)"
     return True, f"{count} channel(s) in use"
+
+
+def check_config_in_step() -> tuple[bool, str]:
+    """alertmanager.yml says what the database says (a full disk can keep them apart)."""
+    why = config_out_of_step()
+    if why:
+        return False, f"{why}; alerts follow the old configuration until MAC's poll writes it"
+    return True, "alertmanager.yml matches the channels"

@@ -67,6 +67,9 @@ class NotificationChannel(models.Model):
     url = models.CharField(max_length=2000, blank=True, default="")
     # Why Alertmanager would refuse this channel; it is then left out of alertmanager.yml.
     config_error = models.TextField(blank=True, default="")
+    # Why this channel, saved, is not in alertmanager.yml yet (the file could not be
+    # written: a full disk); beat's poll retries until it is, then clears it.
+    pending_reason = models.TextField(blank=True, default="")
     checked_at = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

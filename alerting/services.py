@@ -25,6 +25,7 @@ from alerting.amconfig import TEST_LABEL
 from alerting.choices import ChannelKind
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel, channel_errors
+from inventory import bulkheads
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class Applied:
     reloaded: bool = False
     reload_error: str = ""
     config_error: str = ""  # the whole configuration was refused: the old file stays
+    write_error: str = ""  # the files could not be written (a full disk): the old ones stay
     included: list[int] = field(default_factory=list)
     left_out: dict[int, str] = field(default_factory=dict)
 
@@ -61,12 +63,17 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
     if not settings.ALERTMANAGER_MANAGED:
         return Applied(managed=False)
     directory = Path(settings.ALERTMANAGER_DIR)
-    templates_changed = amconfig.write_file(
-        directory / amconfig.TEMPLATE_FILE, amconfig.template_text().encode(), 0o644
-    )
+    result = Applied()
+    try:
+        # First: amtool's check of the whole configuration reads the templates.
+        templates_changed = amconfig.write_file(
+            directory / amconfig.TEMPLATE_FILE, amconfig.template_text().encode(), 0o644
+        )
+    except OSError as exc:
+        return _not_written(result, exc)
     channels = list(NotificationChannel.objects.order_by("pk"))
     built = amconfig.build(channels, directory, amconfig.Timing.from_settings())
-    result = Applied(included=built.included, left_out=built.errors)
+    result.included, result.left_out = built.included, built.errors
     _record_checks(channels, built.errors)
     whole = amconfig.check_config(built.text, amconfig.amtool_path())
     if whole:
@@ -74,20 +81,69 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
         log.error("alertmanager.yml not written, Alertmanager would refuse it: %s", whole)
         result.config_error = whole
         return result
-    config_changed = amconfig.write_file(config_path(), built.text.encode(), 0o600)
+    try:
+        config_changed = amconfig.write_file(config_path(), built.text.encode(), 0o600)
+    except OSError as exc:
+        return _not_written(result, exc)
+    NotificationChannel.objects.exclude(pending_reason="").update(pending_reason="")
     result.written = templates_changed or config_changed
     if result.written:
         cache.set(RELOAD_PENDING_KEY, True, None)
     if reload and (result.written or cache.get(RELOAD_PENDING_KEY)):
         try:
-            (client or Alertmanager.from_settings()).reload()
-        except AlertmanagerUnavailable as exc:
+            with bulkheads.ALERTMANAGER.slot():
+                (client or Alertmanager.from_settings()).reload()
+        except (AlertmanagerUnavailable, bulkheads.BulkheadFull) as exc:
             result.reload_error = str(exc)
             log.warning("Alertmanager not reloaded (the next poll retries): %s", exc)
         else:
             cache.delete(RELOAD_PENDING_KEY)
             result.reloaded = True
     return result
+
+
+def _not_written(result: Applied, exc: OSError) -> Applied:
+    # Atomic writes: Alertmanager keeps the files it has. The poll retries
+    # (alerting.tasks) and /health says degraded until it succeeds.
+    result.write_error = write_failure(exc)
+    log.warning("alertmanager.yml not written (the next poll retries): %s", exc)
+    return result
+
+
+def write_failure(exc: OSError) -> str:
+    """A failed write of Alertmanager's files, in words that name the disk."""
+    where = exc.filename or settings.ALERTMANAGER_DIR
+    why = exc.strerror or str(exc)
+    return (
+        f"alertmanager.yml could not be written: {why} ({where}, MAC_ALERTMANAGER_DIR); "
+        "free space there, MAC retries on every poll"
+    )
+
+
+def config_out_of_step() -> str:
+    """Why alertmanager.yml does not say what the database says ("" when it does).
+
+    Cheap enough for /health and every poll: the channels that passed their last check
+    are rendered again (no amtool) and compared with the file.
+    """
+    if not settings.ALERTMANAGER_MANAGED:
+        return ""
+    pending = NotificationChannel.objects.exclude(pending_reason="")
+    first = pending.values_list("name", "pending_reason").first()
+    if first:
+        return f"channel {first[0]!r} is saved but pending: {first[1]}"
+    directory = Path(settings.ALERTMANAGER_DIR)
+    good = NotificationChannel.objects.filter(enabled=True, config_error="").order_by("pk")
+    timing = amconfig.Timing.from_settings()
+    text = amconfig.dump(amconfig.render_config(good, directory / amconfig.TEMPLATE_FILE, timing))
+    try:
+        if config_path().read_text() == text:
+            return ""
+    except FileNotFoundError:
+        return f"{config_path()} does not exist yet"
+    except OSError as exc:
+        return f"{config_path()} cannot be read: {exc.strerror or exc}"
+    return f"{config_path()} differs from the channels in the database"
 
 
 def _record_checks(channels: list[NotificationChannel], errors: dict[int, str]) -> None:
@@ -112,6 +168,10 @@ def save_channel(channel: NotificationChannel, *, actor: str) -> Applied:
     channel.save()
     applied = apply_channels()
     channel.config_error = applied.left_out.get(channel.pk, "")
+    if applied.write_error:
+        # Saved, and said so: the poll writes it once it can (config_out_of_step).
+        NotificationChannel.objects.filter(pk=channel.pk).update(pending_reason=applied.write_error)
+        channel.pending_reason = applied.write_error
     return applied
 
 
@@ -130,7 +190,9 @@ def describe_applied(applied: Applied) -> list[tuple[bool, str]]:
     names = dict(NotificationChannel.objects.values_list("pk", "name"))
     for pk, error in applied.left_out.items():
         said.append((False, f"{names.get(pk, pk)!r} is left out of alertmanager.yml: {error}"))
-    if applied.config_error:
+    if applied.write_error:
+        said.append((False, f"Saved, but not in use yet: {applied.write_error}."))
+    elif applied.config_error:
         said.append((False, f"alertmanager.yml kept as it was: {applied.config_error}"))
     elif applied.reload_error:
         why = applied.reload_error
@@ -163,6 +225,8 @@ def send_test_notification(
         raise ChannelError(
             f"{channel.name} is left out of alertmanager.yml: {applied.left_out[channel.pk]}"
         )
+    if applied.write_error:
+        raise ChannelError(applied.write_error)
     if applied.reload_error:
         raise ChannelError(f"Alertmanager could not take the configuration: {applied.reload_error}")
     now = timezone.now()
@@ -183,8 +247,9 @@ def send_test_notification(
         "endsAt": (now + dt.timedelta(minutes=TEST_ALERT_MINUTES)).isoformat(),
     }
     try:
-        (client or Alertmanager.from_settings()).post_alerts([alert])
-    except AlertmanagerUnavailable as exc:
+        with bulkheads.ALERTMANAGER.slot():
+            (client or Alertmanager.from_settings()).post_alerts([alert])
+    except (AlertmanagerUnavailable, bulkheads.BulkheadFull) as exc:
         raise ChannelError(f"the test alert was not accepted: {exc}") from None
     return f"test alert sent through Alertmanager to {channel.name} ({channel.get_kind_display()})"
 

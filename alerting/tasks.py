@@ -6,7 +6,9 @@ with an expiry below the interval so polls never pile up. One poll:
 1. asks Alertmanager for its firing alerts; when what a page would show changed since
    the last poll (including "alerts unavailable: <why>" and back), pushes it to every
    open dashboard (inventory.live.broadcast_alerts);
-2. when Alertmanager answers: retries a reload that failed earlier, and reconciles
+2. writes alertmanager.yml again when it differs from the channels in the database
+   (a write that failed on a full disk), and reloads Alertmanager;
+3. when Alertmanager answers: retries a reload that failed earlier, and reconciles
    the maintenance silences (alerting.silences), which puts back what a restarted
    Alertmanager lost.
 
@@ -46,11 +48,15 @@ def sync_alertmanager() -> dict:
         broadcast_alerts(snapshot.as_dict())
         cache.set(SNAPSHOT_KEY, digest, None)
     result = {"available": snapshot.available, "firing": snapshot.count, "pushed": pushed}
-    if not snapshot.available:
-        return result
-    if cache.get(services.RELOAD_PENDING_KEY):
+    out_of_step = services.config_out_of_step()
+    if out_of_step or (snapshot.available and cache.get(services.RELOAD_PENDING_KEY)):
+        # A channel saved while the file could not be written (a full disk), or a reload
+        # that failed: written and reloaded now, with no other change needed.
         applied = services.apply_channels(client=client)
         result["reloaded"] = applied.reloaded
+        result["write_error"] = applied.write_error
+    if not snapshot.available:
+        return result
     try:
         done = silences.reconcile(client=client)
     except AlertmanagerUnavailable as exc:

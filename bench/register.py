@@ -134,13 +134,25 @@ def server_env(db_url: str, redis_url: str, data_dir: str) -> dict[str, str]:
     return env
 
 
-def start_server(env: dict[str, str], port: int, workers: int, log: Path) -> subprocess.Popen:
+# --app: what gunicorn serves plain HTTP with. asgi: macweb.asgi under uvicorn's worker,
+# as `mac start master` runs it; wsgi: Django's stock WSGI application (macweb.wsgi) under
+# gunicorn's threaded worker with as many threads (MAC_API_THREADS, default 8), the usual
+# Channels split where only /ws/ goes to ASGI (macweb/asgi.py says which won).
+APPS = {
+    "asgi": ["macweb.asgi:application"],
+    "wsgi": ["macweb.wsgi:application", "--worker-class", "gthread", "--threads", "8"],
+}
+
+
+def start_server(
+    env: dict[str, str], port: int, workers: int, log: Path, app: str = "asgi"
+) -> subprocess.Popen:
     """The api-server service as `mac start master` runs it (maccli.master), access log on."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [
                 str(ROOT / ".venv" / "bin" / "gunicorn"),
-                "macweb.asgi:application",
+                *APPS[app],
                 "-c",
                 "python:macweb.gunicorn_conf",
                 "--bind",
@@ -425,13 +437,20 @@ def cpu_ratios(results: list[tuple[str, Burst]]) -> list[float]:
     ]
 
 
+SERVED = {
+    "asgi": lambda workers: f"macweb.asgi, {workers} uvicorn workers",
+    "wsgi": lambda workers: f"macweb.wsgi, {workers} gthread workers of 8 threads",
+}
+
+
 def report(results, expected: int, rows: tuple[int, int, int], args, load: tuple) -> str:
     lines = [
         f"{args.agents} concurrent clients per burst ({CLIENT_WORDS[args.client]}, one "
         "connection each, each from its own 127.x source address) through the master's "
-        f"nginx proxy to gunicorn with macweb.gunicorn_conf ({args.workers} uvicorn "
-        f"workers, access log on) on loopback, {args.runs} runs, PostgreSQL (fresh "
-        "database), Redis for the rate limit (default MAC_REGISTER_RATE) and live pushes. "
+        f"nginx proxy to gunicorn with macweb.gunicorn_conf ({SERVED[args.app](args.workers)}"
+        f", access log on) on loopback, {args.runs} runs, PostgreSQL (fresh "
+        "database), nginx for the per-address rate limit (default MAC_REGISTER_RATE), Redis "
+        "for the per-node-key one and live pushes. "
         "Registrations carry the join token; `GET /health` is the baseline, on the same "
         "server in the same run. `api CPU ms` is the API server's CPU time (gunicorn and "
         "its workers) over the burst per request, `proxy CPU ms` nginx's; `client CPU` "
@@ -518,6 +537,13 @@ def main(argv: list[str] | None = None) -> int:
         default="raw",
         help="raw: plain asyncio connections (default); aiohttp: one session per client",
     )
+    parser.add_argument(
+        "--app",
+        choices=sorted(APPS),
+        default="asgi",
+        help="asgi: macweb.asgi under uvicorn workers (default, as shipped); wsgi: "
+        "macweb.wsgi under gunicorn's gthread workers (its own docs section)",
+    )
     parser.add_argument("--no-report", action="store_true", help="print, do not write the doc")
     parser.add_argument("--profile", type=Path, help="py-spy collapsed stacks of the workers")
     args = parser.parse_args(argv)
@@ -531,11 +557,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="mac-bench-") as data_dir:
             env = server_env(db_url, redis_url, data_dir)
+            if args.app == "wsgi":
+                # gunicorn's own workers do not take the client address from nginx's
+                # X-Forwarded-For as uvicorn's do: Django reads it from the proxy instead.
+                env["MAC_TRUSTED_PROXIES"] = "127.0.0.1/32"
             for step in (["prepare_master", "-v0"], ["migrate", "--noinput", "-v0"]):
                 subprocess.run([sys.executable, "manage.py", *step], cwd=ROOT, env=env, check=True)
             api_port, port = free_port(), free_port()
             base = f"http://127.0.0.1:{port}"
-            api = start_server(env, api_port, args.workers, Path(data_dir) / "api-server.log")
+            log = Path(data_dir) / "api-server.log"
+            api = start_server(env, api_port, args.workers, log, args.app)
             proxy = start_proxy(Path(data_dir), env, port, api_port)
             asyncio.run(wait_healthy(base, api))
             servers = {"api": ServerCPU(api.pid), "proxy": ServerCPU(proxy.pid)}
@@ -565,8 +596,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in logs.items():
         if text:
             print(f"--- {name}, its warnings and errors (last 20):\n{text}", file=sys.stderr)
-    if not args.no_report:
+    if not args.no_report and args.app == "asgi":
         update_section("register", "Registration: 1,000 agents at once", body)
+    elif not args.no_report:
+        title = "Registration: 1,000 agents at once, stock WSGI (gthread) for plain HTTP"
+        update_section("register-wsgi", title, body)
     return 0 if targets_met(results, expected, rows) else 1
 
 

@@ -16,9 +16,11 @@ The "targets" check says whether the last sweep could write Prometheus' file-SD
 targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
 
-"alertmanager" and "alert_channels" (alerting.health) only degrade the answer: the
-master still probes and shows nodes without them, so /health stays 200 with
-`"status": "degraded"` and names them in `degraded`, while nobody would be notified.
+"alertmanager", "alert_channels", "alert_config" (alerting.health) and "prometheus"
+only degrade the answer: the master still probes and shows nodes without them, so
+/health stays 200 with `"status": "degraded"` and names them in `degraded`, while
+nobody would be notified. Prometheus and Alertmanager are asked at once, within
+OUTSIDE_DEADLINE together.
 
 The "queues" check names a chunk queue (MAC_PROBE_QUEUE) that no worker consumes:
 every sweep samples its backlog (healthcheck.tasks.sample_chunk_queue), and a backlog
@@ -30,13 +32,19 @@ sample costs /health one Redis command, never a broadcast to the workers.
 
 from __future__ import annotations
 
+import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 from django.conf import settings
 from django.db import connection
 
-from alerting.health import check_alertmanager, check_channels
+from alerting.client import Alertmanager
+from alerting.health import check_alertmanager, check_channels, check_config_in_step
 from contract import __version__
 from healthcheck.scaleout import scaleout_checks
 from healthcheck.state import get_redis, last_sweep, queue_depths
@@ -44,6 +52,11 @@ from healthcheck.state import get_redis, last_sweep, queue_depths
 PROCESS_STARTED = time.time()
 STALE_INTERVALS = 3
 STUCK_INTERVALS = 2
+# Seconds /health waits on Prometheus and Alertmanager (asked at once): a hung one must
+# leave /health well under a second (issue 26).
+OUTSIDE_DEADLINE = 0.5
+# Seconds an answer of theirs is reused (see _LastAnswer).
+OUTSIDE_REUSE = 1.0
 
 
 def check_database() -> tuple[bool, str]:
@@ -153,11 +166,12 @@ def run_health_checks() -> dict:
         "queues": queues_result,
     }
     failed = [name for name, (ok, _detail) in results.items() if not ok]
-    optional = {"alertmanager": check_alertmanager()}
+    optional = outside_service_checks()
     # Scale-out mode (MAC_SCRAPE_SHARDS): the store and each scraper; nothing when off.
     optional.update(scaleout_checks())
     if results["database"][0]:
         optional["alert_channels"] = check_channels()
+        optional["alert_config"] = check_config_in_step()
     degraded = [name for name, (ok, _detail) in optional.items() if not ok]
     results.update(optional)
     checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
@@ -170,6 +184,100 @@ def run_health_checks() -> dict:
         "version": __version__,
         "last_sweep": summary,
     }
+
+
+def check_prometheus(timeout: float = OUTSIDE_DEADLINE) -> tuple[bool, str]:
+    """Prometheus answers its readiness URL: without it no rule is evaluated, and the
+    charts are empty. A "degraded" check: the master still probes and shows nodes."""
+    url = settings.PROMETHEUS_URL.rstrip("/") + "/-/ready"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (settings)
+            response.read()
+    except urllib.error.HTTPError as exc:
+        return False, f"Prometheus at {settings.PROMETHEUS_URL} is not ready (HTTP {exc.code})"
+    except TimeoutError:
+        return False, (
+            f"Prometheus at {settings.PROMETHEUS_URL} did not answer within {timeout:g} s: "
+            "no rule is evaluated (mac status master)"
+        )
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        words = getattr(reason, "strerror", None) or str(reason)
+        return False, f"Prometheus at {settings.PROMETHEUS_URL} is unreachable: {words}"
+    return True, f"Prometheus at {settings.PROMETHEUS_URL} is ready"
+
+
+class _LastAnswer:
+    """The last answer of a check, refreshed in the background once OUTSIDE_REUSE old.
+
+    A request never waits on a hung service, except the first of a process, which has
+    no answer to give yet: it asks (within OUTSIDE_DEADLINE) and waits. Later ones
+    answer with the last result, and the first of them to find it stale starts one
+    thread that asks again; so /health says "degraded" at most OUTSIDE_REUSE plus
+    OUTSIDE_DEADLINE after a service hangs, and costs the agents nothing meanwhile.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: dict[tuple, tuple[float, dict]] = {}
+
+    def get(self, key: tuple, ask: Callable[[], dict]) -> dict:
+        at, last = self._answers.get(key, (0.0, None))
+        if last is None:
+            with self._lock:
+                at, last = self._answers.get(key, (0.0, None))
+                if last is None:  # nobody asked while this request waited for the lock
+                    return self._ask(key, ask)
+        if time.monotonic() - at >= OUTSIDE_REUSE and self._lock.acquire(blocking=False):
+            threading.Thread(
+                target=self._refresh, args=(key, ask), name="mac-health-ask", daemon=True
+            ).start()
+        return last
+
+    def forget(self) -> None:
+        self._answers.clear()
+
+    def _ask(self, key: tuple, ask: Callable[[], dict]) -> dict:
+        answer = ask()
+        self._answers[key] = (time.monotonic(), answer)
+        return answer
+
+    def _refresh(self, key: tuple, ask: Callable[[], dict]) -> None:
+        try:
+            self._ask(key, ask)
+        finally:
+            self._lock.release()
+
+
+_outside = _LastAnswer()
+
+
+def forget_outside_answers() -> None:
+    """Drop the remembered answers of Prometheus and Alertmanager (tests: a port reused
+    by another server must not inherit the last one's answer)."""
+    _outside.forget()
+
+
+def outside_service_checks() -> dict[str, tuple[bool, str]]:
+    """Prometheus and Alertmanager, asked at once, each within OUTSIDE_DEADLINE.
+
+    /health answers load balancers and agents (whose registration gives up after 10 s):
+    a hung service costs it nothing but the first request of a process, and that one
+    at most one short deadline, not one per service (_LastAnswer).
+    """
+    key = (settings.PROMETHEUS_URL, settings.ALERTMANAGER_URL)
+    return _outside.get(key, _ask_outside_services)
+
+
+def _ask_outside_services() -> dict[str, tuple[bool, str]]:
+    alertmanager = Alertmanager(
+        settings.ALERTMANAGER_URL, min(settings.ALERTMANAGER_TIMEOUT, OUTSIDE_DEADLINE)
+    )
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mac-health") as pool:
+        prometheus = pool.submit(check_prometheus)
+        checked = {"alertmanager": check_alertmanager(alertmanager)}
+        checked["prometheus"] = prometheus.result()
+    return checked
 
 
 def _last_sweep_summary(last: dict | None) -> dict | None:

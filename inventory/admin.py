@@ -137,9 +137,14 @@ class NodeAdmin(admin.ModelAdmin):
         self.message_user(request, f"Deregistered {count} node(s).", messages.SUCCESS)
 
     def _set_maintenance(self, request: HttpRequest, queryset: QuerySet, on: bool) -> None:
-        changed = services.set_maintenance_of(queryset, on, actor=_actor(request))
+        deferred: list[str] = []
+        changed = services.set_maintenance_of(
+            queryset, on, actor=_actor(request), deferred=deferred
+        )
         state = "on" if on else "off"
         self.message_user(request, f"Maintenance {state} for {len(changed)} node(s).")
+        for words in deferred:
+            self.message_user(request, words[:1].upper() + words[1:] + ".", messages.WARNING)
 
     @admin.action(description="Maintenance on")
     def maintenance_on(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -4,6 +4,19 @@ Not Django's stock handler, because it runs each request in a thread of its own:
 1,000 simultaneous registrations (bench/register.py, back to back on one machine,
 issue 19) it took 3-4x the worker CPU (15.3 against 4.9 ms a new registration) and
 282 of 1,000 re-registrations got 503 waiting for a pooled connection, against 0 here.
+
+Nor Django's stock WSGI application under gunicorn's threaded worker with ASGI for
+/ws/ only (the usual Channels split, issue 25), measured with bench/register.py
+(--app wsgi, same machine, 2 workers of 8 threads, 3 bursts of 1,000; docs/benchmarks.md,
+"stock WSGI"): API CPU per GET /health 7.16 ms against 5.48 ms here, per new
+registration 10.61 against 9.19 ms, 84 against 123 /health and 69 against 80
+registrations a second; only re-registrations cost less (14.10 against 16.44 ms). Both
+runs on a machine loaded by other work (load 12-21 on 2 CPUs), so the figures are
+rough, but every burst but one favours this handler, which also keeps one server.
+
+The price: the methods of Django's handler called below are not documented API.
+tests/macweb/test_asgi_handler.py fails, naming the method, when a Django release
+changes one of them, and pyproject pins Django to 5.2.x until it is checked again.
 """
 
 import os
@@ -102,12 +115,28 @@ get_resolver().url_patterns  # noqa: B018
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs apps loaded)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from macweb.routing import MasterOriginValidator, websocket_urlpatterns  # noqa: E402
 
+# The charts wait on Prometheus for up to MAC_DASHBOARD_PROMETHEUS_TIMEOUT. Under the
+# handler above an async view is awaited from one of the worker's MAC_API_THREADS, so
+# 32 charts on a hung Prometheus once held all 16 threads of a master and /health and
+# registrations waited 11.5 s behind them (issue 26). Django's own handler awaits an
+# async view on the event loop, its middleware and database calls taking a thread only
+# for a moment: the charts go there, and wait on Prometheus holding no request thread
+# (their bulkhead, MAC_BULKHEAD_PROMETHEUS, bounds how many may).
+charts_asgi_app = get_asgi_application()
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": URLRouter(
+            [
+                re_path(r"^nodes/[0-9]+/charts/", charts_asgi_app),
+                re_path(r"", django_asgi_app),
+            ]
+        ),
         "websocket": MasterOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

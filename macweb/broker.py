@@ -17,6 +17,19 @@ visibility timeout); for the sweep that is moot anyway, since its message expire
 within one interval and beat sends the next one (healthcheck.tasks).
 
 Selected with ``broker_transport`` in macweb/celery.py; the broker URL stays redis://.
+
+Upstream: the same failure, kombu using the transport's client after
+``Connection.collect()`` dropped it, is celery/kombu#582 (closing a channel) and
+celery/kombu#970 (restoring unacked messages at shutdown); both were closed with fixes
+for their own paths, and the restore-on-close path still fails in kombu 5.7 (the same
+traceback from a current kombu: digitalfabrik/opendrift-leeway-webgui#119). No kombu
+issue tracks this path yet.
+
+When it can go: once a kombu release treats a collected connection as a lost one here.
+To check a new kombu: remove ``broker_transport`` from macweb/celery.py and run
+tests/healthcheck/test_redis_restart.py (Redis restarted during sweeps, many times);
+if the worker survives every restart, delete this module. The override touches only
+``_connparams``, kombu's private method: pyproject pins kombu below 6 for that reason.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
+from inventory.bulkheads import SETTINGS, THREAD_HOLDING, VARIABLES
+
 PREPARE = "manage.py prepare_master"
 
 
@@ -48,3 +50,29 @@ def check_master_prepared(app_configs=None, **kwargs) -> list[Error | Warning]:
             )
         )
     return errors
+
+
+# Threads of a worker that no bulkhead may take: /health and an agent's registration.
+FREE_THREADS = 2
+
+
+@register()
+def check_bulkheads(app_configs=None, **kwargs) -> list[Warning]:
+    """The bulkheads (inventory.bulkheads) leave threads for what must never wait."""
+    # The charts wait on Prometheus on the event loop (macweb.asgi), not in a thread.
+    holding = {s: n for s, n in SETTINGS.items() if s in THREAD_HOLDING}
+    taken = sum(getattr(settings, name) for name in holding.values())
+    if settings.API_THREADS - taken >= FREE_THREADS:
+        return []
+    sizes = ", ".join(
+        f"{VARIABLES[service]}={getattr(settings, name)}" for service, name in holding.items()
+    )
+    return [
+        Warning(
+            f"The bulkheads ({sizes}) may take {taken} of the {settings.API_THREADS} request "
+            f"threads of a worker (MAC_API_THREADS): fewer than {FREE_THREADS} stay free for "
+            "/health and the agents while Alertmanager and the broker both hang.",
+            hint="Raise MAC_API_THREADS or lower the MAC_BULKHEAD_* settings.",
+            id="macweb.W002",
+        )
+    ]

@@ -17,6 +17,10 @@ and /health names `database`). The timer is the server-side statement_timeout
 margin: a live server always answers by then, if only with its own cancellation,
 so the deadline only fires when the server does not answer at all.
 
+COMMIT, ROLLBACK and the pool's rollback of a connection given back are not statements
+of a cursor: macweb.postgresql's DatabaseWrapper runs them `under_deadline`, the same
+timer.
+
 One thread per process keeps all the timers (a statement costs a dictionary insert
 and delete, no thread of its own); it looks ten times a second.
 """
@@ -29,7 +33,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -130,6 +134,35 @@ def deadline_wrapper(
             # refused connection is, so that callers tell it from a deadlock or timeout.
             raise OperationalError(
                 f"no answer from the database server within {seconds:g} s "
+                "(MAC_DB_STATEMENT_TIMEOUT plus a margin); the connection was closed"
+            ) from (exc.__cause__ or exc)
+        raise
+    finally:
+        if not fired:
+            WATCHDOG.disarm(token)
+
+
+@contextlib.contextmanager
+def under_deadline(connection: Any, what: str) -> Iterator[None]:
+    """The same deadline for what a cursor does not run: COMMIT, ROLLBACK, the pool's reset.
+
+    Used by macweb.postgresql's DatabaseWrapper. On expiry the socket is shut down, the
+    driver's call fails at once, and the caller gets an OperationalError naming `what`.
+    """
+    seconds = statement_deadline()
+    raw = connection.connection
+    if not seconds or raw is None or raw.closed:
+        yield
+        return
+    token = WATCHDOG.arm(raw.fileno(), seconds)
+    fired = False
+    try:
+        yield
+    except DatabaseError as exc:
+        fired = WATCHDOG.disarm(token)
+        if fired:
+            raise OperationalError(
+                f"no answer from the database server to {what} within {seconds:g} s "
                 "(MAC_DB_STATEMENT_TIMEOUT plus a margin); the connection was closed"
             ) from (exc.__cause__ or exc)
         raise

@@ -20,6 +20,7 @@ client sees past it is in docs/security.md.
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -70,6 +71,8 @@ class ProxyLimits:
     max_connections_per_address: int
     max_header_bytes: int
     max_body_bytes: int
+    # Registrations (and, counted apart, deregistrations) per client address: MAC_REGISTER_RATE.
+    register_rate: str = "600/min"
 
     @classmethod
     def from_settings(cls, settings) -> ProxyLimits:
@@ -80,7 +83,47 @@ class ProxyLimits:
             max_connections_per_address=settings.API_MAX_CONNECTIONS_PER_ADDRESS,
             max_header_bytes=settings.API_MAX_HEADER_BYTES,
             max_body_bytes=settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+            register_rate=settings.REGISTER_RATE,
         )
+
+
+_PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class RequestRate:
+    """MAC_REGISTER_RATE as nginx's limit_req takes it: a steady rate and a burst.
+
+    A flood limit per client address, where an inexact answer is safe (as healthchecks'
+    token bucket): `count` requests pass at once, then one every period/count. nginx
+    knows requests per second or per minute only, so an hourly or daily rate becomes the
+    nearest per-minute one (at least 1r/m); the burst stays `count`.
+    """
+
+    count: int
+    seconds: int
+
+    @classmethod
+    def parse(cls, rate: str) -> RequestRate:
+        """DRF's spelling, "<count>/<s|sec|m|min|h|hour|d|day>" (inventory.checks)."""
+        count, _, period = rate.partition("/")
+        return cls(int(count), _PERIOD_SECONDS[period.strip()[0]])
+
+    @property
+    def nginx_rate(self) -> str:
+        if self.seconds == 1:
+            return f"{self.count}r/s"
+        return f"{max(1, round(self.count * 60 / self.seconds))}r/m"
+
+    @property
+    def burst(self) -> int:
+        # nginx lets burst + 1 requests through at once.
+        return self.count - 1
+
+    @property
+    def retry_after(self) -> int:
+        """Seconds until the next request would pass (one leaks out of the bucket)."""
+        return max(1, -(-self.seconds // self.count))
 
 
 def _listen(address: str) -> str:
@@ -95,6 +138,27 @@ def _listen(address: str) -> str:
 def _text(value: str) -> str:
     """A double-quoted nginx string."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _rate_limited(name: str, rate: RequestRate, set_target: str, target: str) -> str:
+    """The location of one agent endpoint, behind its limit_req zone of the same name."""
+    return f"""\
+        location = /api/v1/{name} {{
+            limit_req zone={name}{f" burst={rate.burst} nodelay" if rate.burst else ""};
+            # (error_page in a location replaces every inherited one: all here.)
+            error_page 429 @rate_limited;
+            error_page 405 @method_not_allowed;
+            error_page 494 =431 @headers_too_large;
+            error_page 413 @body_too_large;
+            error_page 502 504 =503 @api_down;
+{set_target}            proxy_pass {target};
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header Connection "";
+            proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
+            proxy_send_timeout {UPSTREAM_READ_SECONDS}s;
+        }}"""
 
 
 def render_nginx_conf(
@@ -139,6 +203,16 @@ def render_nginx_conf(
         "(MAC_API_MAX_CONNECTIONS_PER_ADDRESS); retry later.\n"
     )
     down_json = '{"detail": "the API server does not answer; on the master: mac status master"}\n'
+    rate = RequestRate.parse(limits.register_rate)
+    rate_json = json.dumps(
+        {
+            "detail": f"Too many requests from this address: the limit is "
+            f"{limits.register_rate} (MAC_REGISTER_RATE), at most "
+            f"{limits.max_connections_per_address} at once "
+            f"(MAC_API_MAX_CONNECTIONS_PER_ADDRESS); retry in {rate.retry_after} s."
+        }
+    )
+    rate_json += "\n"
     if resolver:
         upstream_block = f"    resolver {resolver} valid=10s ipv6=off;\n"
         target = "$mac_api"
@@ -207,6 +281,13 @@ http {{
     limit_conn per_address {limits.max_connections_per_address};
     limit_conn_status 429;
     limit_conn_log_level warn;
+    # Registrations and deregistrations per client address (MAC_REGISTER_RATE), each
+    # counted apart: `mac stop agent` across a rack is not a flood of joins. Per node
+    # key the API counts too (inventory.api.throttles): only it knows the keys.
+    limit_req_zone $binary_remote_addr zone=register:10m rate={rate.nginx_rate};
+    limit_req_zone $binary_remote_addr zone=deregister:10m rate={rate.nginx_rate};
+    limit_req_status 429;
+    limit_req_log_level warn;
     # The client address (MAC_TRUSTED_PROXIES): X-Forwarded-For is believed only from
     # these proxies, right to left.
 {realip}
@@ -241,6 +322,14 @@ http {{
             proxy_set_header Connection "";
             proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
             proxy_send_timeout {UPSTREAM_READ_SECONDS}s;
+        }}
+
+{_rate_limited("register", rate, set_target, target)}
+{_rate_limited("deregister", rate, set_target, target)}
+        location @rate_limited {{
+            default_type application/json;
+            add_header Retry-After {rate.retry_after} always;
+            return 429 {_text(rate_json)};
         }}
 
         location /ws/ {{

@@ -119,6 +119,8 @@ if _database_url:
     # MAC_DB_POOL_SIZE=0 turns it off (persistent connections instead).
     _pool_size = env_int("MAC_DB_POOL_SIZE", 20, minimum=0, maximum=1000)
     if _db["ENGINE"] == "django.db.backends.postgresql":
+        # Django's backend with COMMIT and ROLLBACK under the statement deadline too.
+        _db["ENGINE"] = "macweb.postgresql"
         # During an outage a connection attempt gives up after a few seconds (libpq's
         # default is to wait for the OS, minutes for a black-holed server), and so does a
         # request waiting for a pooled connection: /health and registration then answer
@@ -136,7 +138,7 @@ if _database_url:
             # SELECT 1 outside the deadline and would hang on a hung server; without it,
             # a connection that died fails its next statement quickly and is replaced.
             _db["CONN_HEALTH_CHECKS"] = False
-    if _pool_size and _db["ENGINE"] == "django.db.backends.postgresql":
+    if _pool_size and _db["ENGINE"] == "macweb.postgresql":
         _db["CONN_MAX_AGE"] = 0  # Django refuses persistent connections together with a pool
         _db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
@@ -163,6 +165,14 @@ DATABASES = {"default": _db}
 # Threads per API worker that run requests (macweb.asgi); each holds at most one
 # database connection, so keep it at or under MAC_DB_POOL_SIZE.
 API_THREADS = env_int("MAC_API_THREADS", 8, minimum=1, maximum=256)
+# Of those threads, how many may wait on each outside service at once (inventory.bulkheads);
+# a request past them fails at once with the reason, so that /health, the agents and the
+# pages that read only the database always find a free thread.
+# Charts that may wait on Prometheus at once per worker: they wait on the event loop,
+# holding no request thread (macweb.asgi), so a page's eight and a few more fit.
+BULKHEAD_PROMETHEUS = env_int("MAC_BULKHEAD_PROMETHEUS", 16, minimum=1, maximum=1024)
+BULKHEAD_ALERTMANAGER = env_int("MAC_BULKHEAD_ALERTMANAGER", 2, minimum=1, maximum=256)
+BULKHEAD_BROKER = env_int("MAC_BULKHEAD_BROKER", 2, minimum=1, maximum=256)
 
 # --- The proxy in front of the API server (nginx, macweb/proxy.py; docs/security.md).
 # Seconds a client has to send its request headers, and at most between two reads of
@@ -285,6 +295,9 @@ SMTP_TLS = env_bool("MAC_SMTP_TLS", True)
 
 # --- Celery.
 CELERY_BROKER_URL = env_str("MAC_CELERY_BROKER_URL", REDIS_URL)
+# Seconds one broker read, write or connect may take (a request's publish takes at most
+# about two of them, see CELERY_TASK_PUBLISH_RETRY_POLICY).
+BROKER_SOCKET_TIMEOUT = env_float("MAC_BROKER_SOCKET_TIMEOUT", 1.5, minimum=1.1)
 CELERY_TIMEZONE = "UTC"
 # Every queue the master uses. A worker started without -Q (the master's own, under
 # both runtimes) consumes all of them, so chunk tasks routed to MAC_PROBE_QUEUE are
@@ -325,6 +338,20 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": max(PROBE_INTERVAL / 3, 2 * PROBE_TIMEOUT + 1),
     "unacked_restore_interval": max(1, int(PROBE_INTERVAL / 10)),
     "unacked_restore_throttle": 1,  # every look really looks (kombu's default: every 10th)
+    # A hung Redis (SIGSTOP, a wedged VM) still accepts connections: without these a
+    # publish from a request waited as long as Redis did (issue 26). The read timeout
+    # stays above kombu's BRPOP wait (1 s), which the worker's idle reads sit in.
+    "socket_timeout": BROKER_SOCKET_TIMEOUT,
+    "socket_connect_timeout": BROKER_SOCKET_TIMEOUT,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = BROKER_SOCKET_TIMEOUT
+# A publish tries twice, then gives up: what it carried is reconciled by a poll anyway
+# (inventory.services.events.announce_maintenance_on_commit says so to the caller).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
 }
 
 # --- Dashboard (macweb.dashboard): how long a chart waits for Prometheus' query_range.

@@ -43,9 +43,13 @@ def start_proxy(
     listen_port: int,
     upstream_port: int,
     tls_port: int | None = None,
+    repo: Path = REPO,
 ) -> subprocess.Popen:
     """nginx on 127.0.0.1:listen_port for the API server on 127.0.0.1:upstream_port, and
-    HTTPS on 127.0.0.1:tls_port when given (after prepare_tls)."""
+    HTTPS on 127.0.0.1:tls_port when given (after prepare_tls).
+
+    `repo` is the checkout whose `manage.py proxy_config` writes the configuration (a
+    benchmark's baseline runs another one)."""
     nginx = nginx_binary()
     if nginx is None:
         raise RuntimeError("nginx is not installed (scripts/bootstrap installs Debian's nginx)")
@@ -56,7 +60,7 @@ def start_proxy(
         [sys.executable, "-m", "django", "proxy_config", "--out", str(conf),
          "--listen", f"127.0.0.1:{listen_port}", "--upstream", f"127.0.0.1:{upstream_port}",
          *tls],
-        env=env, cwd=REPO, check=True, capture_output=True, timeout=120,
+        env=env, cwd=repo, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     log = (directory / "proxy.log").open("ab")
     process = subprocess.Popen(

@@ -160,3 +160,12 @@ def live_master(django_db_setup, tmp_path_factory) -> LiveMaster:
         pytest.fail(f"the test master did not become healthy:\n{log.read_text()[-3000:]}")
     yield master
     stop_process(process, 10)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_outside_answers():
+    """/health remembers what Prometheus and Alertmanager answered, per address; a test's
+    server on a port another test used must not inherit that answer."""
+    from healthcheck.health import forget_outside_answers
+
+    forget_outside_answers()

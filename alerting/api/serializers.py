@@ -41,12 +41,20 @@ class NotificationChannelSerializer(serializers.ModelSerializer):
             "url_hint",
             "has_smtp_password",
             "config_error",
+            "pending_reason",
             "checked_at",
             "created_by",
             "created_at",
             "updated_at",
         ]
-        read_only_fields = ["config_error", "checked_at", "created_by", "created_at", "updated_at"]
+        read_only_fields = [
+            "config_error",
+            "pending_reason",
+            "checked_at",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
 
     def get_url_hint(self, channel: NotificationChannel) -> str:
         return url_hint(channel.url)

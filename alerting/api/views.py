@@ -12,6 +12,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
 from rest_framework.permissions import DjangoModelPermissions
 from rest_framework.response import Response
 
@@ -55,23 +56,56 @@ class ChannelPermissions(DjangoModelPermissions):
         return super().has_permission(request, view)
 
 
+# A change saved but not yet written into alertmanager.yml (a full disk): the channel
+# stays, marked pending, and the poll writes it once it can.
+PENDING = {
+    503: OpenApiResponse(_DETAIL, description="saved, but alertmanager.yml could not be written")
+}
+
+
+class ChannelPending(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "channel_pending"
+
+
 def _actor(request) -> str:
     return f"api:{request.user.get_username()}"
+
+
+def _said(applied: services.Applied, channel: NotificationChannel | None = None) -> None:
+    """A change whose files could not be written answers 503 with why (the change stays)."""
+    if applied.write_error:
+        what = f"channel {channel.name!r} (id {channel.pk}) saved" if channel else "saved"
+        raise ChannelPending(f"{what}, but not in use yet: {applied.write_error}")
 
 
 @extend_schema_view(
     list=extend_schema(
         responses={200: NotificationChannelSerializer(many=True), **BAD_REQUEST, **DENIED}
     ),
-    create=extend_schema(responses={201: NotificationChannelSerializer, **BAD_REQUEST, **DENIED}),
+    create=extend_schema(
+        responses={201: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **PENDING}
+    ),
     retrieve=extend_schema(responses={200: NotificationChannelSerializer, **DENIED, **NOT_FOUND}),
     update=extend_schema(
-        responses={200: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **NOT_FOUND}
+        responses={
+            200: NotificationChannelSerializer,
+            **BAD_REQUEST,
+            **DENIED,
+            **NOT_FOUND,
+            **PENDING,
+        }
     ),
     partial_update=extend_schema(
-        responses={200: NotificationChannelSerializer, **BAD_REQUEST, **DENIED, **NOT_FOUND}
+        responses={
+            200: NotificationChannelSerializer,
+            **BAD_REQUEST,
+            **DENIED,
+            **NOT_FOUND,
+            **PENDING,
+        }
     ),
-    destroy=extend_schema(responses={204: None, **DENIED, **NOT_FOUND}),
+    destroy=extend_schema(responses={204: None, **DENIED, **NOT_FOUND, **PENDING}),
 )
 class NotificationChannelViewSet(viewsets.ModelViewSet):
     """Where alerts go. Every change rewrites alertmanager.yml and reloads Alertmanager;
@@ -85,17 +119,18 @@ class NotificationChannelViewSet(viewsets.ModelViewSet):
 
     def perform_create(self, serializer) -> None:
         channel = NotificationChannel(**serializer.validated_data)
-        services.save_channel(channel, actor=_actor(self.request))
+        applied = services.save_channel(channel, actor=_actor(self.request))
         serializer.instance = channel
+        _said(applied, channel)
 
     def perform_update(self, serializer) -> None:
         channel = serializer.instance
         for name, value in serializer.validated_data.items():
             setattr(channel, name, value)
-        services.save_channel(channel, actor=_actor(self.request))
+        _said(services.save_channel(channel, actor=_actor(self.request)), channel)
 
     def perform_destroy(self, instance) -> None:
-        services.delete_channels([instance])
+        _said(services.delete_channels([instance]))
 
     @extend_schema(
         request=None,

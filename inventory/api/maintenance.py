@@ -29,6 +29,10 @@ class MaintenanceResultSerializer(MaintenanceSerializer):
     id = serializers.IntegerField()
     hostname = serializers.CharField()
     changed = serializers.BooleanField(help_text="false when it already had that value")
+    deferred = serializers.CharField(
+        help_text="what could not follow the change at once and is left to a poll (the "
+        'silence, when the broker does not answer), in words; "" when nothing was'
+    )
 
 
 class NodeMaintenanceView(APIView):
@@ -52,7 +56,15 @@ class NodeMaintenanceView(APIView):
         body.is_valid(raise_exception=True)
         node = get_object_or_404(Node, pk=pk)
         on = body.validated_data["maintenance"]
-        changed = services.set_maintenance(node, on, actor=f"api:{request.user.get_username()}")
+        deferred: list[str] = []
+        actor = f"api:{request.user.get_username()}"
+        changed = services.set_maintenance(node, on, actor=actor, deferred=deferred)
         return Response(
-            {"id": node.pk, "hostname": node.hostname, "maintenance": on, "changed": changed}
+            {
+                "id": node.pk,
+                "hostname": node.hostname,
+                "maintenance": on,
+                "changed": changed,
+                "deferred": "; ".join(deferred),
+            }
         )

@@ -3,8 +3,8 @@
 Today one kind: `ip_forward_reset`, sent by sys-manager each time net.ipv4.ip_forward
 drops to 0 on the node (exporters.ipforward_report). The caller proves who it is with
 its node key, as for /self; the body is small, strictly typed and bounded, and each
-refusal names its field. Reports are rate-limited per node (NODE_EVENT_RATE), counted
-in Redis like the registration limit, so a flapping link cannot flood the history.
+refusal names its field. Reports are rate-limited per node key (NODE_EVENT_RATE, DRF's
+throttle in inventory.api.throttles), so a flapping link cannot flood the history.
 
 Kept apart from views.py and serializers.py on purpose: one endpoint, its serializer,
 its rate limit, over inventory.services.record_ip_forward_reset.
@@ -28,21 +28,21 @@ from rest_framework.decorators import (
     authentication_classes,
     parser_classes,
     permission_classes,
+    throttle_classes,
 )
-from rest_framework.exceptions import Throttled, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from contract.services import NODE_KEY_HEADER
 from inventory import services
 from inventory.api.parsers import LimitedJSONParser
-from inventory.api.throttles import count_in_window, parse_rate, shared_cache
+from inventory.api.throttles import NODE_EVENT_RATE, NodeEventRateThrottle
 from inventory.choices import EventKind
-from inventory.models import Node, NodeEvent
+from inventory.models import NodeEvent
 
 log = logging.getLogger(__name__)
 
-NODE_EVENT_RATE = "30/min"  # per node: a reset a second for half a minute, then 429s
 MAX_CLOCK_SKEW = dt.timedelta(minutes=5)  # how far in the future an agent's clock may be
 MAX_AGE = dt.timedelta(days=30)  # reports older than this are refused, not stored
 MAX_RESETS = 1_000_000
@@ -132,21 +132,6 @@ class NodeEventResponseSerializer(serializers.ModelSerializer):
         fields = ["id", "hostname", "kind", "message", "data", "created_at"]
 
 
-def seconds_over_limit(node: Node) -> int | None:
-    """Count one report of `node`; the seconds to wait when it is over NODE_EVENT_RATE.
-
-    Counted after the node key is checked: only real nodes use up a window, and a
-    request without a valid key costs one indexed lookup, as GET /self does.
-    """
-    limit, window = parse_rate(NODE_EVENT_RATE)
-    try:
-        hits, left = count_in_window(shared_cache(), f"throttle_node_events_{node.pk}", window)
-    except Exception:  # Redis down: an agent's report is worth more than the limit
-        log.warning("node event rate limit not applied: the cache is unavailable")
-        return None
-    return (left or window) if hits > limit else None
-
-
 _ERROR = {"type": "object", "properties": {"detail": {"type": "string"}}}
 
 
@@ -181,6 +166,7 @@ _ERROR = {"type": "object", "properties": {"detail": {"type": "string"}}}
 @authentication_classes([])
 @permission_classes([AllowAny])
 @parser_classes([LimitedJSONParser])
+@throttle_classes([NodeEventRateThrottle])
 def node_self_events(request):
     node = services.node_for_key(request.headers.get(NODE_KEY_HEADER))
     if node is None:
@@ -190,12 +176,6 @@ def node_self_events(request):
                 "(mac start agent) or ask an admin to reset the node's key."
             },
             status=status.HTTP_403_FORBIDDEN,
-        )
-    wait = seconds_over_limit(node)
-    if wait is not None:
-        raise Throttled(
-            wait=wait,
-            detail=f"{node.hostname} sent more than {NODE_EVENT_RATE} events; retry in {wait} s.",
         )
     meta = request.META
     if "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower() and not meta.get(

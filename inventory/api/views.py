@@ -8,7 +8,6 @@ construction. The nodes list and detail need a logged-in user or an API token.
 from __future__ import annotations
 
 import logging
-import math
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -22,7 +21,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import filters, generics, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import NotAuthenticated, Throttled, ValidationError
+from rest_framework.exceptions import NotAuthenticated, ValidationError
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -47,7 +46,7 @@ from inventory.api.serializers import (
     RegistrationResponseSerializer,
     RegistrationSerializer,
 )
-from inventory.api.throttles import DeregisterRateThrottle, RegisterRateThrottle
+from inventory.api.throttles import DeregisterRateThrottle, NodeKeyRateThrottle
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Node
 
@@ -130,22 +129,13 @@ class AgentAPIView(generics.GenericAPIView):
             raise NotAuthenticated(detail=message)
         super().permission_denied(request, message=message, code=code)
 
-    def throttled(self, request, wait):
-        seconds = math.ceil(wait) if wait is not None else None
-        address = source_address(request.META) or "this address"
-        raise Throttled(
-            wait=seconds,
-            detail=f"Too many requests from {address}: the limit is {settings.REGISTER_RATE} "
-            "(MAC_REGISTER_RATE).",
-        )
-
 
 class RegisterView(AgentAPIView):
     serializer_class = RegistrationSerializer
     authentication_classes = [JoinTokenAuthentication]
     schema = JoinTokenOptionalSchema()
     permission_classes = [JoinTokenRequired]
-    throttle_classes = [RegisterRateThrottle]
+    throttle_classes = [NodeKeyRateThrottle]
 
     @extend_schema(
         operation_id="register",

@@ -39,12 +39,17 @@ def remove_nodes(nodes: Iterable[Node], *, actor: str, message: str) -> int:
     return len(ids)
 
 
-def set_maintenance(node: Node, on: bool, *, actor: str) -> bool:
-    """Switch maintenance; returns False when it already had that value."""
-    return bool(set_maintenance_of([node], on, actor=actor))
+def set_maintenance(node: Node, on: bool, *, actor: str, deferred: list[str] | None = None) -> bool:
+    """Switch maintenance; returns False when it already had that value.
+
+    `deferred` receives, in words, what could not follow the change at once (the
+    silence, when the broker hangs) and is left to a poll."""
+    return bool(set_maintenance_of([node], on, actor=actor, deferred=deferred))
 
 
-def set_maintenance_of(nodes: Iterable[Node], on: bool, *, actor: str) -> list[Node]:
+def set_maintenance_of(
+    nodes: Iterable[Node], on: bool, *, actor: str, deferred: list[str] | None = None
+) -> list[Node]:
     """set_maintenance() for many nodes, one push; returns the nodes it changed."""
     nodes = list(nodes)
     with transaction.atomic():
@@ -64,7 +69,7 @@ def set_maintenance_of(nodes: Iterable[Node], on: bool, *, actor: str) -> list[N
             for node in changed
         )
         push_on_commit(changed)
-        announce_maintenance_on_commit(node.pk for node in changed)
+        announce_maintenance_on_commit((node.pk for node in changed), deferred)
     return changed
 
 

@@ -78,8 +78,22 @@ def record_ip_forward_reset(
     return record_event(node, EventKind.IP_FORWARD_RESET, message, actor="sys-manager", data=data)
 
 
-def announce_maintenance_on_commit(node_ids: Iterable[int]) -> None:
-    """Tell the apps above the inventory (alerting: silences) once the change commits."""
+def announce_maintenance_on_commit(
+    node_ids: Iterable[int], deferred: list[str] | None = None
+) -> None:
+    """Tell the apps above the inventory (alerting: silences) once the change commits.
+
+    A receiver that could not act now (the broker hangs) returns why, in words; those
+    words land in `deferred`, so that the caller's answer can say that the change is
+    saved and what will follow it later.
+    """
     ids = sorted(set(node_ids))
-    if ids:
-        transaction.on_commit(lambda: maintenance_changed.send_robust(sender=Node, node_ids=ids))
+    if not ids:
+        return
+
+    def announce() -> None:
+        for _receiver, response in maintenance_changed.send_robust(sender=Node, node_ids=ids):
+            if deferred is not None and isinstance(response, Exception | str) and str(response):
+                deferred.append(str(response))
+
+    transaction.on_commit(announce)

@@ -8,28 +8,41 @@ changes arrive over the page's one WebSocket (alerting.tasks pushes them).
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from alerting.queries import firing_alerts, node_alerts
-from inventory import services
+from inventory import bulkheads, services
 from inventory.models import Node
-from macweb.dashboard.views import json_login_required
+from macweb.dashboard.views import RETRY_AFTER_SECONDS, json_login_required
 
 
 def _no_store(data: dict) -> JsonResponse:
-    response = JsonResponse(data)
+    """The answer; 503 with Retry-After when Alertmanager could not be asked in time."""
+    available = data["available"]
+    response = JsonResponse(data, status=200 if available else 503)
+    if not available:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     response["Cache-Control"] = "no-store"
     return response
+
+
+def _bulkhead_full(exc: bulkheads.BulkheadFull, **empty) -> JsonResponse:
+    return _no_store({"available": False, "error": f"not asked: {exc}", **empty})
 
 
 @json_login_required
 @require_GET
 def fleet_alerts_json(request: HttpRequest) -> JsonResponse:
     """The fleet's firing alerts: count, list, or why they are unavailable."""
-    return _no_store(firing_alerts().as_dict())
+    try:
+        with bulkheads.ALERTMANAGER.slot():
+            return _no_store(firing_alerts().as_dict())
+    except bulkheads.BulkheadFull as exc:
+        return _bulkhead_full(exc, count=0, alerts=[])
 
 
 @json_login_required
@@ -39,7 +52,11 @@ def node_alerts_json(request: HttpRequest, pk: int) -> JsonResponse:
     node = Node.objects.filter(pk=pk).only("pk").first()
     if node is None:
         return JsonResponse({"node": [f"no node with id {pk}"]}, status=404)
-    return _no_store(node_alerts(node.pk))
+    try:
+        with bulkheads.ALERTMANAGER.slot():
+            return _no_store(node_alerts(node.pk))
+    except bulkheads.BulkheadFull as exc:
+        return _bulkhead_full(exc, alerts=[], silences=[])
 
 
 @login_required
@@ -53,5 +70,8 @@ def node_maintenance(request: HttpRequest, pk: int) -> HttpResponse:
     if wanted not in {"on", "off"}:
         return JsonResponse({"maintenance": ["must be on or off"]}, status=400)
     actor = f"dashboard:{request.user.get_username()}"
-    services.set_maintenance(node, wanted == "on", actor=actor)
+    deferred: list[str] = []
+    services.set_maintenance(node, wanted == "on", actor=actor, deferred=deferred)
+    for words in deferred:
+        messages.warning(request, words[:1].upper() + words[1:] + ".")
     return redirect("dashboard:node", pk=node.pk)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 from django.conf import settings
 
+from inventory import bulkheads
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 
@@ -299,23 +300,36 @@ async def chart_data(
         "timestamps": [],
         "series": [],
         "empty_reason": None,
+        # False when Prometheus could not be asked in time (the endpoint answers 503).
+        "available": True,
     }
     reason = no_exporter_reason(spec, node)
     if reason:
         answer["empty_reason"] = reason
         return answer
     base = settings.PROMETHEUS_URL.rstrip("/")
-    timeout = aiohttp.ClientTimeout(total=settings.DASHBOARD_PROMETHEUS_TIMEOUT)
+    deadline = settings.DASHBOARD_PROMETHEUS_TIMEOUT
+    timeout = aiohttp.ClientTimeout(total=deadline)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            results = await asyncio.gather(
-                *(_query_range(session, base, q.expr, start, end, step) for q in queries)
-            )
+        with bulkheads.PROMETHEUS.slot():
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                results = await asyncio.gather(
+                    *(_query_range(session, base, q.expr, start, end, step) for q in queries)
+                )
+    except bulkheads.BulkheadFull as exc:
+        answer["available"] = False
+        answer["empty_reason"] = f"Not asked: {exc}."
+        return answer
     except PrometheusError as exc:
         answer["empty_reason"] = f"Prometheus at {base} {exc}"
         return answer
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        what = "timed out" if isinstance(exc, TimeoutError) else f"is unreachable ({exc})"
+        what = (
+            f"did not answer within {deadline:g} s (MAC_DASHBOARD_PROMETHEUS_TIMEOUT)"
+            if isinstance(exc, TimeoutError)
+            else f"is unreachable ({exc})"
+        )
+        answer["available"] = False
         answer["empty_reason"] = (
             f"Prometheus at {base} {what}. Check that mac-prometheus runs on the master "
             f"(mac status master) and that MAC_PROMETHEUS_URL points at it."

@@ -22,6 +22,8 @@ from inventory.models import Node
 from macweb.dashboard import charts, queries
 
 EVENTS_SHOWN = 100
+# What a chart or alerts answer that could not ask its service (503) tells the page.
+RETRY_AFTER_SECONDS = 5
 # A stand-in id that reverse() fills and the page's script swaps for the real one.
 _ID_PLACEHOLDER = 987654321
 
@@ -208,6 +210,9 @@ async def node_chart(request: HttpRequest, pk: int, chart: str) -> JsonResponse:
         node = await Node.objects.aget(pk=pk)
     except Node.DoesNotExist:
         return _json_error("node", f"no node with id {pk}", 404)
-    response = JsonResponse(await charts.chart_data(node, spec, range_name))
+    answer = await charts.chart_data(node, spec, range_name)
+    response = JsonResponse(answer, status=200 if answer["available"] else 503)
+    if not answer["available"]:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     response["Cache-Control"] = "no-store"
     return response

@@ -7,14 +7,17 @@ temporary directory, and never the shared ones.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 
@@ -103,3 +106,24 @@ class PrivatePostgres:
 
     def url(self, name: str = "postgres") -> str:
         return f"postgres://{self.user}@127.0.0.1:{self.port}/{name}"
+
+
+class Frozen:
+    """SIGSTOP the postmaster and every backend; SIGCONT them on exit (always)."""
+
+    def __init__(self, pg: PrivatePostgres) -> None:
+        pid = int((pg.data / "postmaster.pid").read_text().split()[0])
+        self.postmaster = psutil.Process(pid)
+        self.stopped: list[psutil.Process] = []
+
+    def __enter__(self) -> Frozen:
+        for proc in [self.postmaster, *self.postmaster.children(recursive=True)]:
+            proc.send_signal(signal.SIGSTOP)
+            self.stopped.append(proc)
+        self.since = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.stopped:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.send_signal(signal.SIGCONT)

@@ -15,19 +15,16 @@ PostgreSQL cluster of the test's own, never the shared one on 5432.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.healthcheck.private_servers import PrivatePostgres
+from tests.healthcheck.private_servers import Frozen
 from tests.inventory.liveserver import REPO, start_api_server, timed_call
 
 pytestmark = pytest.mark.slow
@@ -54,27 +51,6 @@ except CommandError as exc:
     print(exc, file=sys.stderr)
 print(outcome, round(time.monotonic() - started, 2), flush=True)
 """
-
-
-class Frozen:
-    """SIGSTOP the postmaster and every backend; SIGCONT them on exit (always)."""
-
-    def __init__(self, pg: PrivatePostgres) -> None:
-        pid = int((pg.data / "postmaster.pid").read_text().split()[0])
-        self.postmaster = psutil.Process(pid)
-        self.stopped: list[psutil.Process] = []
-
-    def __enter__(self) -> Frozen:
-        for proc in [self.postmaster, *self.postmaster.children(recursive=True)]:
-            proc.send_signal(signal.SIGSTOP)
-            self.stopped.append(proc)
-        self.since = time.monotonic()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for proc in self.stopped:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                proc.send_signal(signal.SIGCONT)
 
 
 def test_a_hung_database_gives_503_naming_it_on_every_path_within_seconds(tmp_path, database):

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from contract.services import NODE_KEY_HEADER
-from inventory.api.node_events import NODE_EVENT_RATE
+from inventory.api.throttles import NODE_EVENT_RATE
 from inventory.choices import EventKind
 from inventory.models import NodeEvent
 
@@ -122,7 +122,7 @@ def test_reports_are_rate_limited_per_node(api_client, make_node):
     answer = _post(api_client, _report())
     assert answer.status_code == 429
     assert int(answer["Retry-After"]) > 0
-    assert f"more than {NODE_EVENT_RATE} events" in answer.json()["detail"]
+    assert f"the limit is {NODE_EVENT_RATE} per node" in answer.json()["detail"]
     # Another node has its own window.
     assert _post(api_client, _report(), key="another-node-key").status_code == 201
     assert NodeEvent.objects.filter(node=other).count() == 1

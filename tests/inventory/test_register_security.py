@@ -95,17 +95,22 @@ def test_forwarded_for_honoured_from_trusted_proxy(register, settings):
 # --- Rate limit and CSRF ---------------------------------------------------------------
 
 
-def test_registration_rate_limited_per_source_address(register, settings):
+def test_registration_rate_limited_per_node_key(register, settings):
+    # Per address it is the proxy's limit_req (tests/inventory/test_server_stack.py); the
+    # API counts what only it knows, the node key.
     settings.REGISTER_RATE = "3/min"
+    key = register("gpu-01", remote="10.0.0.5").json()["node_key"]
 
-    codes = [register("gpu-01", remote="10.0.0.5").status_code for _ in range(4)]
-    other = register("gpu-02", remote="10.0.0.6")
+    codes = [register("gpu-01", remote="10.0.0.5", key=key).status_code for _ in range(4)]
+    other_key = register("gpu-02", remote="10.0.0.6").json()["node_key"]
 
-    assert codes == [201, 200, 200, 429]
-    assert other.status_code == 201
-    limited = register("gpu-01", remote="10.0.0.5")
+    assert codes == [200, 200, 200, 429]
+    assert register("gpu-02", remote="10.0.0.6", key=other_key).status_code == 200
+    limited = register("gpu-01", remote="10.0.0.5", key=key)
     assert 0 < int(limited["Retry-After"]) <= 60
-    assert "MAC_REGISTER_RATE" in limited.json()["detail"]
+    detail = limited.json()["detail"]
+    assert "X-MAC-Node-Key" in detail and "3/min per node (MAC_REGISTER_RATE)" in detail
+    assert key not in detail
 
 
 def test_registration_needs_no_csrf_token():
@@ -318,6 +323,7 @@ def test_chunked_body_without_length_answers_400_naming_the_body():
 
 
 def test_registration_keeps_working_when_the_rate_limit_cache_is_down(register, settings, caplog):
+    key = register("gpu-01", remote="10.0.0.5").json()["node_key"]
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -325,7 +331,7 @@ def test_registration_keeps_working_when_the_rate_limit_cache_is_down(register, 
         }
     }
 
-    response = register("gpu-01", remote="10.0.0.5")
+    response = register("gpu-01", remote="10.0.0.5", key=key)
 
-    assert response.status_code == 201
-    assert "rate limit not applied" in caplog.text
+    assert response.status_code == 200
+    assert "rate limit of register not applied" in caplog.text

@@ -171,9 +171,17 @@ def test_a_request_sent_in_time_is_served_normally(server):
 # --- 5. The rate limit holds under parallel requests, for deregistration too -------------
 
 
-def _flood(server, count, make_call):
+def _flood(server, count, make_call) -> tuple[list[int], int]:
+    """The answers, and how many requests the limit may let through meanwhile.
+
+    nginx's limit_req (macweb.proxy) lets RATE through at once, then one every 60/RATE s:
+    the bound counts those that leaked in during the flood, whose length was measured.
+    """
+    started = time.monotonic()
     with ThreadPoolExecutor(max_workers=48) as pool:
-        return list(pool.map(make_call, range(count)))
+        codes = list(pool.map(make_call, range(count)))
+    leaked = int((time.monotonic() - started) * RATE / 60) + 1
+    return codes, RATE + leaked
 
 
 def test_it_never_lets_more_than_the_limit_through_in_parallel(server):
@@ -181,11 +189,24 @@ def test_it_never_lets_more_than_the_limit_through_in_parallel(server):
         body = {"hostname": f"flood-{n:04d}"}
         return request(server, "POST", "/api/v1/register", body, source="127.0.4.1")[0]
 
-    codes = _flood(server, 400, call)
+    codes, bound = _flood(server, 400, call)
 
     passed = [c for c in codes if c in (200, 201)]
-    assert len(passed) == RATE, sorted(set(codes))
+    assert RATE <= len(passed) <= bound, sorted(set(codes))
     assert set(codes) <= {200, 201, 429}
+
+
+def test_the_flood_limit_answers_json_naming_the_setting(server):
+    def call(n):
+        body = {"hostname": f"named-{n:04d}"}
+        return request(server, "POST", "/api/v1/register", body, source="127.0.4.3")
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(call, range(RATE + 10)))
+
+    refused = [json.loads(body) for status, body in answers if status == 429]
+    assert refused, [status for status, _ in answers]
+    assert "MAC_REGISTER_RATE" in refused[0]["detail"]
 
 
 def test_it_throttles_deregistration_in_parallel_too(server):
@@ -196,7 +217,7 @@ def test_it_throttles_deregistration_in_parallel_too(server):
             headers={"X-MAC-Node-Key": "not-a-key"},
         )[0]  # fmt: skip
 
-    codes = _flood(server, 300, call)
+    codes, bound = _flood(server, 300, call)
 
-    assert codes.count(404) == RATE, sorted(set(codes))
+    assert RATE <= codes.count(404) <= bound, sorted(set(codes))
     assert set(codes) == {404, 429}

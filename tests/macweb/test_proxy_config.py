@@ -28,6 +28,7 @@ LIMITS = ProxyLimits(
     max_connections_per_address=20,
     max_header_bytes=16384,
     max_body_bytes=100_000,
+    register_rate="600/min",
 )
 
 
@@ -71,6 +72,31 @@ def test_it_renders_every_limit_as_its_nginx_directive(tmp_path):
     assert "set_real_ip_from" not in text  # nobody is trusted unless MAC_TRUSTED_PROXIES says
     checked = _nginx_accepts(tmp_path, text)
     assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.parametrize(
+    ("rate", "nginx_rate", "burst", "retry_after"),
+    [("600/min", "600r/m", 599, 1), ("20/s", "20r/s", 19, 1), ("3/min", "3r/m", 2, 20),
+     ("1000/hour", "17r/m", 999, 4), ("1/day", "1r/m", 0, 86400)],
+)  # fmt: skip
+def test_the_register_rate_becomes_a_limit_req_per_address(
+    tmp_path, rate, nginx_rate, burst, retry_after
+):
+    limits = ProxyLimits(**{**LIMITS.__dict__, "register_rate": rate})
+    text = render_nginx_conf(
+        limits, listen="127.0.0.1:18080", upstream="127.0.0.1:18081", prefix=str(tmp_path)
+    )
+
+    for zone in ("register", "deregister"):
+        assert f"zone={zone}:10m rate={nginx_rate};" in text
+        assert f"location = /api/v1/{zone} {{" in text
+        limit = f"limit_req zone={zone} burst={burst} nodelay;" if burst else f"zone={zone};"
+        assert limit in text
+    assert f"add_header Retry-After {retry_after} always;" in text
+    assert f"the limit is {rate} (MAC_REGISTER_RATE)" in text
+    # The agent endpoints' own locations keep every answer nginx gives elsewhere.
+    assert text.count("error_page 502 504 =503 @api_down;") == 3
+    assert _nginx_accepts(tmp_path, text).returncode == 0
 
 
 def test_trusted_proxies_are_the_only_ones_whose_forwarded_for_is_read(tmp_path):

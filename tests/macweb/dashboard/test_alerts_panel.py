@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import connections
 from django.test import Client
 
+from inventory import bulkheads
 from inventory.live import broadcast_alerts
 from tests.macweb.dashboard.test_consumer import open_socket
 
@@ -26,7 +27,9 @@ def test_alertmanager_down_is_said_and_the_pages_still_render(client, user, make
     node = make_node("gpu-31", "10.1.0.31")
     client.force_login(user)
 
-    fleet = client.get("/alerts.json").json()
+    answer = client.get("/alerts.json")
+    assert answer.status_code == 503 and answer["Retry-After"]
+    fleet = answer.json()
     assert fleet["available"] is False and fleet["error"].startswith("cannot reach")
     one = client.get(f"/nodes/{node.pk}/alerts.json").json()
     assert one == {"available": False, "error": fleet["error"], "alerts": [], "silences": []}
@@ -36,6 +39,25 @@ def test_alertmanager_down_is_said_and_the_pages_still_render(client, user, make
     assert 'data-json-url="/nodes/' in node_page
     assert "maintenance-toggle" not in node_page  # not staff
     assert client.get("/nodes/999999/alerts.json").status_code == 404
+
+
+def test_alerts_past_the_alertmanager_bulkhead_answer_503_with_the_reason(
+    client, user, make_node, settings
+):
+    settings.BULKHEAD_ALERTMANAGER = 1
+    node = make_node("gpu-33", "10.1.0.33")
+    client.force_login(user)
+    bulkheads.ALERTMANAGER.reset()
+    try:
+        with bulkheads.ALERTMANAGER.slot():  # another request waits on Alertmanager
+            fleet = client.get("/alerts.json")
+            one = client.get(f"/nodes/{node.pk}/alerts.json")
+    finally:
+        bulkheads.ALERTMANAGER.reset()
+    assert fleet.status_code == one.status_code == 503
+    assert fleet.json()["available"] is False and fleet.json()["alerts"] == []
+    assert "already wait on Alertmanager (MAC_BULKHEAD_ALERTMANAGER=1)" in fleet.json()["error"]
+    assert one.json()["silences"] == [] and one.json()["error"] == fleet.json()["error"]
 
 
 def test_staff_switch_maintenance_from_the_node_page(client, staff, user, make_node):

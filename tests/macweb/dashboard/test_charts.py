@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client, override_settings
 
+from inventory import bulkheads
 from inventory.choices import GpuVendor, NodeStatus, StatusReason
 from macweb.dashboard import charts
 from testkit.factories import online_gpu_node
@@ -137,8 +138,11 @@ def test_prometheus_down_is_the_reason(client_user):
     node = online_gpu_node()
     down = f"http://127.0.0.1:{free_port()}"
     with override_settings(PROMETHEUS_URL=down, DASHBOARD_PROMETHEUS_TIMEOUT=2):
-        data = chart(client_user, node, "cpu")
-    assert data["series"] == []
+        response = client_user.get(f"/nodes/{node.pk}/charts/cpu.json")
+    assert response.status_code == 503
+    assert response["Retry-After"]
+    data = response.json()
+    assert data["series"] == [] and data["available"] is False
     assert data["empty_reason"].startswith(f"Prometheus at {down} is unreachable")
     assert "mac status master" in data["empty_reason"]
 
@@ -167,3 +171,17 @@ def test_every_targets_own_labels_stay_out_of_series_names():
     assert charts.series_name("rx", {**metric, "node": "3", "job": "nic-exporter"}) == (
         "rx mlx5_0 port=1"
     )
+
+
+def test_a_chart_past_the_prometheus_bulkhead_answers_503_with_the_reason(client_user):
+    node = online_gpu_node()
+    with override_settings(BULKHEAD_PROMETHEUS=1):
+        bulkheads.PROMETHEUS.reset()
+        try:
+            with bulkheads.PROMETHEUS.slot():  # another request waits on Prometheus
+                response = client_user.get(f"/nodes/{node.pk}/charts/cpu.json")
+        finally:
+            bulkheads.PROMETHEUS.reset()
+    assert response.status_code == 503
+    reason = response.json()["empty_reason"]
+    assert "already wait on Prometheus" in reason and "MAC_BULKHEAD_PROMETHEUS=1" in reason

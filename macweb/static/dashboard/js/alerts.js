@@ -76,7 +76,8 @@ export function render(data) {
 async function load() {
   try {
     const response = await fetch(cfg.json_url, { credentials: "same-origin" });
-    if (response.ok) render(await response.json());
+    // 503: Alertmanager could not be asked in time; the answer says why.
+    if (response.ok || response.status === 503) render(await response.json());
   } catch (e) {
     // The master itself is unreachable: live.js's indicator already says so.
   }

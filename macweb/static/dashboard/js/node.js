@@ -107,6 +107,11 @@ async function load(figure) {
   try {
     const response = await fetch(`${figure.dataset.url}?range=${encodeURIComponent(range)}`, { credentials: "same-origin" });
     const data = await response.json();
+    if (response.status === 503 && data.empty_reason) {
+      // Prometheus could not be asked in time: say why; the next refresh asks again.
+      showEmpty(figure, data.empty_reason);
+      return;
+    }
     if (!response.ok) {
       showEmpty(figure, `The chart endpoint answered ${response.status}: ${JSON.stringify(data)}`);
       return;
