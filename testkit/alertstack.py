@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -172,6 +173,16 @@ class AdminSession:
 
     def get_json(self, path: str):
         return json.loads(self.get(path))
+
+    def get_json_answer(self, path: str) -> tuple[int, object]:
+        """(status, body) of a JSON answer, an error status included: the dashboard's
+        alerts.json says why alerts are unavailable in a 503's body."""
+        try:
+            with self.opener.open(self.url + path, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read())
 
     def post_form(self, path: str, fields: dict, page: str) -> str:
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)

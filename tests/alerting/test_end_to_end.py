@@ -256,19 +256,20 @@ def test_a_killed_alertmanager_comes_back_with_its_silences(stack):
     started = stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["uptime"]
     stack.master.kill_service("alertmanager")  # SIGKILL: silences not snapshotted
 
-    said = wait_for(
-        lambda: (a := stack.admin.get_json("/alerts.json"))["available"] is False and a,
+    status, said = wait_for(
+        lambda: (a := stack.admin.get_json_answer("/alerts.json"))[1]["available"] is False and a,
         timeout=20,
         interval=0.05,
         what="the dashboard saying alerts are unavailable",
     )
+    assert status == 503  # with the reason, which the page shows
     assert said["error"].startswith("cannot reach")
     health = stack.master.get_json(f"{stack.master.url}/health")
     assert health["status"] in ("degraded", "ok")  # ok once the supervisor has restarted it
 
     wait_for(
         lambda: (
-            stack.admin.get_json("/alerts.json")["available"]
+            stack.admin.get_json_answer("/alerts.json")[1]["available"]
             and stack.master.get_json(f"{stack.master.am_url}/api/v2/status")["uptime"] != started
         ),
         timeout=60,
