@@ -1,7 +1,7 @@
 """sys-manager: the node's own diagnosis, served to the master.
 
 ``GET /diagnostics`` runs the troubleshooting guide's checks (the same functions
-``mac doctor`` runs, from ``exporters.checks``) and answers
+``mac doctor`` runs, from ``node.checks``) and answers
 ``{"ok": bool, "checks": [CheckResult.to_dict(), ...]}``; ``ok`` is false when any
 check failed. ``/metrics`` exposes the latest results as
 ``mac_node_check_status{check,status}`` so Prometheus can alert on them.
@@ -24,11 +24,12 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from contract.master_api import MasterClient
-from exporters.checks import CheckContext, CheckResult, CheckStatus, run_checks
 from exporters.ipforward import DEFAULT_INTERVAL, IpForwardWatch
 from exporters.ipforward_report import ResetReporter
-from exporters.runtime import Exporter, Options, Roots
+from exporters.runtime import Exporter, Options
+from node.checks import CheckContext, CheckResult, CheckStatus, run_checks
 from node.config import DEFAULT_NODE_ENV_FILE, ConfigError, NodeConfig
+from node.host import Roots
 
 log = logging.getLogger("exporters")
 

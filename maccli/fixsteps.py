@@ -1,4 +1,4 @@
-"""Apply one step of a check's fix (exporters.checks.fixes) on this node.
+"""Apply one step of a check's fix (node.checks.fixes) on this node.
 
 Each step does what its printed line says, through the CheckContext's roots: a sysctl
 is the write to /proc/sys that `sysctl -w` makes, a file goes where `tee` would put it,
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contract.atomicfile import write_atomically
-from exporters.checks.base import CheckContext
-from exporters.checks.fixes import Mac, MakeDirs, Run, SetSysctl, SetSysctlInFile, Step, WriteFile
+from node.checks.base import CheckContext
+from node.checks.fixes import Mac, MakeDirs, Run, SetSysctl, SetSysctlInFile, Step, WriteFile
 from node.commands import run_command
 
 # Enabling and starting a service, or a networkd reload, can take a while on a busy host.

@@ -5,18 +5,17 @@ from __future__ import annotations
 import pytest
 
 from exporters.infiniband import InfinibandSource
-from exporters.nic import (
+from exporters.nic import RdmaSource, parse_ethtool_stats, rdma_bytes_from_ethtool
+from exporters.runtime import Exporter
+from node.hardware import (
     PortCounters,
-    RdmaSource,
     discover_interfaces,
     discover_rdma_devices,
-    parse_ethtool_stats,
     parse_ib_rate,
     parse_ib_state,
-    rdma_bytes_from_ethtool,
     read_port_counters,
 )
-from exporters.runtime import Exporter, Roots
+from node.host import Roots
 from tests.exporters.conftest import (
     FIXTURES,
     assert_golden,

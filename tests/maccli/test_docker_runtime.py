@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from exporters.checks.docker import REMOVE_STALE_COMMAND
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.select import choose_runtime
+from node.checks.docker import REMOVE_STALE_COMMAND
 from node.config import NodeConfig
 from tests.maccli.conftest import FAKE_DOCKER as FAKE
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contract.master_api import MasterClient
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout
 from node.config import NodeConfig
 
 

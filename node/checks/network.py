@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 
 from contract.services import SERVICES, AgentNetwork
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
-from exporters.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
+from node.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
 
 KEY = "net.ipv4.ip_forward"
 PROC_FILE = "/proc/sys/net/ipv4/ip_forward"

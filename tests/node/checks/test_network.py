@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
-from exporters.checks.network import check_ip_forward, check_ip_forward_persisted
+from node.checks import CheckContext, CheckStatus
+from node.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
+from node.checks.network import check_ip_forward, check_ip_forward_persisted
 from node.commands import CommandResult
-from tests.exporters.checks.scratch import scratch_context, write
+from tests.node.checks.scratch import scratch_context, write
 
 
 def _ctx(tmp_path: Path, version: int | None = 252, networkd: str = "active") -> CheckContext:
