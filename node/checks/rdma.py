@@ -1,10 +1,10 @@
 """RDMA byte counters move: the NIC bandwidth chart is flat when they never change.
 
 Reads each RDMA port's sysfs byte counters twice, a short interval apart, through
-the node's one discovery (node.hardware), as nic-exporter reads them: hw_counters/{rx,tx}_bytes (Broadcom
-Thor2) or counters/port_{rcv,xmit}_data (mlx5 and other verbs devices). An idle
-fabric legitimately shows no movement, so that is a warning that says to look again
-under load, not a failure.
+the node's one discovery (node.hardware), as nic-exporter reads them:
+hw_counters/{rx,tx}_bytes (Broadcom Thor2) or counters/port_{rcv,xmit}_data (mlx5 and
+other verbs devices). An idle fabric legitimately shows no movement, so that is a
+warning that says to look again under load, not a failure.
 """
 
 from __future__ import annotations
