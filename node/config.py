@@ -199,6 +199,16 @@ class NodeConfig:
         except ValueError:
             raise ConfigError(f"{key}={value!r} is not an integer.") from None
 
+    def switch(self, key: str) -> bool | None:
+        """A 1/0 setting (also yes/no, true/false, on/off): off when unset; None when the
+        value is neither, for the caller to say so in its own way."""
+        value = (self.get(key) or "").strip().lower()
+        if value in {"1", "yes", "true", "on"}:
+            return True
+        if value in {"0", "no", "false", "off", ""}:
+            return False
+        return None
+
     # Typed accessors -------------------------------------------------------------------
     @property
     def master_ip(self) -> str:

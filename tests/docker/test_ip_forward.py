@@ -178,6 +178,79 @@ def test_host_mode_survives_forwarding_off_and_reports_the_node_s_own_interfaces
         assert devices <= interfaces, (family, devices - interfaces)
 
 
+@pytest.fixture
+def reassert_on(agent) -> Iterator[None]:
+    """MAC_IPFORWARD_REASSERT=1 in the node's file, as an operator sets it."""
+    done = agent.mac("env", "set", "--node", "MAC_IPFORWARD_REASSERT=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield
+    agent.mac("env", "unset", "--node", "MAC_IPFORWARD_REASSERT")
+
+
+def _sys_manager(node: Node) -> dict[tuple[str, tuple], float]:
+    """sys-manager's samples, by name and sorted labels (from the master's side)."""
+    with urllib.request.urlopen(f"http://{NS_IP}:29103/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _reassert_backend(samples: dict) -> tuple[str, float] | None:
+    """(reason, availability) of sys-manager's ip_forward_reassert backend, if it has one."""
+    for (name, labels), value in samples.items():
+        found = dict(labels)
+        if name == "mac_exporter_backend_available" and found["backend"] == "ip_forward_reassert":
+            return found["reason"], value
+    return None
+
+
+def test_host_mode_sets_ip_forward_back_the_moment_it_drops(agent, forwarding_on, reassert_on):
+    node = agent
+    _start(node, "host")
+    row = node.containers()["mac-sys-manager"]
+    assert "NET_ADMIN" in (row["HostConfig"]["CapAdd"] or []), row["HostConfig"]["CapAdd"]
+    assert row["Config"]["Env"].count("MAC_IPFORWARD_REASSERT=1") == 1
+    wait_for(
+        lambda: _reassert_backend(_sys_manager(node)) == ("", 1.0),
+        timeout=30,
+        what="sys-manager able to set ip_forward back",
+        interval=0.5,
+    )
+
+    node.engine.set_ip_forward(False)
+    wait_for(
+        lambda: node.sh("sysctl", "-n", "net.ipv4.ip_forward").stdout.strip() == "1",
+        timeout=10,
+        what="net.ipv4.ip_forward set back to 1 by sys-manager",
+        interval=0.2,
+    )
+    samples = _sys_manager(node)
+    assert samples[("mac_ipforward_reasserts_total", ())] >= 1
+    assert samples[("mac_ipforward_resets_total", ())] >= 1
+    assert samples[("mac_ipforward_enabled", ())] == 1
+    # Every exporter still answers, and the node stays Online.
+    assert node.master_node().get("status") == "online"
+
+
+def test_bridge_mode_says_the_reassert_cannot_work_there(agent, forwarding_on, reassert_on):
+    node = agent
+    started = node.mac("start", "agent", "--network", "bridge")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "MAC_IPFORWARD_REASSERT=1 does nothing in bridge mode" in started.stdout + started.stderr
+    row = node.containers()["mac-sys-manager"]
+    assert not row["HostConfig"]["CapAdd"], row["HostConfig"]["CapAdd"]
+    reason, available = wait_for(
+        lambda: _reassert_backend(_sys_manager(node)),
+        timeout=60,
+        what="sys-manager's reassert backend in bridge mode",
+        interval=1.0,
+    )
+    assert available == 0 and "bridge mode" in reason and "--network host" in reason
+
+
 def test_bridge_mode_reproduces_the_guide_s_failure_with_the_ip_forward_diagnosis(
     agent, forwarding_on
 ):
