@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from node.checks import CheckContext, CheckStatus
-from node.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
+from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
 from node.checks.network import check_ip_forward, check_ip_forward_persisted
 from node.commands import CommandResult
 from tests.node.checks.scratch import scratch_context, write
@@ -41,11 +41,12 @@ def test_not_persisted_fails_with_the_sysctl_d_file(tmp_path):
     # The host's path, not the scratch root's: the fix is for the operator on the node.
     assert result.steps == (
         WriteFile("/etc/sysctl.d/99-mac-ipforward.conf", "net.ipv4.ip_forward = 1\n"),
-        Run(("sysctl", "--system")),
+        ApplySysctlFile("/etc/sysctl.d/99-mac-ipforward.conf"),
     )
+    # Only MAC's file is applied: `sysctl --system` would re-apply every file of the host.
     assert result.fix.splitlines() == [
         "echo 'net.ipv4.ip_forward = 1' | sudo tee /etc/sysctl.d/99-mac-ipforward.conf",
-        "sudo sysctl --system",
+        "sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf",
     ]
 
 
@@ -57,8 +58,9 @@ def test_persisted_passes_and_a_later_file_setting_zero_wins(tmp_path):
     result = check_ip_forward_persisted(_ctx(tmp_path))
     assert result.status == CheckStatus.FAIL
     assert "/etc/sysctl.conf sets net.ipv4.ip_forward = 0" in result.detail
-    [edit, _reload] = result.steps
+    [edit, apply] = result.steps
     assert edit == SetSysctlInFile("/etc/sysctl.conf", "net.ipv4.ip_forward", "1")
+    assert apply == ApplySysctlFile("/etc/sysctl.conf")  # the file it changed, alone
     assert result.fix.splitlines()[0] == (
         "sudo sed -i 's/^[[:space:]]*net.ipv4.ip_forward[[:space:]]*=.*/"
         "net.ipv4.ip_forward = 1/' /etc/sysctl.conf"
