@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT
+from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_API_PORT, MASTER_PROMETHEUS_PORT
 from maccli import output
 from maccli.agent import print_states
 from maccli.output import CliError
@@ -30,6 +30,14 @@ ROLE = "master"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The API server's own port behind the proxy, which alone listens on MAC_MASTER_PORT.
 API_INTERNAL_PORT = 28081
+# Each port the master listens on, by the setting that moves it: a second master on one
+# host, or a test beside a running master, moves them all.
+PORT_SETTINGS = {
+    "MAC_MASTER_PORT": MASTER_API_PORT,
+    "MAC_API_INTERNAL_PORT": API_INTERNAL_PORT,
+    "MAC_PROMETHEUS_PORT": MASTER_PROMETHEUS_PORT,
+    "MAC_ALERTMANAGER_PORT": MASTER_ALERTMANAGER_PORT,
+}
 
 
 def data_dir(cfg: NodeConfig) -> Path:

@@ -56,6 +56,10 @@ NETWORK_FILESYSTEMS = frozenset(
     }
 )
 
+# The settings that move every file the node's configuration reads or writes (the per-node
+# and per-user env files, the state folder): tests point each at a folder of their own.
+FILE_SETTINGS = ("MAC_NODE_ENV_FILE", "MAC_USER_ENV_FILE", "MAC_STATE_DIR")
+
 # Values that differ from node to node: never in a shared home.
 PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
 # Values nobody but root should read: shown masked by `mac env list`.

@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from contract.services import SERVICES
 from testkit.docker_engine import HOST_IP, NS_IP
 from testkit.macenv import scratch_mac_env
+from testkit.ports import free_port
 from testkit.waiting import http_status, wait_for
 from tests.docker.conftest import Node
 
@@ -52,6 +53,10 @@ def host_master(engine, tmp_path_factory) -> Iterator[str]:
             "MAC_PROBE_INTERVAL": str(INTERVAL),
             "MAC_PROBE_TIMEOUT": str(TIMEOUT),
             "MAC_RUNTIME": "process",
+            # The node reaches 28080 and 29090 on the host's 198.18.250.1; the master's
+            # loopback listeners take free ports, never those of a master on this host.
+            "MAC_API_INTERNAL_PORT": str(free_port()),
+            "MAC_ALERTMANAGER_PORT": str(free_port()),
         },
     )
 

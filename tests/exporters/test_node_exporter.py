@@ -20,6 +20,7 @@ from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
 from node.config import NodeConfig
 from node.host import PROGRAMS, find_node_exporter
+from testkit.macenv import own_files
 from testkit.ports import free_port
 from tests.exporters.conftest import ROOT
 from tests.exporters.dashboards import HERE
@@ -118,6 +119,7 @@ def test_a_missing_node_exporter_says_how_to_install_it(tmp_path):
 def test_the_process_runtime_runs_node_exporter_with_macs_ports(tmp_path):
     cfg = NodeConfig.load(
         {
+            **own_files(tmp_path),
             "MAC_BIND": "127.0.0.1",
             "MAC_PORT_OFFSET": "7",
             "MAC_STATE_DIR": str(tmp_path),
@@ -135,6 +137,7 @@ def test_the_process_runtime_runs_node_exporter_with_macs_ports(tmp_path):
 def test_mac_start_fails_with_the_install_command_where_node_exporter_is_missing(tmp_path):
     cfg = NodeConfig.load(
         {
+            **own_files(tmp_path),
             "MAC_BIND": "127.0.0.1",
             "MAC_STATE_DIR": str(tmp_path),
             "MAC_AGENT_SERVICES": "sys-exporter",
@@ -155,7 +158,7 @@ def _check(tmp_path, **env: str):
     from node.checks import CheckContext
     from node.checks.services import check_node_exporter
 
-    cfg = NodeConfig.load({"HOME": str(tmp_path), **env})
+    cfg = NodeConfig.load({**own_files(tmp_path), "HOME": str(tmp_path), **env})
     return check_node_exporter(CheckContext(extra={"config": cfg, "path": str(tmp_path)}))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.ports import free_port
+from testkit.macenv import free_master_ports
 
 FAKE_DOCKER = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 # Variables of the developer's shell that would change what `mac` does under test.
@@ -85,8 +85,9 @@ def make_mac_env(tmp_path: Path) -> MacEnv:
             "MAC_PROC_ROOT": str(tmp_path / "proc"),
             "MAC_RUNTIME": "process",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            # The master's API server behind its proxy: never the fixed 28081 of another run.
-            "MAC_API_INTERNAL_PORT": str(free_port()),
+            # Every port of a master started here is free, never a default that a running
+            # master (or another test run) may hold.
+            **free_master_ports(),
         }
     )
     mac = MacEnv(tmp_path, env)

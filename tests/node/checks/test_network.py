@@ -8,6 +8,7 @@ from node.checks import CheckContext, CheckStatus
 from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
 from node.checks.network import check_ip_forward, check_ip_forward_persisted
 from node.commands import CommandResult
+from testkit.macenv import own_files
 from tests.node.checks.scratch import scratch_context, write
 
 
@@ -120,7 +121,7 @@ def test_forwarding_off_is_not_a_problem_in_host_mode(tmp_path):
 
     write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     ctx = _ctx_with_nat(tmp_path, UNRELATED_NAT)
-    ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
+    ctx.extra["config"] = NodeConfig.load({**own_files(tmp_path), "MAC_AGENT_NETWORK": "host"})
 
     now, persisted = check_ip_forward(ctx), check_ip_forward_persisted(ctx)
 
@@ -135,6 +136,6 @@ def test_host_mode_with_exporter_ports_still_dnatted_fails(tmp_path):
 
     write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     ctx = _ctx_with_nat(tmp_path, DOCKER_NAT)
-    ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
+    ctx.extra["config"] = NodeConfig.load({**own_files(tmp_path), "MAC_AGENT_NETWORK": "host"})
 
     assert check_ip_forward(ctx).status == CheckStatus.FAIL
