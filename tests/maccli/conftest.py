@@ -85,9 +85,10 @@ def make_mac_env(tmp_path: Path) -> MacEnv:
             "MAC_PROC_ROOT": str(tmp_path / "proc"),
             "MAC_RUNTIME": "process",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            # Every port of a master started here is free, never a default that a running
-            # master (or another test run) may hold.
-            **free_master_ports(),
+            # Every listener of a master started here on a free port, never a default that
+            # a running master (or another test run) may hold. MAC_MASTER_PORT is also
+            # where agents look for the master: a test that starts a master sets it.
+            **{k: v for k, v in free_master_ports().items() if k != "MAC_MASTER_PORT"},
         }
     )
     mac = MacEnv(tmp_path, env)

@@ -27,6 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from testkit.ports import free_port
 from tests.maccli.conftest import MacEnv, make_mac_env
 
 pytestmark = [
@@ -56,6 +57,7 @@ def master(tmp_path_factory) -> MacEnv:
     env.env.update(
         {
             "MAC_DATA_DIR": str(env.root / "data"),
+            "MAC_MASTER_PORT": str(free_port()),
             "MAC_MASTER_BIND": "127.0.0.1",
             "MAC_API_WORKERS": "2",
             "MAC_WORKER_CONCURRENCY": "2",

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from healthcheck.state import get_redis, sweep_history
+from testkit.ports import free_port
 from testkit.waiting import wait_for
 from tests.healthcheck.conftest import subprocess_env
 
@@ -77,6 +78,7 @@ def test_the_masters_worker_consumes_the_probe_queue(
         {
             "DATABASE_URL": subprocess_env()["DATABASE_URL"],
             "MAC_DATA_DIR": str(mac_env.root / "data"),
+            "MAC_MASTER_PORT": str(free_port()),
             "MAC_MASTER_BIND": "127.0.0.1",
             "MAC_API_WORKERS": "1",
             "MAC_ADMIN_PASSWORD": "admin-pass-for-tests",
