@@ -30,8 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.services import SERVICES
 from testkit.docker_engine import HOST_IP, NS_IP
-from testkit.macenv import scratch_mac_env
-from testkit.ports import free_port
+from testkit.macenv import free_master_ports, scratch_mac_env
 from testkit.waiting import http_status, wait_for
 from tests.docker.conftest import Node
 
@@ -41,9 +40,14 @@ STARTED = [s for s in SERVICES if s.name not in {"dcgm-exporter", "rocm-exporter
 
 
 @pytest.fixture(scope="module")
-def host_master(engine, tmp_path_factory) -> Iterator[str]:
-    """`mac start master --runtime process` on the host's 198.18.250.1, for the module."""
+def host_master(engine, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """`mac start master --runtime process` on the host's 198.18.250.1, for the module.
+
+    Every listener on a free port (a master running on this host holds the defaults);
+    yields what a node needs to find it: MASTER_IP and the ports.
+    """
     root = tmp_path_factory.mktemp("host-master")
+    ports = free_master_ports()
     env = scratch_mac_env(  # its own SQLite inventory: no DATABASE_URL
         root,
         **{
@@ -53,10 +57,7 @@ def host_master(engine, tmp_path_factory) -> Iterator[str]:
             "MAC_PROBE_INTERVAL": str(INTERVAL),
             "MAC_PROBE_TIMEOUT": str(TIMEOUT),
             "MAC_RUNTIME": "process",
-            # The node reaches 28080 and 29090 on the host's 198.18.250.1; the master's
-            # loopback listeners take free ports, never those of a master on this host.
-            "MAC_API_INTERNAL_PORT": str(free_port()),
-            "MAC_ALERTMANAGER_PORT": str(free_port()),
+            **ports,
         },
     )
 
@@ -69,7 +70,7 @@ def host_master(engine, tmp_path_factory) -> Iterator[str]:
     started = mac("start", "master")
     assert started.returncode == 0, started.stdout + started.stderr
     try:
-        yield HOST_IP
+        yield {"MASTER_IP": HOST_IP, **ports}
     finally:
         mac("stop", "master")
 
@@ -80,7 +81,7 @@ def agent(engine, images, node_env, host_master, tmp_path_factory) -> Iterator[N
     root = tmp_path_factory.mktemp("forwarding-node")
     env = {
         **node_env,
-        "MASTER_IP": host_master,
+        **host_master,
         "MAC_NODE_ENV_FILE": str(root / "etc" / "env"),
         "MAC_STATE_DIR": str(root / "state"),
     }
@@ -109,8 +110,8 @@ def _start(node: Node, mode: str) -> dict:
     )
 
 
-def _prometheus_jobs() -> dict[str, str]:
-    url = f"http://{HOST_IP}:29090/api/v1/targets"
+def _prometheus_jobs(node: Node) -> dict[str, str]:
+    url = f"http://{HOST_IP}:{node.env['MAC_PROMETHEUS_PORT']}/api/v1/targets"
     with urllib.request.urlopen(url, timeout=5) as response:
         targets = json.load(response)["data"]["activeTargets"]
     return {t["labels"].get("job", ""): t["health"] for t in targets}
@@ -161,10 +162,15 @@ def test_host_mode_survives_forwarding_off_and_reports_the_node_s_own_interfaces
         seen = node.master_node()
         assert seen.get("status") == "online", seen
         time.sleep(1)
+    # A target's health stays "unknown" until its first scrape: wait for both to be scraped.
     jobs = wait_for(
-        lambda: (j := _prometheus_jobs()).get("sys-exporter") == "up" and j,
+        lambda: (
+            (j := _prometheus_jobs(node)).get("sys-exporter") == "up"
+            and j.get("nic-exporter", "unknown") != "unknown"
+            and j
+        ),
         timeout=60,
-        what="sys-exporter scraped by the master's Prometheus with forwarding off",
+        what="sys-exporter and nic-exporter scraped by the master's Prometheus, forwarding off",
         interval=1.0,
     )
     assert jobs.get("nic-exporter") == "up", jobs
@@ -291,7 +297,7 @@ def test_bridge_mode_reproduces_the_guide_s_failure_with_the_ip_forward_diagnosi
     # (A target's health stays "unknown" until its first scrape, up to a scrape interval.)
     jobs = wait_for(
         lambda: (
-            "sys-exporter" not in (j := _prometheus_jobs())
+            "sys-exporter" not in (j := _prometheus_jobs(node))
             and j.get("nic-exporter") != "unknown"
             and j
         ),
