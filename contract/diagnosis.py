@@ -69,7 +69,7 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
         "  sudo sysctl -w net.ipv4.ip_forward=1\n"
         "Keep it on across reboots:\n"
         "  echo 'net.ipv4.ip_forward = 1' | sudo tee /etc/sysctl.d/99-mac-ipforward.conf\n"
-        "  sudo sysctl --system\n"
+        "  sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf\n"
         "Keep it on when systemd-networkd reconfigures a link (it only ever switches "
         "forwarding on), with a drop-in for the primary interface:\n"
         f"  sudo mkdir -p /etc/systemd/network/10-netplan-{_IFACE}.network.d\n"

@@ -20,8 +20,27 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from contract import __version__
+from contract.bearer import authorization
 from contract.pinning import trusted_context
 from contract.services import NODE_KEY_HEADER
+
+# What an agent reports about itself at each registration, beyond its name and address;
+# the master overwrites these on the node every time. Declared here once: the master's
+# Registration, its serializer's field list, the node's detail and the admin derive
+# from it, and tests/inventory/test_reported_fields.py holds each of them to it.
+REPORTED_FIELDS = (
+    "gpu_vendor",
+    "gpu_count",
+    "gpu_model",
+    "agent_network",
+    "nics",
+    "exporters",
+    "agent_version",
+    "machine_id",
+    "labels",
+)
+# The whole body of POST /api/v1/register.
+REGISTRATION_FIELDS = ("hostname", "ip", *REPORTED_FIELDS)
 
 
 @dataclass
@@ -64,10 +83,11 @@ def registration_body(
     agent_version: str = __version__,
     machine_id: str = "",
 ) -> dict:
-    """The JSON body of POST /api/v1/register (inventory.api.serializers reads it)."""
-    return {
-        "hostname": hostname,
-        "ip": ip,
+    """The JSON body of POST /api/v1/register (inventory.api.serializers reads it).
+
+    Its keys are REGISTRATION_FIELDS, in that order.
+    """
+    reported = {
         "gpu_vendor": gpu_vendor,
         "gpu_count": gpu_count,
         "gpu_model": gpu_model,
@@ -78,6 +98,7 @@ def registration_body(
         "machine_id": machine_id,
         "labels": dict(labels or {}),
     }
+    return {"hostname": hostname, "ip": ip, **{name: reported[name] for name in REPORTED_FIELDS}}
 
 
 def route_address(master_host: str, port: int) -> str:
@@ -157,7 +178,7 @@ class MasterClient:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
         if self.join_token:
-            headers["Authorization"] = f"Bearer {self.join_token}"
+            headers["Authorization"] = authorization(self.join_token)
         if self.node_key:
             headers[NODE_KEY_HEADER] = self.node_key
         for bind in (True, False):

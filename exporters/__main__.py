@@ -25,8 +25,9 @@ import time
 
 from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
 from exporters.bundle import module_builder, run_bundle
-from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, Roots, node_hostname
+from exporters.runtime import DEFAULT_COLLECTOR_TIMEOUT, Exporter, Options, node_hostname
 from exporters.server import PortInUseError, bind_socket, serve_asgi, serve_exporter
+from node.host import Roots
 
 EXIT_JOIN_SECONDS = 1.0  # how long a stopping exporter waits for its threads to end
 
@@ -183,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
 def exec_node_exporter(args: argparse.Namespace, port: int) -> int:
     """Write MAC's textfile facts, then become node_exporter (returns only on failure)."""
     from exporters import node_exporter
+    from node.host import NodeExporterMissing, find_node_exporter
 
     try:
-        program = node_exporter.find_node_exporter(os.environ.get("MAC_NODE_EXPORTER"))
-    except node_exporter.NodeExporterMissing as exc:
+        program = find_node_exporter(os.environ.get("MAC_NODE_EXPORTER"))
+    except NodeExporterMissing as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     try:

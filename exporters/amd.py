@@ -25,7 +25,6 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from types import ModuleType
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,23 +36,14 @@ from exporters.amd_fields import (
     read_amdsmi_fields,
     read_sysfs_fields,
 )
-from exporters.runtime import (
-    BackendStatus,
-    Exporter,
-    Options,
-    Roots,
-    list_dir,
-    read_int,
-    read_text,
-    read_value,
-)
+from exporters.runtime import BackendStatus, Exporter, Options
+from node.hardware import amd_cards
+from node.host import Roots, list_dir, read_int, read_text, read_value
 
 log = logging.getLogger("exporters")
 
-AMD_PCI_VENDOR = "0x1002"
 LABELS = ["gpu_id", "gpu_uuid", "gpu_partition_id", "serial_number", "card_model", "card_vendor"]
 MB = 1024 * 1024
-CARD = re.compile(r"^card(\d+)$")
 
 
 @dataclass
@@ -102,22 +92,6 @@ def hwmon_temperatures(hwmon: str) -> dict[str, float]:
         if label in names and value is not None:
             temps[names[label]] = value / 1000.0
     return temps
-
-
-def amd_cards(roots: Roots) -> list[tuple[str, Path]]:
-    """(card, its PCI device directory) of every AMD card under <sys>/class/drm, in card order.
-
-    The one walk of the DRM cards: the exporter reads its metrics under these
-    devices, and `mac doctor` and the registration count the GPUs from them.
-    """
-    drm = roots.sys("class", "drm")
-    cards = sorted((int(m.group(1)), name) for name in list_dir(drm) if (m := CARD.match(name)))
-    found = []
-    for _, card in cards:
-        device = drm / card / "device"
-        if (read_value(device / "vendor") or "").lower() == AMD_PCI_VENDOR:
-            found.append((card, device))
-    return found
 
 
 def read_sysfs_gpus(roots: Roots) -> list[AmdGpu]:

@@ -24,7 +24,7 @@ from types import ModuleType
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from exporters.runtime import list_dir, read_int, read_text, read_value
+from node.host import list_dir, read_int, read_text, read_value
 
 # ras/<file>_err_count -> AMD's block suffix (the driver calls BIF "pcie_bif").
 ECC_BLOCKS = {

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from exporters.runtime import BackendStatus, Exporter, Options, Roots
+from exporters.runtime import BackendStatus, Exporter, Options
+from node.host import Roots
 
 log = logging.getLogger("exporters")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporters.runtime import Roots, list_dir, read_int, read_value
+from node.host import Roots, list_dir, read_int, read_value
 
 LABELS = ["device", "port"]
 

@@ -14,7 +14,12 @@ transition is a reset. For each one the watch
   history on the master.
 
 /proc/sys/net belongs to the network namespace of the reader: the watch sees the host's
-flag where sys-manager shares the host's network (host mode, the process runtime).
+flag where sys-manager shares the host's network (host mode, the process runtime). To
+set it back, sys-manager needs the file writable and CAP_NET_ADMIN: the process runtime
+runs as root; under Docker, host mode's compose file gives sys-manager that one file
+read-write and the capability. In bridge mode sys-manager has a network namespace of its
+own, whose flag is not the node's: a reassert there would change nothing, so the watch
+does not try, and says so (``reassert_problem``).
 """
 
 from __future__ import annotations
@@ -110,9 +115,12 @@ class IpForwardWatch:
         run: Runner = run_command,
         journal_dir: str | None = None,
         clock: Callable[[], float] = time.time,
+        reassert_problem: str = "",
     ) -> None:
         self.path = Path(proc_root, PROC_FILE)
-        self.reassert = reassert
+        # Why a reassert cannot work here ("" when it can, or when none is asked for).
+        self.reassert_problem = reassert_problem if reassert else ""
+        self.reassert = reassert and not self.reassert_problem
         self.interval = interval
         self.on_reset = on_reset
         self.run = run
@@ -181,6 +189,8 @@ class IpForwardWatch:
                 log.exception("ip_forward watch")
 
     def start(self) -> IpForwardWatch:
+        if self.reassert_problem:
+            log.error("MAC_IPFORWARD_REASSERT=1 is ignored: %s", self.reassert_problem)
         self.poll()  # the starting value: a 0 found at start is not a reset
         self._thread = threading.Thread(target=self._loop, name="ipforward-watch", daemon=True)
         self._thread.start()
@@ -192,7 +202,14 @@ class IpForwardWatch:
             self._thread.join(timeout=5)
 
     def backends(self) -> list[BackendStatus]:
-        return [BackendStatus("ip_forward", not self.error, self.error)]
+        found = [BackendStatus("ip_forward", not self.error, self.error)]
+        if self.reassert or self.reassert_problem:
+            found.append(
+                BackendStatus(
+                    "ip_forward_reassert", not self.reassert_problem, self.reassert_problem
+                )
+            )
+        return found
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:

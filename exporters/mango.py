@@ -25,16 +25,11 @@ from pydantic import BaseModel, Field
 
 from exporters.amd import AmdGpuSource
 from exporters.bmc import BmcSource, client_from_env
-from exporters.nic import discover_interfaces, discover_rdma_devices
 from exporters.nvidia import NvmlSource
-from exporters.runtime import (
-    BackendStatus,
-    Exporter,
-    Options,
-    Roots,
-    mac_version,
-)
+from exporters.runtime import BackendStatus, Exporter, Options, mac_version
 from exporters.sw import SoftwareSource
+from node.hardware import discover_interfaces, discover_rdma_devices
+from node.host import Roots
 
 
 def swagger_static_dir() -> Path | None:

@@ -13,7 +13,7 @@ image installs the same package). This module is the one place that knows how:
 * MAC's own facts beside node_exporter's (``write_textfile``): written atomically
   into the textfile collector's directory, so node_exporter serves them under its
   own scrape and ``node_textfile_scrape_error`` says if one is unreadable;
-* what to tell the operator when the program is missing (``NodeExporterMissing``).
+* the check `mac start agent` runs first: the program is there (node.host finds it).
 
 node_exporter's infiniband collector stays off: nic-exporter serves the same
 ``node_infiniband_*`` families (from the same sysfs files) on the host network,
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -36,11 +35,8 @@ from prometheus_client.exposition import generate_latest
 from contract.atomicfile import write_atomically
 from contract.services import SYS_EXPORTER
 from exporters.runtime import BuildInfoSource
+from node.host import NodeExporterMissing, find_node_exporter
 
-# Debian's package name and binary; upstream tarballs install ``node_exporter``.
-PACKAGE = "prometheus-node-exporter"
-PROGRAMS = ("/usr/bin/prometheus-node-exporter", "prometheus-node-exporter", "node_exporter")
-INSTALL_FIX = f"sudo apt-get install -y {PACKAGE}"
 TEXTFILE_NAME = "mac.prom"
 DEFAULT_MOUNT_TIMEOUT = 5.0
 
@@ -55,33 +51,6 @@ NETSTAT_FIELDS = (
     "|Tcp_(ActiveOpens|InSegs|OutSegs|OutRsts|PassiveOpens|RetransSegs|CurrEstab|MaxConn)"
     "|Udp6?_(InDatagrams|OutDatagrams|NoPorts|RcvbufErrors|SndbufErrors))$"
 )
-
-
-class NodeExporterMissing(RuntimeError):
-    """node_exporter is not installed where MAC looks for it."""
-
-    def __init__(self, looked: str) -> None:
-        super().__init__(
-            f"node_exporter is not installed (looked for {looked}); sys-exporter "
-            f"(:{SYS_EXPORTER.port}) is node_exporter. Install it with: {INSTALL_FIX}"
-        )
-
-
-def find_node_exporter(explicit: str | None = None, path: str | None = None) -> str:
-    """The node_exporter program: ``explicit`` (MAC_NODE_EXPORTER), Debian's, else PATH's.
-
-    ``path`` (a PATH string) replaces the process PATH and Debian's fixed location,
-    so a test can point the search at a prepared directory.
-    """
-    if explicit:
-        candidates: tuple[str, ...] = (explicit,)
-    else:
-        candidates = PROGRAMS if path is None else PROGRAMS[1:]
-    for candidate in candidates:
-        found = shutil.which(candidate, path=path)
-        if found:
-            return found
-    raise NodeExporterMissing(", ".join(candidates))
 
 
 def listen_address(bind: str, port: int) -> str:

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -28,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from contract import __version__
+from node.host import Roots
 
 log = logging.getLogger("exporters")
 
@@ -42,34 +42,6 @@ def mac_version() -> str:
 def node_hostname() -> str:
     """The node's name as MAC shows it: NODE_NAME when set, else the kernel's host name."""
     return os.environ.get("NODE_NAME") or socket.gethostname()
-
-
-@dataclass(frozen=True)
-class Roots:
-    """Where the exporters read the host; tests point each one at a fixture tree.
-
-    ``rootfs`` is the host's ``/`` for everything that is not /proc, /sys or /dev
-    (``/etc/os-release``, ``/opt/rocm``, mount points), like node_exporter's
-    ``--path.rootfs``.
-    """
-
-    sys_root: str = "/sys"
-    proc_root: str = "/proc"
-    dev_root: str = "/dev"
-    rootfs: str = "/"
-
-    def sys(self, *parts: str) -> Path:
-        return Path(self.sys_root, *parts)
-
-    def proc(self, *parts: str) -> Path:
-        return Path(self.proc_root, *parts)
-
-    def dev(self, *parts: str) -> Path:
-        return Path(self.dev_root, *parts)
-
-    def host(self, path: str) -> Path:
-        """A host path (absolute, as the host sees it) under ``rootfs``."""
-        return Path(self.rootfs, path.lstrip("/"))
 
 
 @dataclass(frozen=True)
@@ -115,51 +87,6 @@ class _SourceState:
     last_success: float = 0.0
     error: str = ""
     backends: list[BackendStatus] = field(default_factory=list)
-
-
-def read_text(path: Path | str) -> str | None:
-    """The content of a small sysfs/procfs file, or None when it is absent or unreadable."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
-
-
-def read_required(path: Path | str) -> str:
-    """The content of the file a source cannot do without; raises, naming it, otherwise."""
-    text = read_text(path)
-    if text is None:
-        raise FileNotFoundError(f"{path} is not readable")
-    return text
-
-
-def list_dir(path: Path | str) -> list[str]:
-    """The sorted names in a sysfs directory; empty when it is absent or unreadable."""
-    try:
-        return sorted(os.listdir(path))
-    except OSError:
-        return []
-
-
-def read_value(path: Path | str) -> str | None:
-    """A one-line sysfs attribute, stripped; None when absent or empty."""
-    text = read_text(path)
-    if text is None:
-        return None
-    text = text.strip()
-    return text or None
-
-
-def read_int(path: Path | str) -> int | None:
-    """A sysfs attribute parsed as an integer (decimal or 0x hex); None when it is not one."""
-    text = read_value(path)
-    if text is None:
-        return None
-    try:
-        return int(text, 0)
-    except ValueError:
-        return None
 
 
 class CollectorRunner:

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import InfoMetricFamily, Metric
 
-from exporters.runtime import Exporter, Options, Roots, mac_version, read_text, read_value
+from exporters.runtime import Exporter, Options, mac_version
+from node.host import Roots, read_text, read_value
 
 CommandRunner = Callable[[list[str]], str]
 COMMAND_CACHE_SECONDS = 60.0

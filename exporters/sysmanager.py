@@ -1,7 +1,7 @@
 """sys-manager: the node's own diagnosis, served to the master.
 
 ``GET /diagnostics`` runs the troubleshooting guide's checks (the same functions
-``mac doctor`` runs, from ``exporters.checks``) and answers
+``mac doctor`` runs, from ``node.checks``) and answers
 ``{"ok": bool, "checks": [CheckResult.to_dict(), ...]}``; ``ok`` is false when any
 check failed. ``/metrics`` exposes the latest results as
 ``mac_node_check_status{check,status}`` so Prometheus can alert on them.
@@ -19,16 +19,18 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from contract.master_api import MasterClient
-from exporters.checks import CheckContext, CheckResult, CheckStatus, run_checks
-from exporters.ipforward import DEFAULT_INTERVAL, IpForwardWatch
+from exporters.ipforward import DEFAULT_INTERVAL, PROC_FILE, IpForwardWatch
 from exporters.ipforward_report import ResetReporter
-from exporters.runtime import Exporter, Options, Roots
+from exporters.runtime import Exporter, Options
+from node.checks import CheckContext, CheckResult, CheckStatus, run_checks
 from node.config import DEFAULT_NODE_ENV_FILE, ConfigError, NodeConfig
+from node.host import Roots
 
 log = logging.getLogger("exporters")
 
@@ -72,12 +74,10 @@ def master_client(roots: Roots) -> MasterClient | None:
 
 
 def _switch(cfg: NodeConfig, key: str) -> bool:
-    value = (cfg.get(key) or "0").strip().lower()
-    if value in {"1", "yes", "true", "on"}:
-        return True
-    if value not in {"0", "no", "false", "off", ""}:
-        log.error("%s=%r is neither 1 nor 0; taken as 0 (mac env set %s=1)", key, value, key)
-    return False
+    on = cfg.switch(key)
+    if on is None:
+        log.error("%s=%r is neither 1 nor 0; taken as 0 (mac env set %s=1)", key, cfg.get(key), key)
+    return bool(on)
 
 
 def ipforward_watch(options: Options, report: ResetReporter) -> IpForwardWatch:
@@ -91,14 +91,41 @@ def ipforward_watch(options: Options, report: ResetReporter) -> IpForwardWatch:
         log.error("MAC_IPFORWARD_INTERVAL must be 0.05 to 60 seconds; using %s", DEFAULT_INTERVAL)
         interval = DEFAULT_INTERVAL
     journal = options.roots.host("/var/log/journal")
+    in_container = options.roots.rootfs != "/"
     return IpForwardWatch(
         options.roots.proc_root,
         reassert=_switch(cfg, "MAC_IPFORWARD_REASSERT"),
+        reassert_problem=reassert_problem(
+            Path(options.roots.proc_root, PROC_FILE),
+            cfg.get("MAC_AGENT_NETWORK") if in_container else None,
+        ),
         interval=interval,
         on_reset=report.add,
         # In a container the host's persistent journal is read from its files.
-        journal_dir=str(journal) if options.roots.rootfs != "/" and journal.is_dir() else None,
+        journal_dir=str(journal) if in_container and journal.is_dir() else None,
     )
+
+
+def reassert_problem(path: Path, container_network: str | None) -> str:
+    """Why sys-manager cannot set ip_forward back here; "" where it can.
+
+    ``container_network`` is the agent's mode when sys-manager runs in a container
+    (None under the process runtime).
+    """
+    if container_network == "bridge":
+        return (
+            "in bridge mode sys-manager has a network namespace of its own, and the "
+            "ip_forward it sees is not the node's. Run the agent in host mode: "
+            "sudo mac start agent --network host"
+        )
+    if not os.access(path, os.W_OK):
+        how = (
+            "host mode's compose file mounts it read-write: sudo mac start agent --network host"
+            if container_network is not None
+            else "run the agent as root: sudo mac restart agent"
+        )
+        return f"{path} is not writable by sys-manager; {how}"
+    return ""
 
 
 def diagnosis(results: list[CheckResult]) -> dict:

@@ -33,7 +33,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.views.decorators.http import require_GET
 
-from healthcheck.bearer import bearer_matches
+from contract.bearer import bearer_matches
 from healthcheck.targets import SCRAPED_SERVICES, dump_groups, target_groups
 from inventory.models import Node
 
@@ -106,7 +106,7 @@ def _error(status: int, detail: str, **extra: str) -> JsonResponse:
 
 @require_GET
 def http_sd(request: HttpRequest, service: str) -> HttpResponse:
-    if not bearer_matches(request, settings.SD_TOKEN):
+    if not bearer_matches(request.headers.get("Authorization", ""), settings.SD_TOKEN):
         detail = (
             "http_sd needs 'Authorization: Bearer <MAC_SD_TOKEN>'; the config written by "
             "`manage.py prometheus_config --shard K --of N` sends it."

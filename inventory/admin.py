@@ -12,6 +12,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from contract.master_api import REPORTED_FIELDS
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
 from inventory.models import Node, NodeEvent
@@ -31,7 +32,8 @@ PROBE_FIELDS = (
     "updated_at",
 )
 OPERATOR_FIELDS = ("hostname", "ip", "maintenance", "labels")
-AGENT_FIELDS = ("gpu_vendor", "gpu_count", "nics", "exporters", "agent_version", "machine_id")
+# What the agent reports (the contract's list), less what the operator edits here too.
+AGENT_FIELDS = tuple(name for name in REPORTED_FIELDS if name not in OPERATOR_FIELDS)
 
 
 class NodeAdminForm(forms.ModelForm):

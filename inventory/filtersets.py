@@ -19,10 +19,9 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from drf_spectacular.utils import extend_schema_field
 
-from inventory.api.serializers import TEXT_PATTERN
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
-from inventory.validators import MAX_HOSTNAME
+from inventory.validators import MAX_HOSTNAME, TEXT_PATTERN
 
 _LABEL = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-/]{0,62})=([^\x00\n]{0,256})")
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}=[^\u0000\n]{0,256}$"

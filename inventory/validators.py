@@ -12,6 +12,9 @@ import re
 
 MAX_HOSTNAME = 253
 UNSTORABLE = "contains a NUL character or a lone surrogate, which cannot be stored."
+# storable_text's rule as an OpenAPI pattern, for the schema of every free-text input (the
+# API's fields and the filters' parameters): the schema accepts exactly what the server does.
+TEXT_PATTERN = "^[^\\u0000]*$"
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 

@@ -1,7 +1,7 @@
 """`mac doctor`: the troubleshooting guide's checks on this node, each with its fix.
 
 `mac doctor --fix [CHECK...]` applies the fixes that checks give as steps
-(exporters.checks.fixes): it shows the exact commands, asks (no terminal, or no answer,
+(node.checks.fixes): it shows the exact commands, asks (no terminal, or no answer,
 is a no), applies them (maccli.fixsteps), then runs each check again and shows what
 it finds now. The exit status says whether everything asked for now passes.
 """
@@ -14,11 +14,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from exporters.checks import CHECK_IDS, CheckContext, CheckResult, CheckStatus, run_checks
-from exporters.checks.fixes import Mac, Step, needs_root
 from maccli import output
 from maccli.fixsteps import MacCommand, apply_step
 from maccli.output import CliError
+from node.checks import CHECK_IDS, CheckContext, CheckResult, CheckStatus, run_checks
+from node.checks.fixes import Mac, Step, needs_root
 from node.config import NodeConfig
 
 TROUBLE = (CheckStatus.FAIL, CheckStatus.WARN)

@@ -1,4 +1,4 @@
-"""Apply one step of a check's fix (exporters.checks.fixes) on this node.
+"""Apply one step of a check's fix (node.checks.fixes) on this node.
 
 Each step does what its printed line says, through the CheckContext's roots: a sysctl
 is the write to /proc/sys that `sysctl -w` makes, a file goes where `tee` would put it,
@@ -13,8 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from contract.atomicfile import write_atomically
-from exporters.checks.base import CheckContext
-from exporters.checks.fixes import Mac, MakeDirs, Run, SetSysctl, SetSysctlInFile, Step, WriteFile
+from node.checks.base import CheckContext
+from node.checks.fixes import (
+    ApplySysctlFile,
+    Mac,
+    MakeDirs,
+    Run,
+    SetSysctl,
+    SetSysctlInFile,
+    Step,
+    WriteFile,
+)
 from node.commands import run_command
 
 # Enabling and starting a service, or a networkd reload, can take a while on a busy host.
@@ -52,6 +61,8 @@ def apply_step(step: Step, ctx: CheckContext, mac: MacCommand) -> Applied:
             path = ctx.local(step.path)
             mode = os.stat(path).st_mode & 0o7777
             write_atomically(path, step.rewrite(path.read_text()).encode(), mode=mode)
+        elif isinstance(step, ApplySysctlFile):
+            return _run(ctx, ("sysctl", "-p", str(ctx.local(step.path))))
         elif isinstance(step, Run):
             return _run(ctx, step.argv)
         elif isinstance(step, Mac):

@@ -18,7 +18,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from contract.pinning import first_certificate, spki_sha256
-from contract.services import MASTER_ALERTMANAGER_PORT, MASTER_PROMETHEUS_PORT, MASTER_TLS_PORT
+from contract.services import (
+    MASTER_ALERTMANAGER_PORT,
+    MASTER_API_PORT,
+    MASTER_PROMETHEUS_PORT,
+    MASTER_TLS_PORT,
+)
 from maccli import output, scaleout
 from maccli.agent import print_states
 from maccli.output import CliError
@@ -35,6 +40,15 @@ API_INTERNAL_PORT = 28081
 # Prometheus and Alertmanager are served to people through it, under /prometheus/ and
 # /alertmanager/, and stay reachable at the root on the master itself.
 LOOPBACK = "127.0.0.1"
+# Each port the master listens on, by the setting that moves it: a second master on one
+# host, or a test beside a running master, moves them all.
+PORT_SETTINGS = {
+    "MAC_MASTER_PORT": MASTER_API_PORT,
+    "MAC_TLS_PORT": MASTER_TLS_PORT,
+    "MAC_API_INTERNAL_PORT": API_INTERNAL_PORT,
+    "MAC_PROMETHEUS_PORT": MASTER_PROMETHEUS_PORT,
+    "MAC_ALERTMANAGER_PORT": MASTER_ALERTMANAGER_PORT,
+}
 
 
 def data_dir(cfg: NodeConfig) -> Path:

@@ -58,6 +58,10 @@ NETWORK_FILESYSTEMS = frozenset(
     }
 )
 
+# The settings that move every file the node's configuration reads or writes (the per-node
+# and per-user env files, the state folder): tests point each at a folder of their own.
+FILE_SETTINGS = ("MAC_NODE_ENV_FILE", "MAC_USER_ENV_FILE", "MAC_STATE_DIR")
+
 # Values that differ from node to node: never in a shared home.
 PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
 # The master's URL (https://<master>:28443 with a CA pin), in place of MASTER_IP.
@@ -207,6 +211,16 @@ class NodeConfig:
             return int(value)
         except ValueError:
             raise ConfigError(f"{key}={value!r} is not an integer.") from None
+
+    def switch(self, key: str) -> bool | None:
+        """A 1/0 setting (also yes/no, true/false, on/off): off when unset; None when the
+        value is neither, for the caller to say so in its own way."""
+        value = (self.get(key) or "").strip().lower()
+        if value in {"1", "yes", "true", "on"}:
+            return True
+        if value in {"0", "no", "false", "off", ""}:
+            return False
+        return None
 
     # Typed accessors -------------------------------------------------------------------
     @property

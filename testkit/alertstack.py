@@ -37,6 +37,7 @@ class AlertStack:
     api_port: int = field(default_factory=free_port)
     prom_port: int = field(default_factory=free_port)
     am_port: int = field(default_factory=free_port)
+    internal_port: int = field(default_factory=free_port)
     env: dict[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -63,6 +64,7 @@ class AlertStack:
                 "MAC_MASTER_PORT": str(self.api_port),
                 "MAC_PROMETHEUS_PORT": str(self.prom_port),
                 "MAC_ALERTMANAGER_PORT": str(self.am_port),
+                "MAC_API_INTERNAL_PORT": str(self.internal_port),
                 "MAC_MASTER_BIND": "127.0.0.1",
                 "MAC_API_WORKERS": "1",
                 "MAC_WORKER_CONCURRENCY": "2",

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from maccli.master import PORT_SETTINGS
+from node.config import FILE_SETTINGS
+from testkit.ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -26,3 +30,15 @@ def scratch_mac_env(root: Path, keep: tuple[str, ...] = (), **settings: str) -> 
         }
     )
     return env
+
+
+def free_master_ports() -> dict[str, str]:
+    """A free port for each of the master's listeners (maccli.master.PORT_SETTINGS), so a
+    test's master never needs the defaults that a real master on this host may hold."""
+    return {name: str(free_port()) for name in PORT_SETTINGS}
+
+
+def own_files(root: Path) -> dict[str, str]:
+    """Each of node.config.FILE_SETTINGS pointing into root: with these, a configuration
+    reads none of the machine's own files (/etc/mango/mac/env, ~/.mac/env)."""
+    return {name: str(root / name.lower()) for name in FILE_SETTINGS}

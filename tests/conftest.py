@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from testkit import factories
+from testkit.macenv import own_files
 from testkit.processes import stop_process
 from testkit.simfleet import FleetThread, loopback_base
 from testkit.waiting import WaitTimeout, wait_http
@@ -43,6 +44,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from django.core.management import call_command
 
     call_command("prepare_master", verbosity=0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_mac_files(tmp_path_factory) -> Iterator[Path]:
+    """Every file of the node's configuration in this session's own folder, in one place.
+
+    On an operator's master or node, /etc/mango/mac/env and ~/.mac/env hold real settings
+    (`mac start agent` writes MAC_AGENT_NETWORK=host there): a test that reads the
+    configuration, and every server a test starts (they inherit this environment), must
+    see the session's empty files instead: each of node.config.FILE_SETTINGS points here;
+    tests that build a `mac` environment of their own (testkit.macenv) still move them
+    again, to their own folder. tests/test_hermetic.py shows it on a decoy machine.
+    """
+    root = tmp_path_factory.mktemp("mac-files")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, path in own_files(root).items():
+            patch.setenv(name, path)
+        yield root
 
 
 @pytest.fixture

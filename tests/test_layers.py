@@ -17,7 +17,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ("contract", "maccli", "exporters", "macweb", "healthcheck", "inventory", "testkit")
+PACKAGES = (
+    "contract", "node", "maccli", "exporters", "macweb", "healthcheck", "alerting", "inventory",
+    "testkit",
+)  # fmt: skip
 
 pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter not installed")
 
@@ -50,20 +53,33 @@ def test_the_tree_keeps_every_contract(tmp_path):
     assert "0 broken" in done.stdout
 
 
-def test_an_agent_module_importing_the_inventory_breaks_the_layers(tmp_path):
+def _lint_with(tmp_path: Path, module: str, line: str) -> str:
+    """lint-imports over a copy of the tree where ``module`` (a path) also has ``line``."""
     root = _copy_tree(tmp_path)
-    with (root / "maccli" / "output.py").open("a") as handle:
-        handle.write("\nfrom inventory.models import Node  # noqa\n")
+    with (root / module).open("a") as handle:
+        handle.write(f"\n{line}  # noqa\n")
     done = _lint(root)
-    assert done.returncode != 0
-    assert "maccli is not allowed to import inventory" in done.stdout
-    assert "maccli.output -> inventory.models" in done.stdout
+    assert done.returncode != 0, done.stdout
+    return done.stdout
+
+
+def test_an_agent_module_importing_the_inventory_breaks_the_layers(tmp_path):
+    out = _lint_with(tmp_path, "maccli/output.py", "from inventory.models import Node")
+    assert "maccli is not allowed to import inventory" in out
+    assert "maccli.output -> inventory.models" in out
 
 
 def test_runtime_code_importing_test_tooling_breaks_the_layers(tmp_path):
-    root = _copy_tree(tmp_path)
-    with (root / "healthcheck" / "sweep.py").open("a") as handle:
-        handle.write("\nimport testkit.simfleet  # noqa\n")
-    done = _lint(root)
-    assert done.returncode != 0
-    assert "healthcheck is not allowed to import testkit" in done.stdout
+    out = _lint_with(tmp_path, "healthcheck/sweep.py", "import testkit.simfleet")
+    assert "healthcheck is not allowed to import testkit" in out
+
+
+def test_the_mac_command_imports_the_exporters_only_to_launch_them(tmp_path):
+    """maccli reads the host through node/; an exporter module anywhere else breaks it."""
+    out = _lint_with(tmp_path, "maccli/doctor.py", "from exporters.nic import RdmaSource")
+    assert "maccli.doctor -> exporters.nic" in out
+
+
+def test_the_exporters_never_import_the_mac_command(tmp_path):
+    out = _lint_with(tmp_path, "exporters/nic.py", "import maccli.output")
+    assert "exporters.nic -> maccli.output" in out

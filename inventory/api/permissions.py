@@ -7,8 +7,6 @@ token is a 401 carrying `WWW-Authenticate: Bearer`, and a valid one marks the re
 
 from __future__ import annotations
 
-import hmac
-
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -16,6 +14,8 @@ from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
+
+from contract.bearer import bearer_token, token_matches
 
 JOIN_TOKEN_HINT = "send the cluster join token as 'Authorization: Bearer <MAC_JOIN_TOKEN>'."  # noqa: S105 - a hint, not a secret
 
@@ -30,13 +30,6 @@ class JoinToken:
 VALID_JOIN_TOKEN = JoinToken()
 
 
-def join_token_valid(presented: str) -> bool:
-    expected = settings.JOIN_TOKEN
-    if not expected:
-        return False
-    return hmac.compare_digest(presented.encode(), expected.encode())
-
-
 class JoinTokenAuthentication(BaseAuthentication):
     """`Authorization: Bearer <join token>`; a no-op while MAC_JOIN_TOKEN is unset."""
 
@@ -46,10 +39,10 @@ class JoinTokenAuthentication(BaseAuthentication):
         header = get_authorization_header(request)
         if not header:
             return None
-        scheme, _, token = header.decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        presented = bearer_token(header.decode("latin-1"))
+        if presented is None:
             raise AuthenticationFailed(f"Malformed Authorization header: {JOIN_TOKEN_HINT}")
-        if not join_token_valid(token.strip()):
+        if not token_matches(presented, settings.JOIN_TOKEN):
             raise AuthenticationFailed(
                 "The join token is wrong; use the value of MAC_JOIN_TOKEN on the master."
             )

@@ -15,9 +15,16 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from contract.master_api import REPORTED_FIELDS
 from inventory.choices import AgentNetwork, GpuVendor
 from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
-from inventory.validators import MAX_HOSTNAME, UNSTORABLE, normalize_hostname, storable_text
+from inventory.validators import (
+    MAX_HOSTNAME,
+    TEXT_PATTERN,
+    UNSTORABLE,
+    normalize_hostname,
+    storable_text,
+)
 
 MAX_LABELS = 32
 MAX_NICS = 64
@@ -30,7 +37,6 @@ _SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 # The same rules as OpenAPI patterns, so that the schema accepts exactly what the server
 # does (schemathesis checks both ways: tests/inventory/test_api_fuzz.py).
-TEXT_PATTERN = "^[^\\u0000]*$"  # PostgreSQL stores no NUL (inventory.validators)
 _HOST_LABEL = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOSTNAME_SCHEMA = {
     "type": "string",
@@ -183,7 +189,10 @@ class LimitedDictFieldSchema(OpenApiSerializerFieldExtension):
 
 
 class RegistrationSerializer(serializers.Serializer):
-    """Body of POST /api/v1/register."""
+    """Body of POST /api/v1/register: one field for each of the contract's REGISTRATION_FIELDS.
+
+    Only how each is checked is written here; which fields there are is the contract's.
+    """
 
     hostname = HostnameField(help_text="RFC 1123 host name; stored lower-cased.")
     ip = StrictCharField(
@@ -277,10 +286,7 @@ class NodeDetailSerializer(NodeSerializer):
     class Meta(NodeSerializer.Meta):
         fields = [
             *NodeSerializer.Meta.fields,
-            "nics",
-            "exporters",
-            "agent_version",
-            "machine_id",
+            *(name for name in REPORTED_FIELDS if name not in NodeSerializer.Meta.fields),
             "updated_at",
             "events",
         ]

@@ -23,6 +23,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from contract.master_api import REPORTED_FIELDS
 from inventory.choices import EventKind, GpuVendor
 from inventory.models import Node, NodeEvent
 from inventory.services.changes import remove_node
@@ -71,7 +72,11 @@ class AddressTaken(RegistrationError):
 
 @dataclass(frozen=True)
 class Registration:
-    """What an agent reports about itself, already validated (see api.serializers)."""
+    """What an agent reports about itself, already validated (see api.serializers).
+
+    Its fields are the contract's REGISTRATION_FIELDS, in order: the serializer's
+    validated data builds it as it is.
+    """
 
     hostname: str
     ip: str
@@ -86,18 +91,8 @@ class Registration:
     labels: dict = field(default_factory=dict)
 
     def reported(self) -> dict:
-        """The fields a registration overwrites on the node."""
-        return {
-            "gpu_vendor": self.gpu_vendor,
-            "gpu_count": self.gpu_count,
-            "gpu_model": self.gpu_model,
-            "agent_network": self.agent_network,
-            "nics": self.nics,
-            "exporters": self.exporters,
-            "agent_version": self.agent_version,
-            "machine_id": self.machine_id,
-            "labels": self.labels,
-        }
+        """The fields a registration overwrites on the node (contract's REPORTED_FIELDS)."""
+        return {name: getattr(self, name) for name in REPORTED_FIELDS}
 
 
 @dataclass

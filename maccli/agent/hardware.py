@@ -1,7 +1,7 @@
 """What this node has, as the registration reports it: GPUs, NICs and its machine id.
 
-Nothing is discovered here: GPUs come from the checks' sysfs/procfs detection (the
-same that `mac doctor` runs) and NICs from nic-exporter's discovery, so the master's
+Nothing is discovered here: GPUs and NICs come from the node's hardware discovery
+(node.hardware), the same that `mac doctor` and the exporters use, so the master's
 inventory, mango-sdk-agent and the exporters all see one node. The trees are the
 MAC_*_ROOT overrides, so tests point them at a prepared directory.
 """
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporters.checks.gpu import detect_gpus
-from exporters.nic import NetInterface, discover_interfaces
-from exporters.runtime import Roots
 from node.config import NodeConfig
+from node.hardware import NetInterface, detect_gpus, discover_interfaces
+from node.host import Roots
 
 
 def gpus(cfg: NodeConfig) -> tuple[str, int]:

@@ -41,6 +41,7 @@ from node.config import ConfigError, NodeConfig, Source
 from node.envfile import write_env_file
 
 NETWORK_KEY = "MAC_AGENT_NETWORK"
+REASSERT_KEY = "MAC_IPFORWARD_REASSERT"
 # The bind options of the host's / in sys-exporter's container (host mode's overlay).
 ROOTFS_KEY = "MAC_ROOTFS_OPTIONS"
 
@@ -125,6 +126,12 @@ def choose_for_start(
     runtime.network, runtime.previous_network = chosen, running
     if chosen == AgentNetwork.HOST:
         prepare_rootfs_mount(cfg)
+    elif cfg.switch(REASSERT_KEY):
+        output.warn(
+            f"{REASSERT_KEY}=1 does nothing in bridge mode: sys-manager has a network "
+            "namespace of its own there, whose ip_forward is not the node's. It works in "
+            "host mode: sudo mac start agent --network host"
+        )
     if why:
         _remember(cfg, chosen, why)
     if running is not None and running != chosen:

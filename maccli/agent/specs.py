@@ -25,6 +25,7 @@ from maccli.output import CliError
 from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
 from maccli.runtimes.docker import DockerRuntime
 from node.config import SECRET_KEYS, NodeConfig, Source
+from node.host import PROGRAMS, NodeExporterMissing, find_node_exporter
 
 ROLE = "agent"
 GPU_SERVICES = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}
@@ -136,10 +137,10 @@ def sys_exporter_command(cfg: NodeConfig, bind: str, port: int) -> tuple[list[st
     """(node_exporter's argv, the prestart that checks it and writes MAC's facts)."""
     explicit = cfg.get("MAC_NODE_EXPORTER")
     try:
-        program = node_exporter.find_node_exporter(explicit)
-    except node_exporter.NodeExporterMissing:
+        program = find_node_exporter(explicit)
+    except NodeExporterMissing:
         # status and stop still need the spec; the prestart says how to install it.
-        program = explicit or node_exporter.PROGRAMS[0]
+        program = explicit or PROGRAMS[0]
     directory = textfile_dir(cfg)
     argv = node_exporter.node_exporter_argv(
         program,

@@ -31,17 +31,17 @@ from pathlib import Path
 import yaml
 
 from contract.services import AgentNetwork
-from exporters.checks.docker import (
+from maccli.output import CliError, spinner
+from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
+from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
+from maccli.runtimes.dockerimage import source_root as image_source
+from node.checks.docker import (
     COMPOSE_PROJECT,
     REMOVE_STALE_COMMAND,
     DockerUnavailable,
     describe_stale,
     stale_containers,
 )
-from maccli.output import CliError, spinner
-from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
-from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
-from maccli.runtimes.dockerimage import source_root as image_source
 from node.commands import CommandResult, Runner, run_command
 from node.config import NodeConfig, Source
 

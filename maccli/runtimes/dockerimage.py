@@ -29,10 +29,11 @@ from node.commands import Runner, run_command
 DEFAULT_IMAGE = "mac:latest"
 DEBIAN_BASE = "mac-base:bookworm"
 REGISTRY_BASE = "python:3.11-slim"
-# What the image needs of the checkout; nothing else (no .venv, no var/) is sent to dockerd.
-SOURCES = (
-    "pyproject.toml", "README.md", "manage.py", "contract", "maccli", "exporters", "macweb",
-    "inventory", "healthcheck", "templates", "docker/Dockerfile", "docker/debian-packages.txt",
+# What the image needs of the checkout besides MAC's packages; nothing else (no .venv,
+# no var/) is sent to dockerd.
+FILES = (
+    "pyproject.toml", "README.md", "manage.py", "templates", "docker/Dockerfile",
+    "docker/debian-packages.txt",
 )  # fmt: skip
 IMAGE_PYTHON = (3, 11)  # the base images' Python; binary wheels must match it
 # The oldest 3.11 of a base (Debian bookworm's): dependencies behind markers such as
@@ -154,8 +155,20 @@ def _older_python_requirements(wheels: Path) -> list[str]:
     return sorted(wanted)
 
 
+def packages(source: Path) -> list[str]:
+    """MAC's packages as pyproject.toml lists them, so the image never misses a new one."""
+    with (source / "pyproject.toml").open("rb") as handle:
+        found = tomllib.load(handle)["tool"]["setuptools"]["packages"]["find"]["include"]
+    return [pattern.rstrip("*") for pattern in found]
+
+
+def sources(source: Path) -> list[str]:
+    """Every path of the checkout the image is built from."""
+    return [*FILES, *packages(source)]
+
+
 def build_context(source: Path, wheels: Path, dest: Path) -> Path:
-    for name in SOURCES:
+    for name in sources(source):
         path = source / name
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)

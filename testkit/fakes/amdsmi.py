@@ -118,8 +118,9 @@ def _index(handle: str) -> int:
 
 def main() -> None:
     from exporters.amd import AmdGpuSource
-    from exporters.runtime import Exporter, Roots
+    from exporters.runtime import Exporter
     from exporters.server import bind_socket, serve_exporter
+    from node.host import Roots
 
     ap = argparse.ArgumentParser(description="rocm-exporter on one fake MI300X (amdsmi)")
     ap.add_argument("--port", type=int, required=True)

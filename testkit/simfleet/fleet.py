@@ -111,10 +111,15 @@ class Port:
     blackhole: list[socket.socket] = field(default_factory=list)
     hung: set[asyncio.Transport] = field(default_factory=set)
     requests: int = 0
+    # Called (on the fleet's thread) as each request arrives, before any answer: a test
+    # acts while the prober is provably waiting on this port, not at a guessed moment.
+    on_request: Callable[[], None] | None = None
 
     def reply(self, path: bytes) -> bytes | None:
         """The bytes to send for a request of `path` in the current mode; None = hang."""
         self.requests += 1
+        if self.on_request is not None:
+            self.on_request()
         if self.mode is Mode.HANG:
             return None
         if self.mode is Mode.HTTP_500:

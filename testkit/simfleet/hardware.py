@@ -19,7 +19,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
-from exporters.runtime import Exporter, Roots
+from exporters.runtime import Exporter
+from node.host import Roots
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 HOST = "simfleet-template-host"  # stands for the node's hostname in every template
@@ -156,8 +157,8 @@ def nics(kind: NicKind, count: int) -> str:
 
 def registration_nics(kind: NicKind, count: int) -> list[dict]:
     """The ``nics`` of the registration, as `mac start agent` finds them on such a node."""
-    from exporters.nic import discover_interfaces
     from maccli.agent.hardware import registration_nic
+    from node.hardware import discover_interfaces
 
     with tempfile.TemporaryDirectory(prefix="simfleet-sysfs-") as tmp:
         build_nic_tree(Path(tmp), kind, count)

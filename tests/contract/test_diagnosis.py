@@ -76,7 +76,7 @@ def test_ip_forward_fix_gives_the_exact_commands():
     assert "net.ipv4.ip_forward" in text
     assert "sudo sysctl -w net.ipv4.ip_forward=1" in fix
     assert "/etc/sysctl.d/99-mac-ipforward.conf" in fix
-    assert "sudo sysctl --system" in fix
+    assert "sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf" in fix
     assert "IPForward=yes" in fix and "IPv4Forwarding=yes" in fix
     assert "networkctl reconfigure" in fix
 

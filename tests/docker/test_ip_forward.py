@@ -30,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.services import SERVICES
 from testkit.docker_engine import HOST_IP, NS_IP
-from testkit.macenv import scratch_mac_env
+from testkit.macenv import free_master_ports, scratch_mac_env
 from testkit.waiting import http_status, wait_for
 from tests.docker.conftest import Node
 
@@ -40,9 +40,14 @@ STARTED = [s for s in SERVICES if s.name not in {"dcgm-exporter", "rocm-exporter
 
 
 @pytest.fixture(scope="module")
-def host_master(engine, tmp_path_factory) -> Iterator[str]:
-    """`mac start master --runtime process` on the host's 198.18.250.1, for the module."""
+def host_master(engine, tmp_path_factory) -> Iterator[dict[str, str]]:
+    """`mac start master --runtime process` on the host's 198.18.250.1, for the module.
+
+    Every listener on a free port (a master running on this host holds the defaults);
+    yields what a node needs to find it: MASTER_IP and the ports.
+    """
     root = tmp_path_factory.mktemp("host-master")
+    ports = free_master_ports()
     env = scratch_mac_env(  # its own SQLite inventory: no DATABASE_URL
         root,
         **{
@@ -52,6 +57,7 @@ def host_master(engine, tmp_path_factory) -> Iterator[str]:
             "MAC_PROBE_INTERVAL": str(INTERVAL),
             "MAC_PROBE_TIMEOUT": str(TIMEOUT),
             "MAC_RUNTIME": "process",
+            **ports,
         },
     )
 
@@ -64,7 +70,7 @@ def host_master(engine, tmp_path_factory) -> Iterator[str]:
     started = mac("start", "master")
     assert started.returncode == 0, started.stdout + started.stderr
     try:
-        yield HOST_IP
+        yield {"MASTER_IP": HOST_IP, **ports}
     finally:
         mac("stop", "master")
 
@@ -75,7 +81,7 @@ def agent(engine, images, node_env, host_master, tmp_path_factory) -> Iterator[N
     root = tmp_path_factory.mktemp("forwarding-node")
     env = {
         **node_env,
-        "MASTER_IP": host_master,
+        **host_master,
         "MAC_NODE_ENV_FILE": str(root / "etc" / "env"),
         "MAC_STATE_DIR": str(root / "state"),
     }
@@ -104,8 +110,9 @@ def _start(node: Node, mode: str) -> dict:
     )
 
 
-def _prometheus_jobs() -> dict[str, str]:
-    url = "http://127.0.0.1:29090/api/v1/targets"  # the master's loopback only (issue 22)
+def _prometheus_jobs(node: Node) -> dict[str, str]:
+    # The master's loopback only (issue 22), on the test's own port.
+    url = f"http://127.0.0.1:{node.env['MAC_PROMETHEUS_PORT']}/api/v1/targets"
     with urllib.request.urlopen(url, timeout=5) as response:
         targets = json.load(response)["data"]["activeTargets"]
     return {t["labels"].get("job", ""): t["health"] for t in targets}
@@ -156,11 +163,11 @@ def test_host_mode_survives_forwarding_off_and_reports_the_node_s_own_interfaces
         seen = node.master_node()
         assert seen.get("status") == "online", seen
         time.sleep(1)
-    # (A target's health stays "unknown" until its first scrape, up to a scrape interval.)
+    # A target's health stays "unknown" until its first scrape: wait for both to be scraped.
     jobs = wait_for(
         lambda: (
-            (j := _prometheus_jobs()).get("sys-exporter") == "up"
-            and j.get("nic-exporter") != "unknown"
+            (j := _prometheus_jobs(node)).get("sys-exporter") == "up"
+            and j.get("nic-exporter", "unknown") != "unknown"
             and j
         ),
         timeout=60,
@@ -181,6 +188,79 @@ def test_host_mode_survives_forwarding_off_and_reports_the_node_s_own_interfaces
         assert veth in devices, (family, devices)
         assert "eth0" not in devices, (family, devices)  # no container's own interface
         assert devices <= interfaces, (family, devices - interfaces)
+
+
+@pytest.fixture
+def reassert_on(agent) -> Iterator[None]:
+    """MAC_IPFORWARD_REASSERT=1 in the node's file, as an operator sets it."""
+    done = agent.mac("env", "set", "--node", "MAC_IPFORWARD_REASSERT=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield
+    agent.mac("env", "unset", "--node", "MAC_IPFORWARD_REASSERT")
+
+
+def _sys_manager(node: Node) -> dict[tuple[str, tuple], float]:
+    """sys-manager's samples, by name and sorted labels (from the master's side)."""
+    with urllib.request.urlopen(f"http://{NS_IP}:29103/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _reassert_backend(samples: dict) -> tuple[str, float] | None:
+    """(reason, availability) of sys-manager's ip_forward_reassert backend, if it has one."""
+    for (name, labels), value in samples.items():
+        found = dict(labels)
+        if name == "mac_exporter_backend_available" and found["backend"] == "ip_forward_reassert":
+            return found["reason"], value
+    return None
+
+
+def test_host_mode_sets_ip_forward_back_the_moment_it_drops(agent, forwarding_on, reassert_on):
+    node = agent
+    _start(node, "host")
+    row = node.containers()["mac-sys-manager"]
+    assert "NET_ADMIN" in (row["HostConfig"]["CapAdd"] or []), row["HostConfig"]["CapAdd"]
+    assert row["Config"]["Env"].count("MAC_IPFORWARD_REASSERT=1") == 1
+    wait_for(
+        lambda: _reassert_backend(_sys_manager(node)) == ("", 1.0),
+        timeout=30,
+        what="sys-manager able to set ip_forward back",
+        interval=0.5,
+    )
+
+    node.engine.set_ip_forward(False)
+    wait_for(
+        lambda: node.sh("sysctl", "-n", "net.ipv4.ip_forward").stdout.strip() == "1",
+        timeout=10,
+        what="net.ipv4.ip_forward set back to 1 by sys-manager",
+        interval=0.2,
+    )
+    samples = _sys_manager(node)
+    assert samples[("mac_ipforward_reasserts_total", ())] >= 1
+    assert samples[("mac_ipforward_resets_total", ())] >= 1
+    assert samples[("mac_ipforward_enabled", ())] == 1
+    # Every exporter still answers, and the node stays Online.
+    assert node.master_node().get("status") == "online"
+
+
+def test_bridge_mode_says_the_reassert_cannot_work_there(agent, forwarding_on, reassert_on):
+    node = agent
+    started = node.mac("start", "agent", "--network", "bridge")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "MAC_IPFORWARD_REASSERT=1 does nothing in bridge mode" in started.stdout + started.stderr
+    row = node.containers()["mac-sys-manager"]
+    assert not row["HostConfig"]["CapAdd"], row["HostConfig"]["CapAdd"]
+    reason, available = wait_for(
+        lambda: _reassert_backend(_sys_manager(node)),
+        timeout=60,
+        what="sys-manager's reassert backend in bridge mode",
+        interval=1.0,
+    )
+    assert available == 0 and "bridge mode" in reason and "--network host" in reason
 
 
 def test_bridge_mode_reproduces_the_guide_s_failure_with_the_ip_forward_diagnosis(
@@ -218,7 +298,7 @@ def test_bridge_mode_reproduces_the_guide_s_failure_with_the_ip_forward_diagnosi
     # (A target's health stays "unknown" until its first scrape, up to a scrape interval.)
     jobs = wait_for(
         lambda: (
-            "sys-exporter" not in (j := _prometheus_jobs())
+            "sys-exporter" not in (j := _prometheus_jobs(node))
             and j.get("nic-exporter") != "unknown"
             and j
         ),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from exporters.checks.docker import REMOVE_STALE_COMMAND
+from node.checks.docker import REMOVE_STALE_COMMAND
 from testkit.waiting import wait_for
 from tests.docker.conftest import REPO
 

@@ -7,6 +7,8 @@ steering repository's ``shared/captures`` beside this checkout. A test that need
 one asks :func:`capture` for it by its path in that folder:
 
 * a file that is not there skips the test, naming the file and where it was looked for;
+  under CI (``CI=true``, as CI services set it) it fails the test instead, naming the
+  path: there the captures are part of the run, and a skip would hide that they are gone;
 * a file whose sha256 is not the manifest's fails the test: it is not the capture the
   test's hand-worked values came from.
 """
@@ -33,6 +35,11 @@ def captures_dir() -> Path:
     return Path(configured) if configured else ROOT.parent / "shared" / "captures"
 
 
+def in_ci() -> bool:
+    """Whether this run is CI's (CI=true, as GitHub Actions, GitLab CI and others set it)."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
 @cache
 def manifest() -> dict[str, str]:
     """Path under the captures folder -> the sha256 the manifest gives it."""
@@ -55,10 +62,10 @@ def capture(relative: str) -> Path:
         raise KeyError(f"{relative} is not listed in {MANIFEST.relative_to(ROOT)}")
     path = captures_dir() / relative
     if not path.is_file():
-        pytest.skip(
-            f"capture {relative} is not in {captures_dir()} (set MAC_CAPTURES_DIR; "
-            f"{MANIFEST.relative_to(ROOT)} says where to get it)"
-        )
+        where = f"(set MAC_CAPTURES_DIR; {MANIFEST.relative_to(ROOT)} says where to get it)"
+        if in_ci():
+            pytest.fail(f"CI=true: capture {path} is missing {where}", pytrace=False)
+        pytest.skip(f"capture {relative} is not in {captures_dir()} {where}")
     got = _sha256(path.resolve())
     if got != want:
         pytest.fail(

@@ -6,7 +6,8 @@ import os
 
 from exporters.amd import AmdGpuSource, parse_modules, read_sysfs_gpus
 from exporters.amd_fields import parse_dpm, parse_ras_count
-from exporters.runtime import Exporter, Roots
+from exporters.runtime import Exporter
+from node.host import Roots
 from testkit.fakes.amdsmi import FakeAmdSmi
 from tests.exporters.conftest import FIXTURES, assert_golden, backend_available, scrape_text
 

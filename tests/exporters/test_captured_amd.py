@@ -21,7 +21,8 @@ import pytest
 from prometheus_client.core import Metric
 
 from exporters.amd import LABELS, AmdGpuSource
-from exporters.runtime import Exporter, Roots
+from exporters.runtime import Exporter
+from node.host import Roots
 from testkit.fakes.amdsmi import FakeAmdSmi
 from tests.exporters.captures import capture
 from tests.exporters.test_amd import AMD_ROOTS

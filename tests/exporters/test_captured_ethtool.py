@@ -8,7 +8,8 @@ The values in the tests were read by hand from ``_S_bnxten418_sfp_10gwtf1``.
 
 from __future__ import annotations
 
-from exporters.nic import DRIVERS, parse_ethtool_stats, rdma_bytes_from_ethtool
+from exporters.nic import parse_ethtool_stats, rdma_bytes_from_ethtool
+from node.hardware import DRIVERS
 from tests.exporters.captures import capture
 
 CAPTURE = "Showmax/prometheus-ethtool-exporter/tests/fixtures"

@@ -21,15 +21,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.infiniband import InfinibandSource
-from exporters.nic import (
+from exporters.nic import RdmaSource
+from exporters.runtime import Exporter
+from node.hardware import (
     NetInterface,
     PortCounters,
-    RdmaSource,
     discover_interfaces,
     discover_rdma_devices,
     read_port_counters,
 )
-from exporters.runtime import Exporter, Roots
+from node.host import Roots
 from testkit.ttar import extract, read_archive, slice_archive
 from tests.exporters.captures import capture
 from tests.exporters.conftest import FIXTURES

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -29,6 +32,7 @@ def test_the_folder_is_the_variable_or_shared_captures_beside_the_checkout(monke
 
 def test_a_missing_capture_skips_and_names_the_file(monkeypatch, tmp_path):
     monkeypatch.setenv("MAC_CAPTURES_DIR", str(tmp_path))
+    monkeypatch.delenv("CI", raising=False)
     wanted = "NVIDIA/dcgm-exporter/etc/default-counters.csv"
     with pytest.raises(pytest.skip.Exception, match=re.escape(f"{wanted} is not in {tmp_path}")):
         captures.capture(wanted)
@@ -57,3 +61,27 @@ def test_a_path_the_manifest_does_not_list_is_a_mistake_in_the_test():
     listed_in = re.escape("not listed in tests/fixtures/captured/MANIFEST.md")
     with pytest.raises(KeyError, match=listed_in):
         captures.capture("someone/else/file.txt")
+
+
+@pytest.mark.parametrize("ci", ["true", "1", "TRUE"])
+def test_under_ci_a_missing_capture_fails_naming_its_path(monkeypatch, tmp_path, ci):
+    monkeypatch.setenv("MAC_CAPTURES_DIR", str(tmp_path))
+    monkeypatch.setenv("CI", ci)
+    wanted = "NVIDIA/dcgm-exporter/etc/default-counters.csv"
+    with pytest.raises(pytest.fail.Exception, match=re.escape(f"{tmp_path / wanted} is missing")):
+        captures.capture(wanted)
+
+
+def test_under_ci_an_empty_captures_folder_fails_the_run(tmp_path):
+    """The whole run, as CI runs it: not one skip, a failure that names each path."""
+    env = {**os.environ, "CI": "true", "MAC_CAPTURES_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
+         f"--basetemp={tmp_path / 'run'}", "tests/exporters/test_captured_dcgm.py"],
+        cwd=captures.ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "skipped" not in done.stdout.splitlines()[-1], done.stdout
+    for name in ("default-counters.csv", "dcp-metrics-included.csv"):
+        path = tmp_path / "NVIDIA" / "dcgm-exporter" / "etc" / name
+        assert f"CI=true: capture {path} is missing" in done.stdout, done.stdout

@@ -21,6 +21,7 @@ from exporters.ipforward import (
 )
 from exporters.ipforward_report import ResetReporter
 from exporters.runtime import Exporter
+from exporters.sysmanager import reassert_problem
 from node.commands import CommandResult
 
 JOURNAL = Path(__file__).parents[1] / "fixtures/journal/networkd-carrier.json"
@@ -120,6 +121,32 @@ def test_reassert_sets_it_back_at_once_and_counts_that_too(tmp_path, flag):
     assert _sample(watch, "mac_ipforward_enabled") == 1
     assert _sample(watch, "mac_ipforward_reasserts_total") == 1
     assert _sample(watch, "mac_ipforward_last_reset_info", {"link": "", "reasserted": "true"}) == 1
+
+
+def test_in_bridge_mode_the_watch_does_not_reassert_and_says_why(tmp_path, flag):
+    problem = reassert_problem(flag, "bridge")
+    assert "bridge mode" in problem and "--network host" in problem
+    watch = IpForwardWatch(str(tmp_path / "proc"), reassert=True, reassert_problem=problem)
+    watch.poll()
+    flag.write_text("0\n")
+    reset = watch.poll()
+    assert reset is not None and not reset.reasserted and flag.read_text() == "0\n"
+    labels = {"backend": "ip_forward_reassert", "reason": problem}
+    assert _sample(watch, "mac_exporter_backend_available", labels) == 0
+
+
+def test_a_flag_sys_manager_cannot_write_is_named_with_what_to_do(tmp_path):
+    """No write access (here: no such file; under Docker: a read-only /proc)."""
+    flag = tmp_path / "proc/sys/net/ipv4/ip_forward"
+    in_container, as_process = reassert_problem(flag, "host"), reassert_problem(flag, None)
+    assert f"{flag} is not writable" in in_container and "--network host" in in_container
+    assert f"{flag} is not writable" in as_process and "as root" in as_process
+
+
+def test_where_the_flag_is_writable_nothing_stands_in_the_way(flag):
+    assert reassert_problem(flag, "host") == reassert_problem(flag, None) == ""
+    # Without a reassert asked for, the watch reports no reassert backend at all.
+    assert [b.name for b in IpForwardWatch(str(flag.parents[3])).backends()] == ["ip_forward"]
 
 
 def test_an_unreadable_flag_is_a_backend_with_its_reason(tmp_path):

@@ -19,6 +19,8 @@ from maccli.agent.specs import agent_specs
 from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
 from node.config import NodeConfig
+from node.host import PROGRAMS, find_node_exporter
+from testkit.macenv import own_files
 from testkit.ports import free_port
 from tests.exporters.conftest import ROOT
 from tests.exporters.dashboards import HERE
@@ -26,7 +28,7 @@ from tests.exporters.dashboards import HERE
 NEF = yaml.safe_load((HERE / "node-exporter-full-1860.yml").read_text())
 
 pytestmark = pytest.mark.skipif(
-    not os.path.exists(node_exporter.PROGRAMS[0]),
+    not os.path.exists(PROGRAMS[0]),
     reason="Debian's prometheus-node-exporter is not installed (scripts/bootstrap installs it)",
 )
 
@@ -65,7 +67,7 @@ def test_it_turns_systemd_on_only_where_systemd_answers(tmp_path):
 
 def test_debian_node_exporter_accepts_every_flag_mac_passes(tmp_path):
     """Debian's 1.5 has the hidden mount-timeout flag: an unknown flag would exit at once."""
-    program = node_exporter.find_node_exporter()
+    program = find_node_exporter()
     result = subprocess.run(
         [*argv(textfile_dir=str(tmp_path)), "--web.listen-address=127.0.0.1:0", "--version"],
         capture_output=True,
@@ -117,6 +119,7 @@ def test_a_missing_node_exporter_says_how_to_install_it(tmp_path):
 def test_the_process_runtime_runs_node_exporter_with_macs_ports(tmp_path):
     cfg = NodeConfig.load(
         {
+            **own_files(tmp_path),
             "MAC_BIND": "127.0.0.1",
             "MAC_PORT_OFFSET": "7",
             "MAC_STATE_DIR": str(tmp_path),
@@ -125,7 +128,7 @@ def test_the_process_runtime_runs_node_exporter_with_macs_ports(tmp_path):
         }
     )
     (spec,) = agent_specs(cfg)
-    assert spec.argv[0] == node_exporter.find_node_exporter()
+    assert spec.argv[0] == find_node_exporter()
     assert f"--web.listen-address=127.0.0.1:{SYS_EXPORTER.port + 7}" in spec.argv
     assert f"--collector.textfile.directory={tmp_path / 'agent' / 'textfile'}" in spec.argv
     assert spec.prestart[0][1:3] == ["-m", "exporters.node_exporter"]
@@ -134,6 +137,7 @@ def test_the_process_runtime_runs_node_exporter_with_macs_ports(tmp_path):
 def test_mac_start_fails_with_the_install_command_where_node_exporter_is_missing(tmp_path):
     cfg = NodeConfig.load(
         {
+            **own_files(tmp_path),
             "MAC_BIND": "127.0.0.1",
             "MAC_STATE_DIR": str(tmp_path),
             "MAC_AGENT_SERVICES": "sys-exporter",
@@ -151,10 +155,10 @@ def test_mac_start_fails_with_the_install_command_where_node_exporter_is_missing
 
 
 def _check(tmp_path, **env: str):
-    from exporters.checks import CheckContext
-    from exporters.checks.services import check_node_exporter
+    from node.checks import CheckContext
+    from node.checks.services import check_node_exporter
 
-    cfg = NodeConfig.load({"HOME": str(tmp_path), **env})
+    cfg = NodeConfig.load({**own_files(tmp_path), "HOME": str(tmp_path), **env})
     return check_node_exporter(CheckContext(extra={"config": cfg, "path": str(tmp_path)}))
 
 
@@ -168,7 +172,7 @@ def test_mac_doctor_fails_with_the_install_command_where_node_exporter_is_missin
 
 def test_mac_doctor_passes_with_node_exporters_version(tmp_path):
     program = tmp_path / "prometheus-node-exporter"
-    program.symlink_to(node_exporter.PROGRAMS[0])
+    program.symlink_to(PROGRAMS[0])
     result = _check(tmp_path)
     assert result.status == "pass"
     assert "node_exporter, version 1.5" in result.detail

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporters.runtime import Exporter, Roots, mac_version
+from exporters.runtime import Exporter, mac_version
 from exporters.sw import (
     SoftwareSource,
     parse_cuda_version,
@@ -13,6 +13,7 @@ from exporters.sw import (
     parse_rocm_version,
     parse_tool_version,
 )
+from node.host import Roots
 from tests.exporters.conftest import FIXTURES, assert_golden, scrape_text
 
 ROOTS = Roots(proc_root=str(FIXTURES / "proc"), rootfs=str(FIXTURES / "rootfs"))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.runtime import Exporter, Roots
+from exporters.runtime import Exporter
 from exporters.sysmanager import ChecksSource, check_context, diagnosis, diagnostics_answer
+from node.checks import CheckContext, CheckResult, CheckStatus
+from node.host import Roots
 
 RESULTS = [
     CheckResult("master_ip", "MASTER_IP is set", CheckStatus.PASS, "10.0.0.1"),

@@ -174,6 +174,38 @@ def _prober_of(workers: list[psutil.Process], ip: str) -> psutil.Process | None:
     return None
 
 
+class Freeze:
+    """SIGSTOP every worker process the moment the hanging port receives its first probe.
+
+    The chunk that probes the hanging node waits there for the probe timeout (2 s);
+    looking for its worker by polling sockets could land after that window (the scans
+    are slow on a busy host), when the chunk has already finished. Stopped on the
+    request itself, the prober still holds its connection, so it can be found at leisure
+    and killed mid-chunk, every time.
+    """
+
+    def __init__(self, workers: list[psutil.Process]) -> None:
+        self.workers = workers
+        self.stopped: list[psutil.Process] = []
+        self.done = threading.Event()
+
+    def __call__(self) -> None:
+        if self.done.is_set():
+            return
+        for worker in self.workers:
+            for process in [worker, *worker.children(recursive=True)]:
+                process.send_signal(signal.SIGSTOP)
+                self.stopped.append(process)
+        self.done.set()
+
+    def release(self) -> None:
+        for process in self.stopped:
+            try:
+                process.send_signal(signal.SIGCONT)
+            except psutil.NoSuchProcess:
+                continue
+
+
 INTERVAL, TIMEOUT = 15.0, 2.0  # a chunk hangs 2 s on its node; the visibility timeout is 5 s
 
 
@@ -196,15 +228,19 @@ def test_a_chunk_whose_worker_is_killed_runs_again_within_one_interval(
     queues = f"celery,{probe_queue}"
     workers = [master_procs.start_worker(name=f"w{i}", pool=pool, queues=queues) for i in (1, 2)]
     with Dashboard() as dashboard:
-        handles = [psutil.Process(worker.pid) for worker in workers]
+        freeze = Freeze([psutil.Process(worker.pid) for worker in workers])
+        hung.on_request = freeze
         try:
-            victim = wait_for(lambda: _prober_of(handles, runner.nodes[2].ip), 60, 0.02)
-        except AssertionError:
-            pytest.fail("no chunk probed the hanging node:\n" + procs.logs())
-        probed = hung.requests
-        victim.send_signal(signal.SIGKILL)
-        if sweep_count(sweep_redis):
-            pytest.fail("the kill missed the first sweep's chunk:\n" + procs.logs())
+            if not freeze.done.wait(60):
+                pytest.fail("no chunk probed the hanging node:\n" + procs.logs())
+            victim = _prober_of(freeze.workers, runner.nodes[2].ip)
+            assert victim is not None, "the stopped workers hold no probe of the hanging node"
+            probed = hung.requests
+            victim.send_signal(signal.SIGKILL)
+        finally:
+            hung.on_request = None
+            freeze.release()
+        assert not sweep_count(sweep_redis), "the first sweep finished before the kill"
         killed = time.monotonic()
         try:
             wait_for(lambda: hung.requests > probed, timeout=2 * INTERVAL, interval=0.02)

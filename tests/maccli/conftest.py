@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.ports import free_port
+from testkit.macenv import free_master_ports
 
 FAKE_DOCKER = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 # Variables of the developer's shell that would change what `mac` does under test.
@@ -85,10 +85,10 @@ def make_mac_env(tmp_path: Path) -> MacEnv:
             "MAC_PROC_ROOT": str(tmp_path / "proc"),
             "MAC_RUNTIME": "process",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            # The master's API server behind its proxy: never the fixed 28081 of another run.
-            "MAC_API_INTERNAL_PORT": str(free_port()),
-            # ... nor the fixed 28443 of its HTTPS.
-            "MAC_TLS_PORT": str(free_port()),
+            # Every listener of a master started here on a free port, never a default that
+            # a running master (or another test run) may hold. MAC_MASTER_PORT is also
+            # where agents look for the master: a test that starts a master sets it.
+            **{k: v for k, v in free_master_ports().items() if k != "MAC_MASTER_PORT"},
         }
     )
     mac = MacEnv(tmp_path, env)

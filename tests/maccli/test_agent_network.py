@@ -295,3 +295,18 @@ def test_a_failed_up_names_compose_s_error_not_its_last_line():
     )
     assert compose_errors("pulling...\nno such image\n", 1) == "no such image"
     assert compose_errors("", 3) == "exit code 3"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bridge_mode_warns_that_the_ip_forward_reassert_does_nothing_there(joined, docker):
+    joined.run("env", "set", "--node", "MAC_IPFORWARD_REASSERT=1")
+
+    bridge = joined.run("start", "agent", "--network", "bridge")
+    assert bridge.returncode == 0, bridge.stdout + bridge.stderr
+    said = bridge.stdout + bridge.stderr
+    assert "MAC_IPFORWARD_REASSERT=1 does nothing in bridge mode" in said
+    assert "sudo mac start agent --network host" in said
+
+    host = joined.run("start", "agent", "--network", "host")
+    assert host.returncode == 0, host.stdout + host.stderr
+    assert "MAC_IPFORWARD_REASSERT" not in host.stdout + host.stderr

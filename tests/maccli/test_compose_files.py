@@ -70,10 +70,24 @@ def test_bridge_overlay_is_the_guide_s_layout_published_ports_on_the_agent_bridg
         if service.name not in bridged:
             continue
         spec = compose["services"][service.name]
-        assert set(spec) == {"networks", "ports"}
+        extra = {"environment"} if service.name == "sys-manager" else set()
+        assert set(spec) == {"networks", "ports", *extra}
         assert spec["networks"] == ["agent"]
         variable = _port_variable(service.name)
         assert spec["ports"] == [f"${{{variable}:-{service.port}}}:${{{variable}:-{service.port}}}"]
+
+
+def test_sys_manager_knows_its_mode_and_may_reassert_ip_forward_only_in_host_mode():
+    base = _load("docker-compose.agent.yml")["services"]["sys-manager"]
+    assert base["environment"]["MAC_IPFORWARD_REASSERT"] is None  # passed through from mac
+    bridge = _load("docker-compose.agent.bridge.yml")["services"]["sys-manager"]
+    assert bridge["environment"] == {"MAC_AGENT_NETWORK": "bridge"}
+    assert "cap_add" not in bridge and "volumes" not in bridge
+    host = _load("docker-compose.agent.host.yml")["services"]["sys-manager"]
+    assert host["environment"] == {"MAC_AGENT_NETWORK": "host"}
+    assert host["cap_add"] == ["NET_ADMIN"]
+    flag = "/proc/sys/net/ipv4/ip_forward"
+    assert host["volumes"] == [f"{flag}:/host{flag}:rw"]  # over the read-only /host/proc
 
 
 def test_host_overlay_puts_every_exporter_on_the_host_and_node_exporter_as_its_readme_asks():

@@ -13,11 +13,12 @@ import sys
 
 import pytest
 
-from exporters.checks.docker import REMOVE_STALE_COMMAND
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.select import choose_runtime
+from node.checks.docker import REMOVE_STALE_COMMAND
 from node.config import NodeConfig
+from testkit.macenv import own_files
 from tests.maccli.conftest import FAKE_DOCKER as FAKE
 
 CONFLICT = 'Conflict. The container name "/mac-...'
@@ -105,7 +106,7 @@ def test_a_conflict_from_compose_itself_gets_the_same_advice(docker, monkeypatch
 def test_auto_runtime_is_docker_when_the_engine_answers_else_process(docker, mac_env, monkeypatch):
     monkeypatch.setenv("PATH", mac_env.env["PATH"])
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
-    cfg = NodeConfig.load({"MAC_STATE_DIR": str(mac_env.state_dir)})
+    cfg = NodeConfig.load({**own_files(mac_env.root), "MAC_STATE_DIR": str(mac_env.state_dir)})
     assert isinstance(choose_runtime(cfg, "agent"), DockerRuntime)
     (docker / "engine-down").write_text("")
     assert isinstance(choose_runtime(cfg, "agent"), ProcessRuntime)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporters.checks import CheckStatus
+from node.checks import CheckStatus
 from testkit.ports import free_port
 
 EXPECTED = {

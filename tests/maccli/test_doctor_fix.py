@@ -51,7 +51,8 @@ def test_dry_run_prints_the_exact_commands_and_changes_nothing(mac_env, node):
     assert (
         "  echo 'net.ipv4.ip_forward = 1' | sudo tee /etc/sysctl.d/99-mac-ipforward.conf" in lines
     )
-    assert "  sudo sysctl --system" in lines
+    assert "  sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf" in lines
+    assert not any("--system" in line for line in lines)
     assert "Dry run: nothing was changed." in lines
     assert (node / "proc/sys/net/ipv4/ip_forward").read_text() == "0\n"
     assert not (node / "etc/sysctl.d").exists()

@@ -2,9 +2,9 @@
 
 The namespace's own net.ipv4.ip_forward is what the fix turns on (/proc/sys/net is per
 namespace); the sysctl.d file goes into a scratch etc root (MAC_ETC_ROOT), so this
-machine's /etc is never written. `sysctl --system`, the fix's second step, runs in the
-namespace too: it re-applies this machine's own sysctl files, which leaves global keys
-at the values they already have. The refusal is run by a real unprivileged user
+machine's /etc is never written. `sysctl -p` of that one file, the persist fix's second
+step, runs in the namespace too; no other sysctl file of this machine is applied. The
+refusal is run by a real unprivileged user
 (`nobody`, through setpriv), not by a switch of MAC's.
 """
 
@@ -93,6 +93,17 @@ def test_fix_turns_forwarding_on_persists_it_and_a_second_run_changes_nothing(na
     assert conf.stat().st_mtime_ns == written
     # Only the namespace changed.
     assert Path("/proc/sys/net/ipv4/ip_forward").read_text() == host_before
+
+
+def test_the_persist_fix_applies_mac_s_file_alone(namespace, scratch):
+    """Forwarding is on afterwards only because the file just written was applied."""
+    conf = scratch / "etc/sysctl.d/99-mac-ipforward.conf"
+    fixed = _mac(namespace, scratch, "doctor", "--fix", "--yes", "ip_forward_persisted")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "  sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf" in fixed.stdout.splitlines()
+    assert "--system" not in fixed.stdout
+    assert conf.read_text() == "net.ipv4.ip_forward = 1\n"
+    assert _forwarding(namespace) == "1"
 
 
 def test_a_non_root_user_is_told_to_use_root_and_nothing_changes(namespace, scratch):

@@ -58,7 +58,6 @@ def master(tmp_path_factory) -> MacEnv:
         {
             "MAC_DATA_DIR": str(env.root / "data"),
             "MAC_MASTER_PORT": str(free_port()),
-            "MAC_PROMETHEUS_PORT": str(free_port()),
             "MAC_MASTER_BIND": "127.0.0.1",
             "MAC_API_WORKERS": "2",
             "MAC_WORKER_CONCURRENCY": "2",

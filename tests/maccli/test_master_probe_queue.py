@@ -73,14 +73,12 @@ def test_the_masters_worker_consumes_the_probe_queue(
     runner = fleet(6)
     for node in runner.nodes:
         make_node(ip=node.ip)
-    api, prom = free_port(), free_port()
     mac_env.env.pop("SECRET_KEY", None)
     mac_env.env.update(
         {
             "DATABASE_URL": subprocess_env()["DATABASE_URL"],
             "MAC_DATA_DIR": str(mac_env.root / "data"),
-            "MAC_MASTER_PORT": str(api),
-            "MAC_PROMETHEUS_PORT": str(prom),
+            "MAC_MASTER_PORT": str(free_port()),
             "MAC_MASTER_BIND": "127.0.0.1",
             "MAC_API_WORKERS": "1",
             "MAC_ADMIN_PASSWORD": "admin-pass-for-tests",
@@ -103,7 +101,7 @@ def test_the_masters_worker_consumes_the_probe_queue(
         except AssertionError:
             log = worker_log.read_text(errors="replace")[-4000:]
             pytest.fail(f"no sharded sweep finished; the worker's log:\n{log}")
-        status, body = _health(api)
+        status, body = _health(int(mac_env.env["MAC_MASTER_PORT"]))
         log = worker_log.read_text(errors="replace")
     finally:
         stopped = mac_env.run("stop", "master")

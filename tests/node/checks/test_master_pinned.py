@@ -3,9 +3,9 @@ the commands that pin it; a pinned one passes; a pin with a plain-HTTP URL fails
 
 from __future__ import annotations
 
-from exporters.checks import CheckStatus
-from exporters.checks.master import check_master_pinned
-from tests.exporters.checks.test_config_master import _ctx
+from node.checks import CheckStatus
+from node.checks.master import check_master_pinned
+from tests.node.checks.test_config_master import _ctx
 
 PIN = "5a071d02233879aed57fe7baca2b1cd23733e46248cc232eddb3f4505cc06ee2"
 

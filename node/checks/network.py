@@ -16,14 +16,13 @@ import re
 from pathlib import Path
 
 from contract.services import SERVICES, AgentNetwork
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
-from exporters.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
+from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
 
 KEY = "net.ipv4.ip_forward"
 PROC_FILE = "/proc/sys/net/ipv4/ip_forward"
 SYSCTL_FILE = "/etc/sysctl.d/99-mac-ipforward.conf"
 TURN_ON = SetSysctl(KEY, "1")
-RELOAD_SYSCTL = Run(("sysctl", "--system"))
 _BRIDGE_PORTS = ", ".join(str(s.port) for s in SERVICES if s.network == "bridge")
 _HOST_SERVICES = ", ".join(f"{s.name} ({s.port})" for s in SERVICES if s.network == "host")
 
@@ -123,7 +122,7 @@ def check_ip_forward_persisted(ctx: CheckContext) -> CheckResult:
             continue
         if KEY in values:
             effective, where = values[KEY], path
-    steps = (WriteFile(SYSCTL_FILE, f"{KEY} = 1\n"), RELOAD_SYSCTL)
+    steps = (WriteFile(SYSCTL_FILE, f"{KEY} = 1\n"), ApplySysctlFile(SYSCTL_FILE))
     if effective == "1":
         return CheckResult(
             "ip_forward_persisted",
@@ -136,7 +135,7 @@ def check_ip_forward_persisted(ctx: CheckContext) -> CheckResult:
     else:
         shown = ctx.host(where)
         detail = f"{shown} sets net.ipv4.ip_forward = {effective}, so it is off after a reboot"
-        steps = (SetSysctlInFile(shown, KEY, "1"), RELOAD_SYSCTL)
+        steps = (SetSysctlInFile(shown, KEY, "1"), ApplySysctlFile(shown))
     status, note = off_status(ctx)
     return CheckResult("ip_forward_persisted", title, status, detail + (note or "."), steps=steps)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from exporters.checks.fixes import Step, render
+from node.checks.fixes import Step, render
 from node.commands import Runner, run_command
 from node.config import NodeConfig
 

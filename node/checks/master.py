@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contract.master_api import MasterClient, Reply
 from contract.pinning import UntrustedMaster
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout
 from node.config import CA_PIN_KEY, ConfigError, NodeConfig
 
 JOIN_FIX = (

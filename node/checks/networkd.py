@@ -20,9 +20,9 @@ import fnmatch
 import re
 from pathlib import Path
 
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
-from exporters.checks.fixes import MakeDirs, Run, WriteFile
-from exporters.checks.network import off_status
+from node.checks.base import CheckContext, CheckResult, CheckStatus, runner
+from node.checks.fixes import MakeDirs, Run, WriteFile
+from node.checks.network import off_status
 
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=
 DROPIN_NAME = "mac-ipforward.conf"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.fixes import Run, SetSysctl, SetSysctlInFile, WriteFile
-from exporters.checks.network import check_ip_forward, check_ip_forward_persisted
+from node.checks import CheckContext, CheckStatus
+from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
+from node.checks.network import check_ip_forward, check_ip_forward_persisted
 from node.commands import CommandResult
-from tests.exporters.checks.scratch import scratch_context, write
+from testkit.macenv import own_files
+from tests.node.checks.scratch import scratch_context, write
 
 
 def _ctx(tmp_path: Path, version: int | None = 252, networkd: str = "active") -> CheckContext:
@@ -41,11 +42,12 @@ def test_not_persisted_fails_with_the_sysctl_d_file(tmp_path):
     # The host's path, not the scratch root's: the fix is for the operator on the node.
     assert result.steps == (
         WriteFile("/etc/sysctl.d/99-mac-ipforward.conf", "net.ipv4.ip_forward = 1\n"),
-        Run(("sysctl", "--system")),
+        ApplySysctlFile("/etc/sysctl.d/99-mac-ipforward.conf"),
     )
+    # Only MAC's file is applied: `sysctl --system` would re-apply every file of the host.
     assert result.fix.splitlines() == [
         "echo 'net.ipv4.ip_forward = 1' | sudo tee /etc/sysctl.d/99-mac-ipforward.conf",
-        "sudo sysctl --system",
+        "sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf",
     ]
 
 
@@ -57,8 +59,9 @@ def test_persisted_passes_and_a_later_file_setting_zero_wins(tmp_path):
     result = check_ip_forward_persisted(_ctx(tmp_path))
     assert result.status == CheckStatus.FAIL
     assert "/etc/sysctl.conf sets net.ipv4.ip_forward = 0" in result.detail
-    [edit, _reload] = result.steps
+    [edit, apply] = result.steps
     assert edit == SetSysctlInFile("/etc/sysctl.conf", "net.ipv4.ip_forward", "1")
+    assert apply == ApplySysctlFile("/etc/sysctl.conf")  # the file it changed, alone
     assert result.fix.splitlines()[0] == (
         "sudo sed -i 's/^[[:space:]]*net.ipv4.ip_forward[[:space:]]*=.*/"
         "net.ipv4.ip_forward = 1/' /etc/sysctl.conf"
@@ -118,7 +121,7 @@ def test_forwarding_off_is_not_a_problem_in_host_mode(tmp_path):
 
     write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     ctx = _ctx_with_nat(tmp_path, UNRELATED_NAT)
-    ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
+    ctx.extra["config"] = NodeConfig.load({**own_files(tmp_path), "MAC_AGENT_NETWORK": "host"})
 
     now, persisted = check_ip_forward(ctx), check_ip_forward_persisted(ctx)
 
@@ -133,6 +136,6 @@ def test_host_mode_with_exporter_ports_still_dnatted_fails(tmp_path):
 
     write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
     ctx = _ctx_with_nat(tmp_path, DOCKER_NAT)
-    ctx.extra["config"] = NodeConfig.load({"MAC_AGENT_NETWORK": "host"})
+    ctx.extra["config"] = NodeConfig.load({**own_files(tmp_path), "MAC_AGENT_NETWORK": "host"})
 
     assert check_ip_forward(ctx).status == CheckStatus.FAIL

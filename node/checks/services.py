@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from contract.liveness import check_url, outcome_words
 from contract.services import SERVICES
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
-from exporters.checks.fixes import Mac
-from exporters.node_exporter import INSTALL_FIX, NodeExporterMissing, find_node_exporter
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
+from node.checks.fixes import Mac
+from node.host import INSTALL_FIX, NodeExporterMissing, find_node_exporter
 
 RESTART_AGENT = Mac(("restart", "agent"))
 

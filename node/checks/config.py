@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, config
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config
 from node.config import Source, valid_hostname
 
 

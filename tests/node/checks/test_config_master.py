@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.config import check_master_ip, check_node_name
-from exporters.checks.master import check_master_reachable, check_node_registered
-from exporters.checks.services import service_checks
+from node.checks import CheckContext, CheckStatus
+from node.checks.config import check_master_ip, check_node_name
+from node.checks.master import check_master_reachable, check_node_registered
+from node.checks.services import service_checks
 from node.config import NodeConfig
 from testkit.ports import free_port
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporters.checks import config, docker, gpu, master, network, networkd, rdma, services
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus
+from node.checks import config, docker, gpu, master, network, networkd, rdma, services
+from node.checks.base import CheckContext, CheckResult, CheckStatus
 
 __all__ = ["CHECKS", "CHECK_IDS", "CheckContext", "CheckResult", "CheckStatus", "run_checks"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.docker import check_docker_enabled, check_stale_containers
-from exporters.checks.fixes import Run
+from node.checks import CheckContext, CheckStatus
+from node.checks.docker import check_docker_enabled, check_stale_containers
+from node.checks.fixes import Run
 from node.commands import CommandResult
 
 

@@ -1,65 +1,15 @@
 """GPU plumbing the exporters need: NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu.
 
-Detection reads sysfs and procfs only (no driver library), so it also serves the
-registration payload's gpu_vendor and gpu_count on nodes whose driver is broken. AMD
-cards are found by rocm-exporter's own walk (exporters.amd.amd_cards).
+The GPUs are counted by the node's hardware discovery (node.hardware), the same
+that the registration reports and rocm-exporter reads.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from exporters.amd import AMD_PCI_VENDOR, amd_cards
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, which
-from exporters.runtime import Roots
-
-NVIDIA_PCI_VENDOR = "0x10de"
-
-
-def _pci_display_devices(sys_root: str, vendor: str) -> set[str]:
-    """PCI addresses of display controllers (class 0x03xxxx) from one vendor."""
-    found = set()
-    base = Path(sys_root, "bus/pci/devices")
-    for device in base.glob("*") if base.is_dir() else []:
-        try:
-            if (device / "vendor").read_text().strip().lower() != vendor:
-                continue
-            if not (device / "class").read_text().strip().lower().startswith("0x03"):
-                continue
-        except OSError:
-            continue
-        found.add(device.name)
-    return found
-
-
-def amd_gpu_count(sys_root: str) -> int:
-    """The DRM cards rocm-exporter reads, plus AMD display devices the driver never bound."""
-    cards = {device.resolve().name for _, device in amd_cards(Roots(sys_root=sys_root))}
-    return len(cards | _pci_display_devices(sys_root, AMD_PCI_VENDOR))
-
-
-def nvidia_gpu_count(proc_root: str, dev_root: str, sys_root: str) -> int:
-    gpus_dir = Path(proc_root, "driver/nvidia/gpus")
-    from_driver = len(list(gpus_dir.iterdir())) if gpus_dir.is_dir() else 0
-    dev = Path(dev_root)
-    nodes = [p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
-    from_pci = len(_pci_display_devices(sys_root, NVIDIA_PCI_VENDOR))
-    return max(from_driver, len(nodes), from_pci)
-
-
-def detect_gpus(
-    proc_root: str = "/proc", sys_root: str = "/sys", dev_root: str = "/dev"
-) -> tuple[str, int]:
-    """("nvidia"|"amd"|"none", count) as the registration API wants them."""
-    nvidia = nvidia_gpu_count(proc_root, dev_root, sys_root)
-    if nvidia:
-        return "nvidia", nvidia
-    amd = amd_gpu_count(sys_root)
-    if amd:
-        return "amd", amd
-    return "none", 0
-
+from node.checks.base import CheckContext, CheckResult, CheckStatus, which
+from node.hardware import amd_gpu_count, nvidia_gpu_count
 
 TOOLKIT_PROGRAMS = ("nvidia-ctk", "nvidia-container-runtime-hook", "nvidia-container-runtime")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus, runner
-from exporters.checks.fixes import Run
+from node.checks.base import CheckContext, CheckResult, CheckStatus, runner
+from node.checks.fixes import Run
 from node.commands import Runner
 
 COMPOSE_PROJECT = "mac"

@@ -6,15 +6,11 @@ import os
 import stat
 from pathlib import Path
 
-from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.gpu import (
-    check_amd_devices,
-    check_amdgpu_module,
-    check_nvidia_toolkit,
-    detect_gpus,
-)
-from exporters.checks.rdma import check_rdma_counters
-from tests.exporters.checks.scratch import write
+from node.checks import CheckContext, CheckStatus
+from node.checks.gpu import check_amd_devices, check_amdgpu_module, check_nvidia_toolkit
+from node.checks.rdma import check_rdma_counters
+from node.hardware import detect_gpus
+from tests.node.checks.scratch import write
 
 
 def _ctx(tmp_path: Path, **extra) -> CheckContext:

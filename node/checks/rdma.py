@@ -1,19 +1,19 @@
 """RDMA byte counters move: the NIC bandwidth chart is flat when they never change.
 
 Reads each RDMA port's sysfs byte counters twice, a short interval apart, through
-nic-exporter's own discovery (exporters.nic): hw_counters/{rx,tx}_bytes (Broadcom
-Thor2) or counters/port_{rcv,xmit}_data (mlx5 and other verbs devices). An idle
-fabric legitimately shows no movement, so that is a warning that says to look again
-under load, not a failure.
+the node's one discovery (node.hardware), as nic-exporter reads them:
+hw_counters/{rx,tx}_bytes (Broadcom Thor2) or counters/port_{rcv,xmit}_data (mlx5 and
+other verbs devices). An idle fabric legitimately shows no movement, so that is a
+warning that says to look again under load, not a failure.
 """
 
 from __future__ import annotations
 
 import time
 
-from exporters.checks.base import CheckContext, CheckResult, CheckStatus
-from exporters.nic import discover_rdma_devices, read_port_counters
-from exporters.runtime import Roots
+from node.checks.base import CheckContext, CheckResult, CheckStatus
+from node.hardware import discover_rdma_devices, read_port_counters
+from node.host import Roots
 
 
 def read_counters(sys_root: str) -> dict[str, int]:

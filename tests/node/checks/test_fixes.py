@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from exporters.checks import CheckContext, CheckResult, CheckStatus
-from exporters.checks.fixes import (
+from maccli.fixsteps import apply_step
+from node.checks import CheckContext, CheckResult, CheckStatus
+from node.checks.fixes import (
     Mac,
     MakeDirs,
     Run,
@@ -17,7 +18,6 @@ from exporters.checks.fixes import (
     needs_root,
     render,
 )
-from maccli.fixsteps import apply_step
 
 
 def _shell(line: str, cwd) -> None:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporters.checks import CheckContext, CheckStatus
-from exporters.checks.fixes import MakeDirs, Run, WriteFile
-from exporters.checks.networkd import (
+from node.checks import CheckContext, CheckStatus
+from node.checks.fixes import MakeDirs, Run, WriteFile
+from node.checks.networkd import (
     check_ip_forward_networkd,
     parse_default_route,
     parse_networkctl_list,
     primary_interface,
 )
 from node.commands import CommandResult
-from tests.exporters.checks.scratch import scratch_context, write
+from tests.node.checks.scratch import scratch_context, write
 
 ROUTE = (
     "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"

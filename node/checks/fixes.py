@@ -108,6 +108,18 @@ class SetSysctlInFile:
 
 
 @dataclass(frozen=True)
+class ApplySysctlFile:
+    """`sysctl -p FILE`: the settings of this one file, not every file `--system` reads
+    (which would re-apply the whole host's settings to change one)."""
+
+    path: str
+    root: ClassVar[bool] = True
+
+    def line(self) -> str:
+        return f"sudo sysctl -p {shlex.quote(self.path)}"
+
+
+@dataclass(frozen=True)
 class Mac:
     """A `mac` command (`mac restart agent`), run through mac's own runtimes."""
 
@@ -118,7 +130,7 @@ class Mac:
         return "mac " + shlex.join(self.args)
 
 
-Step = Run | SetSysctl | MakeDirs | WriteFile | SetSysctlInFile | Mac
+Step = Run | SetSysctl | MakeDirs | WriteFile | SetSysctlInFile | ApplySysctlFile | Mac
 
 
 def render(steps: tuple[Step, ...]) -> str:

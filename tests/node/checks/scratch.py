@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from exporters.checks import CheckContext
+from node.checks import CheckContext
 from node.commands import CommandResult
 
 
