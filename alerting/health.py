@@ -1,16 +1,20 @@
-"""Alerting's part of the master's /health: is Alertmanager up, is every channel in use.
+"""Alerting's part of the master's /health: is Alertmanager up, is every channel in use,
+do the master's own node alerts reach it.
 
-Both are "degraded" checks (healthcheck.health): the master keeps probing, storing and
+All are "degraded" checks (healthcheck.health): the master keeps probing, storing and
 showing nodes without them, but nobody would be told of a failure, which an operator
 must see.
 """
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel
+from alerting.nodealerts import post_stats
 
 # /health answers load balancers and agents: a hung Alertmanager must not hold it long.
 HEALTH_TIMEOUT = 1.0
@@ -41,3 +45,16 @@ def check_channels() -> tuple[bool, str]:
     if not count:
         return True, "no notification channel yet: alerts reach nobody (Admin > Alerts)"
     return True, f"{count} channel(s) in use"
+
+
+def check_node_alert_posts() -> tuple[bool, str]:
+    """The last post of the master's node alerts reached Alertmanager (alerting.nodealerts)."""
+    stats = post_stats()
+    if stats["last_error"]:
+        return False, (
+            f"node alerts not posted for {time.time() - stats['failing_since']:.0f} s "
+            f"({stats['failed']} failed posts, retried after every sweep): {stats['last_error']}"
+        )
+    if not stats["ok"]:
+        return True, "no node alert posted yet"
+    return True, f"node alerts posted ({stats['ok']} posts, {stats['failed']} failed)"

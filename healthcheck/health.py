@@ -16,7 +16,7 @@ The "targets" check says whether the last sweep could write Prometheus' file-SD
 targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
 
-"alertmanager" and "alert_channels" (alerting.health) only degrade the answer: the
+"alertmanager", "alert_channels" and "node_alerts" (alerting.health) only degrade the answer: the
 master still probes and shows nodes without them, so /health stays 200 with
 `"status": "degraded"` and names them in `degraded`, while nobody would be notified.
 
@@ -36,7 +36,7 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from alerting.health import check_alertmanager, check_channels
+from alerting.health import check_alertmanager, check_channels, check_node_alert_posts
 from contract import __version__
 from healthcheck.state import get_redis, last_sweep, queue_depths
 
@@ -155,6 +155,8 @@ def run_health_checks() -> dict:
     optional = {"alertmanager": check_alertmanager()}
     if results["database"][0]:
         optional["alert_channels"] = check_channels()
+    if redis_result[0]:
+        optional["node_alerts"] = check_node_alert_posts()
     degraded = [name for name, (ok, _detail) in optional.items() if not ok]
     results.update(optional)
     checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
