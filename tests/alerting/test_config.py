@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from alerting import nodealerts, services
-from alerting.nodealerts import offline_rows
 from alerting.models import NotificationChannel
+from alerting.nodealerts import offline_rows
 from contract.diagnosis import DESCRIPTIONS
 from testkit.alerting import body_text
 from testkit.factories import offline_node

@@ -15,7 +15,6 @@ from inventory.choices import NodeStatus
 from inventory.models import Node
 from testkit.factories import offline_node, online_gpu_node
 from testkit.ports import free_port
-from testkit.waiting import wait_for
 from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = [pytest.mark.django_db, needs_alertmanager]
