@@ -248,7 +248,7 @@ def alerting_prometheus(tmp_path, processes, sd_dir, live_server, settings) -> d
 )
 @pytest.mark.django_db(transaction=True)
 def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_nodes(
-    alerting_prometheus, fleet, live_server, fast_probes, sd_dir, sweep_redis
+    alerting_prometheus, fleet, live_server, fast_probes, sd_dir, sweep_redis, user
 ):
     import time
 
@@ -302,6 +302,32 @@ def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_no
         assert {node for _name, node in alerting_nodes()} == {str(nvidia.pk), str(cpu.pk)}
         [offline] = [a for a in in_alertmanager() if a["alertname"] == "MacNodeOffline"]
         assert set(offline) == {"alertname", "node", "hostname", "cluster_name", "severity"}
+
+        # The node page's Exporters panel: Prometheus' own word beside MAC's probe.
+        client = Client()
+        client.force_login(user)
+
+        def exporter_row(node: Node, service: str) -> str:
+            with override_settings(PROMETHEUS_URL=prometheus):
+                page = client.get(f"/nodes/{node.pk}/").content.decode()
+            return page.split(f'data-service="{service}"', 1)[1].split("</tr>", 1)[0]
+
+        def scrape_cell(node: Node, service: str) -> str:
+            return exporter_row(node, service).split('class="exp-scrape"', 1)[1]
+
+        amd_ip = by_profile["amd"].ip
+        amd = Node.objects.get(ip=amd_ip)
+        assert ">up<" in scrape_cell(amd, "sys-manager")
+        # A sys-manager that answers MAC's probe (/health) but not Prometheus' scrape,
+        # as the simulated one did before it served /metrics.
+        port = simulated.fleet.node(amd_ip).ports["sys-manager"]
+        simulated.loop_call(port.others.pop, b"/metrics")
+        down = wait_for(
+            lambda: ">down<" in (cell := scrape_cell(amd, "sys-manager")) and cell,
+            timeout=30, interval=0.5,
+        )  # fmt: skip
+        assert "404" in down
+        assert "badge-exp-up exp-probe" in exporter_row(amd, "sys-manager")  # MAC's probe
     finally:
         sweeper.close()
     assert sweeper.errors == []
