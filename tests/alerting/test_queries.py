@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from alerting import queries
 from alerting.client import Alertmanager
+from testkit.alerting import firing_alerts
 from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = [pytest.mark.django_db, needs_alertmanager]
 
 
 def post(count: int, alertname: str, severity: str, first: int = 1) -> None:
-    now = dt.datetime.now(dt.UTC).isoformat()
-    Alertmanager.from_settings().post_alerts(
-        [
-            {
-                "labels": {
-                    "alertname": alertname, "severity": severity, "node": str(n),
-                    "hostname": f"gpu-{n:03d}", "cluster_name": "mac",
-                },
-                "annotations": {"summary": f"{alertname} on gpu-{n:03d}"},
-                "startsAt": now,
-            }
-            for n in range(first, first + count)
-        ]
-    )  # fmt: skip
+    nodes = [(n, f"gpu-{n:03d}") for n in range(first, first + count)]
+    Alertmanager.from_settings().post_alerts(firing_alerts(nodes, alertname, severity))
 
 
 def test_firing_alerts_come_in_one_group_per_name_and_severity(alertmanager, monkeypatch):

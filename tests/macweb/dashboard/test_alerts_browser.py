@@ -7,7 +7,6 @@ Alertmanager that holds the alerts.
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 from collections.abc import Iterator
 
@@ -16,7 +15,7 @@ import pytest
 from alerting import services
 from alerting.client import Alertmanager
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
-from testkit.alerting import AlertmanagerServer
+from testkit.alerting import AlertmanagerServer, firing_alerts
 from testkit.browser import log_in
 from testkit.factories import bulk_nodes
 from testkit.ports import free_port
@@ -55,27 +54,15 @@ def alerting_master(chart_env, tmp_path, settings) -> Iterator[tuple[Server, str
 
 
 def post_alerts(nodes, alertname: str, severity: str) -> None:
-    now = dt.datetime.now(dt.UTC).isoformat()
-    Alertmanager.from_settings().post_alerts(
-        [
-            {
-                "labels": {
-                    "alertname": alertname, "severity": severity, "node": str(node.pk),
-                    "hostname": node.hostname, "cluster_name": "mac",
-                },
-                "annotations": {"summary": f"{alertname} on {node.hostname}"},
-                "startsAt": now,
-            }
-            for node in nodes
-        ]
-    )  # fmt: skip
+    pairs = [(node.pk, node.hostname) for node in nodes]
+    Alertmanager.from_settings().post_alerts(firing_alerts(pairs, alertname, severity))
 
 
 def test_fifty_alerts_of_two_kinds_are_two_groups_above_a_table_in_view(
-    page,
+    page,  # noqa: F811 (test_browser's fixture)
     alerting_master,
-    operator,
-    tmp_path,  # noqa: F811 (fixtures)
+    operator,  # noqa: F811 (test_browser's fixture)
+    tmp_path,
 ):
     from playwright.sync_api import expect
 
@@ -114,10 +101,10 @@ def test_fifty_alerts_of_two_kinds_are_two_groups_above_a_table_in_view(
 
 
 def test_offline_rows_stay_one_line_with_the_diagnosis_a_click_away(
-    page,
+    page,  # noqa: F811 (test_browser's fixture)
     alerting_master,
-    operator,
-    tmp_path,  # noqa: F811 (fixtures)
+    operator,  # noqa: F811 (test_browser's fixture)
+    tmp_path,
 ):
     from playwright.sync_api import expect
 
@@ -147,9 +134,9 @@ def test_offline_rows_stay_one_line_with_the_diagnosis_a_click_away(
 
 
 def test_chart_ticks_have_one_scale_and_the_decimals_their_spacing_needs(
-    page,
+    page,  # noqa: F811 (test_browser's fixture)
     alerting_master,
-    operator,  # noqa: F811 (fixtures)
+    operator,  # noqa: F811 (test_browser's fixture)
 ):
     server, _ = alerting_master
     log_in(page, server.url)
