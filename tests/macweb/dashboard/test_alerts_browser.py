@@ -47,10 +47,14 @@ def alerting_master(chart_env, tmp_path, settings) -> Iterator[tuple[Server, str
     env = {**server_env(chart_env, tmp_path / "data"), "MAC_ALERTMANAGER_URL": manager.url}
     port = free_port()
     server = Server(f"http://127.0.0.1:{port}", port, env, tmp_path / "proxy")
-    server.start()
-    yield server, manager.url
-    server.stop()
-    manager.stop()
+    try:
+        server.start()
+        yield server, manager.url
+    finally:
+        try:
+            server.stop()
+        finally:
+            manager.stop()
 
 
 def post_alerts(nodes, alertname: str, severity: str) -> None:
