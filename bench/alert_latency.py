@@ -119,6 +119,12 @@ def one_run(stack: AlertStack, fleet: FleetThread, webhook: WebhookReceiver, adm
     )
 
 
+def rule_alerts(stack: AlertStack) -> list[dict]:
+    """The Prometheus rule MacNodeOffline's alerts (pending or firing)."""
+    alerts = stack.get_json(f"{stack.prom_url}/api/v1/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"].get("alertname") == "MacNodeOffline"]
+
+
 def measure(probe_interval: float, runs: int) -> list[Run]:
     """`runs` deaths on one master whose probe interval is `probe_interval`."""
     webhook = WebhookReceiver()
@@ -143,6 +149,11 @@ def measure(probe_interval: float, runs: int) -> list[Run]:
                 ),
                 timeout=300,
                 what="the fleet Online",
+            )
+            # Registered nodes are not Online until the first sweep: the rule may have
+            # gone pending then. Runs start once Prometheus holds none of it.
+            wait_for(
+                lambda: not rule_alerts(stack), timeout=300, what="no MacNodeOffline from the start"
             )
             admin = stack.admin()
             ids = {n["hostname"]: n["id"] for n in admin.get_json("/api/v1/nodes/")["results"]}
