@@ -41,6 +41,7 @@ from pathlib import Path
 from bench.report import median, update_section
 from testkit.alerting import WebhookReceiver
 from testkit.alertstack import AlertStack
+from testkit.ports import free_port
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
 from testkit.waiting import wait_for
 
@@ -137,6 +138,8 @@ def measure(probe_interval: float, runs: int) -> list[Run]:
                 "MAC_PROBE_INTERVAL": f"{probe_interval:g}",
                 "MAC_ALERT_GROUP_INTERVAL": f"{GROUP_INTERVAL:g}s",
                 "MAC_ALERT_WEBHOOK_URL": webhook.url,
+                # No fixed port at all: the bench runs beside other masters.
+                "MAC_API_INTERNAL_PORT": str(free_port()),
             },
         )
         try:
