@@ -7,7 +7,15 @@ Layout of the configuration (render_config):
       routes:
         - mac_test_channel=~".+"          test notifications (send_test_notification),
           routes: one per channel         each only to its own channel, at once
+        - alertname="MacNodeOffline"      node alerts: group_by node, so one dead node is
+          group_wait MAC_ALERT_NODE_GROUP_WAIT   one notification, sent seconds after the
+          routes: one per channel         master's post (alerting.nodealerts)
         - one route per channel:  severity and label matchers, continue: true
+
+A node that flaps pages once per incident: its alert keeps one group (group_by node),
+and Alertmanager sends that group again only after group_interval (MAC_ALERT_GROUP_INTERVAL,
+5 minutes) and repeats an unchanged one only after repeat_interval; a flap inside
+group_interval changes nothing that was sent.
     receivers: mac-nobody, mac-channel-<id> ...
     templates: [<MAC_ALERTMANAGER_DIR>/mac.tmpl]   (alerting.amtemplate)
 
@@ -40,6 +48,8 @@ CONFIG_FILE = "alertmanager.yml"
 NOBODY = "mac-nobody"
 TEST_LABEL = "mac_test_channel"
 GROUP_BY = ["alertname", "cluster_name"]
+NODE_ALERTNAME = "MacNodeOffline"
+NODE_GROUP_BY = ["alertname", "cluster_name", "node"]
 HEADER = (
     "# Alertmanager configuration of the MAC master, generated from the notification\n"
     "# channels (Django admin > Alerts, or /api/v1/alert-channels/) by\n"
@@ -55,11 +65,15 @@ class Timing:
     group_wait: str = "30s"
     group_interval: str = "5m"
     repeat_interval: str = "4h"
+    node_group_wait: str = "3s"  # node alerts: the master posts them already decided
 
     @classmethod
     def from_settings(cls) -> Timing:
         return cls(
-            settings.ALERT_GROUP_WAIT, settings.ALERT_GROUP_INTERVAL, settings.ALERT_REPEAT_INTERVAL
+            settings.ALERT_GROUP_WAIT,
+            settings.ALERT_GROUP_INTERVAL,
+            settings.ALERT_REPEAT_INTERVAL,
+            settings.ALERT_NODE_GROUP_WAIT,
         )
 
 
@@ -132,6 +146,19 @@ def test_route(channel: NotificationChannel) -> dict:
     }
 
 
+def node_route(channels: list[NotificationChannel], timing: Timing) -> dict:
+    """Node alerts wait only a few seconds and group per node; then every channel's route."""
+    entry: dict = {
+        "receiver": NOBODY,
+        "matchers": [f'alertname="{NODE_ALERTNAME}"'],
+        "group_by": NODE_GROUP_BY,
+        "group_wait": timing.node_group_wait,
+    }
+    if channels:
+        entry["routes"] = [route(channel) for channel in channels]
+    return entry
+
+
 def render_config(
     channels: Iterable[NotificationChannel], template_path: Path, timing: Timing
 ) -> dict:
@@ -146,6 +173,7 @@ def render_config(
                 "routes": [test_route(channel) for channel in channels],
             }
         )
+    routes.append(node_route(channels, timing))
     routes.extend(route(channel) for channel in channels)
     top: dict = {
         "receiver": NOBODY,

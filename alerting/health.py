@@ -1,17 +1,21 @@
-"""Alerting's part of the master's /health: is Alertmanager up, is every channel in use.
+"""Alerting's part of the master's /health: is Alertmanager up, is every channel in use,
+do the master's own node alerts reach it.
 
-Both are "degraded" checks (healthcheck.health): the master keeps probing, storing and
+All are "degraded" checks (healthcheck.health): the master keeps probing, storing and
 showing nodes without them, but nobody would be told of a failure, which an operator
 must see.
 """
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel
 from alerting.services import config_out_of_step
+from alerting.nodealerts import post_stats
 
 # /health answers load balancers and agents: a hung Alertmanager must not hold it long.
 HEALTH_TIMEOUT = 1.0
@@ -50,3 +54,16 @@ def check_config_in_step() -> tuple[bool, str]:
     if why:
         return False, f"{why}; alerts follow the old configuration until MAC's poll writes it"
     return True, "alertmanager.yml matches the channels"
+
+
+def check_node_alert_posts() -> tuple[bool, str]:
+    """The last post of the master's node alerts reached Alertmanager (alerting.nodealerts)."""
+    stats = post_stats()
+    if stats["last_error"]:
+        return False, (
+            f"node alerts not posted for {time.time() - stats['failing_since']:.0f} s "
+            f"({stats['failed']} failed posts, retried after every sweep): {stats['last_error']}"
+        )
+    if not stats["ok"]:
+        return True, "no node alert posted yet"
+    return True, f"node alerts posted ({stats['ok']} posts, {stats['failed']} failed)"

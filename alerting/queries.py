@@ -17,6 +17,9 @@ from alerting.silences import CREATED_BY
 
 # The live list carries at most this many alerts (the count is always the full one).
 LIST_LIMIT = 100
+# Each group of the fleet page carries at most this many of its nodes (its count is
+# always the full one; the node table's `?alert=` filter lists them all).
+GROUP_NODES = 50
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
@@ -28,6 +31,8 @@ class AlertSnapshot:
     error: str = ""
     count: int = 0
     alerts: list[dict] = field(default_factory=list)
+    # The fleet page's view: alerts grouped by alertname and severity (group_rows).
+    groups: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,6 +64,29 @@ def _sort_key(row: dict) -> tuple:
     return (_SEVERITY_ORDER.get(row["severity"], 9), row["starts_at"], row["fingerprint"])
 
 
+def group_rows(rows: list[dict]) -> list[dict]:
+    """Alerts by alertname and severity: a count, a summary, and the first GROUP_NODES
+    nodes; the most severe groups first, then the largest."""
+    groups: dict[tuple[str, str], dict] = {}
+    for row in rows:
+        key = (row["alertname"], row["severity"])
+        group = groups.setdefault(
+            key,
+            {"alertname": key[0], "severity": key[1], "count": 0, "since": row["starts_at"],
+             "summary": row["summary"], "nodes": []},
+        )  # fmt: skip
+        group["count"] += 1
+        group["since"] = min(group["since"], row["starts_at"]) or row["starts_at"]
+        if len(group["nodes"]) < GROUP_NODES:
+            group["nodes"].append(
+                {"node": row["node"], "hostname": row["hostname"], "summary": row["summary"]}
+            )
+    return sorted(
+        groups.values(),
+        key=lambda g: (_SEVERITY_ORDER.get(g["severity"], 9), -g["count"], g["alertname"]),
+    )
+
+
 def firing_alerts(client: Alertmanager | None = None) -> AlertSnapshot:
     client = client or Alertmanager.from_settings()
     try:
@@ -66,7 +94,26 @@ def firing_alerts(client: Alertmanager | None = None) -> AlertSnapshot:
     except AlertmanagerUnavailable as exc:
         return AlertSnapshot(available=False, error=str(exc))
     rows = sorted((alert_row(alert) for alert in alerts), key=_sort_key)
-    return AlertSnapshot(available=True, count=len(rows), alerts=rows[:LIST_LIMIT])
+    return AlertSnapshot(
+        available=True, count=len(rows), alerts=rows[:LIST_LIMIT], groups=group_rows(rows)
+    )
+
+
+def nodes_with_alert(alertname: str, client: Alertmanager | None = None) -> list[int]:
+    """Ids of this cluster's nodes with a firing `alertname` alert (raises
+    AlertmanagerUnavailable when Alertmanager cannot say)."""
+    client = client or Alertmanager.from_settings()
+    ids = set()
+    for alert in client.alerts():
+        labels = alert.get("labels", {})
+        node = labels.get("node", "")
+        if (
+            labels.get("alertname") == alertname
+            and node.isdigit()
+            and labels.get("cluster_name", settings.CLUSTER_NAME) == settings.CLUSTER_NAME
+        ):
+            ids.add(int(node))
+    return sorted(ids)
 
 
 def silence_row(silence: dict) -> dict:

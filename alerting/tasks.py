@@ -14,6 +14,10 @@ with an expiry below the interval so polls never pile up. One poll:
 
 `sync_silences` is the immediate update after a node's maintenance changed
 (alerting.receivers).
+
+`post_node_alerts` posts the master's own node alerts (alerting.nodealerts) after every
+sweep: the sweep only queues it (queue_node_alerts), so a slow or absent Alertmanager
+never holds a sweep up.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
-from alerting import services, silences
+from alerting import nodealerts, services, silences
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.queries import firing_alerts
 from inventory.live import broadcast_alerts
@@ -77,3 +81,30 @@ def sync_silences(node_ids: list[int]) -> dict:
         log.warning("silences of nodes %s not updated (beat's poll retries): %s", node_ids, exc)
         return {"ok": False, "error": str(exc)}
     return {"ok": True, "created": done.created, "expired": done.expired}
+
+
+@shared_task(
+    name="alerting.tasks.post_node_alerts",
+    ignore_result=True,
+    # The next sweep queues a fresher one: a post still waiting by then is dropped.
+    expires=settings.PROBE_INTERVAL,
+)
+def post_node_alerts() -> dict:
+    post = nodealerts.post_node_alerts()
+    if post.error:
+        log.warning("node alerts not posted (the next sweep posts them again): %s", post.error)
+    return {
+        "firing": post.firing,
+        "resolved": post.resolved,
+        "error": post.error,
+        "skipped": post.skipped,
+    }
+
+
+def queue_node_alerts() -> None:
+    """Queue post_node_alerts for a worker; a broker that refuses is counted, not raised."""
+    try:
+        post_node_alerts.apply_async(retry=False)
+    except Exception as exc:
+        log.warning("could not queue the node alerts' post: %s", exc)
+        nodealerts.record(nodealerts.Post(error=f"could not queue the post: {exc}"))

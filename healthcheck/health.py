@@ -16,10 +16,10 @@ The "targets" check says whether the last sweep could write Prometheus' file-SD
 targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
 
-"alertmanager", "alert_channels", "alert_config" (alerting.health) and "prometheus"
-only degrade the answer: the master still probes and shows nodes without them, so
-/health stays 200 with `"status": "degraded"` and names them in `degraded`, while
-nobody would be notified. Prometheus and Alertmanager are asked at once, within
+"alertmanager", "alert_channels", "alert_config", "node_alerts" (alerting.health) and
+"prometheus" only degrade the answer: the master still probes and shows nodes without
+them, so /health stays 200 with `"status": "degraded"` and names them in `degraded`,
+while nobody would be notified. Prometheus and Alertmanager are asked at once, within
 OUTSIDE_DEADLINE together.
 
 The "queues" check names a chunk queue (MAC_PROBE_QUEUE) that no worker consumes:
@@ -44,7 +44,12 @@ from django.conf import settings
 from django.db import connection
 
 from alerting.client import Alertmanager
-from alerting.health import check_alertmanager, check_channels, check_config_in_step
+from alerting.health import (
+    check_alertmanager,
+    check_channels,
+    check_config_in_step,
+    check_node_alert_posts,
+)
 from contract import __version__
 from healthcheck.scaleout import scaleout_checks
 from healthcheck.state import get_redis, last_sweep, queue_depths
@@ -172,6 +177,8 @@ def run_health_checks() -> dict:
     if results["database"][0]:
         optional["alert_channels"] = check_channels()
         optional["alert_config"] = check_config_in_step()
+    if redis_result[0]:
+        optional["node_alerts"] = check_node_alert_posts()
     degraded = [name for name, (ok, _detail) in optional.items() if not ok]
     results.update(optional)
     checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}

@@ -13,14 +13,14 @@ so alert rules can fire on Offline nodes:
     mac_sweep_last_timestamp_seconds, mac_sweeps_total, mac_probes_total{outcome}
     mac_sweep_targets_written       1 when the last sweep could write the targets files
     mac_probe_interval_seconds      MAC_PROBE_INTERVAL, so rules can tell a stalled sweep
-    mac_diagnosis_info{diagnosis, meaning, fix}   1, one series per diagnosis code
+    mac_alert_posts_total{outcome}  the master's posts of its node alerts to Alertmanager
+                                    (alerting.nodealerts), "ok" or "failed"
 
 Labels hold codes only (status, reason and diagnosis are choices' values, node is the
-id): their number stays bounded, and the words and fixes reach notifications through
-Alertmanager templates (alerting.amtemplate); for receivers without templates (a
-webhook), MacNodeOffline's `fix` annotation looks its diagnosis up in
-mac_diagnosis_info, a constant table of a dozen series. cluster_name (MAC_CLUSTER_NAME) is the
-label every target carries too, so one silence matcher fits every alert of a node.
+id): their number stays bounded. The words and fixes reach notifications in the
+master's own node alerts (alerting.nodealerts), not through these series; the
+backstop rule MacNodeOffline only needs mac_node_up. cluster_name (MAC_CLUSTER_NAME) is
+the label every target carries too, so one silence matcher fits every alert of a node.
 
 Each exporter stays in its targets file while its own probe answers, even on an
 Offline node (under ip_forward=0 nic-exporter is still scraped), so mac_node_up says
@@ -32,7 +32,6 @@ filled at import time); the view builds a private CollectorRegistry around it.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from contract.diagnosis import Diagnosis, describe
+from alerting.nodealerts import post_stats
 from healthcheck.state import get_redis, last_sweep, probes_total, sweep_count
 from inventory.choices import NodeStatus
 from inventory.models import Node
@@ -102,13 +101,28 @@ class InventoryCollector(Collector):
         for state, count in sorted(counts.items()):
             nodes.add_metric([state], count)
         yield nodes
-        yield diagnosis_table()
+        yield from self._post_metrics()
         yield GaugeMetricFamily(
             "mac_probe_interval_seconds",
             "Seconds between fleet sweeps (MAC_PROBE_INTERVAL).",
             value=settings.PROBE_INTERVAL,
         )
         yield from self._sweep_metrics()
+
+    def _post_metrics(self) -> Iterator[Metric]:
+        try:
+            stats = post_stats()
+        except Exception:
+            log.warning("node alert post statistics unavailable for /metrics", exc_info=True)
+            return
+        posts = CounterMetricFamily(
+            "mac_alert_posts",
+            "Posts of the master's node alerts to Alertmanager, by outcome.",
+            labels=["outcome"],
+        )
+        posts.add_metric(["ok"], stats["ok"])
+        posts.add_metric(["failed"], stats["failed"])
+        yield posts
 
     def _sweep_metrics(self) -> Iterator[Metric]:
         try:
@@ -147,22 +161,6 @@ class InventoryCollector(Collector):
                 "could not (full or read-only disk; /health says why).",
                 value=0.0 if last.get("targets_error") else 1.0,
             )
-
-
-@functools.cache
-def diagnosis_table() -> GaugeMetricFamily:
-    """What each diagnosis code means and its fix, for alert annotations to look up.
-
-    Constant, so made once and served as is at every scrape."""
-    table = GaugeMetricFamily(
-        "mac_diagnosis_info",
-        "What each diagnosis code means and how to fix it (constant 1).",
-        labels=["diagnosis", "meaning", "fix"],
-    )
-    for code in Diagnosis:
-        meaning, fix = describe(code)
-        table.add_metric([code.value, meaning, fix], 1.0)
-    return table
 
 
 def master_registry() -> CollectorRegistry:

@@ -1,7 +1,7 @@
 """One fleet sweep: single steps that tests can call one by one, and the one pipeline.
 
     probe_and_save:  load_nodes -> probe_nodes -> judge -> save_fenced
-    publish:         write_targets_for -> push_pending -> record
+    publish:         write_targets_for -> push_pending -> queue_node_alerts -> record
 
 Both paths of a sweep run exactly these two functions. run_sweep runs them one after
 the other in one process over every node; a sharded sweep (healthcheck.chunks) runs
@@ -41,6 +41,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from alerting.tasks import queue_node_alerts
 from contract.diagnosis import describe, diagnose
 from contract.liveness import NodeProbe, ProbeStats, Target, run_probe
 from healthcheck.fence import Fence
@@ -355,7 +356,8 @@ def probe_and_save(
 def publish(
     stats: SweepStats, rows: list[dict] | None = None, sd_dir: Path | None = None
 ) -> SweepStats:
-    """The second half of every sweep: targets files -> one push -> statistics.
+    """The second half of every sweep: targets files -> one push -> the node alerts'
+    post (queued for a worker, alerting.nodealerts) -> statistics.
 
     `rows` are every node after the write (run_sweep has them); None loads them (the
     chord callback of a sharded sweep, whose chunks wrote in other processes).
@@ -365,6 +367,7 @@ def publish(
     count_statuses(stats, rows)
     write_targets_step(rows, stats, sd_dir)
     push_pending()
+    queue_node_alerts()
     stats.finished_at = time.time()
     stats.duration = stats.finished_at - stats.started_at
     record(stats)

@@ -280,6 +280,9 @@ ALERT_POLL_INTERVAL = env_float("MAC_ALERT_POLL_INTERVAL", 10.0, minimum=0.5)
 ALERT_GROUP_WAIT = env_duration("MAC_ALERT_GROUP_WAIT", "30s")
 ALERT_GROUP_INTERVAL = env_duration("MAC_ALERT_GROUP_INTERVAL", "5m")
 ALERT_REPEAT_INTERVAL = env_duration("MAC_ALERT_REPEAT_INTERVAL", "4h")
+# group_wait of the node alerts' route (MacNodeOffline, which the master posts itself at
+# the sweep that finds a node Offline, alerting.nodealerts): seconds, not half a minute.
+ALERT_NODE_GROUP_WAIT = env_duration("MAC_ALERT_NODE_GROUP_WAIT", "3s")
 # The dashboard's address as people reach it, for the node link in notifications.
 PUBLIC_URL = env_str("MAC_PUBLIC_URL").rstrip("/")
 # A channel made at `mac start master` (manage.py alert_channels_from_env), for a first

@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -170,3 +171,24 @@ def body_text(message: EmailMessage) -> str:
     """The plain-text part of a notification email."""
     part = message.get_body(preferencelist=("plain", "html"))
     return part.get_content() if part is not None else ""
+
+
+def firing_alerts(
+    nodes: list[tuple[int, str]], alertname: str, severity: str, cluster_name: str = "mac"
+) -> list[dict]:
+    """Alerts as Alertmanager's API v2 takes them, one per (node id, hostname), firing now."""
+    now = datetime.now(UTC).isoformat()
+    return [
+        {
+            "labels": {
+                "alertname": alertname,
+                "severity": severity,
+                "node": str(node),
+                "hostname": hostname,
+                "cluster_name": cluster_name,
+            },
+            "annotations": {"summary": f"{alertname} on {hostname}"},
+            "startsAt": now,
+        }
+        for node, hostname in nodes
+    ]

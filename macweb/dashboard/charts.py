@@ -237,6 +237,8 @@ def series_name(legend: str, metric: dict) -> str:
     parts = [f"{k}={v}" for k, v in sorted(metric.items()) if k not in IGNORED_LABELS]
     if "device" in metric:  # an RDMA device: "rx mlx5_0 port=1"
         parts.insert(0, metric["device"])
+    elif "iface" in metric:  # a NIC without a verbs device (GPUBoost): "rx eth2 port=1"
+        parts.insert(0, metric["iface"])
     return " ".join([legend, *parts])
 
 

@@ -1,5 +1,8 @@
 """What the fleet page asks of the database: counts, filters and one page of rows.
 
+Besides the API's filters the page takes `alert=NAME`: the nodes with that alert firing
+now, as Alertmanager says (the alerts panel links each group to it).
+
 Plain functions over the ORM so that the page, its JSON twin and the benchmark all
 go through the same code; the filters are the API's (inventory.filtersets). The page
 never loads the whole fleet: counts are one aggregate query and rows come one page
@@ -8,11 +11,16 @@ never loads the whole fleet: counts are one aggregate query and rows come one pa
 
 from __future__ import annotations
 
+import re
+
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
 from django.http import QueryDict
 
+from alerting.client import AlertmanagerUnavailable
+from alerting.queries import nodes_with_alert
 from contract.diagnosis import describe
+from contract.outcomes import DIAGNOSIS_LABELS
 from contract.services import SYS_EXPORTER
 from healthcheck.targets import SCRAPED_SERVICES, node_targets
 from inventory.choices import AgentNetwork, Diagnosis, GpuVendor, NodeStatus, StatusReason
@@ -20,6 +28,8 @@ from inventory.filtersets import NodeFilterSet
 from inventory.models import Node
 
 PAGE_SIZE = 100
+# `?alert=NAME` (the alerts panel's "show these nodes"): a Prometheus alert name.
+_ALERTNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 # Names the page used before it took the API's (inventory.filtersets): old bookmarks
 # are sent on to the same filter under today's names.
 LEGACY_NAMES = {"q": "search", "vendor": "gpu_vendor"}
@@ -61,11 +71,29 @@ class FleetQuery:
         page = (params.get("page") or "1").strip()
         if not (page.isascii() and page.isdigit() and int(page) >= 1):
             self.errors["page"] = ["Use a whole number from 1."]
+        alert = (params.get("alert") or "").strip()
+        alert_ids: list[int] | None = None
+        if alert:
+            alert_ids = self._alerting_nodes(alert)
+            data["alert"] = alert
         if self.errors:
             data, filterset, page = QueryDict(mutable=True), NodeFilterSet(), "1"
+            alert_ids = None
         self.data = data
         self.filterset = filterset
+        self.alert_ids = alert_ids
         self.page = int(page)
+
+    def _alerting_nodes(self, alert: str) -> list[int] | None:
+        """`alert=NAME`: the nodes with that alert firing now, from Alertmanager."""
+        if not _ALERTNAME.fullmatch(alert):
+            self.errors["alert"] = ["Use an alert name, e.g. alert=MacNodeOffline."]
+            return None
+        try:
+            return nodes_with_alert(alert)
+        except AlertmanagerUnavailable as exc:
+            self.errors["alert"] = [f"alerts unavailable: {exc}"]
+            return None
 
     @property
     def active(self) -> bool:
@@ -78,7 +106,7 @@ class FleetQuery:
 
     def selected(self) -> dict:
         """{parameter: list of values} of the applied filters, for the page's form."""
-        return {name: self.data.getlist(name) for name in NodeFilterSet.base_filters}
+        return {name: self.data.getlist(name) for name in (*NodeFilterSet.base_filters, "alert")}
 
     def as_query(self, **overrides: object) -> str:
         """The filters as a URL query string (for paging links), page 1 left out."""
@@ -90,7 +118,10 @@ class FleetQuery:
 
     def page_of_nodes(self, per_page: int = PAGE_SIZE) -> Page:
         """One page of matching nodes; a page past the end gives the last page."""
-        return Paginator(self.filterset.qs, per_page).get_page(self.page)
+        nodes = self.filterset.qs
+        if self.alert_ids is not None:
+            nodes = nodes.filter(pk__in=self.alert_ids)
+        return Paginator(nodes, per_page).get_page(self.page)
 
 
 def fleet_counts() -> dict:
@@ -111,11 +142,12 @@ def fleet_counts() -> dict:
 
 
 def describe_diagnosis(code: str) -> dict:
-    """{"code", "text", "fix"} for a Diagnosis value; text and fix empty for none."""
+    """{"code", "label", "text", "fix"} for a Diagnosis value: a few words for the fleet
+    table's one line, the paragraph and the commands behind a click; empty for none."""
     if not code:
-        return {"code": "", "text": "", "fix": ""}
+        return {"code": "", "label": "", "text": "", "fix": ""}
     text, fix = describe(code)
-    return {"code": code, "text": text, "fix": fix}
+    return {"code": code, "label": DIAGNOSIS_LABELS[Diagnosis(code)], "text": text, "fix": fix}
 
 
 def vocabulary() -> dict:

@@ -19,7 +19,7 @@ from contract.services import SERVICES
 from healthcheck.scaleout import scraper_gaps
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
-from macweb.dashboard import charts, queries
+from macweb.dashboard import charts, queries, scrapes
 
 EVENTS_SHOWN = 100
 # What a chart or alerts answer that could not ask its service (503) tells the page.
@@ -136,10 +136,12 @@ def fleet_json(request: HttpRequest) -> JsonResponse:
     return response
 
 
-def exporter_rows(node: Node) -> list[dict]:
-    """Every agent service with what the master knows of it on this node."""
+def exporter_rows(node: Node, scraped: scrapes.ScrapeHealth | None = None) -> list[dict]:
+    """Every agent service with what the master knows of it on this node, and what
+    Prometheus says of its scrape (`scraped`, macweb.dashboard.scrapes)."""
     rows = []
     targets = queries.prometheus_targets(node)
+    scraped = scraped or scrapes.ScrapeHealth()
     for service in SERVICES:
         port = node.exporters.get(service.name)
         healthy = node.exporter_health.get(service.name)
@@ -161,6 +163,8 @@ def exporter_rows(node: Node) -> list[dict]:
                 "words": words,
                 # True/False: listed in / left out of its targets file; None: never listed.
                 "target": targets.get(service.name),
+                # {"health": "up" | "down", "error": ...} from Prometheus; None: no target.
+                "scrape": scraped.jobs.get(service.name),
             }
         )
     return rows
@@ -175,10 +179,12 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if node.gpu_vendor != GpuVendor.NONE:
         chart_names += ["gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "gpu_errors"]
     chart_names.append("rdma")
+    scraped = scrapes.scrape_health(node.pk)
     context = {
         "node": node,
         "row": queries.node_row(node),
-        "exporters": exporter_rows(node),
+        "exporters": exporter_rows(node, scraped),
+        "scrape_error": scraped.error,
         "events": node.events.all()[:EVENTS_SHOWN],
         "charts": [charts.CHARTS[name] for name in chart_names],
         "ranges": list(charts.RANGES),

@@ -106,6 +106,10 @@ class Port:
     ip: str
     service: Service
     answer: bytes | Callable[[], bytes]  # a callable renders the page per request
+    # The other paths the real exporter serves (exporters.server: every exporter has
+    # both /metrics and /health), so that Prometheus' scrape of a /health-probed
+    # service (sys-manager, bmc-agent) gets a page, not a 404.
+    others: dict[bytes, bytes] = field(default_factory=dict)
     mode: Mode = Mode.ANSWER
     server: asyncio.base_events.Server | None = None
     blackhole: list[socket.socket] = field(default_factory=list)
@@ -124,7 +128,10 @@ class Port:
             return None
         if self.mode is Mode.HTTP_500:
             return _response("500 Internal Server Error", "text/plain", b"exporter failed\n")
-        if path.split(b"?", 1)[0] != self.service.liveness_path.encode():
+        path = path.split(b"?", 1)[0]
+        if path != self.service.liveness_path.encode():
+            if path in self.others and self.mode is not Mode.BAD_BODY:
+                return self.others[path]
             return _response("404 Not Found", "text/plain", b"not found\n")
         if self.mode is Mode.BAD_BODY:
             return _response("200 OK", "text/html", b"<html><body>login</body></html>\n")
@@ -174,6 +181,43 @@ def _body_for(service: Service, hostname: str, exposition: bytes) -> bytes:
         return _response("200 OK", "text/html", b"<html><title>docs</title></html>\n")
     body = json.dumps({"status": "ok", "service": service.name, "node": hostname}).encode()
     return _response("200 OK", "application/json", body)
+
+
+def service_page(service: Service) -> bytes:
+    """The /metrics page of a service probed on /health: sys-manager's check results (all
+    passing, in its own names) or the shared runtime's collector gauge (bmc-agent)."""
+    registry = CollectorRegistry()
+    if service.name == "sys-manager":
+        checks = Gauge(
+            "mac_node_check_status",
+            "1 for the outcome (pass, warn, fail, skip) of each troubleshooting check.",
+            ["check", "status"],
+            registry=registry,
+        )
+        for check in ("master_ip", "master_reachable", "registered", "ip_forward"):
+            for status in ("pass", "warn", "fail", "skip"):
+                checks.labels(check, status).set(1.0 if status == "pass" else 0.0)
+    else:
+        Gauge(
+            "mac_exporter_collector_success",
+            "1 when the collector's last run succeeded.",
+            ["collector"],
+            registry=registry,
+        ).labels(service.name).set(1.0)
+    return generate_latest(registry)
+
+
+def other_pages(service: Service, hostname: str) -> dict[bytes, bytes]:
+    """What the real exporter serves beside its liveness URL (see Port.others)."""
+    if service.liveness_path == "/docs":  # mango-sdk-agent: an HTTP API, no /metrics
+        return {}
+    health = json.dumps({"status": "ok", "service": service.name, "node": hostname}).encode()
+    pages = {b"/health": _response("200 OK", "application/json", health)}
+    if service.liveness_path != "/metrics":
+        pages[b"/metrics"] = _response(
+            "200 OK", "text/plain; version=0.0.4; charset=utf-8", service_page(service)
+        )
+    return pages
 
 
 def _page_for(hardware: SimHardware, service: Service, hostname: str) -> Callable[[], bytes]:
@@ -249,7 +293,12 @@ class SimFleet:
             if kinds is None:
                 exposition = render_exposition(hostname)
                 ports = {
-                    name: Port(ip, BY_NAME[name], _body_for(BY_NAME[name], hostname, exposition))
+                    name: Port(
+                        ip,
+                        BY_NAME[name],
+                        _body_for(BY_NAME[name], hostname, exposition),
+                        other_pages(BY_NAME[name], hostname),
+                    )
                     for name in names
                 }
                 self.nodes.append(SimNode(index, ip, hostname, ports))
@@ -258,10 +307,12 @@ class SimFleet:
             ports = {}
             for name in hardware.profile.services:
                 service = BY_NAME[name]
+                others = other_pages(service, hostname)
                 if service.liveness_path == "/metrics":
-                    ports[name] = Port(ip, service, _page_for(hardware, service, hostname))
+                    answer = _page_for(hardware, service, hostname)
                 else:
-                    ports[name] = Port(ip, service, _body_for(service, hostname, b""))
+                    answer = _body_for(service, hostname, b"")
+                ports[name] = Port(ip, service, answer, others)
             self.nodes.append(SimNode(index, ip, hostname, ports, hardware))
         self.by_ip = {node.ip: node for node in self.nodes}
 

@@ -32,6 +32,7 @@ def am_settings(settings, tmp_path):
     settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"
     settings.ALERTMANAGER_MANAGED = True
     settings.ALERT_GROUP_WAIT = "0s"
+    settings.ALERT_NODE_GROUP_WAIT = "0s"
     settings.ALERT_GROUP_INTERVAL = "1s"
     return settings
 
@@ -60,3 +61,13 @@ def smtp() -> Iterator[SmtpSink]:
     sink = SmtpSink()
     yield sink
     sink.close()
+
+
+@pytest.fixture
+def node_alert_hook(alertmanager, webhook):
+    """A webhook channel to this test's receiver, loaded into its Alertmanager."""
+    from alerting.models import NotificationChannel
+
+    channel = NotificationChannel(name="node alerts hook", kind="webhook", url=webhook.url)
+    services.save_channel(channel, actor="test")
+    return webhook

@@ -7,10 +7,12 @@ import stat
 
 import pytest
 
-from alerting import services
+from alerting import nodealerts, services
 from alerting.models import NotificationChannel
+from alerting.nodealerts import offline_rows
 from contract.diagnosis import DESCRIPTIONS
 from testkit.alerting import body_text
+from testkit.factories import offline_node
 from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = [pytest.mark.django_db, needs_alertmanager]
@@ -93,30 +95,12 @@ def test_an_offline_node_email_carries_host_reason_diagnosis_fix_and_link(
         severities=["critical"],
     )  # fmt: skip
     services.save_channel(channel, actor="test")
+    node = offline_node("gpu-42", "10.0.0.42")
     now = dt.datetime.now(dt.UTC)
-    # The alert as Prometheus sends MacNodeOffline: codes in labels, words from mac.tmpl.
+    # The alert as the master posts MacNodeOffline: identities in labels, words in
+    # annotations (alerting.nodealerts).
     alertmanager_client = services.Alertmanager.from_settings()
-    alertmanager_client.post_alerts(
-        [
-            {
-                "labels": {
-                    "alertname": "MacNodeOffline",
-                    "severity": "critical",
-                    "node": "42",
-                    "hostname": "gpu-42",
-                    "cluster_name": "mac",
-                    "reason": "timeout",
-                    "diagnosis": "ip_forward_off",
-                    "status": "offline",
-                },
-                "annotations": {
-                    "summary": "Node gpu-42 is offline",
-                    "runbook_url": "docs/troubleshooting.md#a-node-is-offline-macnodeoffline",
-                },
-                "startsAt": now.isoformat(),
-            }
-        ]
-    )
+    alertmanager_client.post_alerts([nodealerts.firing_alert(offline_rows()[0], now)])
 
     message = smtp.wait_for(lambda m: "MacNodeOffline" in m["Subject"], timeout=30)
 
@@ -130,5 +114,5 @@ def test_an_offline_node_email_carries_host_reason_diagnosis_fix_and_link(
     assert "Diagnosis: IPv4 forwarding is off on the agent" in text
     assert " ".join(text_of.split()) in " ".join(text.split())
     assert "sudo sysctl -w net.ipv4.ip_forward=1" in text and fix.splitlines()[0] in text
-    assert "Node page: http://mac.example.test:28080/nodes/42/" in text
-    assert f"Since:     {now:%Y-%m-%d %H:%M}" in text
+    assert f"Node page: http://mac.example.test:28080/nodes/{node.pk}/" in text
+    assert f"Since:     {node.status_changed_at:%Y-%m-%d %H:%M}" in text

@@ -5,14 +5,20 @@ Prometheus and Alertmanager; the channels come from MAC_ALERT_WEBHOOK_URL and
 MAC_ALERT_EMAIL_TO, pointing at a webhook receiver and an aiosmtpd sink in this test.
 Simulated nodes (testkit.simfleet) stop answering and come back. The intervals are
 short through MAC's own settings: MAC_PROBE_INTERVAL=1, MAC_SCRAPE_INTERVAL=1s,
-MAC_ALERT_FOR=MacNodeOffline=2s, MAC_ALERT_GROUP_WAIT=1s, MAC_ALERT_GROUP_INTERVAL=2s,
-MAC_ALERT_POLL_INTERVAL=1.
+MAC_ALERT_FOR=MacNodeOffline=10s, MAC_ALERT_GROUP_WAIT=1s, MAC_ALERT_NODE_GROUP_WAIT=1s,
+MAC_ALERT_GROUP_INTERVAL=2s, MAC_ALERT_POLL_INTERVAL=1.
+
+The master posts MacNodeOffline itself (alerting.nodealerts); the Prometheus rule of
+the same name is the backstop, held back here by a `for:` of 10 s so that the tests can
+tell which of the two a notification came from.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,9 +44,11 @@ pytestmark = [
     ),
 ]
 
-# How long a dead node may take to reach the webhook here: a sweep (1 s), a scrape and
-# an evaluation (1 s each), `for: 2s`, group_wait 1 s, plus a loaded CI machine.
+# How long a dead node may take to reach the webhook here: a sweep (1 s), the post,
+# group_wait 1 s, plus a loaded CI machine.
 NOTIFY_WITHIN = 60
+# The backstop rule's `for:`: it cannot fire before this many seconds after the death.
+RULE_FOR = 10
 
 
 class Stack:
@@ -89,8 +97,9 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
             "MAC_PROBE_INTERVAL": "1",
             "MAC_PROBE_TIMEOUT": "1",
             "MAC_SCRAPE_INTERVAL": "1s",
-            "MAC_ALERT_FOR": "MacNodeOffline=2s",
+            "MAC_ALERT_FOR": f"MacNodeOffline={RULE_FOR}s",
             "MAC_ALERT_GROUP_WAIT": "1s",
+            "MAC_ALERT_NODE_GROUP_WAIT": "1s",
             "MAC_ALERT_GROUP_INTERVAL": "2s",
             "MAC_ALERT_POLL_INTERVAL": "1",
             "MAC_ALERT_WEBHOOK_URL": webhook.url,
@@ -135,28 +144,61 @@ def test_a_dead_node_notifies_once_by_webhook_and_email_then_resolves(stack):
 
     firing = stack.wait_notification(host, "firing")
     [alert] = [a for a in firing.body["alerts"] if a["labels"]["hostname"] == host]
-    assert alert["labels"]["diagnosis"] == "service_down"
-    assert alert["labels"]["reason"] == "refused"
+    # From the master's own post, before the backstop rule could have fired.
+    assert alert["annotations"]["source"] == "mac-master"
+    assert firing.received_at - died < RULE_FOR
+    assert set(alert["labels"]) == {"alertname", "node", "hostname", "cluster_name", "severity"}
+    words, fix = DESCRIPTIONS["service_down"]
+    assert alert["annotations"]["description"] == words
+    assert alert["annotations"]["reason"].startswith("connection refused")
     assert alert["annotations"]["runbook_url"].endswith("#a-node-is-offline-macnodeoffline")
-    # The webhook gets no template: the fix comes in an annotation, looked up by the rule.
-    assert alert["annotations"]["fix"] == DESCRIPTIONS["service_down"][1]
-    assert firing.received_at - died < NOTIFY_WITHIN
+    # The webhook gets no template: the fix comes in an annotation.
+    assert alert["annotations"]["fix"] == fix
 
     mail = stack.smtp.wait_for(lambda m: host in m["Subject"], timeout=NOTIFY_WITHIN)
     assert mail is not None and mail["Subject"].startswith("[MAC FIRING:1] MacNodeOffline")
     text = " ".join(body_text(mail).split())
-    words, _fix = DESCRIPTIONS["service_down"]
     assert f"Host: {host}" in text and "Reason: connection refused" in text
     assert " ".join(words.split()) in text and "mac restart agent" in text
     assert f"Node page: {stack.master.url}/nodes/{stack.ids[host]}/" in text
 
-    time.sleep(5)  # a few group intervals: still the one notification
+    time.sleep(RULE_FOR + 5)  # the backstop fires too: the same alert, still one notification
     assert len(stack.offline_notifications(host, "firing")) == 1
 
     stack.fleet.set_node_mode(0, "answer")
     resolved = stack.wait_notification(host, "resolved")
     assert resolved.body["status"] == "resolved"
     assert stack.smtp.wait_for(lambda m: m["Subject"].startswith("[MAC RESOLVED]"), NOTIFY_WITHIN)
+
+
+def test_a_master_that_stops_posting_leaves_the_alert_to_the_backstop(stack):
+    """Beat stopped (no sweep, no post) while the API still serves /metrics: the master's
+    alert would end at its endsAt (20 s here), but the backstop rule holds it."""
+    host = stack.host(0)
+    stack.fleet.set_node_mode(0, "refuse")
+    firing = stack.wait_notification(host, "firing", after=1)
+    beat = stack.master.service_pid("beat")
+    os.kill(beat, signal.SIGSTOP)
+    try:
+        stopped = time.time()
+
+        def held() -> list[dict]:
+            alerts = stack.master.get_json(f"{stack.master.am_url}/api/v2/alerts")
+            return [a for a in alerts if a["labels"].get("hostname") == host]
+
+        # Past the last post's endsAt: the alert is the backstop's now, and never ended.
+        while time.time() - stopped < 30:
+            assert held(), "the alert ended while the node was still Offline"
+            time.sleep(1)
+        [alert] = held()
+        assert alert["annotations"]["source"] == "prometheus-backstop"
+        assert len(stack.offline_notifications(host, "firing")) == 2  # this incident's one
+        assert len(stack.offline_notifications(host, "resolved")) == 1  # the first test's
+        assert firing.received_at < stopped
+    finally:
+        os.kill(beat, signal.SIGCONT)
+    stack.fleet.set_node_mode(0, "answer")
+    stack.wait_notification(host, "resolved", after=1)
 
 
 def test_a_node_in_maintenance_is_silenced_and_notifies_nobody(stack):
@@ -176,7 +218,7 @@ def test_a_node_in_maintenance_is_silenced_and_notifies_nobody(stack):
 
     stack.fleet.set_node_mode(1, "refuse")
     wait_for(lambda: stack.master.node_up().get(host) == 0.0, what="the node Offline")
-    time.sleep(12)  # well past for + scrape + evaluation + group_wait
+    time.sleep(RULE_FOR + 5)  # well past the post, for + scrape + evaluation + group_wait
     assert stack.offline_notifications(host, "firing") == []
 
     stack.fleet.set_node_mode(1, "answer")

@@ -56,7 +56,9 @@ def test_alertmanager_down_is_pushed_once_with_the_reason(am_settings, dashboard
 @needs_alertmanager
 def test_a_new_firing_alert_is_pushed(alertmanager, dashboard, make_node):
     tasks.sync_alertmanager()
-    assert dashboard()["alerts"] == {"available": True, "error": "", "count": 0, "alerts": []}
+    assert dashboard()["alerts"] == {
+        "available": True, "error": "", "count": 0, "alerts": [], "groups": [],
+    }  # fmt: skip
     Alertmanager.from_settings().post_alerts(
         [
             {
@@ -81,6 +83,10 @@ def test_a_new_firing_alert_is_pushed(alertmanager, dashboard, make_node):
     [row] = snapshot["alerts"]
     assert (row["alertname"], row["hostname"], row["node"], row["severity"]) == (
         "MacNodeOffline", "gpu-05", "5", "critical",
+    )  # fmt: skip
+    [group] = snapshot["groups"]  # what the fleet page shows
+    assert (group["alertname"], group["count"], group["nodes"][0]["hostname"]) == (
+        "MacNodeOffline", 1, "gpu-05",
     )  # fmt: skip
 
 

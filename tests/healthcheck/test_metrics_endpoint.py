@@ -122,17 +122,16 @@ def test_without_redis_the_node_series_still_come_out(client, make_node, setting
     assert not any(name == "mac_sweep_duration_seconds" for name, _ in got)
 
 
-def test_each_diagnosis_has_one_series_with_its_meaning_and_fix(client, sweep_redis):
-    from contract.diagnosis import describe
+def test_posts_of_the_node_alerts_are_counted_by_outcome(client, sweep_redis):
+    from alerting.nodealerts import Post, record
 
+    record(Post(firing=[1]))
+    record(Post(error="cannot reach http://127.0.0.1:29093: Connection refused"))
     got = samples(client.get("/metrics"))
-    table = {
-        dict(labels)["diagnosis"]: dict(labels)
+    posts = {
+        dict(labels)["outcome"]: value
         for (name, labels), value in got.items()
-        if name == "mac_diagnosis_info" and value == 1.0
+        if name == "mac_alert_posts_total"
     }
-    assert set(table) == {code.value for code in Diagnosis}
-    meaning, fix = describe(Diagnosis.IP_FORWARD_OFF)
-    assert table["ip_forward_off"]["meaning"] == meaning
-    assert table["ip_forward_off"]["fix"] == fix
-    assert "sysctl -w net.ipv4.ip_forward=1" in fix
+    assert posts["ok"] >= 1 and posts["failed"] >= 1
+    assert not any(name == "mac_diagnosis_info" for name, _labels in got)

@@ -23,7 +23,7 @@ from rest_framework.authtoken.models import Token
 
 from healthcheck.promconfig import ALERT_RULES, render_prometheus_config
 from healthcheck.sweep import run_sweep
-from healthcheck.targets import write_targets
+from healthcheck.targets import SCRAPED_SERVICES, write_targets
 from inventory.models import Node
 from testkit.ports import free_port
 from testkit.simfleet import register_fleet
@@ -162,3 +162,172 @@ def test_a_mixed_fleet_shows_its_gpus_and_rdma_through_master_and_prometheus(
     assert fired["GpuFellOffTheBus"] == {(str(nvidia.pk), "4")}
     assert (str(nvidia.pk), "2") in fired["GpuXidError"]
     assert fired["GpuEccUncorrectableErrors"] == {(str(amd.pk), "6")}
+
+
+class Sweeper:
+    """The master's beat and worker in a thread: a sweep, then the node alerts' post, every
+    second, as `probe_fleet` and `post_node_alerts` would run them."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        from alerting.nodealerts import post_node_alerts
+
+        try:
+            while not self.stop.wait(1.0):
+                run_sweep()
+                post_node_alerts()
+        except BaseException as exc:  # the test reports it
+            self.errors.append(exc)
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+@pytest.fixture
+def alerting_prometheus(tmp_path, processes, sd_dir, live_server, settings) -> dict:
+    """A real Alertmanager, and Prometheus with every MAC rule's `for:` cut to 2 s (as
+    MAC_ALERT_FOR renders them), sending to it."""
+    from alerting import services
+    from healthcheck.promconfig import render_alert_rules, shipped_rule_names
+    from testkit.alerting import AlertmanagerServer
+
+    settings.ALERTMANAGER_DIR = tmp_path / "alertmanager"
+    settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"
+    settings.ALERT_GROUP_WAIT = "0s"
+    services.apply_channels(reload=False)
+    manager = AlertmanagerServer(
+        services.config_path(),
+        tmp_path / "am-data",
+        port=int(settings.ALERTMANAGER_URL.rsplit(":", 1)[1]),
+    ).start()
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_alert_rules({name: "2s" for name in shipped_rule_names()}))
+    port = free_port()
+    config = render_prometheus_config(
+        str(sd_dir),
+        [live_server.url.removeprefix("http://")],
+        scrape_interval="1s",
+        scrape_timeout="1s",
+        sd_refresh_interval="1s",
+        rule_files=[str(rules)],
+        alertmanagers=[settings.ALERTMANAGER_URL],
+    )
+    sd_dir.mkdir(parents=True, exist_ok=True)
+    write_targets([], sd_dir)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    processes.start(
+        "prometheus",
+        [
+            shutil.which("prometheus"),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        env=None,
+    )
+    api = f"http://127.0.0.1:{port}"
+    wait_for(lambda: query(api, "vector(1)"), timeout=30, interval=0.2)
+    yield {"prometheus": api, "alertmanager": manager.url}
+    manager.stop()
+
+
+@pytest.mark.skipif(
+    not shutil.which("prometheus-alertmanager"), reason="Debian's Alertmanager is not installed"
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_nodes(
+    alerting_prometheus, fleet, live_server, fast_probes, sd_dir, sweep_redis, user
+):
+    import time
+
+    prometheus, manager = alerting_prometheus["prometheus"], alerting_prometheus["alertmanager"]
+    simulated = fleet(6, profiles=MIX, seed=11, fault_rate=0)
+    registered, errors = asyncio.run_coroutine_threadsafe(
+        register_fleet(simulated.fleet, live_server.url), simulated.loop
+    ).result(60)
+    assert (registered, errors) == (6, [])
+    sweeper = Sweeper()
+    try:
+        scraped = [name for node in simulated.nodes for name in node.ports]
+        expected = sum(name in SCRAPED_SERVICES for name in scraped) + 1  # + the master
+
+        def targets() -> list[dict]:
+            return get_json(f"{prometheus}/api/v1/targets")["data"]["activeTargets"]
+
+        # Every target scraped at least once, and every one of them up: sys-manager's
+        # /metrics too (the real one serves it, so the simulated one does).
+        up = wait_for(
+            lambda: (t := targets()) and len(t) >= expected
+            and all(x["health"] != "unknown" for x in t) and t,
+            timeout=60, interval=0.5,
+        )  # fmt: skip
+        assert [(t["labels"]["job"], t["lastError"]) for t in up if t["health"] != "up"] == []
+
+        time.sleep(8)  # past every rule's 2 s `for:`, several evaluations and posts
+
+        def firing_in_prometheus() -> list[dict]:
+            alerts = get_json(f"{prometheus}/api/v1/alerts")["data"]["alerts"]
+            return [a["labels"] for a in alerts if a["state"] == "firing"]
+
+        def in_alertmanager() -> list[dict]:
+            return [a["labels"] for a in get_json(f"{manager}/api/v2/alerts")]
+
+        assert firing_in_prometheus() == []
+        assert in_alertmanager() == []
+
+        by_profile = {n.hardware.profile.name: n for n in reversed(simulated.nodes)}
+        nvidia = Node.objects.get(ip=by_profile["nvidia"].ip)
+        cpu = Node.objects.get(ip=by_profile["cpu"].ip)
+        simulated.inject(by_profile["nvidia"].ip, "gpu_lost", 4)
+        simulated.set_node_mode(by_profile["cpu"].ip, "refuse")
+
+        def alerting_nodes() -> set[tuple[str, str]]:
+            return {(a["alertname"], a.get("node", "")) for a in in_alertmanager()}
+
+        wanted = {("GpuFellOffTheBus", str(nvidia.pk)), ("MacNodeOffline", str(cpu.pk))}
+        wait_for(lambda: wanted <= alerting_nodes(), timeout=60, interval=0.5)
+        time.sleep(4)  # anything else would have come by now
+        assert {node for _name, node in alerting_nodes()} == {str(nvidia.pk), str(cpu.pk)}
+        [offline] = [a for a in in_alertmanager() if a["alertname"] == "MacNodeOffline"]
+        assert set(offline) == {"alertname", "node", "hostname", "cluster_name", "severity"}
+
+        # The node page's Exporters panel: Prometheus' own word beside MAC's probe.
+        client = Client()
+        client.force_login(user)
+
+        def exporter_row(node: Node, service: str) -> str:
+            with override_settings(PROMETHEUS_URL=prometheus):
+                page = client.get(f"/nodes/{node.pk}/").content.decode()
+            return page.split(f'data-service="{service}"', 1)[1].split("</tr>", 1)[0]
+
+        def scrape_cell(node: Node, service: str) -> str:
+            return exporter_row(node, service).split('class="exp-scrape"', 1)[1]
+
+        amd_ip = by_profile["amd"].ip
+        amd = Node.objects.get(ip=amd_ip)
+        assert ">up<" in scrape_cell(amd, "sys-manager")
+        # A sys-manager that answers MAC's probe (/health) but not Prometheus' scrape,
+        # as the simulated one did before it served /metrics.
+        port = simulated.fleet.node(amd_ip).ports["sys-manager"]
+        simulated.loop_call(port.others.pop, b"/metrics")
+        down = wait_for(
+            lambda: ">down<" in (cell := scrape_cell(amd, "sys-manager")) and cell,
+            timeout=30, interval=0.5,
+        )  # fmt: skip
+        assert "404" in down
+        assert "badge-exp-up exp-probe" in exporter_row(amd, "sys-manager")  # MAC's probe
+    finally:
+        sweeper.close()
+    assert sweeper.errors == []

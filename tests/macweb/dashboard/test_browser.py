@@ -357,6 +357,9 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
     forwarding_off(fleet, 1, tmp_path)
     expect(row.locator(".badge")).to_have_text("Offline", timeout=3000)
     expect(row.locator(".reason")).to_contain_text("timed out")
+    expect(row.locator(".diagnosis-label")).to_contain_text("IPv4 forwarding is off")
+    expect(row.locator(".diagnosis")).to_be_hidden()  # one line; the paragraph on a click
+    row.locator("details.why-more > summary").click()
     expect(row.locator(".diagnosis")).to_contain_text("ip_forward")
     row.locator("details.fix summary").click()
     expect(row.locator("details.fix pre")).to_contain_text("sudo sysctl -w net.ipv4.ip_forward=1")

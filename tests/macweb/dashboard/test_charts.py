@@ -185,3 +185,14 @@ def test_a_chart_past_the_prometheus_bulkhead_answers_503_with_the_reason(client
     assert response.status_code == 503
     reason = response.json()["empty_reason"]
     assert "already wait on Prometheus" in reason and "MAC_BULKHEAD_PROMETHEUS=1" in reason
+
+
+def test_a_nic_without_a_verbs_device_is_named_by_its_interface():
+    """GPUBoost counts through ethtool alone: no `device`, so two NICs were both
+    "rx port=1"; the interface tells them apart."""
+    first = {"iface": "ens1f0", "port": "1", "vendor": "mangoboost", "node": "3"}
+    second = {**first, "iface": "ens1f1"}
+    names = {charts.series_name("rx", first), charts.series_name("rx", second)}
+    assert names == {"rx ens1f0 port=1", "rx ens1f1 port=1"}
+    with_device = {**first, "device": "mlx5_0"}
+    assert charts.series_name("rx", with_device) == "rx mlx5_0 port=1"

@@ -216,3 +216,45 @@ def test_the_header_links_to_prometheus_and_alertmanager_through_the_front_door(
 
     settings.ALERTMANAGER_MANAGED = False  # a site's own Alertmanager: not served here
     assert 'href="/alertmanager/"' not in client_user.get("/").content.decode()
+
+
+def test_it_filters_the_nodes_by_a_firing_alert(client_user, settings, tmp_path):
+    import datetime as dt
+    import shutil
+
+    from alerting import services
+    from alerting.client import Alertmanager
+    from testkit.alerting import AlertmanagerServer
+
+    if not shutil.which("prometheus-alertmanager"):
+        pytest.skip("Debian's prometheus-alertmanager is not installed")
+    down = offline_node(hostname="c-down", ip="192.0.2.77")
+    online_gpu_node(hostname="a-nv")
+    settings.ALERTMANAGER_DIR = tmp_path / "am"
+    settings.ALERTMANAGER_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    page = client_user.get("/?alert=MacNodeOffline")
+    assert page.status_code == 400 and "alerts unavailable: cannot reach" in page.content.decode()
+    assert client_user.get("/fleet.json?alert=Mac Node").json() == {
+        "alert": ["Use an alert name, e.g. alert=MacNodeOffline."]
+    }
+
+    services.apply_channels(reload=False)
+    manager = AlertmanagerServer(services.config_path(), tmp_path / "am-data").start()
+    try:
+        settings.ALERTMANAGER_URL = manager.url
+        now = dt.datetime.now(dt.UTC).isoformat()
+        labels = {"alertname": "MacNodeOffline", "severity": "critical", "cluster_name": "mac"}
+        Alertmanager.from_settings().post_alerts(
+            [{"labels": {**labels, "node": str(down.pk), "hostname": "c-down"}, "startsAt": now}]
+        )
+
+        def names(query: str) -> list[str]:
+            nodes = client_user.get(f"/fleet.json?{query}").json()["nodes"]
+            return [row["hostname"] for row in nodes]
+
+        assert names("alert=MacNodeOffline") == ["c-down"]
+        assert names("alert=GpuXidError") == []
+        html = client_user.get("/?alert=MacNodeOffline").content.decode()
+        assert 'name="alert" value="MacNodeOffline"' in html
+    finally:
+        manager.stop()

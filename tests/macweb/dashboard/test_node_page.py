@@ -57,13 +57,13 @@ def test_it_shows_status_diagnosis_fix_exporters_and_history(client_user):
 
 
 def _target_badges(html: str) -> dict[str, str]:
-    """{service: what the Prometheus column (the row's last cell) says}."""
+    """{service: what the Prometheus column (the row's fourth cell) says}."""
     import re
 
     badges = {}
     for name, row in re.findall(r'<tr data-service="([^"]+)"(.*?)</tr>', html, flags=re.S):
-        last_cell = row.rsplit("<td>", 1)[1]
-        badges[name] = re.sub(r"<[^>]+>", "", last_cell).strip()
+        cell = re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)[3]
+        badges[name] = re.sub(r"<[^>]+>", "", cell).strip()
     return badges
 
 

@@ -2,6 +2,9 @@
 // the master (alerts.json), updated live by "alerts.changed" pushes on the page's one
 // WebSocket (live.js re-emits them as "mac:live" events). When Alertmanager is down the
 // panel says "alerts unavailable: <why>" and the rest of the page is untouched.
+// The fleet page shows the alerts grouped by alertname and severity: one line per
+// group (count, the first few hosts), its nodes a click away, and past a handful of
+// groups the rest folded under one line, so the node table stays in view.
 // Data goes in with textContent only.
 import { el, refreshTimes } from "./live.js";
 
@@ -12,6 +15,8 @@ const cfg = {
   node_id: panel.dataset.nodeId || "",
 };
 const list = document.getElementById("alerts-list");
+const HOSTS_SHOWN = 3;  // hosts named on a group's line
+const HANDFUL = 5;  // groups shown before the rest fold under one line
 const silences = document.getElementById("silences-list");
 
 function nodeLink(alert) {
@@ -35,6 +40,55 @@ function alertItem(alert) {
   }
   if (alert.silenced) li.append(el("span", "muted", "(silenced)"));
   return li;
+}
+
+function filterUrl(alertname) {
+  const query = new URLSearchParams({ alert: alertname });
+  return `${window.location.pathname}?${query}`;
+}
+
+function groupItem(group) {
+  const li = el("li", "alert-group");
+  li.dataset.alertname = group.alertname;
+  li.dataset.severity = group.severity;
+  const box = el("details");
+  const line = el("summary");
+  line.append(el("span", `sev sev-${group.severity}`, group.severity || "?"));
+  line.append(el("span", "alert-name", group.alertname));
+  line.append(el("span", "group-count", `× ${group.count}`));
+  const hosts = group.nodes.slice(0, HOSTS_SHOWN).map((n) => n.hostname || `node ${n.node}`);
+  const rest = group.count - hosts.length;
+  line.append(el("span", "group-hosts mono", hosts.join(", ") + (rest > 0 ? ` and ${rest} more` : "")));
+  box.append(line);
+  const nodes = el("ul", "group-nodes");
+  for (const n of group.nodes) {
+    const item = el("li");
+    item.append(nodeLink(n), el("span", "alert-summary", n.summary));
+    nodes.append(item);
+  }
+  box.append(nodes);
+  const show = el("a", "group-filter", `show ${group.count === 1 ? "this node" : `all ${group.count} nodes`} in the table`);
+  show.href = filterUrl(group.alertname);
+  box.append(show);
+  li.append(box);
+  return li;
+}
+
+function groupItems(groups) {
+  const items = groups.slice(0, HANDFUL).map(groupItem);
+  if (groups.length > HANDFUL) {
+    const rest = groups.slice(HANDFUL);
+    const li = el("li", "alert-groups-more");
+    const box = el("details");
+    const alerts = rest.reduce((sum, g) => sum + g.count, 0);
+    box.append(el("summary", "muted", `${rest.length} more groups (${alerts} alerts)`));
+    const more = el("ul", "alerts-list");
+    more.append(...rest.map(groupItem));
+    box.append(more);
+    li.append(box);
+    items.push(li);
+  }
+  return items;
 }
 
 function silenceItem(silence) {
@@ -62,9 +116,13 @@ export function render(data) {
   panel.dataset.state = total ? "firing" : "quiet";
   count.textContent = String(total);
   state.textContent = total ? `${total} firing` : "no alert firing";
-  list.replaceChildren(...data.alerts.map(alertItem));
-  if (data.count > data.alerts.length) {
-    list.append(el("li", "muted", `… and ${data.count - data.alerts.length} more`));
+  if (!cfg.node_id && data.groups) {
+    list.replaceChildren(...groupItems(data.groups));
+  } else {
+    list.replaceChildren(...data.alerts.map(alertItem));
+    if (data.count > data.alerts.length) {
+      list.append(el("li", "muted", `… and ${data.count - data.alerts.length} more`));
+    }
   }
   if (silences) {
     const items = (data.silences || []).map(silenceItem);

@@ -24,7 +24,7 @@ function withWords(node) {
     ...node,
     status_text: node.status_text || vocab.status[node.status] || node.status,
     status_reason_text: node.status_reason_text ?? (vocab.reason[node.status_reason] || ""),
-    diagnosis_info: node.diagnosis_info || vocab.diagnosis[node.diagnosis] || { text: "", fix: "" },
+    diagnosis_info: node.diagnosis_info || vocab.diagnosis[node.diagnosis] || { label: "", text: "", fix: "" },
     agent_network_text:
       node.agent_network_text ?? (vocab.network[node.agent_network || ""] || "unknown"),
   };
@@ -63,19 +63,27 @@ function buildRow(raw) {
     seen.append(el("span", "muted", "never"));
   }
 
+  // One line (the reason, and the diagnosis in a few words); the paragraph and the
+  // fix a click away, so an Offline row stays as tall as the others.
   const why = el("td", "why");
   if (node.status === "offline") {
     const detail = node.status_detail ? `: ${node.status_detail}` : "";
-    why.append(el("div", "reason", `${node.status_reason_text}${detail}`));
+    const more = el("details", "why-more");
+    const line = el("summary");
+    line.title = "Click for the diagnosis and the fix";
+    line.append(el("span", "reason", `${node.status_reason_text}${detail}`));
     const diag = node.diagnosis_info;
+    if (diag && diag.label) line.append(" ", el("span", "diagnosis-label", `· ${diag.label}`));
+    more.append(line);
     if (diag && diag.text) {
-      why.append(el("div", "diagnosis", diag.text));
+      more.append(el("div", "diagnosis", diag.text));
       if (diag.fix) {
         const fix = el("details", "fix");
         fix.append(el("summary", null, "How to fix"), el("pre", null, diag.fix));
-        why.append(fix);
+        more.append(fix);
       }
     }
+    why.append(more);
   } else if (node.status === "unknown") {
     why.append(el("span", "muted", node.status_reason_text));
   }

@@ -2,6 +2,7 @@
 // on range, size or theme change, say why a chart is empty, and keep the status badge live.
 /* global uPlot */
 import { connectLive, readJson, refreshTimes } from "./live.js";
+import { formatValue, tickLabels, yScale } from "./units.js";
 
 const node = readJson("mac-node");
 const vocab = readJson("mac-vocabulary");
@@ -12,34 +13,6 @@ let range = document.querySelector("button.range.active")?.dataset.range || "1h"
 
 function cssVar(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
-}
-
-const SI = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
-
-function trim(value) {
-  const digits = Math.abs(value) >= 10 || Number.isInteger(value) ? 0 : 1;
-  return value.toFixed(digits);
-}
-
-// Legend values: the full unit ("38.2 GB/s", "61.5 GiB", "71 °C").
-function formatValue(value, unit) {
-  if (value === null || value === undefined) return "–";
-  if (unit === "B/s") {
-    for (const [size, prefix] of SI) if (Math.abs(value) >= size) return `${trim(value / size)} ${prefix}B/s`;
-    return `${trim(value)} B/s`;
-  }
-  if (unit === "MiB" && Math.abs(value) >= 1024) return `${trim(value / 1024)} GiB`;
-  return `${trim(value)} ${unit}`;
-}
-
-// Axis ticks: short, the unit is in the chart's title ("40G", "60Gi", "75").
-function formatTick(value, unit) {
-  if (unit === "B/s") {
-    for (const [size, prefix] of SI) if (Math.abs(value) >= size) return `${trim(value / size)}${prefix}`;
-    return trim(value);
-  }
-  if (unit === "MiB" && Math.abs(value) >= 1024) return `${trim(value / 1024)}Gi`;
-  return trim(value);
 }
 
 function palette() {
@@ -79,8 +52,8 @@ function draw(figure, data) {
     height: 200,
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false } },
-    scales: { x: { time: true }, y: data.unit === "%" ? { range: [0, 100] } : { auto: true } },
-    axes: [axis, { ...axis, size: 56, values: (u, ticks) => ticks.map((v) => formatTick(v, data.unit)) }],
+    scales: { x: { time: true }, y: yScale(data.unit) },
+    axes: [axis, { ...axis, size: 56, values: (u, ticks) => tickLabels(ticks, data.unit) }],
     hooks: {
       // With no cursor on the chart, the legend shows the latest values.
       setCursor: [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: lastIndex }); }],

@@ -1,0 +1,202 @@
+"""The master's own node alerts, posted to Alertmanager (API v2) as Prometheus posts its own.
+
+The sweep knows a node is Offline, and why, seconds after it happens; a Prometheus rule
+would learn it a scrape, an evaluation and a `for:` later, and only as label codes. So
+after every sweep (healthcheck.sweep.publish) the alerting.tasks.post_node_alerts task
+posts, in one request:
+
+- every Offline node that is not in maintenance, as MacNodeOffline, with `endsAt`
+  ENDS_AFTER_INTERVALS probe intervals ahead: the next sweep posts it again, and a master
+  that stops posting lets it end by itself instead of firing forever;
+- every node it posted before that is no longer such (back Online, put in maintenance,
+  deregistered), with `endsAt` now: Alertmanager resolves it at once.
+
+Labels are exactly those of the Prometheus rule MacNodeOffline, which stays as the
+backstop for a master that cannot post (healthcheck/prometheus/alerts.yml): alertname,
+node, hostname, cluster_name and severity. Both alerts then have one fingerprint and
+Alertmanager deduplicates them. The words come in annotations, from MAC's own data:
+summary, reason, diagnosis, description, fix, node_url, runbook_url, and `source`.
+
+Which nodes were posted as firing is kept in the cache, and only replaced after a post
+that Alertmanager accepted: a failed post is simply made again after the next sweep
+(each post carries the whole state). Every post's outcome is counted for the master's
+/metrics and /health (post_stats).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+
+from alerting.client import Alertmanager, AlertmanagerUnavailable
+from contract.diagnosis import describe
+from contract.outcomes import DIAGNOSIS_LABELS, OUTCOME_LABELS, Diagnosis, Outcome
+from inventory.choices import NodeStatus
+from inventory.models import Node
+
+ALERTNAME = "MacNodeOffline"
+SEVERITY = "critical"
+SOURCE = "mac-master"
+RUNBOOK = "docs/troubleshooting.md#a-node-is-offline-macnodeoffline"
+# endsAt this many intervals ahead, and never under ENDS_AFTER_MIN seconds: a post late
+# by a loaded worker must not let the alert end (and page again) between two sweeps.
+ENDS_AFTER_INTERVALS = 4
+ENDS_AFTER_MIN = 20.0
+
+POSTED_KEY = "alerting:node-alerts:posted"
+STATS_KEY = "alerting:node-alerts:stats"
+LOCK_KEY = "alerting:node-alerts:lock"
+POSTED_FIELDS = ("id", "hostname")
+
+
+def ends_after() -> float:
+    """Seconds from a post to its alerts' endsAt."""
+    return max(ENDS_AFTER_INTERVALS * settings.PROBE_INTERVAL, ENDS_AFTER_MIN)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def labels(node_id: int, hostname: str) -> dict[str, str]:
+    """The alert's identity: the same five labels the backstop rule gives it."""
+    return {
+        "alertname": ALERTNAME,
+        "node": str(node_id),
+        "hostname": hostname,
+        "cluster_name": settings.CLUSTER_NAME,
+        "severity": SEVERITY,
+    }
+
+
+def node_url(node_id: int) -> str:
+    base = settings.PUBLIC_URL or "http://localhost:28080"
+    return f"{base.rstrip('/')}/nodes/{node_id}/"
+
+
+def runbook_url() -> str:
+    base = settings.RUNBOOK_BASE_URL
+    return f"{base.rstrip('/')}/{RUNBOOK}" if base else RUNBOOK
+
+
+def _reason_words(row: dict) -> str:
+    try:
+        words = OUTCOME_LABELS[Outcome(row["status_reason"])]
+    except ValueError:
+        words = row["status_reason"]
+    return f"{words} ({row['status_detail']})" if row["status_detail"] else words
+
+
+def firing_alert(row: dict, now: datetime) -> dict:
+    """One Offline node as MacNodeOffline, firing until a few intervals from now."""
+    code = row["diagnosis"] or Diagnosis.NONE
+    meaning, fix = describe(code)
+    diagnosis = DIAGNOSIS_LABELS.get(Diagnosis(code), code) if code else ""
+    annotations = {
+        "summary": f"Node {row['hostname']} is offline",
+        "reason": _reason_words(row),
+        "diagnosis": diagnosis,
+        "description": meaning or "The master's probe of sys-exporter (:29101) fails.",
+        "fix": fix or "Run `mac doctor` on the node.",
+        "node_url": node_url(row["id"]),
+        "runbook_url": runbook_url(),
+        "source": SOURCE,
+    }
+    return {
+        "labels": labels(row["id"], row["hostname"]),
+        "annotations": {key: value for key, value in annotations.items() if value},
+        "startsAt": _iso(row["status_changed_at"]),
+        "endsAt": _iso(now + timedelta(seconds=ends_after())),
+        "generatorURL": node_url(row["id"]),
+    }
+
+
+def resolved_alert(node_id: int, hostname: str, now: datetime) -> dict:
+    """The end of a node's alert: same labels, endsAt now."""
+    return {
+        "labels": labels(node_id, hostname),
+        "annotations": {"summary": f"Node {hostname} is back", "source": SOURCE},
+        "endsAt": _iso(now),
+        "generatorURL": node_url(node_id),
+    }
+
+
+def offline_rows() -> list[dict]:
+    """The nodes that should alert: Offline and not in maintenance."""
+    return list(
+        Node.objects.filter(status=NodeStatus.OFFLINE, maintenance=False)
+        .order_by("id")
+        .values(
+            "id", "hostname", "status_reason", "status_detail", "diagnosis", "status_changed_at"
+        )
+    )
+
+
+@dataclass
+class Post:
+    """What one post sent, and why it failed ("" when Alertmanager took it)."""
+
+    firing: list[int] = field(default_factory=list)
+    resolved: list[int] = field(default_factory=list)
+    error: str = ""
+    skipped: bool = False
+
+
+def build(rows: list[dict], posted: dict[int, str], now: datetime) -> tuple[list[dict], Post]:
+    """The alerts of one post: the firing rows, and the ends of the others posted before."""
+    firing = [firing_alert(row, now) for row in rows]
+    firing_ids = {row["id"] for row in rows}
+    gone = {node_id: host for node_id, host in posted.items() if node_id not in firing_ids}
+    ends = [resolved_alert(node_id, host, now) for node_id, host in sorted(gone.items())]
+    return firing + ends, Post(firing=sorted(firing_ids), resolved=sorted(gone))
+
+
+def post_node_alerts(client: Alertmanager | None = None) -> Post:
+    """Post the fleet's node alerts once (see the module docstring); never raises for
+    Alertmanager's sake, the outcome is counted instead."""
+    # One post at a time: two overlapping posts could end a node's alert after the
+    # newer one fired it. The lock outlives a hung post by its timeout only.
+    timeout = settings.ALERTMANAGER_TIMEOUT
+    if not cache.add(LOCK_KEY, "1", timeout=int(timeout) + 5):
+        return Post(skipped=True)
+    try:
+        client = client or Alertmanager(settings.ALERTMANAGER_URL, timeout)
+        posted = {int(k): v for k, v in (cache.get(POSTED_KEY) or {}).items()}
+        rows = offline_rows()
+        alerts, post = build(rows, posted, datetime.now(UTC))
+        if not alerts:
+            return post
+        try:
+            client.post_alerts(alerts)
+        except AlertmanagerUnavailable as exc:
+            post.error = str(exc)
+        else:
+            cache.set(POSTED_KEY, {row["id"]: row["hostname"] for row in rows}, None)
+        record(post)
+        return post
+    finally:
+        cache.delete(LOCK_KEY)
+
+
+def record(post: Post) -> None:
+    """Count the post for /metrics and keep the last failure for /health."""
+    stats = cache.get(STATS_KEY) or {"ok": 0, "failed": 0, "last_error": "", "failing_since": 0}
+    now = time.time()
+    if post.error:
+        stats["failed"] += 1
+        stats["last_error"] = post.error
+        stats["failing_since"] = stats["failing_since"] or now
+    else:
+        stats["ok"] += 1
+        stats["last_error"], stats["failing_since"] = "", 0
+        stats["last_ok_at"] = now
+    cache.set(STATS_KEY, stats, None)
+
+
+def post_stats() -> dict:
+    """{"ok": n, "failed": n, "last_error": why, "failing_since": unix time or 0, ...}."""
+    return cache.get(STATS_KEY) or {"ok": 0, "failed": 0, "last_error": "", "failing_since": 0}

@@ -1,0 +1,205 @@
+"""The master posts its own node alerts to a real Alertmanager (alerting.nodealerts)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+
+from alerting import nodealerts
+from contract.diagnosis import DESCRIPTIONS
+from healthcheck.health import run_health_checks
+from inventory.choices import NodeStatus
+from inventory.models import Node
+from testkit.factories import offline_node, online_gpu_node
+from testkit.ports import free_port
+from tests.alerting.conftest import needs_alertmanager
+
+pytestmark = [pytest.mark.django_db, needs_alertmanager]
+
+LABELS = {"alertname", "node", "hostname", "cluster_name", "severity"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_state():
+    for key in (nodealerts.POSTED_KEY, nodealerts.STATS_KEY, nodealerts.LOCK_KEY):
+        cache.delete(key)
+    yield
+    for key in (nodealerts.POSTED_KEY, nodealerts.STATS_KEY, nodealerts.LOCK_KEY):
+        cache.delete(key)
+
+
+def held(alertmanager, hostname: str) -> list[dict]:
+    """Alertmanager's active alerts for this host."""
+    return [
+        a
+        for a in alertmanager.get("/api/v2/alerts?active=true&silenced=true&inhibited=true")
+        if a["labels"].get("hostname") == hostname
+    ]
+
+
+def about(host: str, status: str):
+    def match(body: dict) -> bool:
+        return any(
+            a["labels"].get("hostname") == host and a["status"] == status for a in body["alerts"]
+        )
+
+    return match
+
+
+def test_an_offline_node_is_posted_with_its_words_and_notifies_once(
+    alertmanager, node_alert_hook, am_settings
+):
+    am_settings.PUBLIC_URL = "http://mac.example.test:28080"
+    node = offline_node("gpu-11", "10.0.0.11")
+    online_gpu_node("gpu-12", "10.0.0.12")
+
+    post = nodealerts.post_node_alerts()
+
+    assert post.error == "" and post.firing == [node.pk]
+    [alert] = held(alertmanager, "gpu-11")
+    assert set(alert["labels"]) == LABELS
+    assert alert["labels"]["node"] == str(node.pk)
+    meaning, fix = DESCRIPTIONS["ip_forward_off"]
+    notes = alert["annotations"]
+    assert notes["source"] == "mac-master"
+    assert notes["diagnosis"] == "IPv4 forwarding is off on the agent"
+    assert notes["description"] == meaning and notes["fix"] == fix
+    assert notes["reason"] == "sys-exporter timed out (no answer within 3.0 s)"
+    assert notes["node_url"] == f"http://mac.example.test:28080/nodes/{node.pk}/"
+    assert notes["runbook_url"].endswith("#a-node-is-offline-macnodeoffline")
+    assert held(alertmanager, "gpu-12") == []
+
+    firing = node_alert_hook.wait_for(about("gpu-11", "firing"), timeout=30)
+    assert firing is not None
+    [sent] = firing.body["alerts"]
+    assert sent["annotations"]["fix"] == fix and sent["annotations"]["source"] == "mac-master"
+    # Re-posted after every sweep: the same alert, no second notification.
+    for _ in range(3):
+        assert nodealerts.post_node_alerts().error == ""
+    time.sleep(3)  # several group intervals (1 s here)
+    assert len(node_alert_hook.matching(about("gpu-11", "firing"))) == 1
+
+
+def test_a_node_back_online_ends_its_alert_at_once(alertmanager, node_alert_hook):
+    node = offline_node("gpu-21", "10.0.0.21")
+    nodealerts.post_node_alerts()
+    assert node_alert_hook.wait_for(about("gpu-21", "firing"), timeout=30)
+
+    Node.objects.filter(pk=node.pk).update(status=NodeStatus.ONLINE)
+    post = nodealerts.post_node_alerts()
+
+    assert post.resolved == [node.pk] and post.firing == []
+    resolved = node_alert_hook.wait_for(about("gpu-21", "resolved"), timeout=30)
+    assert resolved is not None
+    assert held(alertmanager, "gpu-21") == []
+    assert nodealerts.post_node_alerts().resolved == []  # ended once, then forgotten
+
+
+def test_a_node_in_maintenance_gets_no_alert_and_loses_the_one_it_had(alertmanager):
+    resting = offline_node("gpu-31", "10.0.0.31", maintenance=True)
+    other = offline_node("gpu-32", "10.0.0.32")
+
+    assert nodealerts.post_node_alerts().firing == [other.pk]
+    assert held(alertmanager, "gpu-31") == []
+
+    Node.objects.filter(pk=other.pk).update(maintenance=True)
+    assert nodealerts.post_node_alerts().resolved == [other.pk]
+    assert held(alertmanager, "gpu-32") == []
+    assert resting.pk not in nodealerts.post_node_alerts().firing
+
+
+def test_a_master_that_stops_posting_lets_the_alert_end_by_its_ends_at(
+    alertmanager, node_alert_hook, monkeypatch, am_settings
+):
+    am_settings.PROBE_INTERVAL = 0.5
+    monkeypatch.setattr(nodealerts, "ENDS_AFTER_MIN", 4.0)  # 4 s from the post
+    offline_node("gpu-41", "10.0.0.41")
+    posted_at = time.time()
+    nodealerts.post_node_alerts()
+    assert node_alert_hook.wait_for(about("gpu-41", "firing"), timeout=30)
+
+    # No post any more (the master is dead): Alertmanager ends the alert by itself.
+    resolved = node_alert_hook.wait_for(about("gpu-41", "resolved"), timeout=30)
+
+    assert resolved is not None
+    assert resolved.received_at - posted_at >= 4.0
+    assert held(alertmanager, "gpu-41") == []
+
+
+def test_a_failed_post_is_counted_shown_in_health_and_retried(alertmanager, am_settings):
+    node = offline_node("gpu-51", "10.0.0.51")
+    reachable = am_settings.ALERTMANAGER_URL
+    am_settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"  # nobody listens
+
+    post = nodealerts.post_node_alerts()
+
+    assert post.error.startswith("cannot reach http://127.0.0.1:")
+    health = run_health_checks()
+    assert health["status"] == "degraded" and "node_alerts" in health["degraded"]
+    assert "node alerts not posted for" in health["checks"]["node_alerts"]["detail"]
+    metrics = Client().get("/metrics").content.decode()
+    assert 'mac_alert_posts_total{outcome="failed"} 1.0' in metrics
+
+    am_settings.ALERTMANAGER_URL = reachable
+    assert nodealerts.post_node_alerts().error == ""  # the next sweep's post
+    assert [a["labels"]["node"] for a in held(alertmanager, "gpu-51")] == [str(node.pk)]
+    health = run_health_checks()
+    assert health["checks"]["node_alerts"]["ok"] is True
+    metrics = Client().get("/metrics").content.decode()
+    assert 'mac_alert_posts_total{outcome="ok"} 1.0' in metrics
+
+
+def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, am_settings):
+    """Down, up, down, up within group_interval: one firing notification, then one resolved."""
+    am_settings.ALERT_GROUP_INTERVAL = "12s"
+    am_settings.ALERT_NODE_GROUP_WAIT = "1s"
+    from alerting import services
+
+    services.apply_channels()  # reload with these timings
+    node = offline_node("gpu-61", "10.0.0.61")
+    started = time.time()
+    for status in [NodeStatus.OFFLINE, NodeStatus.ONLINE] * 3:
+        Node.objects.filter(pk=node.pk).update(status=status)
+        assert nodealerts.post_node_alerts().error == ""
+        time.sleep(1.2)  # one sweep
+    assert time.time() - started < 12
+
+    resolved = node_alert_hook.wait_for(about("gpu-61", "resolved"), timeout=40)
+    assert resolved is not None
+    assert len(node_alert_hook.matching(about("gpu-61", "firing"))) == 1
+    assert len(node_alert_hook.matching(about("gpu-61", "resolved"))) == 1
+
+
+@pytest.fixture
+def eager_celery():
+    """Queued tasks run in the test, as a worker would run them."""
+    from macweb.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def test_every_sweep_posts_the_offline_nodes(alertmanager, eager_celery, tmp_path):
+    from healthcheck.state import SweepStats
+    from healthcheck.sweep import load_nodes, publish
+
+    node = offline_node("gpu-71", "10.0.0.71")
+    publish(SweepStats(started_at=time.time()), load_nodes(), sd_dir=tmp_path)
+
+    assert [a["labels"]["node"] for a in held(alertmanager, "gpu-71")] == [str(node.pk)]
+
+
+def test_a_broker_that_refuses_the_post_is_counted_not_raised(am_settings, monkeypatch):
+    from alerting.tasks import queue_node_alerts
+
+    def refuse(**kw):
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr("alerting.tasks.post_node_alerts.apply_async", refuse)
+    queue_node_alerts()
+    stats = nodealerts.post_stats()
+    assert stats["failed"] == 1 and "broker down" in stats["last_error"]

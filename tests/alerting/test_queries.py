@@ -1,0 +1,47 @@
+"""What the pages read from a real Alertmanager: groups of firing alerts, nodes per alert."""
+
+from __future__ import annotations
+
+import pytest
+
+from alerting import queries
+from alerting.client import Alertmanager
+from testkit.alerting import firing_alerts
+from tests.alerting.conftest import needs_alertmanager
+
+pytestmark = [pytest.mark.django_db, needs_alertmanager]
+
+
+def post(count: int, alertname: str, severity: str, first: int = 1) -> None:
+    nodes = [(n, f"gpu-{n:03d}") for n in range(first, first + count)]
+    Alertmanager.from_settings().post_alerts(firing_alerts(nodes, alertname, severity))
+
+
+def test_firing_alerts_come_in_one_group_per_name_and_severity(alertmanager, monkeypatch):
+    monkeypatch.setattr(queries, "GROUP_NODES", 25)
+    post(30, "MacNodeOffline", "critical")
+    post(20, "MacExporterDown", "warning", first=101)
+    post(2, "MacExporterDown", "critical", first=201)
+
+    snapshot = queries.firing_alerts()
+
+    assert snapshot.count == 52
+    got = [(g["alertname"], g["severity"], g["count"], len(g["nodes"])) for g in snapshot.groups]
+    assert got == [
+        ("MacNodeOffline", "critical", 30, 25),  # the most severe, then the largest first
+        ("MacExporterDown", "critical", 2, 2),
+        ("MacExporterDown", "warning", 20, 20),
+    ]
+    first = snapshot.groups[0]["nodes"][0]  # the oldest alerts' nodes first
+    n = int(first["node"])
+    assert first == {"node": str(n), "hostname": f"gpu-{n:03d}", "summary": first["summary"]}
+    assert first["summary"] == f"MacNodeOffline on gpu-{n:03d}"
+
+
+def test_nodes_with_an_alert_are_its_firing_nodes_of_this_cluster(alertmanager):
+    post(3, "MacNodeOffline", "critical")
+    post(2, "MacExporterDown", "warning", first=2)
+
+    assert queries.nodes_with_alert("MacNodeOffline") == [1, 2, 3]
+    assert queries.nodes_with_alert("MacExporterDown") == [2, 3]
+    assert queries.nodes_with_alert("GpuXidError") == []
