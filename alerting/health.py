@@ -14,8 +14,8 @@ from django.conf import settings
 
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel
-from alerting.services import config_out_of_step
 from alerting.nodealerts import post_stats
+from alerting.services import config_out_of_step
 
 # /health answers load balancers and agents: a hung Alertmanager must not hold it long.
 HEALTH_TIMEOUT = 1.0
