@@ -164,6 +164,10 @@ def specs(
                 f"-rule={rules / 'scaleout.yml'}",
                 f"-datasource.url={store}",
                 f"-notifier.url={alertmanager_url}",
+                # Alerts keep Prometheus's labels (vmalert would add `alertgroup`), so the
+                # master's own MacNodeOffline post and the rule's are one alert to
+                # Alertmanager: one notification per incident.
+                "-disableAlertgroupLabel",
                 # ALERTS series into the store, and read back to keep `for:` across restarts.
                 f"-remoteWrite.url={store}",
                 f"-remoteRead.url={store}",

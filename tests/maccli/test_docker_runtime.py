@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from maccli.master import PORT_SETTINGS
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.select import choose_runtime
@@ -179,15 +182,38 @@ def test_status_shows_each_containers_state_as_docker_ps_does(mac_env, docker):
     assert shown.returncode == 1  # nothing answers on the liveness URLs here
 
 
+class _AnswersOk(BaseHTTPRequestHandler):
+    """Every liveness URL of the faked containers: `mac start` waits for them to answer."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "3")
+        self.end_headers()
+        self.wfile.write(b"ok\n")
+
+    def log_message(self, *args) -> None:
+        pass
+
+
 def test_start_master_gives_compose_the_public_url_the_process_runtime_derives(mac_env, docker):
     # Issue 25: under Docker MAC_PUBLIC_URL was empty, and notifications linked to
     # localhost; the servers' external URLs (/prometheus/, /alertmanager/) need it too.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnswersOk)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = str(server.server_address[1])
+    # The fake engine runs no container: one real server answers for all of them, so
+    # start does not wait out each service's ready timeout.
+    mac_env.env.update({name: port for name in PORT_SETTINGS})
     mac_env.env.update({"MAC_RUNTIME": "docker", "MAC_PUBLIC_HOST": "mac.example.test"})
     (docker / "containers.json").write_text("[]")  # no leftovers of another project
 
-    started = mac_env.run("start", "master")
+    try:
+        started = mac_env.run("start", "master")
+    finally:
+        server.shutdown()
+        server.server_close()
 
     assert started.returncode == 0, started.stdout + started.stderr
     seen = json.loads((docker / "compose-env.json").read_text())
-    assert seen["MAC_PUBLIC_URL"] == "http://mac.example.test:28080"
-    assert "Prometheus:  http://mac.example.test:28080/prometheus/targets" in started.stdout
+    assert seen["MAC_PUBLIC_URL"] == f"http://mac.example.test:{port}"
+    assert f"Prometheus:  http://mac.example.test:{port}/prometheus/targets" in started.stdout
