@@ -12,7 +12,7 @@ from django.http import HttpRequest
 
 from alerting import services
 from alerting.forms import NotificationChannelForm
-from alerting.models import NotificationChannel
+from alerting.models import CHANNEL_RECORD, NotificationChannel
 from alerting.secrets import url_hint
 
 
@@ -32,14 +32,7 @@ class NotificationChannelAdmin(admin.ModelAdmin):
     list_filter = ("kind", "enabled")
     search_fields = ("name", "email_to")
     actions = ("send_test_notification",)
-    readonly_fields = (
-        "config_error",
-        "pending_reason",
-        "checked_at",
-        "created_by",
-        "created_at",
-        "updated_at",
-    )
+    readonly_fields = CHANNEL_RECORD
     fieldsets = (
         (None, {"fields": ("name", "kind", "enabled", "send_resolved")}),
         ("Which alerts", {"fields": ("severities", "matchers")}),

@@ -42,6 +42,15 @@ CHANNEL_SETTINGS = (
     "smtp_from",
     "smtp_require_tls",
 )
+# The server's own bookkeeping on a channel: shown by the admin and the API, set by neither.
+CHANNEL_RECORD = (
+    "config_error",
+    "pending_reason",
+    "checked_at",
+    "created_by",
+    "created_at",
+    "updated_at",
+)
 
 
 class NotificationChannel(models.Model):

@@ -140,6 +140,21 @@ def _text(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _to_api(set_target: str, target: str) -> str:
+    """A location's lines that pass the request to the API server."""
+    return f"""\
+{set_target}            proxy_pass {target};
+            # (proxy_set_header in a location replaces every inherited one: all here.)
+            proxy_set_header Host $http_host;
+            # Replaces whatever the client sent: the one address nginx resolved.
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header Connection "";
+            proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
+            proxy_send_timeout {UPSTREAM_READ_SECONDS}s;
+"""
+
+
 def _rate_limited(name: str, rate: RequestRate, set_target: str, target: str) -> str:
     """The location of one agent endpoint, behind its limit_req zone of the same name."""
     return f"""\
@@ -151,14 +166,7 @@ def _rate_limited(name: str, rate: RequestRate, set_target: str, target: str) ->
             error_page 494 =431 @headers_too_large;
             error_page 413 @body_too_large;
             error_page 502 504 =503 @api_down;
-{set_target}            proxy_pass {target};
-            proxy_set_header Host $http_host;
-            proxy_set_header X-Forwarded-For $remote_addr;
-            proxy_set_header X-Forwarded-Proto $scheme;
-            proxy_set_header Connection "";
-            proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
-            proxy_send_timeout {UPSTREAM_READ_SECONDS}s;
-        }}"""
+{_to_api(set_target, target)}        }}"""
 
 
 def render_nginx_conf(
@@ -228,6 +236,7 @@ def render_nginx_conf(
     backlog = max(511, limits.max_connections)
     http_listen, tls_lines, https_map = _front_door(listen, backlog, tls, http_mode)
     monitoring_locations = _monitoring_locations(monitoring or {}, resolver, target, set_target)
+    to_api = _to_api(set_target, target)
     realip = "".join(f"    set_real_ip_from {net};\n" for net in trusted_proxies)
     if realip:
         realip += "    real_ip_header X-Forwarded-For;\n    real_ip_recursive on;\n"
@@ -313,16 +322,7 @@ http {{
         error_page 502 504 =503 @api_down;
 
         location / {{
-{set_target}            proxy_pass {target};
-            # (proxy_set_header in a location replaces every inherited one: all here.)
-            proxy_set_header Host $http_host;
-            # Replaces whatever the client sent: the one address nginx resolved.
-            proxy_set_header X-Forwarded-For $remote_addr;
-            proxy_set_header X-Forwarded-Proto $scheme;
-            proxy_set_header Connection "";
-            proxy_read_timeout {UPSTREAM_READ_SECONDS}s;
-            proxy_send_timeout {UPSTREAM_READ_SECONDS}s;
-        }}
+{to_api}        }}
 
 {_rate_limited("register", rate, set_target, target)}
 {_rate_limited("deregister", rate, set_target, target)}

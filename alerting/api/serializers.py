@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from alerting.choices import Severity
-from alerting.models import CHANNEL_SETTINGS, NotificationChannel, channel_errors
+from alerting.models import CHANNEL_RECORD, CHANNEL_SETTINGS, NotificationChannel, channel_errors
 from alerting.secrets import keep_if_empty, url_hint
 
 SECRETS = ("url", "smtp_password")
@@ -40,21 +40,9 @@ class NotificationChannelSerializer(serializers.ModelSerializer):
             *CHANNEL_SETTINGS,
             "url_hint",
             "has_smtp_password",
-            "config_error",
-            "pending_reason",
-            "checked_at",
-            "created_by",
-            "created_at",
-            "updated_at",
+            *CHANNEL_RECORD,
         ]
-        read_only_fields = [
-            "config_error",
-            "pending_reason",
-            "checked_at",
-            "created_by",
-            "created_at",
-            "updated_at",
-        ]
+        read_only_fields = list(CHANNEL_RECORD)
 
     def get_url_hint(self, channel: NotificationChannel) -> str:
         return url_hint(channel.url)

@@ -85,7 +85,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["metrics_token_file"]:
             token_file = Path(options["metrics_token_file"])
-            self._write_secret(token_file, settings.METRICS_TOKEN)
+            write_secret(token_file, settings.METRICS_TOKEN)
             state = "the token" if settings.METRICS_TOKEN else "nothing (MAC_METRICS_TOKEN unset)"
             self.stdout.write(f"Wrote {state} to {token_file}.")
             return
@@ -163,7 +163,7 @@ class Command(BaseCommand):
                 "--shard needs MAC_SD_TOKEN: set it on the master (mac env set "
                 "MAC_SD_TOKEN=<a long random string>), restart the master, and run this again."
             )
-        token_file = self._write_secret(out.parent / "sd_token", settings.SD_TOKEN)
+        token_file = write_secret(out.parent / "sd_token", settings.SD_TOKEN)
         return HttpSd(
             master=master,
             shard=shard,
@@ -190,18 +190,7 @@ class Command(BaseCommand):
         if not settings.METRICS_TOKEN:
             token_file.unlink(missing_ok=True)
             return None
-        return self._write_secret(token_file, settings.METRICS_TOKEN)
-
-    def _write_secret(self, token_file: Path, secret: str) -> str:
-        """`secret` in a 0600 file (made 0600 before it holds anything); its absolute path."""
-        try:
-            token_file.parent.mkdir(parents=True, exist_ok=True)
-            token_file.touch(mode=0o600)
-            token_file.chmod(0o600)
-            token_file.write_text(secret)
-        except OSError as exc:
-            raise CommandError(f"cannot write {token_file}: {exc}") from None
-        return str(token_file.resolve())
+        return write_secret(token_file, settings.METRICS_TOKEN)
 
     def _write(self, out: Path, text: str) -> None:
         try:
@@ -210,3 +199,13 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot write {out}: {exc}") from None
         self.stdout.write(f"Wrote {out}.")
+
+
+def write_secret(path: Path, secret: str) -> str:
+    """`secret` in a 0600 file (never readable by others, not even for a moment); its
+    absolute path, for a configuration to name. Shared with scaleout_config."""
+    try:
+        write_atomically(path, secret.encode(), mode=0o600)
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc}") from None
+    return str(path.resolve())

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from contract.atomicfile import write_atomically
 from healthcheck.httpsd import ShardError, parse_shard
+from healthcheck.management.commands.prometheus_config import write_secret
 from healthcheck.promconfig import (
     RulesError,
     parse_rule_for,
@@ -67,9 +68,9 @@ class Command(BaseCommand):
                 "`mac start master` makes one; elsewhere set MAC_SD_TOKEN and run this again."
             )
         out = Path(options["out"])
-        token = self._secret(out.parent / "sd_token", settings.SD_TOKEN)
+        token = write_secret(out.parent / "sd_token", settings.SD_TOKEN)
         metrics = (
-            self._secret(out.parent / "metrics_token", settings.METRICS_TOKEN)
+            write_secret(out.parent / "metrics_token", settings.METRICS_TOKEN)
             if settings.METRICS_TOKEN
             else None
         )
@@ -86,16 +87,6 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot write {folder / 'scaleout.yml'}: {exc}") from None
         self.stdout.write(f"Wrote {folder / 'scaleout.yml'}.")
-
-    def _secret(self, path: Path, secret: str) -> str:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.touch(mode=0o600)
-            path.chmod(0o600)
-            path.write_text(secret)
-        except OSError as exc:
-            raise CommandError(f"cannot write {path}: {exc}") from None
-        return str(path.resolve())
 
     def _write(self, path: Path, text: str) -> None:
         try:
