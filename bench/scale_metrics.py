@@ -326,18 +326,24 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
             proc.kill()
 
 
-def measure(engine_class: type[Engine], nodes: int, charts: list[list[str]]) -> Sample:
+def measure(
+    engine_class: type[Engine],
+    nodes: int,
+    charts: list[list[str]],
+    warmup: float = WARMUP,
+    window: float = WINDOW,
+) -> Sample:
     work = Path(tempfile.mkdtemp(prefix="mac-scale-"))
     fleet = start_fleet(nodes)
     engine = engine_class(write_targets(work / "targets", nodes), work)
     try:
         engine.start()
         procs = [psutil.Process(p.pid) for p in engine.procs]
-        time.sleep(WARMUP)
+        time.sleep(warmup)
         cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
         samples0, wall0 = engine.samples_total(), time.monotonic()
         psutil.cpu_percent()
-        time.sleep(WINDOW)
+        time.sleep(window)
         busy = psutil.cpu_percent() / 100
         wall = time.monotonic() - wall0
         cpu = (sum(sum(p.cpu_times()[:2]) for p in procs) - cpu0) / wall
@@ -346,10 +352,10 @@ def measure(engine_class: type[Engine], nodes: int, charts: list[list[str]]) -> 
         series = engine.series()
         # The last INTERVAL may not be queryable yet (the store's latency offset).
         targets, missed, failed = scrape_record(
-            engine.query_url, time.time() - INTERVAL, WINDOW - INTERVAL
+            engine.query_url, time.time() - INTERVAL, window - INTERVAL
         )
         expected = nodes * len(JOBS)
-        missed += max(0, expected - targets) * int((WINDOW - INTERVAL) // INTERVAL)
+        missed += max(0, expected - targets) * int((window - INTERVAL) // INTERVAL)
         latency = asyncio.run(chart_latency(engine.query_url, charts, QUERY_ROUNDS))
         return Sample(
             engine.name, nodes, targets, missed, failed, series, rate, rss, cpu, busy, latency
@@ -364,12 +370,18 @@ def per_thousand(value: float, nodes: int) -> float:
     return value / nodes * 1000
 
 
-def report(results: dict[str, list[list[Sample]]], sizes: list[int], runs: int) -> str:
+def report(
+    results: dict[str, list[list[Sample]]],
+    sizes: list[int],
+    runs: int,
+    warmup: float = WARMUP,
+    window: float = WINDOW,
+) -> str:
     lines = [
         f"`bench/scale_metrics.py --sizes {','.join(map(str, sizes))} --runs {runs}`: a "
         f"simulated NVIDIA fleet (8 GPUs, RDMA NICs, about {HOST_SERIES} host series per node "
         "from node_exporter's captured output), scraped every 15 s over loopback by each engine; "
-        f"{WARMUP:.0f} s warm-up, {WINDOW:.0f} s measured, medians of {runs} run(s) per size. "
+        f"{warmup:.0f} s warm-up, {window:.0f} s measured, medians of {runs} run(s) per size. "
         "The fleet runs on the same cores, so the machine's load is shown beside each row.",
         "",
         "| engine | nodes | targets seen | missed | failed | active series | samples/s | "
@@ -478,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="250,500,1000,2000", help="fleet sizes, ascending")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="prometheus,vm")
+    parser.add_argument("--warmup", type=float, default=WARMUP, help="seconds before measuring")
+    parser.add_argument("--window", type=float, default=WINDOW, help="seconds measured")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -491,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         for nodes in sizes:
             runs = []
             for run in range(args.runs):
-                sample = measure(engine_class, nodes, charts)
+                sample = measure(engine_class, nodes, charts, args.warmup, args.window)
                 print(
                     f"{sample.engine} {nodes} nodes run {run + 1}: targets {sample.targets}, "
                     f"missed {sample.missed}, failed {sample.failed}, series {sample.series:,.0f}, "
@@ -508,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             if stop:
                 notes.append(f"{engine_class.name}: {stop}")
                 break
-    text = report(results, sizes, args.runs)
+    text = report(results, sizes, args.runs, args.warmup, args.window)
     if notes:
         text += "\n\nNot tried (memory): " + "; ".join(notes) + "."
     print(text)

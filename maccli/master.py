@@ -29,6 +29,7 @@ from maccli.agent import print_states
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec, choose_runtime
 from maccli.runtimes.base import Runtime
+from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from node.config import NODE_KEY, ConfigError, NodeConfig, Source
 
@@ -354,17 +355,18 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
         # Scale-out mode (MAC_SCRAPE_SHARDS, docs/scaling.md): scrapers, store and rules
         # replace mac-prometheus, and every process reads metrics from the store.
         if docker:
-            raise CliError(
-                "MAC_SCRAPE_SHARDS runs under the process runtime only for now.",
-                commands=["mac start master --runtime process"],
-            )
-        env.update(scaleout.env_overrides(cfg, data, f"http://{LOOPBACK}:{prom_port}"))
+            layout = scaleout.docker_layout(cfg)
+        else:
+            layout = scaleout.process_layout(
+                data, master=f"{probe_host}:{api_port}",
+                alertmanager_url=env["MAC_ALERTMANAGER_URL"], views_port=prom_port,
+            )  # fmt: skip
+            env.update(scaleout.env_overrides(cfg, layout, f"http://{LOOPBACK}:{prom_port}"))
+            env["MAC_SD_TOKEN"] = scaleout.sd_token(cfg, data)
         specs = [spec for spec in specs if spec.name != "prometheus"]
         specs += scaleout.specs(
-            cfg, data, env, views_port=prom_port,
-            master=f"{probe_host}:{api_port}", alertmanager_url=env["MAC_ALERTMANAGER_URL"],
-            project_spec=_prometheus_project_spec,
-        )  # fmt: skip
+            cfg, layout, env, views_port=prom_port, project_spec=_prometheus_project_spec
+        )
     return specs
 
 
@@ -445,6 +447,25 @@ def _specs(cfg: NodeConfig, runtime: Runtime) -> list[ServiceSpec]:
     return master_specs(cfg, docker=not isinstance(runtime, ProcessRuntime))
 
 
+def _compose_scaleout(cfg: NodeConfig, runtime: Runtime, specs: list[ServiceSpec]) -> None:
+    """Under Docker, scale-out mode is one more Compose file, written from the engines'
+    specs; the engines' containers of another setting (fewer scrapers, or none) go."""
+    if not isinstance(runtime, DockerRuntime):
+        return
+    wanted = {spec.name for spec in specs}
+    runtime.prune(lambda service: scaleout.is_engine(service) and service not in wanted)
+    if not scaleout.shards(cfg):
+        runtime.overlays = []
+        return
+    data = data_dir(cfg)
+    layout = scaleout.docker_layout(cfg)
+    engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
+    overrides = scaleout.env_overrides(cfg, layout, "http://prometheus:29090")
+    runtime.overlays = [scaleout.write_overlay(data, scaleout.compose_overlay(engines, overrides))]
+    # The token reaches the containers through Compose's environment, never the file.
+    os.environ["MAC_SD_TOKEN"] = scaleout.sd_token(cfg, data)
+
+
 def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
@@ -465,6 +486,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     else:
         _pass_tls_names(cfg)
         _export_public_url(cfg)
+        _compose_scaleout(cfg, runtime, specs)
         states = runtime.start(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     host = _public_host(cfg)
@@ -537,7 +559,9 @@ def join_lines(cfg: NodeConfig, runtime: Runtime, host: str) -> list[str]:
 def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name)
-    states = runtime.stop(ROLE, _specs(cfg, runtime))
+    specs = _specs(cfg, runtime)
+    _compose_scaleout(cfg, runtime, specs)
+    states = runtime.stop(ROLE, specs)
     still = [s.name for s in states if s.running]
     if still:
         raise CliError(f"still running: {', '.join(still)}", commands=["mac status master"])
@@ -548,10 +572,12 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    specs = _specs(cfg, runtime)
     if not isinstance(runtime, ProcessRuntime):
         _pass_tls_names(cfg)
         _export_public_url(cfg)
-    states = runtime.restart(ROLE, _specs(cfg, runtime))
+        _compose_scaleout(cfg, runtime, specs)
+    states = runtime.restart(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     return 0
 

@@ -6,6 +6,10 @@ second backup into the same folder copies only what changed. vmrestore puts a ba
 back into the store's folder, which needs the store stopped (`mac stop master`
 first). Both print the exact command they run, for a site that wants `s3://` or
 another destination by hand.
+
+Under the docker runtime the store's folder is the mac-metrics volume: the same tools
+run in a throwaway container of MAC's image with that volume and the folder mounted
+(and, for the snapshot, on the master's network, where the store is `store`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ import urllib.request
 from pathlib import Path
 
 from maccli import output, scaleout
-from maccli.master import data_dir
+from maccli.master import ROLE, data_dir
 from maccli.output import CliError
+from maccli.runtimes import choose_runtime
+from maccli.runtimes.docker import DockerRuntime
+from node.checks.docker import COMPOSE_PROJECT
 from node.config import NodeConfig
+
+BACKUP_MOUNT = "/backup"
 
 
 def _store(cfg: NodeConfig) -> tuple[str, Path]:
@@ -33,6 +42,25 @@ def _store(cfg: NodeConfig) -> tuple[str, Path]:
             "the store is the site's own (MAC_METRICS_STORE_URL): run vmbackup on its machine.",
         )
     return scaleout.store_url(cfg), scaleout.store_data(data_dir(cfg))
+
+
+def _in_container(
+    cfg: NodeConfig, program: str, folder: Path, *, network: bool
+) -> list[str] | None:
+    """`docker run` of `program` in MAC's image with the store's volume and `folder`
+    mounted, when the master runs under Docker; None under the process runtime."""
+    runtime = choose_runtime(cfg, ROLE)
+    if not isinstance(runtime, DockerRuntime):
+        return None
+    argv = ["docker", "run", "--rm"]
+    if network:
+        argv += ["--network", f"{COMPOSE_PROJECT}_master"]
+    return [
+        *argv,
+        "-v", f"{COMPOSE_PROJECT}_mac-metrics:{scaleout.DOCKER_STORE_DATA}",
+        "-v", f"{folder}:{BACKUP_MOUNT}",
+        "--entrypoint", program, runtime.image,
+    ]  # fmt: skip
 
 
 def _answers(url: str) -> bool:
@@ -67,14 +95,23 @@ def backup(folder: str) -> int:
             commands=["mac start master", f"mac backup metrics {target}"],
         )
     target.mkdir(parents=True, exist_ok=True)
-    _run(
-        [
+    docker = _in_container(cfg, "/usr/bin/vmbackup", target, network=True)
+    if docker:
+        inside = f"http://store:{store.rsplit(':', 1)[1]}"
+        argv = [
+            *docker,
+            f"-storageDataPath={scaleout.DOCKER_STORE_DATA}",
+            f"-snapshot.createURL={inside}/snapshot/create",
+            f"-dst=fs://{BACKUP_MOUNT}",
+        ]
+    else:
+        argv = [
             cfg.get("MAC_VMBACKUP_BIN") or "/usr/bin/vmbackup",
             f"-storageDataPath={data}",
             f"-snapshot.createURL={store}/snapshot/create",
             f"-dst=fs://{target}",
         ]
-    )
+    _run(argv)
     output.ok(f"Backed up the metrics store into {target}.")
     output.say(f"Restore it with: mac stop master && mac restore metrics {target}")
     return 0
@@ -91,13 +128,21 @@ def restore(folder: str) -> int:
             f"the store at {store} is running: it must be stopped while its folder is restored.",
             commands=["mac stop master", f"mac restore metrics {source}", "mac start master"],
         )
-    _run(
-        [
+    docker = _in_container(cfg, "/usr/bin/vmrestore", source, network=False)
+    if docker:
+        data = Path(f"{COMPOSE_PROJECT}_mac-metrics")  # the volume, as `docker volume ls` says
+        argv = [
+            *docker,
+            f"-src=fs://{BACKUP_MOUNT}",
+            f"-storageDataPath={scaleout.DOCKER_STORE_DATA}",
+        ]
+    else:
+        argv = [
             cfg.get("MAC_VMRESTORE_BIN") or "/usr/bin/vmrestore",
             f"-src=fs://{source}",
             f"-storageDataPath={data}",
         ]
-    )
+    _run(argv)
     output.ok(f"Restored the metrics store from {source} into {data}.")
     output.say("Start the master again: mac start master")
     return 0

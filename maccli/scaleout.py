@@ -15,18 +15,31 @@ Instead of mac-prometheus the master then runs, from Debian's `victoria-metrics`
   passed to the store, so the guide's `curl localhost:29090/api/v1/targets` keeps its
   meaning.
 
+Both runtimes run the same services from the same specs; a Layout says where. The
+process runtime runs them on this host's loopback; the docker runtime runs each in a
+container of MAC's image on the master's Compose network, where they reach each other
+by service name, from a Compose file written from the specs (compose_overlay) and
+given after docker-compose.master.yml. Their ports are published on the host's
+127.0.0.1 only, so `mac status master` and `mac backup metrics` work alike.
+
 docs/scaling.md says why these engines and how to move them to other machines.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
+import shlex
 import sys
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from contract.atomicfile import write_atomically
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
 from node.config import NodeConfig
@@ -35,6 +48,51 @@ STORE_PORT = 29428
 SCRAPER_BASE_PORT = 29430
 RULES_PORT = 29480
 DEFAULT_RETENTION = "15d"
+# The engines' services (the targets view keeps Prometheus's name, `prometheus`).
+ENGINE_SERVICE = re.compile(r"store|rules|scraper-\d+")
+OVERLAY_NAME = "docker-compose.scaleout.yml"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the engines run and how they reach each other and the master."""
+
+    work: Path  # their configuration files, rules and the scrapers' buffers
+    store_data: Path
+    listen: str  # the address each engine listens on
+    python: str  # the interpreter that writes their files (manage.py scaleout_config)
+    master: str  # HOST:PORT of the master's http_sd and /metrics, for the scrapers
+    alertmanager_url: str
+    views_listen: str  # HOST:PORT of the targets view
+    docker: bool = False
+
+    def host(self, service: str) -> str:
+        """How the other engines and the master reach `service`."""
+        return service if self.docker else "127.0.0.1"
+
+
+def process_layout(data: Path, *, master: str, alertmanager_url: str, views_port: int) -> Layout:
+    """This host's loopback, the master's data folder."""
+    return Layout(
+        work=folder(data), store_data=store_data(data), listen="127.0.0.1",
+        python=sys.executable, master=master, alertmanager_url=alertmanager_url,
+        views_listen=f"127.0.0.1:{views_port}",
+    )  # fmt: skip
+
+
+# Inside the containers (docker/docker-compose.master.yml): volumes and service names.
+DOCKER_DATA = Path("/var/lib/mac")
+DOCKER_STORE_DATA = Path("/var/lib/mac-metrics")
+
+
+def docker_layout(cfg: NodeConfig) -> Layout:
+    """The master's Compose network: service names, every address of a container."""
+    return Layout(
+        work=folder(DOCKER_DATA), store_data=DOCKER_STORE_DATA, listen="0.0.0.0",
+        python="python", master="api-server:28080",
+        alertmanager_url=cfg.get("MAC_ALERTMANAGER_URL") or "http://mac-alertmanager:29093",
+        views_listen="0.0.0.0:29090", docker=True,
+    )  # fmt: skip
 
 
 def shards(cfg: NodeConfig) -> int:
@@ -48,15 +106,25 @@ def shards(cfg: NodeConfig) -> int:
     return count
 
 
-def store_url(cfg: NodeConfig) -> str:
-    """Where metrics are written and read in scale-out mode: the site's store or MAC's."""
+def _store_port(cfg: NodeConfig) -> int:
+    return cfg.int_value("MAC_METRICS_STORE_PORT", STORE_PORT)
+
+
+def store_url(cfg: NodeConfig, layout: Layout | None = None) -> str:
+    """Where metrics are written and read in scale-out mode: the site's store or MAC's
+    (as `layout`'s engines reach it; from this host when no layout is given)."""
     given = (cfg.get("MAC_METRICS_STORE_URL") or "").rstrip("/")
-    return given or f"http://127.0.0.1:{cfg.int_value('MAC_METRICS_STORE_PORT', STORE_PORT)}"
+    host = layout.host("store") if layout else "127.0.0.1"
+    return given or f"http://{host}:{_store_port(cfg)}"
 
 
-def scraper_addresses(cfg: NodeConfig) -> list[str]:
+def scraper_addresses(cfg: NodeConfig, layout: Layout | None = None) -> list[str]:
+    """HOST:PORT of each scraper, in shard order (from this host when no layout)."""
     base = cfg.int_value("MAC_SCRAPER_BASE_PORT", SCRAPER_BASE_PORT)
-    return [f"127.0.0.1:{base + index}" for index in range(shards(cfg))]
+    return [
+        f"{layout.host(f'scraper-{k}') if layout else '127.0.0.1'}:{base + k}"
+        for k in range(shards(cfg))
+    ]
 
 
 def folder(data: Path) -> Path:
@@ -73,8 +141,7 @@ def sd_token(cfg: NodeConfig, data: Path) -> str:
         if path.exists():
             return path.read_text().strip()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600)
-        path.write_text(secrets.token_urlsafe(32))
+        write_atomically(path, secrets.token_urlsafe(32).encode(), mode=0o600)
         return path.read_text().strip()
     except OSError as exc:
         raise CliError(
@@ -84,46 +151,50 @@ def sd_token(cfg: NodeConfig, data: Path) -> str:
         ) from None
 
 
-def env_overrides(cfg: NodeConfig, data: Path, targets_url: str) -> dict[str, str]:
-    """What every master process must agree on in scale-out mode.
+def env_overrides(cfg: NodeConfig, layout: Layout, targets_url: str) -> dict[str, str]:
+    """What every master process must agree on in scale-out mode (MAC_SD_TOKEN aside:
+    the runtime hands it over, see sd_token).
 
     MAC_PROMETHEUS_URL (queries) is the store; MAC_TARGETS_URL (who scrapes what, and
     each target's health) is the merged targets view on 29090.
     """
     return {
         "MAC_SCRAPE_SHARDS": str(shards(cfg)),
-        "MAC_PROMETHEUS_URL": store_url(cfg),
+        "MAC_PROMETHEUS_URL": store_url(cfg, layout),
         "MAC_TARGETS_URL": targets_url,
-        "MAC_SCRAPER_URLS": ",".join(f"http://{a}" for a in scraper_addresses(cfg)),
-        "MAC_SD_TOKEN": sd_token(cfg, data),
+        "MAC_SCRAPER_URLS": ",".join(f"http://{a}" for a in scraper_addresses(cfg, layout)),
     }
+
+
+def _binary(cfg: NodeConfig, layout: Layout, setting: str, name: str) -> str:
+    """The engine's program: Debian's, or MAC_*_BIN on this host (not in MAC's image)."""
+    default = f"/usr/bin/{name}"
+    return default if layout.docker else (cfg.get(setting) or default)
 
 
 def specs(
     cfg: NodeConfig,
-    data: Path,
+    layout: Layout,
     env: dict[str, str],
     *,
     views_port: int,
-    master: str,
-    alertmanager_url: str,
     project_spec: Callable[..., ServiceSpec],
 ) -> list[ServiceSpec]:
     """The scale-out services, in place of mac-prometheus (see the module docstring)."""
-    django = [sys.executable, "-m", "django"]
-    work = folder(data)
-    store = store_url(cfg)
-    scrapers = scraper_addresses(cfg)
+    django = [layout.python, "-m", "django"]
+    work = layout.work
+    store = store_url(cfg, layout)
+    scrapers = scraper_addresses(cfg, layout)
     interval = cfg.get("MAC_SCRAPE_INTERVAL") or "15s"
     sd_check = f"{max(1, round(float(cfg.get('MAC_PROBE_INTERVAL') or 30)))}s"
     result: list[ServiceSpec] = []
     if not cfg.get("MAC_METRICS_STORE_URL"):
-        port = cfg.int_value("MAC_METRICS_STORE_PORT", STORE_PORT)
+        port = _store_port(cfg)
         store_scrape = work / "store-scrape.yml"
         argv = [
-            cfg.get("MAC_VICTORIA_METRICS_BIN") or "/usr/bin/victoria-metrics",
-            f"-storageDataPath={store_data(data)}",
-            f"-httpListenAddr=127.0.0.1:{port}",
+            _binary(cfg, layout, "MAC_VICTORIA_METRICS_BIN", "victoria-metrics"),
+            f"-storageDataPath={layout.store_data}",
+            f"-httpListenAddr={layout.listen}:{port}",
             f"-retentionPeriod={cfg.get('MAC_METRICS_RETENTION') or DEFAULT_RETENTION}",
             f"-promscrape.config={store_scrape}",
             # Charts and rules see a sample a few seconds after it is scraped (the
@@ -134,36 +205,37 @@ def specs(
             [*django, "scaleout_config", "--store-scrape", str(store_scrape),
              "--scrapers", ",".join(scrapers)],
         ]  # fmt: skip
-        result.append(_loopback_spec("store", argv, port, env, prestart))
-    for index, address in enumerate(scrapers):
-        port = int(address.rsplit(":", 1)[1])
+        result.append(_engine_spec("store", argv, port, env, prestart))
+    base = cfg.int_value("MAC_SCRAPER_BASE_PORT", SCRAPER_BASE_PORT)
+    for index in range(len(scrapers)):
+        port = base + index
         config = work / f"scraper-{index}.yml"
         argv = [
-            cfg.get("MAC_VMAGENT_BIN") or "/usr/bin/vmagent",
+            _binary(cfg, layout, "MAC_VMAGENT_BIN", "vmagent"),
             f"-promscrape.config={config}",
             f"-remoteWrite.url={store}/api/v1/write",
             # While the store is away, samples wait on disk and are sent later.
             f"-remoteWrite.tmpDataPath={work / f'scraper-{index}-buffer'}",
-            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-httpListenAddr={layout.listen}:{port}",
             # The targets change at most once per sweep: look for changes as often.
             f"-promscrape.httpSDCheckInterval={sd_check}",
         ]
         prestart = [
             [*django, "scaleout_config", "--scraper", str(index), "--of", str(len(scrapers)),
-             "--master", master, "--out", str(config)],
+             "--master", layout.master, "--out", str(config)],
         ]  # fmt: skip
-        result.append(_loopback_spec(f"scraper-{index}", argv, port, env, prestart))
+        result.append(_engine_spec(f"scraper-{index}", argv, port, env, prestart))
     rules_port = cfg.int_value("MAC_RULES_PORT", RULES_PORT)
     rules = work / "rules"
     result.append(
-        _loopback_spec(
+        _engine_spec(
             "rules",
             [
-                cfg.get("MAC_VMALERT_BIN") or "/usr/bin/vmalert",
+                _binary(cfg, layout, "MAC_VMALERT_BIN", "vmalert"),
                 f"-rule={rules / 'alerts.yml'}",
                 f"-rule={rules / 'scaleout.yml'}",
                 f"-datasource.url={store}",
-                f"-notifier.url={alertmanager_url}",
+                f"-notifier.url={layout.alertmanager_url}",
                 # Alerts keep Prometheus's labels (vmalert would add `alertgroup`), so the
                 # master's own MacNodeOffline post and the rule's are one alert to
                 # Alertmanager: one notification per incident.
@@ -172,7 +244,7 @@ def specs(
                 f"-remoteWrite.url={store}",
                 f"-remoteRead.url={store}",
                 f"-evaluationInterval={interval}",
-                f"-httpListenAddr=127.0.0.1:{rules_port}",
+                f"-httpListenAddr={layout.listen}:{rules_port}",
             ],
             rules_port,
             env,
@@ -180,8 +252,8 @@ def specs(
         )
     )
     view_argv = [
-        sys.executable, "-m", "healthcheck.targetsview",
-        "--listen", f"127.0.0.1:{views_port}", "--store", store,
+        layout.python, "-m", "healthcheck.targetsview",
+        "--listen", layout.views_listen, "--store", store,
         *[arg for address in scrapers for arg in ("--scraper", f"http://{address}")],
     ]  # fmt: skip
     # In Prometheus's place on the loopback (the front door serves it under /prometheus/).
@@ -189,10 +261,11 @@ def specs(
     return [*result, view]
 
 
-def _loopback_spec(
+def _engine_spec(
     name: str, argv: list[str], port: int, env: dict[str, str], prestart: list[list[str]]
 ) -> ServiceSpec:
-    """An engine of scale-out mode: on loopback, alive when its /health answers."""
+    """An engine of scale-out mode: on this host's loopback (its own, or the port its
+    container publishes there), alive when its /health answers."""
     return ServiceSpec(
         name, argv, port=port, liveness_path="/health", env=env, prestart=prestart,
         ready_timeout=60, host="127.0.0.1", bind="127.0.0.1",
@@ -201,6 +274,87 @@ def _loopback_spec(
 
 def store_data(data: Path) -> Path:
     return folder(data) / "store"
+
+
+# What the engines' containers need to write their files (manage.py scaleout_config):
+# the master's data volume and settings. No value: from mac's environment or env files
+# at `up` (secrets are never written into the generated file).
+ENGINE_ENVIRONMENT: dict[str, str | None] = {
+    "MAC_DATA_DIR": str(DOCKER_DATA),
+    "MAC_SD_TOKEN": None,
+    "MAC_METRICS_TOKEN": None,
+    "MAC_SCRAPE_INTERVAL": None,
+    "MAC_ALERT_FOR": None,
+    "MAC_RUNBOOK_BASE_URL": None,
+}
+MASTER_SERVICES = ("api-server", "worker", "beat")
+
+
+def compose_overlay(engines: list[ServiceSpec], overrides: dict[str, str]) -> dict:
+    """The Compose file that turns docker-compose.master.yml into scale-out mode: one
+    service per engine spec (docker_layout's), the targets view in mac-prometheus's
+    place, and the master's services reading the store."""
+    services: dict[str, dict] = {}
+    for spec in engines:
+        if spec.name == "prometheus":
+            # Same name, port and front-door route; the view instead of Prometheus.
+            services["prometheus"] = {"entrypoint": [], "command": _escaped(spec.argv)}
+            continue
+        volumes = [f"mac-data:{DOCKER_DATA}"]
+        if spec.name == "store":
+            volumes.append(f"mac-metrics:{DOCKER_STORE_DATA}")
+        # The master's api-server makes the secret key settings need: wait for it.
+        steps = [f"until [ -s {DOCKER_DATA}/secret_key ]; do sleep 1; done"]
+        steps += [shlex.join(step) for step in spec.prestart]
+        steps.append(f"exec {shlex.join(spec.argv)}")
+        services[spec.name] = {
+            "image": "${MAC_IMAGE:-mac:latest}",
+            "container_name": f"mac-{spec.name}",
+            "restart": "unless-stopped",
+            "networks": ["master"],
+            "entrypoint": [],
+            "environment": dict(ENGINE_ENVIRONMENT),
+            "command": ["sh", "-c", _escaped(" && ".join(steps))],
+            # The host's loopback only, as mac-prometheus: `mac status master` asks there.
+            "ports": [f"127.0.0.1:{spec.port}:{spec.port}"],
+            "volumes": volumes,
+        }
+    for name in MASTER_SERVICES:
+        services[name] = {"environment": _escaped(overrides)}
+    return {"services": services, "volumes": {"mac-metrics": {}}}
+
+
+def _escaped(value):
+    """Compose substitutes `$`: a literal one is `$$`."""
+    if isinstance(value, str):
+        return value.replace("$", "$$")
+    if isinstance(value, list):
+        return [_escaped(item) for item in value]
+    return {key: _escaped(item) for key, item in value.items()}
+
+
+def write_overlay(data: Path, overlay: dict) -> Path:
+    """The generated Compose file, kept beside the engines' other files on this host."""
+    path = folder(data) / OVERLAY_NAME
+    header = (
+        "# Written by `mac start master` (maccli.scaleout) for MAC_SCRAPE_SHARDS: Compose\n"
+        "# reads it after docker/docker-compose.master.yml. Edits are lost at the next start.\n"
+    )
+    text = header + yaml.safe_dump(overlay, sort_keys=False, default_flow_style=False)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, text.encode())
+    except OSError as exc:
+        raise CliError(
+            f"cannot write {path}: {exc}",
+            hint="MAC_DATA_DIR must be writable by whoever runs mac:",
+            commands=[f"ls -ld {path.parent}"],
+        ) from None
+    return path
+
+
+def is_engine(service: str) -> bool:
+    return ENGINE_SERVICE.fullmatch(service) is not None
 
 
 def scraper_shares(cfg: NodeConfig) -> list[tuple[str, str]]:

@@ -162,8 +162,23 @@ class DockerEngine:
         if not self.keep_data:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    @property
+    def host_link(self) -> str:
+        """The host's end of the veth pair (where HOST_IP is)."""
+        return f"md{self.tag}h"[:15]
+
+    def add_host_addresses(self, ips: list[str]) -> None:
+        """More addresses of the outside world on the host's end (simulated nodes the
+        containers reach as they reach HOST_IP)."""
+        for ip in ips:
+            _sh("ip", "addr", "add", f"{ip}/32", "dev", self.host_link)
+
+    def remove_host_addresses(self, ips: list[str]) -> None:
+        for ip in ips:
+            _sh("ip", "addr", "del", f"{ip}/32", "dev", self.host_link, check=False)
+
     def _make_namespace(self) -> None:
-        host_end, ns_end = f"md{self.tag}h"[:15], f"md{self.tag}n"[:15]
+        host_end, ns_end = self.host_link, f"md{self.tag}n"[:15]
         _sh("ip", "netns", "add", self.netns)
         try:
             _sh("ip", "-n", self.netns, "link", "set", "lo", "up")

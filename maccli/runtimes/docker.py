@@ -24,7 +24,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -136,6 +136,9 @@ class DockerRuntime(Runtime):
         # the mode its containers ran in before this command, when that was seen.
         self.network: AgentNetwork | None = None
         self.previous_network: AgentNetwork | None = None
+        # Compose files written for this start, read after the role's own (the master's
+        # scale-out mode, maccli.scaleout.compose_overlay).
+        self.overlays: list[Path] = []
         self._compose: list[str] | None = None
 
     @property
@@ -143,11 +146,12 @@ class DockerRuntime(Runtime):
         return os.environ.get("MAC_IMAGE") or DEFAULT_IMAGE
 
     def compose_files(self, role: str) -> list[Path]:
-        """The role's compose file, then the agent's network-mode overlay."""
+        """The role's compose file, then the agent's network-mode overlay, then those
+        written for this start."""
         files = [self.compose_dir / COMPOSE_FILES[role]]
         if role == "agent" and self.network is not None:
             files.append(self.compose_dir / NETWORK_FILES[self.network])
-        return files
+        return [*files, *self.overlays]
 
     def compose(self, role: str, *args: str) -> list[str]:
         if self._compose is None:
@@ -326,6 +330,28 @@ class DockerRuntime(Runtime):
         self._up(role, specs, "--force-recreate")
         self._wait_ready(role, specs)
         return self.status(role, specs)
+
+    def prune(self, unwanted: Callable[[str], bool]) -> list[str]:
+        """Remove this project's containers whose service is `unwanted`: those of a
+        Compose file no longer given (Compose would only warn of "orphan containers",
+        and they would keep the network from being removed)."""
+        listed = self.run(
+            ["docker", "ps", "-a", "--filter", f"label={PROJECT_LABEL}={self.project}",
+             "--format", f'{{{{.Names}}}} {{{{.Label "{SERVICE_LABEL}"}}}}'],
+        )  # fmt: skip
+        names = [
+            name
+            for name, _, service in (line.partition(" ") for line in listed.stdout.splitlines())
+            if listed.returncode == 0 and unwanted(service.strip())
+        ]
+        if names:
+            result = self.run(["docker", "rm", "-f", *names])
+            if result.returncode != 0:
+                raise CliError(
+                    f"could not remove {', '.join(names)}: {result.stderr.strip()}",
+                    commands=[f"docker rm -f {' '.join(names)}"],
+                )
+        return names
 
     def _containers(self, specs: Sequence[ServiceSpec]) -> dict[str, dict]:
         """docker inspect of this project's containers of `specs`, by service name."""
