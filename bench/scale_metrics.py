@@ -440,6 +440,9 @@ def report(
         )
     lines += [
         "",
+        f"The node chart's range is 1 h, of which the store holds only the run's "
+        f"{(warmup + window) / 60:.0f} min: the latency is that of a young store, a floor "
+        "for a store with an hour of every node's series. "
         "A size with the machine near 100 % busy is limited by the shared cores (fleet and "
         "engine together), not by the engine alone. The projection assumes cost grows "
         "linearly with nodes, which holds for scraping and ingestion and understates query "
