@@ -65,6 +65,8 @@ class AlertStack:
                 "MAC_PROMETHEUS_PORT": str(self.prom_port),
                 "MAC_ALERTMANAGER_PORT": str(self.am_port),
                 "MAC_API_INTERNAL_PORT": str(self.internal_port),
+                # Its own keys in the shared Redis (see tests/maccli/conftest.py).
+                "MAC_CACHE_PREFIX": f"stack{os.getpid()}x{self.api_port}",
                 "MAC_MASTER_BIND": "127.0.0.1",
                 "MAC_API_WORKERS": "1",
                 "MAC_WORKER_CONCURRENCY": "2",

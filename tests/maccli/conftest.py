@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,6 +90,9 @@ def make_mac_env(tmp_path: Path) -> MacEnv:
             # a running master (or another test run) may hold. MAC_MASTER_PORT is also
             # where agents look for the master: a test that starts a master sets it.
             **{k: v for k, v in free_master_ports().items() if k != "MAC_MASTER_PORT"},
+            # Its own keys in the shared Redis: another master's cached state (the node
+            # alert posts' record, throttles) is never read as this one's.
+            "MAC_CACHE_PREFIX": f"macenv{os.getpid()}x{uuid.uuid4().hex[:8]}",
         }
     )
     mac = MacEnv(tmp_path, env)

@@ -75,7 +75,7 @@ def test_start_status_stop_master(mac_env):
         key = key_file.read_text()
 
         status, body = _get(f"http://127.0.0.1:{api}/health")
-        assert status == 200 and json.loads(body)["status"] == "ok"
+        assert status == 200 and json.loads(body)["status"] == "ok", body
         # The config came from manage.py prometheus_config: it scrapes the master itself.
         deadline = time.monotonic() + 30
         while True:
