@@ -510,6 +510,8 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
             f"Metrics:     store {scaleout.store_url(cfg)}, {scaleout.shards(cfg)} scrapers "
             "(mac status master), merged targets on the Prometheus URL"
         )
+        if isinstance(runtime, DockerRuntime):
+            lines += [f"             Compose file: {path}" for path in runtime.overlays]
     if admin:
         lines.append(f"Admin:       {admin}")
     elif runtime.name == "docker":

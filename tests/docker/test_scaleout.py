@@ -72,6 +72,8 @@ def scaled(engine, docker_master) -> Iterator[dict]:
         started = docker_master.mac("start", "master", timeout=600)
         assert started.returncode == 0, started.stdout + started.stderr
         assert f"{SHARDS} scrapers" in started.stdout
+        assert "Compose file: " in started.stdout
+        assert "scaleout/docker-compose.scaleout.yml" in started.stdout
         registered, errors = asyncio.run(register_fleet(fleet.fleet, f"http://{NS_IP}:28080"))
         assert registered == len(NODE_IPS) and not errors, errors
         hostnames = {node.hostname for node in fleet.nodes}
