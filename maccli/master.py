@@ -361,7 +361,7 @@ def master_specs(cfg: NodeConfig, *, docker: bool = False) -> list[ServiceSpec]:
                 data, master=f"{probe_host}:{api_port}",
                 alertmanager_url=env["MAC_ALERTMANAGER_URL"], views_port=prom_port,
             )  # fmt: skip
-            env.update(scaleout.env_overrides(cfg, layout, f"http://{LOOPBACK}:{prom_port}"))
+            env.update(scaleout.env_overrides(cfg, layout))
             env["MAC_SD_TOKEN"] = scaleout.sd_token(cfg, data)
         specs = [spec for spec in specs if spec.name != "prometheus"]
         specs += scaleout.specs(
@@ -460,8 +460,8 @@ def _compose_scaleout(cfg: NodeConfig, runtime: Runtime, specs: list[ServiceSpec
     data = data_dir(cfg)
     layout = scaleout.docker_layout(cfg)
     engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
-    overrides = scaleout.env_overrides(cfg, layout, "http://prometheus:29090")
-    runtime.overlays = [scaleout.write_overlay(data, scaleout.compose_overlay(engines, overrides))]
+    overlay = scaleout.compose_overlay(engines, scaleout.env_overrides(cfg, layout))
+    runtime.overlays = [scaleout.write_overlay(data, overlay)]
     # The token reaches the containers through Compose's environment, never the file.
     os.environ["MAC_SD_TOKEN"] = scaleout.sd_token(cfg, data)
 

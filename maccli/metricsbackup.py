@@ -28,6 +28,7 @@ from node.checks.docker import COMPOSE_PROJECT
 from node.config import NodeConfig
 
 BACKUP_MOUNT = "/backup"
+STORE_VOLUME = f"{COMPOSE_PROJECT}_{scaleout.STORE_VOLUME}"  # as `docker volume ls` says
 
 
 def _store(cfg: NodeConfig) -> tuple[str, Path]:
@@ -57,7 +58,7 @@ def _in_container(
         argv += ["--network", f"{COMPOSE_PROJECT}_master"]
     return [
         *argv,
-        "-v", f"{COMPOSE_PROJECT}_mac-metrics:{scaleout.DOCKER_STORE_DATA}",
+        "-v", f"{STORE_VOLUME}:{scaleout.DOCKER_STORE_DATA}",
         "-v", f"{folder}:{BACKUP_MOUNT}",
         "--entrypoint", program, runtime.image,
     ]  # fmt: skip
@@ -130,7 +131,7 @@ def restore(folder: str) -> int:
         )
     docker = _in_container(cfg, "/usr/bin/vmrestore", source, network=False)
     if docker:
-        data = Path(f"{COMPOSE_PROJECT}_mac-metrics")  # the volume, as `docker volume ls` says
+        data = Path(STORE_VOLUME)
         argv = [
             *docker,
             f"-src=fs://{BACKUP_MOUNT}",

@@ -63,7 +63,7 @@ class Layout:
     python: str  # the interpreter that writes their files (manage.py scaleout_config)
     master: str  # HOST:PORT of the master's http_sd and /metrics, for the scrapers
     alertmanager_url: str
-    views_listen: str  # HOST:PORT of the targets view
+    views_port: int  # the targets view's (Prometheus's) port, where it listens
     docker: bool = False
 
     def host(self, service: str) -> str:
@@ -76,13 +76,14 @@ def process_layout(data: Path, *, master: str, alertmanager_url: str, views_port
     return Layout(
         work=folder(data), store_data=store_data(data), listen="127.0.0.1",
         python=sys.executable, master=master, alertmanager_url=alertmanager_url,
-        views_listen=f"127.0.0.1:{views_port}",
+        views_port=views_port,
     )  # fmt: skip
 
 
 # Inside the containers (docker/docker-compose.master.yml): volumes and service names.
 DOCKER_DATA = Path("/var/lib/mac")
 DOCKER_STORE_DATA = Path("/var/lib/mac-metrics")
+STORE_VOLUME = "mac-metrics"  # Compose names it mac_mac-metrics (project mac)
 
 
 def docker_layout(cfg: NodeConfig) -> Layout:
@@ -91,7 +92,7 @@ def docker_layout(cfg: NodeConfig) -> Layout:
         work=folder(DOCKER_DATA), store_data=DOCKER_STORE_DATA, listen="0.0.0.0",
         python="python", master="api-server:28080",
         alertmanager_url=cfg.get("MAC_ALERTMANAGER_URL") or "http://mac-alertmanager:29093",
-        views_listen="0.0.0.0:29090", docker=True,
+        views_port=29090, docker=True,
     )  # fmt: skip
 
 
@@ -118,11 +119,14 @@ def store_url(cfg: NodeConfig, layout: Layout | None = None) -> str:
     return given or f"http://{host}:{_store_port(cfg)}"
 
 
+def _scraper_port(cfg: NodeConfig, index: int) -> int:
+    return cfg.int_value("MAC_SCRAPER_BASE_PORT", SCRAPER_BASE_PORT) + index
+
+
 def scraper_addresses(cfg: NodeConfig, layout: Layout | None = None) -> list[str]:
     """HOST:PORT of each scraper, in shard order (from this host when no layout)."""
-    base = cfg.int_value("MAC_SCRAPER_BASE_PORT", SCRAPER_BASE_PORT)
     return [
-        f"{layout.host(f'scraper-{k}') if layout else '127.0.0.1'}:{base + k}"
+        f"{layout.host(f'scraper-{k}') if layout else '127.0.0.1'}:{_scraper_port(cfg, k)}"
         for k in range(shards(cfg))
     ]
 
@@ -151,7 +155,7 @@ def sd_token(cfg: NodeConfig, data: Path) -> str:
         ) from None
 
 
-def env_overrides(cfg: NodeConfig, layout: Layout, targets_url: str) -> dict[str, str]:
+def env_overrides(cfg: NodeConfig, layout: Layout) -> dict[str, str]:
     """What every master process must agree on in scale-out mode (MAC_SD_TOKEN aside:
     the runtime hands it over, see sd_token).
 
@@ -161,7 +165,7 @@ def env_overrides(cfg: NodeConfig, layout: Layout, targets_url: str) -> dict[str
     return {
         "MAC_SCRAPE_SHARDS": str(shards(cfg)),
         "MAC_PROMETHEUS_URL": store_url(cfg, layout),
-        "MAC_TARGETS_URL": targets_url,
+        "MAC_TARGETS_URL": f"http://{layout.host('prometheus')}:{layout.views_port}",
         "MAC_SCRAPER_URLS": ",".join(f"http://{a}" for a in scraper_addresses(cfg, layout)),
     }
 
@@ -206,9 +210,8 @@ def specs(
              "--scrapers", ",".join(scrapers)],
         ]  # fmt: skip
         result.append(_engine_spec("store", argv, port, env, prestart))
-    base = cfg.int_value("MAC_SCRAPER_BASE_PORT", SCRAPER_BASE_PORT)
     for index in range(len(scrapers)):
-        port = base + index
+        port = _scraper_port(cfg, index)
         config = work / f"scraper-{index}.yml"
         argv = [
             _binary(cfg, layout, "MAC_VMAGENT_BIN", "vmagent"),
@@ -253,7 +256,7 @@ def specs(
     )
     view_argv = [
         layout.python, "-m", "healthcheck.targetsview",
-        "--listen", layout.views_listen, "--store", store,
+        "--listen", f"{layout.listen}:{layout.views_port}", "--store", store,
         *[arg for address in scrapers for arg in ("--scraper", f"http://{address}")],
     ]  # fmt: skip
     # In Prometheus's place on the loopback (the front door serves it under /prometheus/).
@@ -302,7 +305,7 @@ def compose_overlay(engines: list[ServiceSpec], overrides: dict[str, str]) -> di
             continue
         volumes = [f"mac-data:{DOCKER_DATA}"]
         if spec.name == "store":
-            volumes.append(f"mac-metrics:{DOCKER_STORE_DATA}")
+            volumes.append(f"{STORE_VOLUME}:{DOCKER_STORE_DATA}")
         # The master's api-server makes the secret key settings need: wait for it.
         steps = [f"until [ -s {DOCKER_DATA}/secret_key ]; do sleep 1; done"]
         steps += [shlex.join(step) for step in spec.prestart]
@@ -321,7 +324,7 @@ def compose_overlay(engines: list[ServiceSpec], overrides: dict[str, str]) -> di
         }
     for name in MASTER_SERVICES:
         services[name] = {"environment": _escaped(overrides)}
-    return {"services": services, "volumes": {"mac-metrics": {}}}
+    return {"services": services, "volumes": {STORE_VOLUME: {}}}
 
 
 def _escaped(value):

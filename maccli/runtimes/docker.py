@@ -339,11 +339,10 @@ class DockerRuntime(Runtime):
             ["docker", "ps", "-a", "--filter", f"label={PROJECT_LABEL}={self.project}",
              "--format", f'{{{{.Names}}}} {{{{.Label "{SERVICE_LABEL}"}}}}'],
         )  # fmt: skip
-        names = [
-            name
-            for name, _, service in (line.partition(" ") for line in listed.stdout.splitlines())
-            if listed.returncode == 0 and unwanted(service.strip())
-        ]
+        if listed.returncode != 0:
+            return []  # no engine: nothing to remove (`up` then says what is wrong)
+        rows = (line.partition(" ") for line in listed.stdout.splitlines())
+        names = [name for name, _, service in rows if unwanted(service.strip())]
         if names:
             result = self.run(["docker", "rm", "-f", *names])
             if result.returncode != 0:

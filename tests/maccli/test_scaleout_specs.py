@@ -87,7 +87,7 @@ def _docker_engines(cfg: NodeConfig) -> tuple[dict, dict]:
     specs = master_specs(cfg, docker=True)
     engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
     layout = scaleout.docker_layout(cfg)
-    overrides = scaleout.env_overrides(cfg, layout, "http://prometheus:29090")
+    overrides = scaleout.env_overrides(cfg, layout)
     return {s.name: s for s in specs}, scaleout.compose_overlay(engines, overrides)
 
 
@@ -120,6 +120,7 @@ def test_under_docker_the_engines_reach_each_other_by_service_name(tmp_path):
     master_env = services["api-server"]["environment"]
     assert master_env["MAC_PROMETHEUS_URL"] == "http://store:29428"
     assert master_env["MAC_SCRAPER_URLS"] == "http://scraper-0:29430,http://scraper-1:29431"
+    assert master_env["MAC_TARGETS_URL"] == "http://prometheus:29090"
     # The http_sd token is passed through from mac's environment, never written down.
     assert "MAC_SD_TOKEN" not in master_env
     assert scraper["environment"]["MAC_SD_TOKEN"] is None
