@@ -7,17 +7,26 @@ Layout of the configuration (render_config):
       routes:
         - mac_test_channel=~".+"          test notifications (send_test_notification),
           routes: one per channel         each only to its own channel, at once
-        - alertname="MacNodeOffline"      node alerts: group_by node, so one dead node is
-          group_wait MAC_ALERT_NODE_GROUP_WAIT   one notification, sent seconds after the
-          routes: one per channel         master's post (alerting.nodealerts)
+        - alertname=~"MacNodeOffline|MacGpu..."   the alerts the master posts itself (node
+          group_wait MAC_ALERT_NODE_GROUP_WAIT    offline, GPU verdicts, drain budget):
+          group_interval MAC_ALERT_NODE_GROUP_INTERVAL   group_by node, so one node is
+          routes: one per channel         one notification, sent seconds after the
+                                          master's post (alerting.nodealerts)
         - one route per channel:  severity and label matchers, continue: true
-
-A node that flaps pages once per incident: its alert keeps one group (group_by node),
-and Alertmanager sends that group again only after group_interval (MAC_ALERT_GROUP_INTERVAL,
-5 minutes) and repeats an unchanged one only after repeat_interval; a flap inside
-group_interval changes nothing that was sent.
     receivers: mac-nobody, mac-channel-<id> ...
     templates: [<MAC_ALERTMANAGER_DIR>/mac.tmpl]   (alerting.amtemplate)
+
+A node's group sends a change (its alert ended, the node died again) after the route's
+group_interval, the probe interval up to 5 s by default: a node that dies again is paged
+as fast as the first time, not 5 minutes later, and grouping per node keeps every other
+node out of it. An unchanged alert is repeated only after repeat_interval; changes
+inside one group interval (a flap between two sweeps) change nothing that was sent.
+
+Every receiver that speaks HTTP (webhook, Slack) carries `http_config: follow_redirects:
+false`: Alertmanager follows redirects by default, and a receiver answering
+`307 Location: http://127.0.0.1:...` would make the master reach its own loopback
+(alerting.destinations). A channel whose name now resolves inside the master is held
+back at each generation (Build.held: pending, not rendered).
 
 A bad channel never breaks the others: each channel's receiver and route are first
 put in a configuration of their own and checked with `amtool check-config` (Debian's
@@ -41,14 +50,19 @@ from django.conf import settings
 
 from alerting.amtemplate import TEMPLATE_FILE, render_templates
 from alerting.choices import ChannelKind, Severity
+from alerting.destinations import held_back
+from alerting.drainalert import ALERTNAME as DRAIN_BUDGET_ALERTNAME
 from alerting.models import NotificationChannel, channel_errors
+from alerting.nodealerts import POSTED_ALERTNAMES
 from contract.atomicfile import write_atomically
 
 CONFIG_FILE = "alertmanager.yml"
 NOBODY = "mac-nobody"
 TEST_LABEL = "mac_test_channel"
 GROUP_BY = ["alertname", "cluster_name"]
-NODE_ALERTNAME = "MacNodeOffline"
+# The alerts the master posts itself, already decided (alerting.nodealerts, gpualerts,
+# and the drain's budget alert, alerting.drainalert).
+NODE_ALERTNAMES = (*POSTED_ALERTNAMES, DRAIN_BUDGET_ALERTNAME)
 NODE_GROUP_BY = ["alertname", "cluster_name", "node"]
 HEADER = (
     "# Alertmanager configuration of the MAC master, generated from the notification\n"
@@ -66,6 +80,7 @@ class Timing:
     group_interval: str = "5m"
     repeat_interval: str = "4h"
     node_group_wait: str = "3s"  # node alerts: the master posts them already decided
+    node_group_interval: str = "30s"  # and decides again at every sweep
 
     @classmethod
     def from_settings(cls) -> Timing:
@@ -74,6 +89,7 @@ class Timing:
             settings.ALERT_GROUP_INTERVAL,
             settings.ALERT_REPEAT_INTERVAL,
             settings.ALERT_NODE_GROUP_WAIT,
+            settings.ALERT_NODE_GROUP_INTERVAL,
         )
 
 
@@ -84,6 +100,13 @@ class Build:
     text: str
     included: list[int] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)  # channel id -> why it is left out
+    # channel id -> why it is held back for now: its name resolves inside the master, or
+    # not at all (alerting.destinations.held_back); pending until it resolves outside.
+    held: dict[int, str] = field(default_factory=dict)
+
+
+# Every http_config MAC writes: a redirect is an answer, never a second request.
+HTTP_CONFIG = {"follow_redirects": False}
 
 
 def receiver(channel: NotificationChannel) -> dict:
@@ -105,7 +128,13 @@ def receiver(channel: NotificationChannel) -> dict:
             config["auth_password"] = channel.smtp_password
         entry["email_configs"] = [config]
     elif channel.kind == ChannelKind.WEBHOOK:
-        entry["webhook_configs"] = [{"url": channel.url, "send_resolved": channel.send_resolved}]
+        entry["webhook_configs"] = [
+            {
+                "url": channel.url,
+                "send_resolved": channel.send_resolved,
+                "http_config": dict(HTTP_CONFIG),
+            }
+        ]
     elif channel.kind == ChannelKind.SLACK:
         entry["slack_configs"] = [
             {
@@ -113,6 +142,7 @@ def receiver(channel: NotificationChannel) -> dict:
                 "send_resolved": channel.send_resolved,
                 "title": '{{ template "mac.slack.title" . }}',
                 "text": '{{ template "mac.slack.text" . }}',
+                "http_config": dict(HTTP_CONFIG),
             }
         ]
     return entry
@@ -150,9 +180,10 @@ def node_route(channels: list[NotificationChannel], timing: Timing) -> dict:
     """Node alerts wait only a few seconds and group per node; then every channel's route."""
     entry: dict = {
         "receiver": NOBODY,
-        "matchers": [f'alertname="{NODE_ALERTNAME}"'],
+        "matchers": [f'alertname=~"{"|".join(NODE_ALERTNAMES)}"'],
         "group_by": NODE_GROUP_BY,
         "group_wait": timing.node_group_wait,
+        "group_interval": timing.node_group_interval,
     }
     if channels:
         entry["routes"] = [route(channel) for channel in channels]
@@ -235,19 +266,25 @@ def _amtool_reason(output: str) -> str:
 
 
 def build(channels: Iterable[NotificationChannel], directory: Path, timing: Timing) -> Build:
-    """Check every enabled channel on its own, then render the ones that pass."""
+    """Check every enabled channel on its own (its fields, where it sends now, amtool),
+    then render the ones that pass."""
     template_path = Path(directory) / TEMPLATE_FILE
     amtool = amtool_path()
     good: list[NotificationChannel] = []
     errors: dict[int, str] = {}
+    held: dict[int, str] = {}
     for channel in channels:
         if not channel.enabled:
             continue
-        problems = channel_errors(channel)
+        problems = channel_errors(channel, destinations=False)
         if problems:
             errors[channel.pk] = "; ".join(
                 f"{name}: {' '.join(messages)}" for name, messages in problems.items()
             )
+            continue
+        why = held_back(channel)
+        if why:
+            held[channel.pk] = why
             continue
         alone = dump(render_config([channel], template_path, timing))
         error = check_config(alone, amtool)
@@ -256,7 +293,7 @@ def build(channels: Iterable[NotificationChannel], directory: Path, timing: Timi
         else:
             good.append(channel)
     text = dump(render_config(good, template_path, timing))
-    return Build(text, [channel.pk for channel in good], errors)
+    return Build(text, [channel.pk for channel in good], errors, held)
 
 
 def write_file(path: Path, content: bytes, mode: int) -> bool:

@@ -3,7 +3,8 @@ the email and Slack layouts around a group of them.
 
 An Offline node's alert already carries its words: the master posts it itself with the
 reason, diagnosis, fix and node link as annotations (alerting.nodealerts), and labels
-that hold only identities. The templates print those annotations, and for other alerts
+that hold only identities; a GPU verdict alert the same way with the GPU, its evidence
+and the action (alerting.gpualerts). The templates print those annotations, and for other alerts
 their description; MAC_PUBLIC_URL becomes the node link of an alert that has none.
 Email and Slack channels use these templates; a generic webhook gets Alertmanager's own
 JSON (labels, annotations), which holds the same words.
@@ -43,6 +44,9 @@ _NOTIFICATION = r"""
 {{ end }}{{ if .Labels.cluster_name }}Cluster:   {{ .Labels.cluster_name }}
 {{ end }}Since:     {{ .StartsAt.UTC.Format "2006-01-02 15:04:05 UTC" }}
 {{ if eq .Status "resolved" }}Resolved:  {{ .EndsAt.UTC.Format "2006-01-02 15:04:05 UTC" }}
+{{ end }}{{ if .Annotations.gpu }}GPU:       {{ .Annotations.gpu }}
+{{ end }}{{ if .Annotations.evidence }}Evidence:  {{ .Annotations.evidence }}
+{{ end }}{{ if .Annotations.action }}Action:    {{ .Annotations.action }}
 {{ end }}{{ if .Annotations.reason }}Reason:    {{ .Annotations.reason }}
 {{ end }}{{ if .Annotations.diagnosis }}Diagnosis: {{ .Annotations.diagnosis }}
 {{ end }}{{ if .Annotations.description }}{{ .Annotations.description }}

@@ -10,7 +10,7 @@ class ChannelKind(models.TextChoices):
 
 
 class Severity(models.TextChoices):
-    """The `severity` label of MAC's alert rules (healthcheck/prometheus/alerts.yml)."""
+    """The `severity` label of MAC's alert rules (scraping/prometheus/alerts.yml)."""
 
     CRITICAL = "critical", "critical"
     WARNING = "warning", "warning"

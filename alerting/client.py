@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from contract.redact import url_without_credentials
+
 
 class AlertmanagerUnavailable(Exception):
     """Alertmanager did not answer, or answered with an error; str() says which."""
@@ -30,6 +32,11 @@ class Alertmanager:
     @classmethod
     def from_settings(cls) -> Alertmanager:
         return cls(settings.ALERTMANAGER_URL, settings.ALERTMANAGER_TIMEOUT)
+
+    @property
+    def where(self) -> str:
+        """The URL as messages show it: without the credentials it may carry."""
+        return url_without_credentials(self.url)
 
     def _call(self, method: str, path: str, body: object = None, query: dict | None = None):
         url = self.url + path
@@ -45,18 +52,18 @@ class Alertmanager:
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace").strip()[:300]
             raise AlertmanagerUnavailable(
-                f"{self.url} answered {method} {path} with HTTP {exc.code}: {detail}"
+                f"{self.where} answered {method} {path} with HTTP {exc.code}: {detail}"
             ) from None
         except TimeoutError:
             raise AlertmanagerUnavailable(
-                f"{self.url} did not answer within {self.timeout:g} s"
+                f"{self.where} did not answer within {self.timeout:g} s"
             ) from None
         except urllib.error.URLError as exc:
             reason = exc.reason
             words = getattr(reason, "strerror", None) or str(reason)
-            raise AlertmanagerUnavailable(f"cannot reach {self.url}: {words}") from None
+            raise AlertmanagerUnavailable(f"cannot reach {self.where}: {words}") from None
         except OSError as exc:
-            raise AlertmanagerUnavailable(f"cannot reach {self.url}: {exc}") from None
+            raise AlertmanagerUnavailable(f"cannot reach {self.where}: {exc}") from None
         if not raw:
             return None
         try:

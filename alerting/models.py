@@ -15,7 +15,7 @@ from django.core.validators import URLValidator, validate_email
 from django.db import models
 
 from alerting.choices import ChannelKind, Severity
-from alerting.destinations import url_refusal
+from alerting.destinations import destination, refusal
 
 # One Alertmanager matcher: a label name, an operator, a value (quoted or not).
 MATCHER = re.compile(
@@ -122,8 +122,12 @@ def matcher_error(text: str) -> str:
     return ""
 
 
-def channel_errors(channel: NotificationChannel) -> dict[str, list[str]]:
-    """{field: [message]} for what would make Alertmanager refuse the channel."""
+def channel_errors(
+    channel: NotificationChannel, *, destinations: bool = True
+) -> dict[str, list[str]]:
+    """{field: [message]} for what would make Alertmanager refuse the channel, and (with
+    `destinations`) a host that does not resolve or names an address inside the master
+    (alerting.destinations; the generation checks that apart, as a held-back channel)."""
     errors: dict[str, list[str]] = {}
 
     def add(field: str, message: str) -> None:
@@ -170,7 +174,7 @@ def channel_errors(channel: NotificationChannel) -> dict[str, list[str]]:
                 _URL(channel.url)
             except ValidationError:
                 add("url", "must be an http:// or https:// URL")
-            else:
-                if refusal := url_refusal(channel.url):
-                    add("url", refusal)
+    where = destination(channel) if destinations else None
+    if where and where.field not in errors and (why := refusal(where)):
+        add(where.field, why)
     return errors

@@ -12,10 +12,13 @@ posts, in one request:
   deregistered), with `endsAt` now: Alertmanager resolves it at once.
 
 Labels are exactly those of the Prometheus rule MacNodeOffline, which stays as the
-backstop for a master that cannot post (healthcheck/prometheus/alerts.yml): alertname,
+backstop for a master that cannot post (scraping/prometheus/alerts.yml): alertname,
 node, hostname, cluster_name and severity. Both alerts then have one fingerprint and
 Alertmanager deduplicates them. The words come in annotations, from MAC's own data:
 summary, reason, diagnosis, description, fix, node_url, runbook_url, and `source`.
+
+The same post carries the GPU verdict alerts (alerting.gpualerts: MacGpuUnhealthy,
+MacGpuDegraded), under the same rules.
 
 Which nodes were posted as firing is kept in the cache, and only replaced after a post
 that Alertmanager accepted: a failed post is simply made again after the next sweep
@@ -32,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.core.cache import cache
 
+from alerting import gpualerts
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from contract.diagnosis import describe
 from contract.outcomes import DIAGNOSIS_LABELS, OUTCOME_LABELS, Diagnosis, Outcome
@@ -42,10 +46,16 @@ ALERTNAME = "MacNodeOffline"
 SEVERITY = "critical"
 SOURCE = "mac-master"
 RUNBOOK = "docs/troubleshooting.md#a-node-is-offline-macnodeoffline"
-# endsAt this many intervals ahead, and never under ENDS_AFTER_MIN seconds: a post late
-# by a loaded worker must not let the alert end (and page again) between two sweeps.
+# Every alert the master posts itself (alerting.amconfig routes them quickly, per node).
+POSTED_ALERTNAMES = (ALERTNAME, *gpualerts.ALERTNAMES.values())
+# endsAt this many intervals ahead, and never under ENDS_AFTER_MIN seconds: posts late
+# by a loaded worker (sweeps and posts that expired, seen for over 20 s on a busy
+# machine) must not let the alert end, since the node route sends that end, and the
+# next firing, within a probe interval (MAC_ALERT_NODE_GROUP_INTERVAL). Two minutes
+# also outlast the backstop rule's own way to firing at the defaults (its `for:` 1m,
+# a scrape and an evaluation), so a poster that stops never makes the alert blink.
 ENDS_AFTER_INTERVALS = 4
-ENDS_AFTER_MIN = 20.0
+ENDS_AFTER_MIN = 120.0
 
 POSTED_KEY = "alerting:node-alerts:posted"
 STATS_KEY = "alerting:node-alerts:stats"
@@ -78,9 +88,9 @@ def node_url(node_id: int) -> str:
     return f"{base.rstrip('/')}/nodes/{node_id}/"
 
 
-def runbook_url() -> str:
+def runbook_url(path: str = RUNBOOK) -> str:
     base = settings.RUNBOOK_BASE_URL
-    return f"{base.rstrip('/')}/{RUNBOOK}" if base else RUNBOOK
+    return f"{base.rstrip('/')}/{path}" if base else path
 
 
 def _reason_words(row: dict) -> str:
@@ -144,6 +154,8 @@ class Post:
     resolved: list[int] = field(default_factory=list)
     error: str = ""
     skipped: bool = False
+    gpus_firing: list[str] = field(default_factory=list)  # "node/gpu/alertname"
+    gpus_resolved: list[str] = field(default_factory=list)
 
 
 def build(rows: list[dict], posted: dict[int, str], now: datetime) -> tuple[list[dict], Post]:
@@ -167,7 +179,18 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
         client = client or Alertmanager(settings.ALERTMANAGER_URL, timeout)
         posted = {int(k): v for k, v in (cache.get(POSTED_KEY) or {}).items()}
         rows = offline_rows()
-        alerts, post = build(rows, posted, datetime.now(UTC))
+        now = datetime.now(UTC)
+        alerts, post = build(rows, posted, now)
+        gpus, gpus_firing, post.gpus_resolved = gpualerts.build(
+            gpualerts.firing_rows(),
+            cache.get(gpualerts.POSTED_KEY) or {},
+            _iso(now + timedelta(seconds=ends_after())),
+            _iso(now),
+            node_url,
+            runbook_url(gpualerts.RUNBOOK),
+        )
+        post.gpus_firing = sorted(gpus_firing)
+        alerts += gpus
         if not alerts:
             return post
         try:
@@ -176,6 +199,7 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
             post.error = str(exc)
         else:
             cache.set(POSTED_KEY, {row["id"]: row["hostname"] for row in rows}, None)
+            cache.set(gpualerts.POSTED_KEY, gpus_firing, None)
         record(post)
         return post
     finally:

@@ -65,18 +65,25 @@ def _sort_key(row: dict) -> tuple:
 
 
 def group_rows(rows: list[dict]) -> list[dict]:
-    """Alerts by alertname and severity: a count, a summary, and the first GROUP_NODES
-    nodes; the most severe groups first, then the largest."""
+    """Alerts by alertname and severity: a count, how many nodes (a node has one alert per
+    GPU of some), a summary, and the first GROUP_NODES nodes, each once; the most severe
+    groups first, then the largest."""
     groups: dict[tuple[str, str], dict] = {}
+    seen: dict[tuple[str, str], set] = {}
     for row in rows:
         key = (row["alertname"], row["severity"])
         group = groups.setdefault(
             key,
-            {"alertname": key[0], "severity": key[1], "count": 0, "since": row["starts_at"],
-             "summary": row["summary"], "nodes": []},
+            {"alertname": key[0], "severity": key[1], "count": 0, "node_count": 0,
+             "since": row["starts_at"], "summary": row["summary"], "nodes": []},
         )  # fmt: skip
         group["count"] += 1
         group["since"] = min(group["since"], row["starts_at"]) or row["starts_at"]
+        node = row["node"] or row["hostname"]
+        if node in seen.setdefault(key, set()):
+            continue
+        seen[key].add(node)
+        group["node_count"] += 1
         if len(group["nodes"]) < GROUP_NODES:
             group["nodes"].append(
                 {"node": row["node"], "hostname": row["hostname"], "summary": row["summary"]}
@@ -144,6 +151,30 @@ def _applies_to(silence: dict, node_id: int) -> bool:
     )  # fmt: skip
 
 
+def _ours(alert: dict) -> bool:
+    """An alert of this cluster (a shared Alertmanager holds other clusters' too)."""
+    cluster = alert.get("labels", {}).get("cluster_name", settings.CLUSTER_NAME)
+    return cluster == settings.CLUSTER_NAME
+
+
+def alerts_and_silences(client: Alertmanager | None = None) -> dict:
+    """The dashboard's Alerts page: every alert of this cluster that Alertmanager holds
+    (silenced ones too, flagged), and the silences in force or to come."""
+    client = client or Alertmanager.from_settings()
+    try:
+        alerts = client.alerts(silenced=True)
+        silences = client.silences()
+    except AlertmanagerUnavailable as exc:
+        return {"available": False, "error": str(exc), "alerts": [], "silences": []}
+    live = [s for s in silences if s.get("status", {}).get("state") in {"active", "pending"}]
+    return {
+        "available": True,
+        "error": "",
+        "alerts": sorted((alert_row(a) for a in alerts if _ours(a)), key=_sort_key),
+        "silences": sorted((silence_row(s) for s in live), key=lambda s: s["ends_at"]),
+    }
+
+
 def node_alerts(node_id: int, client: Alertmanager | None = None) -> dict:
     """One node's firing alerts (silenced ones too, flagged) and the silences on it."""
     client = client or Alertmanager.from_settings()
@@ -155,9 +186,7 @@ def node_alerts(node_id: int, client: Alertmanager | None = None) -> dict:
     mine = [
         alert
         for alert in alerts
-        if alert.get("labels", {}).get("node") == str(node_id)
-        and alert.get("labels", {}).get("cluster_name", settings.CLUSTER_NAME)
-        == settings.CLUSTER_NAME
+        if alert.get("labels", {}).get("node") == str(node_id) and _ours(alert)
     ]
     return {
         "available": True,

@@ -8,13 +8,13 @@ request never waits on Alertmanager; beat's poll puts right whatever this misses
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.dispatch import receiver
 
+from alerting import bulkheads
 from alerting.tasks import sync_silences
-from inventory import bulkheads
+from contract.redact import url_without_credentials
 from inventory.signals import maintenance_changed
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,5 @@ def update_silences(sender, node_ids: list[int], **kwargs) -> str:
 def _reason(exc: Exception) -> str:
     if isinstance(exc, bulkheads.BulkheadFull):
         return str(exc)
-    return f"the broker at {_where(settings.CELERY_BROKER_URL)} did not take it: {exc}"[:300]
-
-
-def _where(url: str) -> str:
-    """The broker's address without any password."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}".rstrip(":")
+    broker = url_without_credentials(settings.CELERY_BROKER_URL)
+    return f"the broker at {broker} did not take it: {exc}"[:300]

@@ -20,12 +20,11 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from alerting import amconfig
+from alerting import amconfig, bulkheads, destinations
 from alerting.amconfig import TEST_LABEL
 from alerting.choices import ChannelKind
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel, channel_errors
-from inventory import bulkheads
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +51,8 @@ class Applied:
     write_error: str = ""  # the files could not be written (a full disk): the old ones stay
     included: list[int] = field(default_factory=list)
     left_out: dict[int, str] = field(default_factory=dict)
+    # Held back for now: the name resolves inside the master, or not at all (pending).
+    held: dict[int, str] = field(default_factory=dict)
 
 
 def config_path() -> Path:
@@ -73,8 +74,9 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
         return _not_written(result, exc)
     channels = list(NotificationChannel.objects.order_by("pk"))
     built = amconfig.build(channels, directory, amconfig.Timing.from_settings())
-    result.included, result.left_out = built.included, built.errors
+    result.included, result.left_out, result.held = built.included, built.errors, built.held
     _record_checks(channels, built.errors)
+    _record_held(built.held)
     whole = amconfig.check_config(built.text, amconfig.amtool_path())
     if whole:
         # Each channel passed alone, so this is MAC's bug or amtool's; keep what runs.
@@ -85,7 +87,10 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
         config_changed = amconfig.write_file(config_path(), built.text.encode(), 0o600)
     except OSError as exc:
         return _not_written(result, exc)
-    NotificationChannel.objects.exclude(pending_reason="").update(pending_reason="")
+    # Written: nothing is pending any more but what is held back.
+    NotificationChannel.objects.exclude(pending_reason="").exclude(pk__in=built.held).update(
+        pending_reason=""
+    )
     result.written = templates_changed or config_changed
     if result.written:
         cache.set(RELOAD_PENDING_KEY, True, None)
@@ -123,19 +128,31 @@ def write_failure(exc: OSError) -> str:
 def config_out_of_step() -> str:
     """Why alertmanager.yml does not say what the database says ("" when it does).
 
-    Cheap enough for /health and every poll: the channels that passed their last check
-    are rendered again (no amtool) and compared with the file.
+    Cheap enough for /health and every poll: no lookup, no amtool (see file_out_of_step).
     """
     if not settings.ALERTMANAGER_MANAGED:
         return ""
-    pending = NotificationChannel.objects.exclude(pending_reason="")
+    return pending_channel() or file_out_of_step()
+
+
+def pending_channel() -> str:
+    """The first channel saved but not in alertmanager.yml yet, and why ("" when none):
+    the file could not be written, or its name resolves inside the master (held back).
+    Each reason says what MAC does next."""
+    pending = NotificationChannel.objects.exclude(pending_reason="").order_by("pk")
     first = pending.values_list("name", "pending_reason").first()
-    if first:
-        return f"channel {first[0]!r} is saved but pending: {first[1]}"
+    return f"channel {first[0]!r} is saved but pending: {first[1]}" if first else ""
+
+
+def file_out_of_step() -> str:
+    """Why alertmanager.yml differs from the channels that passed their last check ("" when
+    it does not): they are rendered again and compared with the file."""
     directory = Path(settings.ALERTMANAGER_DIR)
-    good = NotificationChannel.objects.filter(enabled=True, config_error="").order_by("pk")
+    good = NotificationChannel.objects.filter(enabled=True, config_error="", pending_reason="")
     timing = amconfig.Timing.from_settings()
-    text = amconfig.dump(amconfig.render_config(good, directory / amconfig.TEMPLATE_FILE, timing))
+    text = amconfig.dump(
+        amconfig.render_config(good.order_by("pk"), directory / amconfig.TEMPLATE_FILE, timing)
+    )
     try:
         if config_path().read_text() == text:
             return ""
@@ -144,6 +161,24 @@ def config_out_of_step() -> str:
     except OSError as exc:
         return f"{config_path()} cannot be read: {exc.strerror or exc}"
     return f"{config_path()} differs from the channels in the database"
+
+
+def _record_held(held: dict[int, str]) -> None:
+    for pk, why in held.items():
+        NotificationChannel.objects.filter(pk=pk).exclude(pending_reason=why).update(
+            pending_reason=why
+        )
+    if held:
+        log.warning("channels held back (their names resolve inside the master): %s", held)
+
+
+def destinations_moved() -> bool:
+    """Whether a channel in use now resolves inside the master, or not at all (beat's
+    poll then writes alertmanager.yml again without it: alerting.destinations)."""
+    if not settings.ALERTMANAGER_MANAGED:
+        return False
+    in_use = NotificationChannel.objects.filter(enabled=True, config_error="", pending_reason="")
+    return any(destinations.held_back(channel) for channel in in_use)
 
 
 def _record_checks(channels: list[NotificationChannel], errors: dict[int, str]) -> None:
@@ -168,6 +203,7 @@ def save_channel(channel: NotificationChannel, *, actor: str) -> Applied:
     channel.save()
     applied = apply_channels()
     channel.config_error = applied.left_out.get(channel.pk, "")
+    channel.pending_reason = applied.held.get(channel.pk, "")
     if applied.write_error:
         # Saved, and said so: the poll writes it once it can (config_out_of_step).
         NotificationChannel.objects.filter(pk=channel.pk).update(pending_reason=applied.write_error)
@@ -190,6 +226,8 @@ def describe_applied(applied: Applied) -> list[tuple[bool, str]]:
     names = dict(NotificationChannel.objects.values_list("pk", "name"))
     for pk, error in applied.left_out.items():
         said.append((False, f"{names.get(pk, pk)!r} is left out of alertmanager.yml: {error}"))
+    for pk, why in applied.held.items():
+        said.append((False, f"{names.get(pk, pk)!r} is held back: {why}."))
     if applied.write_error:
         said.append((False, f"Saved, but not in use yet: {applied.write_error}."))
     elif applied.config_error:
@@ -225,6 +263,8 @@ def send_test_notification(
         raise ChannelError(
             f"{channel.name} is left out of alertmanager.yml: {applied.left_out[channel.pk]}"
         )
+    if channel.pk in applied.held:
+        raise ChannelError(f"{channel.name} is held back: {applied.held[channel.pk]}")
     if applied.write_error:
         raise ChannelError(applied.write_error)
     if applied.reload_error:
@@ -302,7 +342,12 @@ def _env_channel(name: str, values: dict, variables: dict[str, str]) -> str:
     changed = [key for key, value in values.items() if getattr(channel, key) != value]
     for key in changed:
         setattr(channel, key, values[key])
-    problems = channel_errors(channel)
+    problems = channel_errors(channel, destinations=False)
+    where = destinations.destination(channel)
+    # A name that does not resolve yet (the master starting before its DNS, at boot) does
+    # not stop the start: the generation holds the channel back until it resolves.
+    if not problems and where and (why := destinations.refusal(where, unresolved_ok=True)):
+        problems = {where.field: [why]}
     if problems:
         field_name, messages = next(iter(problems.items()))
         variable = variables.get(field_name, field_name)

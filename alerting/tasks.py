@@ -7,7 +7,9 @@ with an expiry below the interval so polls never pile up. One poll:
    the last poll (including "alerts unavailable: <why>" and back), pushes it to every
    open dashboard (inventory.live.broadcast_alerts);
 2. writes alertmanager.yml again when it differs from the channels in the database
-   (a write that failed on a full disk), and reloads Alertmanager;
+   (a write that failed on a full disk), or when a channel's name now resolves inside
+   the master (held back) or back outside (alerting.destinations), and reloads
+   Alertmanager;
 3. when Alertmanager answers: retries a reload that failed earlier, and reconciles
    the maintenance silences (alerting.silences), which puts back what a restarted
    Alertmanager lost.
@@ -52,10 +54,11 @@ def sync_alertmanager() -> dict:
         broadcast_alerts(snapshot.as_dict())
         cache.set(SNAPSHOT_KEY, digest, None)
     result = {"available": snapshot.available, "firing": snapshot.count, "pushed": pushed}
-    out_of_step = services.config_out_of_step()
+    out_of_step = services.config_out_of_step() or services.destinations_moved()
     if out_of_step or (snapshot.available and cache.get(services.RELOAD_PENDING_KEY)):
-        # A channel saved while the file could not be written (a full disk), or a reload
-        # that failed: written and reloaded now, with no other change needed.
+        # A channel saved while the file could not be written (a full disk), a channel
+        # whose name resolves inside the master now or again outside, or a reload that
+        # failed: written and reloaded now, with no other change needed.
         applied = services.apply_channels(client=client)
         result["reloaded"] = applied.reloaded
         result["write_error"] = applied.write_error

@@ -9,13 +9,15 @@ tests/fixtures/captured/MANIFEST.md), with the comment lines of the kept familie
 
 Values move from one scrape interval to the next (VARIANTS pre-rendered pages, the
 counters growing), so the stores compress what a live node gives them, not a
-constant. Run by the benchmark as `python -m bench.hostpages --nodes N --base IP`.
+constant. A scraper that accepts gzip gets the page gzipped (made once at start, as
+the pages are). Run by the benchmark as `python -m bench.hostpages --nodes N --base IP`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import os
 import resource
 import sys
@@ -79,16 +81,25 @@ def render_variant(lines: list[str], counter: list[bool], variant: int) -> bytes
         step = (index % 13 + 1) * variant
         number = number + 1000 * step if is_counter else number * (1 + 0.01 * (step % 7))
         out.append(f"{head} {number:g}")
-    body = ("\n".join(out) + "\n").encode()
+    return ("\n".join(out) + "\n").encode()
+
+
+def response(body: bytes, packed: bool = False) -> bytes:
+    """The HTTP answer carrying `body`; `packed`: gzipped, as node_exporter serves a
+    scraper that accepts it."""
+    if packed:
+        body = gzip.compress(body, compresslevel=1)
     head = (
         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        + ("Content-Encoding: gzip\r\n" if packed else "")
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
     return head + body
 
 
 class _Page(asyncio.Protocol):
     pages: list[bytes] = []
+    packed: list[bytes] = []  # the same pages gzipped, made once at start
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -99,7 +110,9 @@ class _Page(asyncio.Protocol):
         if b"\r\n\r\n" not in self.buffer:
             return
         # Every scraper of one interval gets the same page; the next interval the next one.
-        page = self.pages[int(time.time() // INTERVAL) % len(self.pages)]
+        head = self.buffer.split(b"\r\n\r\n", 1)[0].lower()
+        pages = self.packed if b"accept-encoding:" in head and b"gzip" in head else self.pages
+        page = pages[int(time.time() // INTERVAL) % len(pages)]
         self.transport.write(page)  # type: ignore[attr-defined]
         self.transport.close()
 
@@ -107,7 +120,9 @@ class _Page(asyncio.Protocol):
 async def serve(addresses: list[str]) -> None:
     text = (captures_dir() / CAPTURE).read_text()
     lines, counter = page_lines(text)
-    _Page.pages = [render_variant(lines, counter, v) for v in range(VARIANTS)]
+    bodies = [render_variant(lines, counter, v) for v in range(VARIANTS)]
+    _Page.pages = [response(body) for body in bodies]
+    _Page.packed = [response(body, packed=True) for body in bodies]
     loop = asyncio.get_running_loop()
     servers = [await loop.create_server(_Page, ip, HOST_PORT, backlog=256) for ip in addresses]
     print("READY", flush=True)

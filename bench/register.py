@@ -147,7 +147,7 @@ APPS = {
 def start_server(
     env: dict[str, str], port: int, workers: int, log: Path, app: str = "asgi"
 ) -> subprocess.Popen:
-    """The api-server service as `mac start master` runs it (maccli.master), access log on."""
+    """The api-server service as `mac start master` runs it (maccli.master.specs), access log on."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [

@@ -1,29 +1,48 @@
-"""Metrics at scale: the largest GPU fleet one Prometheus, and vmagent -> victoria-metrics, hold.
+"""Metrics at scale: the largest GPU fleet one Prometheus, and MAC's scale-out path, hold.
 
-What runs, all real processes on loopback:
+What runs, all real processes on loopback, every engine started from the specs
+`mac start master` starts (maccli.master.specs.master_specs, with their prestart commands
+writing their configuration, rules and keys), never from command lines of our own:
 
-- the fleet: ``python -m testkit.simfleet --nodes N --profiles nvidia=1`` (8 GPUs'
-  dcgm-exporter page, the RDMA NICs' nic-exporter page, sys-exporter) plus
-  ``python -m bench.hostpages`` (node_exporter's captured output, HOST_SERIES series per
-  node), about 2,000 series per node;
-- engine ``prometheus``: Debian's /usr/bin/prometheus scraping every target every 15 s;
-- engine ``vm``: /usr/bin/vmagent scraping the same targets every 15 s and remote-writing
-  to one /usr/bin/victoria-metrics, the pair MAC_SCRAPE_SHARDS=1 runs.
+- the fleet: ``python -m testkit.simfleet --nodes N --profiles nvidia=1
+  --collect-interval 15`` (8 GPUs' dcgm-exporter page, the RDMA NICs' nic-exporter
+  page, sys-exporter; each page collected once per scrape interval and gzipped once
+  when asked, as a real exporter does) plus ``python -m bench.hostpages`` (node_exporter's
+  captured output, HOST_SERIES series per node), about 2,000 series per node;
+- a stand-in for the master's API (this process): the http_sd answers of
+  scraping.httpsd, made by scraping.targets.target_groups for the fleet as if
+  registered (sys-exporter, dcgm-exporter, nic-exporter), and a small /metrics page;
+  the host pages are one more job with the same labels (MAC's configuration plus that
+  job, appended to the file the prestart wrote);
+- engine ``prometheus`` (MAC_SCRAPE_SHARDS=0): mac-prometheus with MAC's rules;
+- engine ``vm`` (MAC_SCRAPE_SHARDS=--shards): the store (victoria-metrics), the
+  scraper(s) (vmagent), the rules (vmalert with MAC's rules) and the targets view.
 
-For each engine and fleet size: start fresh, wait WARMUP, then over WINDOW seconds
-measure the engine processes' CPU (user+system per wall second) and RSS, the engine's
-own counters for active series and ingested samples per second, and the scrapes: the
-raw `up` samples of every target over the window (an instant query of `up[W]`), where
-a gap longer than 1.5 intervals is a missed scrape and up=0 a failed one. A size is
-*held* when no target missed or failed a scrape. Then the node chart latency: every
-query of every chart of macweb.dashboard.charts for one NVIDIA node, over a 1 h range,
-as the dashboard sends them (one chart's queries concurrently), QUERY_ROUNDS rounds.
+For each engine, tuning and fleet size: start fresh, wait WARMUP, then over WINDOW
+seconds measure every process's CPU (user+system per wall second, children included)
+and RSS, apart: each engine process, the fleet's two servers, and this process (the
+http_sd stand-in). The engine's figure is the sum of what MAC starts for it, the
+fleet's never counted in it. Also the engine's counters (active series, ingested
+samples per second), the machine's load average and busy share, the scrapes (the raw
+`up` samples of every exporter target over the window: a gap longer than 1.5 intervals
+is a missed scrape, up=0 a failed one; a size is *held* with none of either), the CPU
+seconds the targets view spends answering one merged /api/v1/targets, vmalert's own
+time per evaluation round, and the node chart latency (every query of every chart of
+macweb.dashboard.charts for one node over 1 h, QUERY_ROUNDS rounds).
 
-Per-1,000-node figures divide what was measured at the largest held size; the
-12,500-node projection multiplies them linearly and says so.
+`--tuning NAME=EDIT ...` (repeatable) adds a flag set measured beside MAC's own
+("mac", as the specs have it) in the same run; `defaults` is a built-in one: MAC's
+specs without the flags it sets for cost (maccli.master.scaleout.COST_FLAGS), i.e.
+VictoriaMetrics' defaults. An EDIT is SERVICE:-flag=value (set or replace),
+SERVICE:-flag (a boolean), SERVICE:!-flag (drop) or SERVICE:NAME=value (environment,
+e.g. GOMAXPROCS=1); SERVICE is scraper, store, rules, prometheus or fleet (the
+simfleet's options, e.g. fleet:--collect-interval=0). Several EDITs of one tuning are
+separated by spaces.
 
-    nice -n 10 .venv/bin/python -m bench.scale_metrics --sizes 50,100 --runs 1   # a try
-    .venv/bin/python -m bench.scale_metrics --sizes 250,500,1000,2000,3000 --runs 3 --write
+    nice -n 10 .venv/bin/python -m bench.scale_metrics --sizes 50 --runs 1 --warmup 20 --window 30
+    flock /tmp/mac-bench.lock .venv/bin/python -m bench.scale_metrics --sizes 500,1000,1500,2000 \\
+        --runs 3 --write
+    ... --engines vm --sizes 1000 --tuning defaults --tuning 'queues1=scraper:-remoteWrite.queues=1'
 """
 
 from __future__ import annotations
@@ -38,99 +57,103 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.hostpages import HOST_PORT, HOST_SERIES
 from bench.report import median, percentile, update_section
 from contract.services import BY_NAME
 from testkit.ports import free_port
-from testkit.simfleet.fleet import node_addresses
+from testkit.simfleet.fleet import hostname_for, node_addresses
 
 BASE = "127.40.0.0"
 INTERVAL = 15
 WARMUP = 45.0
 WINDOW = 120.0
-QUERY_ROUNDS = 10
+QUERY_ROUNDS = 3
 PROJECTED_NODES = 12_500
 MEMORY_SHARE = 0.7  # of the available memory a size may take (the fleet needs the rest)
-JOBS = {
-    "sys-exporter": BY_NAME["sys-exporter"].port,
-    "dcgm-exporter": BY_NAME["dcgm-exporter"].port,
-    "nic-exporter": BY_NAME["nic-exporter"].port,
-    "host-capture": HOST_PORT,
-}
+EXPORTERS = ("sys-exporter", "dcgm-exporter", "nic-exporter")
+HOST_JOB = "host-capture"  # the node_exporter-sized pages (bench.hostpages)
+JOBS = (*EXPORTERS, HOST_JOB)
+# What each engine process is called in the tables (the spec's name otherwise).
+SHOWN = {"store": "store (victoria-metrics)", "rules": "rules (vmalert)"}
+FLEET = ("fleet: simfleet", "fleet: host pages", "bench: http_sd stand-in")
 
 
 @dataclass
 class Sample:
     engine: str
+    tuning: str
     nodes: int
     targets: int
     missed: int
     failed: int
     series: float
     samples_per_s: float
-    rss_bytes: float
-    cpu_cores: float
+    # {process: (CPU cores, RSS bytes)}: the engine's processes, then FLEET's.
+    procs: dict[str, tuple[float, float]]
     machine_busy: float  # the whole machine's CPU use during the window, 0..1
+    load: tuple[float, float, float]  # the load average at the window's end
     chart_ms: list[float] = field(default_factory=list)
+    view_call_cpu_s: float | None = None  # targets view: CPU s of one /api/v1/targets
+    rules_round_s: float | None = None  # vmalert: seconds per evaluation round
 
     @property
     def held(self) -> bool:
         return self.missed == 0 and self.failed == 0
 
+    @property
+    def engine_procs(self) -> dict[str, tuple[float, float]]:
+        return {name: v for name, v in self.procs.items() if name not in FLEET}
 
-def write_targets(folder: Path, nodes: int) -> Path:
-    """File-SD files, one per job, with the labels MAC's targets carry."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for job, port in JOBS.items():
-        groups = [
-            {
-                "targets": [f"{ip}:{port}"],
-                "labels": {"node": str(i + 1), "hostname": f"sim-{i + 1}", "gpu_vendor": "nvidia"},
-            }
-            for i, ip in enumerate(node_addresses(nodes, BASE))
-        ]
-        (folder / f"{job}.json").write_text(json.dumps(groups))
-    config = {
-        "global": {"scrape_interval": f"{INTERVAL}s", "scrape_timeout": "10s"},
-        "scrape_configs": [
-            {"job_name": job, "file_sd_configs": [{"files": [str(folder / f"{job}.json")]}]}
-            for job in JOBS
-        ],
-    }
-    path = folder / "scrape.yml"
-    path.write_text(json.dumps(config))  # JSON is YAML
-    return path
+    @property
+    def cpu_cores(self) -> float:
+        return sum(cpu for cpu, _ in self.engine_procs.values())
+
+    @property
+    def rss_bytes(self) -> float:
+        return sum(rss for _, rss in self.engine_procs.values())
+
+    @property
+    def fleet_cores(self) -> float:
+        return sum(self.procs.get(name, (0.0, 0.0))[0] for name in FLEET)
 
 
-def wait_ready(proc: subprocess.Popen, what: str) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        if line.strip() == "READY":
-            return
-    raise RuntimeError(f"{what} exited with {proc.wait()} before READY")
+def http_get(url: str, timeout: float = 30, tries: int = 30) -> bytes:
+    """The body at `url`; a 503 (the store's query queue full while the shared machine is
+    busy) is asked again, 2 s apart."""
+    for attempt in range(tries):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as answer:
+                return answer.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or attempt == tries - 1:
+                why = exc.read()[:300].decode(errors="replace")
+                raise RuntimeError(f"{url.split('?')[0]}: HTTP {exc.code} {why}") from None
+            time.sleep(2)
+    raise AssertionError("unreachable")
 
 
-def http_get(url: str, timeout: float = 30) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
-        return answer.read()
-
-
-def wait_http(url: str, seconds: float = 60) -> None:
+def wait_http(url: str, proc: subprocess.Popen, seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while True:
         try:
             http_get(url, timeout=2)
             return
         except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}") from None
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
@@ -146,95 +169,297 @@ def counter(url: str, name: str) -> float:
     return total
 
 
+# -- the fleet as registered, and the master's http_sd ------------------------------------
+
+
+def fleet_rows(nodes: int) -> list[dict]:
+    """The fleet as the inventory would hold it, for scraping.targets.target_groups."""
+    from inventory.choices import NodeStatus
+
+    reported = ["dcgm-exporter", "nic-exporter"]
+    return [
+        {
+            "id": index + 1, "hostname": hostname_for(ip), "ip": ip, "gpu_vendor": "nvidia",
+            "maintenance": False, "status": NodeStatus.ONLINE, "exporters": reported,
+            "exporter_health": dict.fromkeys(reported, True),
+        }
+        for index, ip in enumerate(node_addresses(nodes, BASE))
+    ]  # fmt: skip
+
+
+def job_groups(rows: list[dict]) -> dict[str, list[tuple[int, str]]]:
+    """{job: [(node id, target group JSON)]}: MAC's groups, and the host pages' job with
+    the labels of the node's sys-exporter target."""
+    from scraping.targets import target_groups
+
+    groups = target_groups(rows, EXPORTERS)
+    ids = [row["id"] for row in sorted(rows, key=lambda row: row["id"])]
+    out = {job: list(zip(ids, lines, strict=True)) for job, lines in groups.items()}
+    sys_port = f':{BY_NAME["sys-exporter"].port}"'
+    out[HOST_JOB] = [(i, line.replace(sys_port, f':{HOST_PORT}"')) for i, line in out[EXPORTERS[0]]]
+    return out
+
+
+class MasterStandIn:
+    """The master's http_sd (/api/v1/sd/<job>?shard=K&of=N, scraping.httpsd's answer)
+    and its /metrics, on loopback, in a thread of this process."""
+
+    def __init__(self, groups: dict[str, list[tuple[int, str]]]) -> None:
+        from scraping.httpsd import shard_of
+        from scraping.targets import dump_groups
+
+        answers: dict[str, bytes] = {}
+
+        def answer(job: str, shard: int, of: int) -> bytes:
+            key = f"{job}/{shard}/{of}"
+            if key not in answers:
+                # A job the fleet has no target of (sys-manager, bmc-agent...): none.
+                mine = [line for i, line in groups.get(job, ()) if shard_of(i, of) == shard]
+                answers[key] = dump_groups(mine)
+            return answers[key]
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                parts = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(parts.query))
+                if parts.path.startswith("/api/v1/sd/"):
+                    job = parts.path.rsplit("/", 1)[1]
+                    body = answer(job, int(query.get("shard", 0)), int(query.get("of", 1)))
+                    kind = "application/json"
+                else:
+                    body, kind = b"mac_bench_master_up 1\n", "text/plain; version=0.0.4"
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# -- tunings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edit:
+    service: str  # scraper, store, rules, prometheus, fleet
+    action: str  # set, drop, env
+    name: str  # -flag (set/drop) or NAME (env)
+    value: str | None = None
+
+
+def parse_tuning(text: str) -> tuple[str, list[Edit]]:
+    """NAME=EDIT EDIT... (see the module docstring) -> (name, edits)."""
+    name, _, rest = text.partition("=")
+    if not name or not rest.strip():
+        raise ValueError(f"--tuning {text!r}: give NAME=SERVICE:-flag=value ...")
+    edits = []
+    for item in rest.split():
+        service, _, what = item.partition(":")
+        if service not in ("scraper", "store", "rules", "prometheus", "fleet") or not what:
+            raise ValueError(f"--tuning {name}: {item!r} is not SERVICE:EDIT")
+        if what.startswith("!-"):
+            edits.append(Edit(service, "drop", what[1:]))
+        elif what.startswith("-"):
+            flag, eq, value = what.partition("=")
+            edits.append(Edit(service, "set", flag, value if eq else None))
+        else:
+            var, eq, value = what.partition("=")
+            if not eq:
+                raise ValueError(f"--tuning {name}: {item!r} is neither a flag nor NAME=value")
+            edits.append(Edit(service, "env", var, value))
+    return name, edits
+
+
+def builtin_tuning(name: str) -> list[Edit]:
+    """`mac` (no edit) or `defaults` (MAC's cost flags dropped)."""
+    if name == "mac":
+        return []
+    if name == "defaults":
+        from maccli.master.scaleout import COST_FLAGS
+
+        return [Edit(service, "drop", flag) for service, flag in COST_FLAGS]
+    raise ValueError(f"--tuning {name}: not built in (mac, defaults); give NAME=EDIT ...")
+
+
+def applies(edit: Edit, service: str) -> bool:
+    return edit.service == service or (edit.service == "scraper" and service.startswith("scraper-"))
+
+
+def edited(argv: list[str], env: dict[str, str], edits: list[Edit], service: str):
+    """(argv, env) of `service` with the tuning's edits applied."""
+    argv, env = list(argv), dict(env)
+    for edit in (e for e in edits if applies(e, service)):
+        if edit.action == "env":
+            env[edit.name] = edit.value or ""
+            continue
+        argv = [a for a in argv if a != edit.name and not a.startswith(edit.name + "=")]
+        if edit.action == "set":
+            argv.append(edit.name if edit.value is None else f"{edit.name}={edit.value}")
+    return argv, env
+
+
+# -- the engines as MAC starts them -------------------------------------------------------
+
+
+def consecutive_ports(count: int) -> int:
+    """A port p with p..p+count-1 free (the scrapers' MAC_SCRAPER_BASE_PORT + K)."""
+    import socket
+
+    for _ in range(50):
+        base = free_port()
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no {count} free consecutive ports")
+
+
 class Engine:
-    """One metrics engine under test: its processes, query URL and counters."""
+    """The processes `mac start master` starts for one engine, from its specs."""
 
-    name = ""
+    def __init__(self, key: str, shards: int, work: Path, master_port: int, edits: list[Edit]):
+        from maccli.master.specs import master_specs
+        from node.config import NodeConfig
 
-    def __init__(self, scrape: Path, work: Path) -> None:
-        self.scrape, self.work = scrape, work
-        self.procs: list[subprocess.Popen] = []
+        self.key, self.work, self.edits = key, work, edits
+        self.shards = shards if key == "vm" else 0
+        self.name = "prometheus" if key == "prometheus" else f"vm ({self.shards} scraper)"
+        self.sd_dir = work / "sd"
+        environ = {
+            **os.environ,
+            "MAC_DATA_DIR": str(work / "data"),
+            "MAC_SD_DIR": str(self.sd_dir),
+            "MAC_SCRAPE_SHARDS": str(self.shards),
+            "MAC_SCRAPE_INTERVAL": f"{INTERVAL}s",
+            "MAC_MASTER_BIND": "127.0.0.1",
+            # The scrapers' http_sd and the master's /metrics: this process's stand-in.
+            "MAC_MASTER_PORT": str(master_port),
+            "MAC_TLS_PORT": str(master_port),
+            "MAC_ALERTMANAGER_URL": f"http://127.0.0.1:{free_port()}",
+            "MAC_PROMETHEUS_PORT": str(free_port()),
+            "MAC_METRICS_STORE_PORT": str(free_port()),
+            "MAC_RULES_PORT": str(free_port()),
+            "MAC_SCRAPER_BASE_PORT": str(consecutive_ports(max(1, self.shards))),
+            "MAC_NODE_ENV_FILE": str(work / "none.env"),
+            "MAC_USER_ENV_FILE": str(work / "none-user.env"),
+        }
+        self.specs = master_specs(NodeConfig(environ=environ))
+        by_name = {spec.name: spec for spec in self.specs}
+        self.base_env = environ
+        # What every master process runs first (the secret key), and the CA the Prometheus
+        # configuration names (the proxy's prepare_tls).
+        self.first = [by_name["api-server"].prestart[0], by_name["proxy"].prestart[0]]
+        wanted = ["prometheus"]
+        if self.shards:
+            wanted = ["store", *(f"scraper-{k}" for k in range(self.shards)), "rules", "prometheus"]
+        self.engine_specs = [by_name[name] for name in wanted]
+        self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self) -> None:
-        raise NotImplementedError
+    def shown(self, spec_name: str) -> str:
+        if spec_name == "prometheus":
+            return "targets view" if self.shards else "prometheus"
+        return SHOWN.get(spec_name, spec_name)
+
+    def _run(self, argv: list[str], env: dict[str, str]) -> None:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()[-2000:]}")
+
+    def start(self, groups: dict[str, list[tuple[int, str]]]) -> None:
+        from scraping.targets import dump_groups
+
+        env0 = {**self.base_env, **self.engine_specs[0].env}
+        for argv in self.first:
+            self._run(argv, env0)
+        self.sd_dir.mkdir(parents=True, exist_ok=True)
+        for job, lines in groups.items():  # what the sweep writes for mac-prometheus
+            (self.sd_dir / f"{job}.json").write_bytes(dump_groups([line for _, line in lines]))
+        for spec in self.engine_specs:
+            env = {**self.base_env, **spec.env}
+            for argv in spec.prestart:
+                self._run(argv, env)
+            self._add_host_job(spec)
+            argv, env = edited(spec.argv, env, self.edits, spec.name)
+            log = (self.work / f"{spec.name}.log").open("w")
+            proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.procs[self.shown(spec.name)] = proc
+            wait_http(spec.liveness_url, proc)
+            if spec.name == "store":
+                self.query_url = f"http://127.0.0.1:{spec.port}"
+                self.store_env = env
+            elif spec.name == "rules":
+                self.rules_url = f"http://127.0.0.1:{spec.port}"
+            elif spec.name == "prometheus":
+                self.view_url = f"http://127.0.0.1:{spec.port}"
+                if not self.shards:
+                    self.query_url = self.view_url
+
+    def _add_host_job(self, spec) -> None:
+        """The host pages' job beside MAC's, in the configuration the prestart wrote."""
+        config_flag = next((a for a in spec.argv if a.startswith(("-promscrape.config=",
+                            "--config.file="))), None)  # fmt: skip
+        if config_flag is None or spec.name == "store":
+            return
+        path = Path(config_flag.split("=", 1)[1])
+        config = yaml.safe_load(path.read_text())
+        template = next(j for j in config["scrape_configs"] if j["job_name"] == EXPORTERS[0])
+        job = json.loads(json.dumps(template).replace(EXPORTERS[0], HOST_JOB))
+        job["job_name"] = HOST_JOB
+        config["scrape_configs"].append(job)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def series(self) -> float:
-        raise NotImplementedError
+        if not self.shards:
+            return counter(f"{self.query_url}/metrics", "prometheus_tsdb_head_series")
+        # Every run starts a fresh store, so the series it created are its active ones.
+        return counter(self.store_metrics(), "vm_new_timeseries_created_total")
 
     def samples_total(self) -> float:
-        raise NotImplementedError
+        if not self.shards:
+            return counter(
+                f"{self.query_url}/metrics", "prometheus_tsdb_head_samples_appended_total"
+            )
+        return counter(self.store_metrics(), "vm_rows_inserted_total")
+
+    def store_metrics(self) -> str:
+        return f"{self.query_url}/metrics"
+
+    def rules_round(self) -> float | None:
+        """vmalert's mean seconds per evaluation round of its groups (summed)."""
+        if not self.shards:
+            return None
+        text = http_get(f"{self.rules_url}/metrics").decode()
+        total = count = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "vmalert_iteration_duration_seconds_sum":
+                    total += sample.value
+                elif sample.name == "vmalert_iteration_duration_seconds_count":
+                    count = max(count, sample.value)
+        return total / count if count else None
 
     def stop(self) -> None:
-        stop_all(self.procs)
-
-    def _run(self, argv: list[str]) -> None:
-        log = (self.work / f"{Path(argv[0]).name}.log").open("w")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
-
-
-class Prometheus(Engine):
-    name = "prometheus"
-
-    def start(self) -> None:
-        self.port = free_port()
-        self.query_url = f"http://127.0.0.1:{self.port}"
-        self._run(
-            [
-                "/usr/bin/prometheus",
-                f"--config.file={self.scrape}",
-                f"--storage.tsdb.path={self.work / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ]
-        )
-        wait_http(f"{self.query_url}/-/ready")
-
-    def series(self) -> float:
-        return counter(f"{self.query_url}/metrics", "prometheus_tsdb_head_series")
-
-    def samples_total(self) -> float:
-        return counter(f"{self.query_url}/metrics", "prometheus_tsdb_head_samples_appended_total")
-
-
-class VictoriaMetrics(Engine):
-    name = "vmagent + victoria-metrics"
-
-    def start(self) -> None:
-        store, agent = free_port(), free_port()
-        self.query_url = f"http://127.0.0.1:{store}"
-        self.agent_url = f"http://127.0.0.1:{agent}"
-        self._run(
-            [
-                "/usr/bin/victoria-metrics",
-                f"-storageDataPath={self.work / 'store'}",
-                f"-httpListenAddr=127.0.0.1:{store}",
-                "-search.latencyOffset=1s",
-            ]
-        )
-        wait_http(f"{self.query_url}/health")
-        self._run(
-            [
-                "/usr/bin/vmagent",
-                f"-promscrape.config={self.scrape}",
-                f"-remoteWrite.url={self.query_url}/api/v1/write",
-                f"-remoteWrite.tmpDataPath={self.work / 'buffer'}",
-                f"-httpListenAddr=127.0.0.1:{agent}",
-            ]
-        )
-        wait_http(f"{self.agent_url}/health")
-
-    def series(self) -> float:
-        # Every run starts a fresh store, so the series it created are its active ones.
-        # (Its per-hour gauge, vm_cache_entries{type="storage/hour_metric_ids"}, reads
-        # 0 for a while after the hour turns: a run at 00:30 measured nothing with it.)
-        return counter(f"{self.query_url}/metrics", "vm_new_timeseries_created_total")
-
-    def samples_total(self) -> float:
-        return counter(f"{self.query_url}/metrics", "vm_rows_inserted_total")
+        stop_all(list(self.procs.values()))
 
 
 def scrape_record(query_url: str, at: float, window: float) -> tuple[int, int, int]:
-    """(targets, missed scrapes, failed scrapes) from the raw `up` samples of the window."""
-    params = urllib.parse.urlencode({"query": f"up[{int(window)}s]", "time": f"{at:.3f}"})
+    """(targets, missed scrapes, failed scrapes) of the fleet's jobs from the raw `up`
+    samples of the window."""
+    selector = f'up{{job=~"{"|".join(JOBS)}"}}[{int(window)}s]'
+    params = urllib.parse.urlencode({"query": selector, "time": f"{at:.3f}"})
     data = json.loads(http_get(f"{query_url}/api/v1/query?{params}"))["data"]["result"]
     missed = failed = 0
     for series in data:
@@ -250,10 +475,6 @@ def scrape_record(query_url: str, at: float, window: float) -> tuple[int, int, i
 
 def chart_queries(node_id: int) -> list[list[str]]:
     """Every chart's PromQL for one NVIDIA node, as macweb.dashboard.charts fills them."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
-    import django
-
-    django.setup()
     from macweb.dashboard.charts import CHARTS, promql_string, rate_window
 
     step = 15
@@ -271,38 +492,48 @@ async def chart_latency(query_url: str, charts: list[list[str]], rounds: int) ->
 
     end = time.time()
     start = end - 3600
-    times = []
+    times: list[float] = []
+    errors: list[str] = []
     async with aiohttp.ClientSession() as session:
 
         async def one(expr: str) -> None:
             params = {"query": expr, "start": start, "end": end, "step": 15}
             async with session.get(f"{query_url}/api/v1/query_range", params=params) as answer:
-                await answer.read()
-                answer.raise_for_status()
+                body = await answer.read()
+                if answer.status != 200:  # said in the output, the chart's time still counted
+                    errors.append(f"{answer.status} {body[:200].decode(errors='replace')}")
 
         for _ in range(rounds):
             for queries in charts:
                 began = time.perf_counter()
                 await asyncio.gather(*(one(expr) for expr in queries))
                 times.append(1000 * (time.perf_counter() - began))
+    if errors:
+        print(f"chart queries: {len(errors)} errors, the first: {errors[0]}", flush=True)
     return times
 
 
-def start_fleet(nodes: int) -> list[subprocess.Popen]:
+def start_fleet(nodes: int, edits: list[Edit]) -> list[subprocess.Popen]:
+    argv = [
+        sys.executable, "-m", "testkit.simfleet", "--nodes", str(nodes), "--base", BASE,
+        "--profiles", "nvidia=1", "--fault-rate", "0", f"--collect-interval={INTERVAL}",
+    ]  # fmt: skip
+    argv, _ = edited(argv, {}, edits, "fleet")
     fleet = [
-        subprocess.Popen(
-            [sys.executable, "-m", "testkit.simfleet", "--nodes", str(nodes), "--base", BASE,
-             "--profiles", "nvidia=1", "--fault-rate", "0"],
-            stdout=subprocess.PIPE, text=True,
-        ),
+        subprocess.Popen(argv, stdout=subprocess.PIPE, text=True),
         subprocess.Popen(
             [sys.executable, "-m", "bench.hostpages", "--nodes", str(nodes), "--base", BASE],
             stdout=subprocess.PIPE, text=True,
         ),
     ]  # fmt: skip
     try:
-        wait_ready(fleet[0], "the simulated fleet")
-        wait_ready(fleet[1], "the host pages")
+        for proc, what in zip(fleet, ("the simulated fleet", "the host pages"), strict=True):
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.strip() == "READY":
+                    break
+            else:
+                raise RuntimeError(f"{what} exited with {proc.wait()} before READY")
     except BaseException:
         stop_all(fleet)
         raise
@@ -319,43 +550,95 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
             proc.kill()
 
 
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    """The process and its live children (the simfleet splits into processes), but this
+    process alone: its children are the engines and the fleet, counted apart."""
+    if proc.pid == os.getpid():
+        return [proc]
+    return [proc, *proc.children(recursive=True)]
+
+
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds (user + system) of a process and its live children (see _tree)."""
+    total = 0.0
+    for one in _tree(proc):
+        try:
+            times = one.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def tree_rss(proc: psutil.Process) -> float:
+    total = 0.0
+    for one in _tree(proc):
+        try:
+            total += one.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def view_call_cpu(engine: Engine, proc: psutil.Process) -> float | None:
+    """CPU seconds the targets view spends on one merged /api/v1/targets."""
+    if not engine.shards:
+        return None
+    before = tree_cpu(proc)
+    http_get(f"{engine.view_url}/api/v1/targets", timeout=60)
+    return tree_cpu(proc) - before
+
+
 def measure(
-    engine_class: type[Engine],
+    key: str,
     nodes: int,
     charts: list[list[str]],
+    tuning: tuple[str, list[Edit]],
+    shards: int = 1,
     warmup: float = WARMUP,
     window: float = WINDOW,
 ) -> Sample:
     work = Path(tempfile.mkdtemp(prefix="mac-scale-"))
-    fleet = start_fleet(nodes)
-    engine = engine_class(write_targets(work / "targets", nodes), work)
+    groups = job_groups(fleet_rows(nodes))
+    master = MasterStandIn(groups)
+    fleet = start_fleet(nodes, tuning[1])
+    engine = Engine(key, shards, work, master.port, tuning[1])
     try:
-        engine.start()
-        procs = [psutil.Process(p.pid) for p in engine.procs]
+        engine.start(groups)
+        watched = {name: psutil.Process(p.pid) for name, p in engine.procs.items()}
+        watched.update(
+            zip(FLEET, [psutil.Process(p.pid) for p in fleet] + [psutil.Process()], strict=True)
+        )
         time.sleep(warmup)
-        cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
+        cpu0 = {name: tree_cpu(p) for name, p in watched.items()}
         samples0, wall0 = engine.samples_total(), time.monotonic()
         psutil.cpu_percent()
         time.sleep(window)
         busy = psutil.cpu_percent() / 100
         wall = time.monotonic() - wall0
-        cpu = (sum(sum(p.cpu_times()[:2]) for p in procs) - cpu0) / wall
+        procs = {
+            name: ((tree_cpu(p) - cpu0[name]) / wall, tree_rss(p)) for name, p in watched.items()
+        }
+        load = os.getloadavg()
         rate = (engine.samples_total() - samples0) / wall
-        rss = sum(p.memory_info().rss for p in procs)
         series = engine.series()
+        rules = engine.rules_round()
         # The last INTERVAL may not be queryable yet (the store's latency offset).
         targets, missed, failed = scrape_record(
             engine.query_url, time.time() - INTERVAL, window - INTERVAL
         )
         expected = nodes * len(JOBS)
         missed += max(0, expected - targets) * int((window - INTERVAL) // INTERVAL)
+        view = view_call_cpu(engine, watched["targets view"]) if engine.shards else None
         latency = asyncio.run(chart_latency(engine.query_url, charts, QUERY_ROUNDS))
         return Sample(
-            engine.name, nodes, targets, missed, failed, series, rate, rss, cpu, busy, latency
-        )
+            engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
+            load, latency, view, rules,
+        )  # fmt: skip
     finally:
         engine.stop()
         stop_all(fleet)
+        master.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -363,106 +646,147 @@ def per_thousand(value: float, nodes: int) -> float:
     return value / nodes * 1000
 
 
-def report(
-    results: dict[str, list[list[Sample]]],
-    sizes: list[int],
-    runs: int,
-    warmup: float = WARMUP,
-    window: float = WINDOW,
-) -> str:
-    lines = [
-        f"`bench/scale_metrics.py --sizes {','.join(map(str, sizes))} --runs {runs}`: a "
-        f"simulated NVIDIA fleet (8 GPUs, RDMA NICs, about {HOST_SERIES} host series per node "
-        "from node_exporter's captured output), scraped every 15 s over loopback by each engine; "
-        f"{warmup:.0f} s warm-up, {window:.0f} s measured, medians of {runs} run(s) per size. "
-        "The fleet runs on the same cores, so the machine's load is shown beside each row.",
-        "",
-        "| engine | nodes | targets seen | missed | failed | active series | samples/s | "
-        "engine RSS MiB | engine CPU cores | machine busy | node chart ms (median / p95) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    summary = []
-    for engine, by_size in results.items():
-        held = []
-        for runs_of_size in by_size:
-            row = _median_sample(runs_of_size)
-            lines.append(
-                f"| {engine} | {row.nodes:,} | {row.targets:,} | {row.missed} | {row.failed} | "
-                f"{row.series:,.0f} | {row.samples_per_s:,.0f} | {row.rss_bytes / 2**20:,.0f} | "
-                f"{row.cpu_cores:.2f} | {row.machine_busy:.0%} | "
-                f"{median(row.chart_ms):.0f} / {percentile(row.chart_ms, 95):.0f} |"
-            )
-            if all(s.held for s in runs_of_size):
-                held.append(row)
-        summary.append((engine, held, by_size))
-    lines += ["", "Per 1,000 nodes from the sizes held with no missed or failed scrape: series "
-              "and samples/s divided by the size; RSS and CPU as the growth between the "
-              "smallest and the largest held size (so the engine's fixed cost is not counted "
-              "per node), or divided by the size when only one size held. Per core: samples/s "
-              "and nodes per engine CPU core at the largest held size. The 12,500-node column "
-              "is computed from these (linear), not measured.", ""]  # fmt: skip
-    lines += [
-        "| engine | largest held (measured) | series / 1k | samples/s / 1k | RSS MiB / 1k | "
-        "CPU cores / 1k | samples/s per core | nodes per core | "
-        "12,500 nodes: series, RSS GiB, cores (computed) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for engine, held, by_size in summary:
-        if not held:
-            lines.append(f"| {engine} | none of the sizes tried | | | | | | | |")
-            continue
-        low, best = held[0], held[-1]
-        tried = max(s[0].nodes for s in by_size)
-        shown = f"{best.nodes:,}" + (" (largest tried)" if best.nodes == tried else "")
-        if best.nodes > low.nodes:
-            span = best.nodes - low.nodes
-            rss_node = (best.rss_bytes - low.rss_bytes) / span
-            cpu_node = (best.cpu_cores - low.cpu_cores) / span
-        else:
-            rss_node, cpu_node = best.rss_bytes / best.nodes, best.cpu_cores / best.nodes
-        extra = PROJECTED_NODES - best.nodes
-        cores = best.cpu_cores or float("nan")
-        lines.append(
-            f"| {engine} | {shown} | {per_thousand(best.series, best.nodes):,.0f} | "
-            f"{per_thousand(best.samples_per_s, best.nodes):,.0f} | "
-            f"{rss_node * 1000 / 2**20:,.0f} | {cpu_node * 1000:.2f} | "
-            f"{best.samples_per_s / cores:,.0f} | {best.nodes / cores:,.0f} | "
-            f"{best.series / best.nodes * PROJECTED_NODES / 1e6:.1f} M, "
-            f"{(best.rss_bytes + rss_node * extra) / 2**30:.0f} GiB, "
-            f"{best.cpu_cores + cpu_node * extra:.1f} |"
-        )
-    lines += [
-        "",
-        f"The node chart's range is 1 h, of which the store holds only the run's "
-        f"{(warmup + window) / 60:.0f} min: the latency is that of a young store, a floor "
-        "for a store with an hour of every node's series. "
-        "A size with the machine near 100 % busy is limited by the shared cores (fleet and "
-        "engine together), not by the engine alone. The projection assumes cost grows "
-        "linearly with nodes, which holds for scraping and ingestion and understates query "
-        "cost; the store's cluster version "
-        "(docs/scaling.md) is the path past one machine.",
-    ]
-    return "\n".join(lines)
-
-
 def _median_sample(samples: list[Sample]) -> Sample:
     def mid(attr: str) -> float:
         return median([getattr(s, attr) for s in samples])
 
     first = samples[0]
+    procs = {
+        name: (
+            median([s.procs[name][0] for s in samples]),
+            median([s.procs[name][1] for s in samples]),
+        )
+        for name in first.procs
+    }
+    loads = [s.load for s in samples]
+    optional = {
+        attr: (median(vals) if (vals := [getattr(s, attr) for s in samples if getattr(s, attr)
+               is not None]) else None)
+        for attr in ("view_call_cpu_s", "rules_round_s")
+    }  # fmt: skip
     return Sample(
-        first.engine,
-        first.nodes,
-        int(mid("targets")),
-        int(max(s.missed for s in samples)),
-        int(max(s.failed for s in samples)),
-        mid("series"),
-        mid("samples_per_s"),
-        mid("rss_bytes"),
-        mid("cpu_cores"),
-        mid("machine_busy"),
-        [t for s in samples for t in s.chart_ms],
+        first.engine, first.tuning, first.nodes, int(mid("targets")),
+        int(max(s.missed for s in samples)), int(max(s.failed for s in samples)),
+        mid("series"), mid("samples_per_s"), procs, mid("machine_busy"),
+        tuple(median([load[i] for load in loads]) for i in range(3)),  # type: ignore[arg-type]
+        [t for s in samples for t in s.chart_ms], **optional,
+    )  # fmt: skip
+
+
+def _load(row: Sample) -> str:
+    return " / ".join(f"{x:.1f}" for x in row.load)
+
+
+def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Namespace) -> str:
+    runs = args.runs
+    command = (
+        f"`bench/scale_metrics.py --sizes {args.sizes} --runs {runs} --engines {args.engines}"
+        + "".join(f" --tuning '{t}'" for t in args.tuning)
+        + f" --warmup {args.warmup:g} --window {args.window:g}`"
     )
+    if args.from_json:
+        command = "The runs saved by " + "; ".join(f"`{c}`" for c in args.from_json_commands)
+    lines = [
+        f"{command}: a simulated NVIDIA fleet "
+        f"(8 GPUs, RDMA NICs, about {HOST_SERIES} host series per node from node_exporter's "
+        "captured output; each page collected once per 15 s and gzipped once, as a real "
+        "exporter), scraped every 15 s over loopback by each engine as `mac start master` "
+        "starts it (its specs, configuration and rules); "
+        + (
+            "warm-up and window as each command says"
+            if args.from_json
+            else f"{args.warmup:.0f} s warm-up, {args.window:.0f} s measured"
+        )
+        + f", medians of up to {runs} run(s) per row (the runs column). The machine is "
+        "shared (2 cores): its load average (1 / 5 / 15 min, at the window's end) and busy "
+        "share are shown with each row. Engine CPU and RSS count every process MAC starts "
+        "for the engine and nothing of the fleet's.",
+        "",
+        "| engine | tuning | nodes | runs | targets seen | missed | failed | active series | "
+        "samples/s | engine RSS MiB | engine CPU cores | fleet CPU cores | machine busy | "
+        "load avg | node chart ms (median / p95) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    medians: dict[tuple[str, str], list[Sample]] = {}
+    for key, by_size in results.items():
+        medians[key] = [_median_sample(runs_of_size) for runs_of_size in by_size]
+        for row, runs_of_size in zip(medians[key], by_size, strict=True):
+            lines.append(
+                f"| {row.engine} | {row.tuning} | {row.nodes:,} | {len(runs_of_size)} | "
+                f"{row.targets:,} | {row.missed} "
+                f"| {row.failed} | {row.series:,.0f} | {row.samples_per_s:,.0f} | "
+                f"{row.rss_bytes / 2**20:,.0f} | {row.cpu_cores:.2f} | {row.fleet_cores:.2f} | "
+                f"{row.machine_busy:.0%} | {_load(row)} | "
+                f"{median(row.chart_ms):.0f} / {percentile(row.chart_ms, 95):.0f} |"
+            )
+    lines += ["", "Per process (medians; CPU cores over the window, RSS MiB at its end):", ""]
+    lines += [
+        "| engine | tuning | nodes | process | CPU cores | RSS MiB |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rows in medians.values():
+        for row in rows:
+            for name, (cpu, rss) in row.procs.items():
+                lines.append(
+                    f"| {row.engine} | {row.tuning} | {row.nodes:,} | {name} | {cpu:.3f} | "
+                    f"{rss / 2**20:,.0f} |"
+                )
+    extra = [
+        f"| {row.engine} | {row.tuning} | {row.nodes:,} | {row.rules_round_s or 0:.3f} | "
+        f"{row.view_call_cpu_s or 0:.3f} |"
+        for rows in medians.values()
+        for row in rows
+        if row.rules_round_s is not None or row.view_call_cpu_s is not None
+    ]
+    if extra:
+        lines += [
+            "",
+            "The rules and the targets view: vmalert's seconds per evaluation round (every "
+            "15 s, its queries run by the store, whose CPU counts them), and the CPU seconds "
+            "the targets view spends on one merged /api/v1/targets (it works only when asked: "
+            "the node page when a target is down, a person's curl).",
+            "",
+            "| engine | tuning | nodes | vmalert s per round | targets view CPU s per call |",
+            "|---|---|---|---|---|",
+            *extra,
+        ]
+    lines += _per_thousand(medians, results)
+    return "\n".join(lines)
+
+
+def _per_thousand(medians, results) -> list[str]:
+    lines = [
+        "",
+        "Per 1,000 nodes, from the largest size held with no missed or failed scrape (every "
+        "run of it): engine CPU and RSS divided by the size (the fixed cost included, so this "
+        "overstates large fleets a little). The 12,500-node column multiplies these per-"
+        "process figures: computed, not measured.",
+        "",
+        "| engine | tuning | largest held (measured) | series / 1k | samples/s / 1k | "
+        "RSS MiB / 1k | CPU cores / 1k | samples/s per core | "
+        "12,500 nodes: series, RSS GiB, cores (computed) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, rows in medians.items():
+        held = [row for row, runs in zip(rows, results[key], strict=True)
+                if all(s.held for s in runs)]  # fmt: skip
+        if not held:
+            lines.append(f"| {key[0]} | {key[1]} | none of the sizes tried | | | | | | |")
+            continue
+        best = held[-1]
+        cores = best.cpu_cores or float("nan")
+        scale = PROJECTED_NODES / best.nodes
+        lines.append(
+            f"| {best.engine} | {best.tuning} | {best.nodes:,} | "
+            f"{per_thousand(best.series, best.nodes):,.0f} | "
+            f"{per_thousand(best.samples_per_s, best.nodes):,.0f} | "
+            f"{per_thousand(best.rss_bytes, best.nodes) / 2**20:,.0f} | "
+            f"{per_thousand(best.cpu_cores, best.nodes):.3f} | "
+            f"{best.samples_per_s / cores:,.0f} | "
+            f"{best.series * scale / 1e6:.1f} M, {best.rss_bytes * scale / 2**30:.0f} GiB, "
+            f"{best.cpu_cores * scale:.1f} |"
+        )
+    return lines
 
 
 def memory_stop(sizes: list[int], nodes: int, runs: list[Sample]) -> str:
@@ -482,45 +806,121 @@ def memory_stop(sizes: list[int], nodes: int, runs: list[Sample]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.scale_metrics", description=__doc__)
-    parser.add_argument("--sizes", default="250,500,1000,2000", help="fleet sizes, ascending")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale_metrics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sizes", default="500,1000,1500,2000", help="fleet sizes, ascending")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--engines", default="prometheus,vm")
+    parser.add_argument("--shards", type=int, default=1, help="scrapers of engine vm")
+    parser.add_argument(
+        "--tuning", action="append", default=[], help="NAME=EDIT ... or defaults (repeatable)"
+    )
     parser.add_argument("--warmup", type=float, default=WARMUP, help="seconds before measuring")
     parser.add_argument("--window", type=float, default=WINDOW, help="seconds measured")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    parser.add_argument("--json", help="also write every run's figures to this file")
+    parser.add_argument(
+        "--from-json",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="no run: the report of runs saved with --json by earlier invocations (each "
+        "kept within the bench lock's ~10 minutes), medians per engine, tuning and size",
+    )
     args = parser.parse_args(argv)
+    if args.from_json:
+        return from_saved(args)
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    engines = {"prometheus": Prometheus, "vm": VictoriaMetrics}
+    try:
+        tunings = [("mac", [])] + [
+            parse_tuning(t) if "=" in t else (t, builtin_tuning(t)) for t in args.tuning
+        ]
+    except ValueError as exc:
+        parser.error(str(exc))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
+    import django
+
+    django.setup()
     charts = chart_queries(1)
-    results: dict[str, list[list[Sample]]] = {}
+    results: dict[tuple[str, str], list[list[Sample]]] = {}
     notes: list[str] = []
+    everything: list[dict] = []
     for key in args.engines.split(","):
-        engine_class = engines[key]
-        results[engine_class.name] = []
-        for nodes in sizes:
-            runs = []
-            for run in range(args.runs):
-                sample = measure(engine_class, nodes, charts, args.warmup, args.window)
-                print(
-                    f"{sample.engine} {nodes} nodes run {run + 1}: targets {sample.targets}, "
-                    f"missed {sample.missed}, failed {sample.failed}, series {sample.series:,.0f}, "
-                    f"{sample.samples_per_s:,.0f} samples/s, RSS {sample.rss_bytes / 2**20:.0f} "
-                    f"MiB, CPU {sample.cpu_cores:.2f}, busy {sample.machine_busy:.0%}, chart "
-                    f"{median(sample.chart_ms):.0f} ms",
-                    flush=True,
-                )
-                runs.append(sample)
-            results[engine_class.name].append(runs)
-            if not all(s.held for s in runs):
-                break  # larger sizes would miss too
-            stop = memory_stop(sizes, nodes, runs)
-            if stop:
-                notes.append(f"{engine_class.name}: {stop}")
-                break
-    text = report(results, sizes, args.runs, args.warmup, args.window)
+        if key not in ("prometheus", "vm"):
+            parser.error(f"--engines: {key!r} is neither prometheus nor vm")
+        for tuning in tunings if key == "vm" else tunings[:1]:
+            rows: list[list[Sample]] = []
+            for nodes in sizes:
+                runs = []
+                for run in range(args.runs):
+                    try:
+                        sample = measure(
+                            key, nodes, charts, tuning, args.shards, args.warmup, args.window
+                        )
+                    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+                        # Said, not hidden: the size is left out of the tables.
+                        notes.append(f"{key} [{tuning[0]}] {nodes} nodes run {run + 1}: {exc}")
+                        print(f"run failed: {notes[-1]}", flush=True)
+                        continue
+                    everything.append(
+                        {**sample.__dict__, "run": run + 1, "command": " ".join(sys.argv[1:])}
+                    )
+                    per = ", ".join(f"{n} {c:.3f}" for n, (c, _) in sample.procs.items())
+                    print(
+                        f"{sample.engine} [{sample.tuning}] {nodes} nodes run {run + 1}: targets "
+                        f"{sample.targets}, missed {sample.missed}, failed {sample.failed}, "
+                        f"series {sample.series:,.0f}, {sample.samples_per_s:,.0f} samples/s, "
+                        f"engine RSS {sample.rss_bytes / 2**20:.0f} MiB, engine CPU "
+                        f"{sample.cpu_cores:.2f}, fleet CPU {sample.fleet_cores:.2f}, busy "
+                        f"{sample.machine_busy:.0%}, load {_load(sample)}; {per}",
+                        flush=True,
+                    )
+                    runs.append(sample)
+                if not runs:
+                    break
+                rows.append(runs)
+                if not all(s.held for s in runs):
+                    break  # larger sizes would miss too
+                stop = memory_stop(sizes, nodes, runs)
+                if stop:
+                    notes.append(f"{key} [{tuning[0]}]: (memory) {stop}")
+                    break
+            results[(key, tuning[0])] = rows
+            if args.json:
+                Path(args.json).write_text(json.dumps(everything, indent=1, default=list))
+    text = report(results, args)
     if notes:
-        text += "\n\nNot tried (memory): " + "; ".join(notes) + "."
+        text += "\n\nNot measured: " + "; ".join(notes) + "."
+    print(text)
+    if args.write:
+        update_section("scale-metrics", "Metrics at scale: one Prometheus vs vmagent + store", text)
+    return 0
+
+
+def from_saved(args: argparse.Namespace) -> int:
+    """The report (and with --write, docs/benchmarks.md) of runs saved with --json."""
+    results: dict[tuple[str, str], dict[int, list[Sample]]] = {}
+    commands: list[str] = []
+    for name in args.from_json:
+        for item in json.loads(Path(name).read_text()):
+            command = item.pop("command", "")
+            item.pop("run", None)
+            if command and command not in commands:
+                commands.append(command)
+            item["procs"] = {k: tuple(v) for k, v in item["procs"].items()}
+            item["load"] = tuple(item["load"])
+            sample = Sample(**item)
+            by_size = results.setdefault((sample.engine, sample.tuning), {})
+            by_size.setdefault(sample.nodes, []).append(sample)
+    grouped = {key: [by_size[n] for n in sorted(by_size)] for key, by_size in results.items()}
+    args.from_json_commands = [
+        "python -m bench.scale_metrics " + c.split(" --json")[0] for c in commands
+    ] or ["(commands not saved)"]
+    args.runs = max(len(runs) for rows in grouped.values() for runs in rows)
+    text = report(grouped, args)
     print(text)
     if args.write:
         update_section("scale-metrics", "Metrics at scale: one Prometheus vs vmagent + store", text)

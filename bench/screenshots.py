@@ -133,7 +133,7 @@ def prometheus_with_history(
     nodes, sd_dir: Path, sim_now: float, port: int, work: Path, alertmanager: str
 ):
     """Prometheus with the nodes' simulated past, scraping the fleet, evaluating MAC's rules."""
-    from healthcheck.promconfig import ALERT_RULES, render_prometheus_config
+    from scraping.promconfig import ALERT_RULES, render_prometheus_config
 
     work.mkdir(parents=True, exist_ok=True)
     for node in nodes:
@@ -172,10 +172,11 @@ def alertmanager(work: Path, port: int):
 
 
 def inject_faults(fleet, shown: dict, online: set[str]) -> None:
-    """What the alerts panel shows: an XID, an uncorrectable ECC error, a GPU off the bus."""
+    """What the alerts panel and the GPU verdicts show: an XID 79 (fallen off the bus), an
+    uncorrectable ECC error, a GPU lost from the bus."""
     nvidia = [n for n in fleet.nodes if n.hardware.profile.name == "nvidia" and n.ip in online]
     lost = next(n for n in nvidia if n is not shown["nvidia"])
-    fleet.inject(shown["nvidia"].ip, "xid", 3, 43)
+    fleet.inject(shown["nvidia"].ip, "xid", 3, 79)
     fleet.inject(shown["amd"].ip, "ecc", 6)
     fleet.inject(lost.ip, "gpu_lost", 1)
 
@@ -236,7 +237,11 @@ def take(out: Path) -> list[Path]:
                 if wanted <= firing:
                     break
                 time.sleep(2)
-            run_sweep(sd_dir=sd_dir)  # "last seen" just now in the pictures
+            run_sweep(sd_dir=sd_dir)  # "last seen" just now, and the GPU verdicts read
+            from alerting.client import Alertmanager
+            from alerting.nodealerts import post_node_alerts
+
+            post_node_alerts(Alertmanager(manager.url, 5))  # the master's own GPU alerts
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(
                     executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
@@ -248,8 +253,9 @@ def take(out: Path) -> list[Path]:
                 shots.append(out / "fleet.png")
                 page.screenshot(path=shots[-1])
 
+                # 1500 px: where the Exporters card once cut its Scrape column.
                 dark = browser.new_context(
-                    viewport={"width": 1360, "height": 900},
+                    viewport={"width": 1500, "height": 900},
                     color_scheme="dark",
                     storage_state=light.storage_state(),
                 )

@@ -29,7 +29,7 @@ from testkit.simfleet.cli import fleet_layout
 from testkit.simfleet.profiles import DEFAULT_MIX
 
 BASE = "127.30.0.0"
-SCRAPE_INTERVAL = 15.0  # MAC's Prometheus scrape interval (healthcheck.promconfig)
+SCRAPE_INTERVAL = 15.0  # MAC's Prometheus scrape interval (scraping.promconfig)
 
 
 @dataclass

@@ -69,11 +69,14 @@ class HttpExchange(asyncio.Protocol):
     open anyway must not turn a full answer into a timeout.
     """
 
-    __slots__ = ("buffer", "chunked", "done", "expected", "request", "transport", "truncated")
+    __slots__ = (
+        "buffer", "cap", "chunked", "done", "expected", "request", "transport", "truncated",
+    )  # fmt: skip
 
-    def __init__(self, request: bytes, done: asyncio.Future) -> None:
+    def __init__(self, request: bytes, done: asyncio.Future, cap: int = READ_CAP) -> None:
         self.request = request
         self.done = done
+        self.cap = cap
         self.buffer = bytearray()
         self.transport: asyncio.Transport | None = None
         self.truncated = False
@@ -86,10 +89,10 @@ class HttpExchange(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if len(self.buffer) >= READ_CAP:
+        if len(self.buffer) >= self.cap:
             # Enough to judge; the rest of a large page is not our business.
             self.truncated = True
-            del self.buffer[READ_CAP:]
+            del self.buffer[self.cap :]
             self._finish()
             return
         if self.expected is None and not self.chunked:
@@ -142,6 +145,19 @@ def _dechunk(body: bytes) -> tuple[bytes, bool]:
         position = start + size + 2
 
 
+def answer_body(raw: bytes, truncated: bool) -> tuple[bytes, bool]:
+    """The body of a raw answer whose head is complete, de-chunked; the bool says it was cut.
+
+    ValueError for a broken chunked encoding.
+    """
+    head_end = raw.find(b"\r\n\r\n")
+    head, body = raw[:head_end], raw[head_end + 4 :]
+    if _CHUNKED.search(head):
+        body, cut = _dechunk(body)
+        truncated = truncated or cut
+    return body, truncated
+
+
 def judge_answer(service: Service, raw: bytes, truncated: bool) -> tuple[Outcome, int | None, str]:
     """Classify a raw HTTP/1.x answer: status line, then (for /metrics) the body."""
     head_end = raw.find(b"\r\n\r\n")
@@ -158,14 +174,15 @@ def judge_answer(service: Service, raw: bytes, truncated: bool) -> tuple[Outcome
         return Outcome.ERROR, status, "incomplete HTTP response head"
     if not service.liveness_path.endswith("/metrics"):
         return Outcome.OK, status, ""
-    head = raw[:head_end]
-    body = raw[head_end + 4 :]
-    if _CHUNKED.search(head):
-        try:
-            body, cut = _dechunk(body)
-        except ValueError:
-            return Outcome.BAD_BODY, status, "broken chunked encoding"
-        truncated = truncated or cut
+    try:
+        body, truncated = answer_body(raw, truncated)
+    except ValueError:
+        return Outcome.BAD_BODY, status, "broken chunked encoding"
+    if service.probe_query and not body.strip() and not truncated:
+        # Asked for a few names only (the verdict lines): an exporter that cannot judge
+        # (no GPU library, no GPUs) rightly has none of them, and an empty exposition is
+        # a valid one. The exporter answered; there is simply no verdict to read.
+        return Outcome.OK, status, ""
     if not looks_like_exposition(body, truncated):
         return Outcome.BAD_BODY, status, f"{service.liveness_path} is not a Prometheus exposition"
     return Outcome.OK, status, ""
@@ -174,6 +191,6 @@ def judge_answer(service: Service, raw: bytes, truncated: bool) -> tuple[Outcome
 def request_bytes(ip: str, service: Service) -> bytes:
     host = f"[{ip}]" if ":" in ip else ip
     return (
-        f"GET {service.liveness_path} HTTP/1.1\r\nHost: {host}:{service.port}\r\n"
+        f"GET {service.probe_target} HTTP/1.1\r\nHost: {host}:{service.port}\r\n"
         f"User-Agent: {USER_AGENT}\r\nAccept: text/plain\r\nConnection: close\r\n\r\n"
     ).encode("ascii")

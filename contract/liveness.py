@@ -49,9 +49,10 @@ import resource
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from contract.httpwire import HttpExchange, judge_answer, request_bytes
+from contract.httpwire import READ_CAP, HttpExchange, answer_body, judge_answer, request_bytes
 from contract.outcomes import Outcome
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, Service
+from contract.verdicts import VERDICT_READ_CAP
 
 DEFAULT_TIMEOUT = 3.0
 DEFAULT_CONCURRENCY = 1000
@@ -86,6 +87,10 @@ class ProbeResult:
     detail: str = ""
     elapsed: float = 0.0
     attempts: int = 1  # 2 when a second connection was opened (probe_confirmed)
+    # A service with a probe query (the GPU exporters): the body it answered, and whether
+    # the read cap cut it; the sweep reads the GPU verdicts from it (contract.verdicts).
+    answer: bytes | None = None
+    cut: bool = False
 
     @property
     def ok(self) -> bool:
@@ -166,7 +171,8 @@ async def probe_url(
     started = loop.time()
     transport: asyncio.BaseTransport | None = None
     done = loop.create_future()
-    exchange = HttpExchange(request_bytes(ip, service), done)
+    cap = VERDICT_READ_CAP if service.probe_query else READ_CAP
+    exchange = HttpExchange(request_bytes(ip, service), done, cap)
     waited = timeout
     try:
         async with asyncio.timeout(timeout) as deadline:
@@ -193,7 +199,10 @@ async def probe_url(
         if transport is not None:
             transport.abort()
     elapsed = waited if outcome is Outcome.TIMEOUT else loop.time() - started
-    return ProbeResult(service.name, outcome, status, detail[:200], elapsed)
+    result = ProbeResult(service.name, outcome, status, detail[:200], elapsed)
+    if service.probe_query and outcome is Outcome.OK:
+        result.answer, result.cut = answer_body(bytes(exchange.buffer), exchange.truncated)
+    return result
 
 
 async def probe_confirmed(service: Service, ip: str, timeout: float) -> ProbeResult:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contract.verdicts import VERDICT_QUERY
+
 
 class AgentNetwork(StrEnum):
     """How an agent's exporters are reached (MAC_AGENT_NETWORK), reported at registration.
@@ -29,19 +31,36 @@ class Service:
     network: str  # "bridge" or "host" under Docker in bridge mode (AgentNetwork.BRIDGE)
     liveness_path: str
     description: str
+    # What the sweep's liveness GET asks beside the path: the GPU exporters answer it with
+    # their GPU verdicts only (contract.verdicts), which the master keeps.
+    probe_query: str = ""
+    gpu_vendor: str = ""  # the GPUs it judges: "nvidia" or "amd"
+
+    @property
+    def probe_target(self) -> str:
+        """The request target of the liveness GET: the path, and the query when there is one."""
+        return (
+            f"{self.liveness_path}?{self.probe_query}" if self.probe_query else self.liveness_path
+        )
 
 
+# fmt: off
 SERVICES: tuple[Service, ...] = (
     Service("sys-exporter", 29101, "bridge", "/metrics", "CPU, memory, load, disks, network"),
     Service("bmc-agent", 29102, "bridge", "/health", "BMC sensors over IPMI or Redfish"),
     Service("sys-manager", 29103, "bridge", "/health", "the node's own diagnosis"),
-    Service("dcgm-exporter", 29150, "bridge", "/metrics", "NVIDIA GPUs through NVML"),
-    Service("rocm-exporter", 29200, "bridge", "/metrics", "AMD GPUs through amdsmi or sysfs"),
+    Service("dcgm-exporter", 29150, "bridge", "/metrics", "NVIDIA GPUs through NVML",
+            VERDICT_QUERY, "nvidia"),
+    Service("rocm-exporter", 29200, "bridge", "/metrics", "AMD GPUs through amdsmi or sysfs",
+            VERDICT_QUERY, "amd"),
     Service("sw-exporter", 29300, "bridge", "/metrics", "software versions"),
     Service("nic-exporter", 29500, "host", "/metrics", "RDMA NIC bandwidth"),
     Service("mango-sdk-agent", 28000, "bridge", "/docs", "device inventory API"),
 )
+# fmt: on
 BY_NAME: dict[str, Service] = {service.name: service for service in SERVICES}
+# The services whose liveness answer carries GPU verdicts (contract.verdicts).
+VERDICT_SERVICES = tuple(service for service in SERVICES if service.probe_query)
 
 SYS_EXPORTER = BY_NAME["sys-exporter"]
 NIC_EXPORTER = BY_NAME["nic-exporter"]

@@ -1,4 +1,5 @@
-"""MAC's agent side: the exporters, their shared runtime and the node's own checks.
+"""MAC's agent side: the exporters and their shared runtime: the node's readings into metrics.
 
-Nothing in this package imports Django: it runs on agents without the master.
+Nothing in this package imports Django: it runs on agents without the master. The node's
+own checks, readers and hardware discovery are node/'s.
 """

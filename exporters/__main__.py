@@ -212,9 +212,7 @@ def exec_node_exporter(args: argparse.Namespace, port: int) -> int:
         bind=args.bind,
         port=port,
         textfile_dir=textfile_dir,
-        proc_root=args.proc_root,
-        sys_root=args.sys_root,
-        rootfs=args.rootfs,
+        roots=Roots(args.sys_root, args.proc_root, args.dev_root, args.rootfs),
         mount_timeout=args.collector_timeout,
     )
     sys.stdout.flush()

@@ -16,6 +16,10 @@ clocks, XGMI, violation, HBM and health families are in exporters.amd_fields.
 What a container needs to see AMD GPUs (``/dev/kfd``, ``/dev/dri`` and the
 ``amdgpu`` kernel module) is checked on every scrape and reported as the reason
 of ``mac_exporter_backend_available{backend="amdgpu"}``.
+
+Each GPU's health verdict (``mac_gpu_health`` under AMD's labels, its evidence and the
+boot: exporters.gpu_health) is judged by node.gpu.health from AMD's health flag and the
+ECC counts of the same scrape.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from types import ModuleType
 
@@ -36,9 +41,11 @@ from exporters.amd_fields import (
     read_amdsmi_fields,
     read_sysfs_fields,
 )
+from exporters.gpu_health import evidence_window, verdict_families
 from exporters.runtime import BackendStatus, Exporter, Options
+from node.gpu.health import DEFAULT_WINDOW, AmdReading, GpuJudge
 from node.hardware import amd_cards
-from node.host import Roots, list_dir, read_int, read_text, read_value
+from node.host import Roots, list_dir, read_boot_id, read_int, read_text, read_value
 
 log = logging.getLogger("exporters")
 
@@ -208,8 +215,17 @@ class AmdGpuSource:
 
     name = "amdgpu"
 
-    def __init__(self, roots: Roots, amdsmi: ModuleType | bool | None = None):
+    def __init__(
+        self,
+        roots: Roots,
+        amdsmi: ModuleType | bool | None = None,
+        *,
+        window: float = DEFAULT_WINDOW,
+        wall: Callable[[], float] = time.time,
+    ):
         self.roots = roots
+        self._judge = GpuJudge(window)
+        self._wall = wall
         # None: try to import amdsmi; False: never (sysfs only); a module: use it.
         self._amdsmi = _import_amdsmi() if amdsmi is None else (amdsmi or None)
         self._amdsmi_ready = False
@@ -318,6 +334,10 @@ class AmdGpuSource:
         yield from gauges.values()
         yield energy
         yield from families(((self.label_values(gpu), gpu.fields) for gpu in gpus), LABELS)
+        if not problem:  # the GPUs can be judged (none found means they are missing)
+            now = self._wall()
+            judged = [(self.label_values(gpu), self._judge.amd(reading(gpu), now)) for gpu in gpus]
+            yield from verdict_families(judged, LABELS, read_boot_id(self.roots))
 
     @staticmethod
     def label_values(gpu: AmdGpu) -> list[str]:
@@ -331,5 +351,23 @@ class AmdGpuSource:
         ]
 
 
+def reading(gpu: AmdGpu) -> AmdReading:
+    """What node.gpu.health judges of one AMD GPU: its health flag and ECC totals."""
+    totals = {
+        kind: sum(counts[kind] for counts in gpu.fields.ecc.values() if kind in counts)
+        for kind in ("correct", "uncorrect")
+        if any(kind in counts for counts in gpu.fields.ecc.values())
+    }
+    return AmdReading(
+        int(gpu.gpu_id),
+        gpu.gpu_uuid,
+        gpu.serial_number,
+        health_flag=gpu.fields.healthy,
+        ecc_uncorrectable=totals.get("uncorrect"),
+        ecc_correctable=totals.get("correct"),
+    )
+
+
 def build(options: Options) -> Exporter:
-    return Exporter("rocm-exporter", [AmdGpuSource(options.roots)], timeout=options.timeout)
+    source = AmdGpuSource(options.roots, window=evidence_window(options))
+    return Exporter("rocm-exporter", [source], timeout=options.timeout)

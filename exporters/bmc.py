@@ -3,7 +3,9 @@
 Redfish is used when ``MAC_BMC_REDFISH_URL`` is set (credentials in
 ``MAC_BMC_REDFISH_USER`` / ``MAC_BMC_REDFISH_PASSWORD``; certificate checks with
 ``MAC_BMC_REDFISH_VERIFY_TLS=1``, off by default because BMCs ship self-signed
-certificates). Otherwise ``ipmitool`` talks to the local BMC through
+certificates), read from the node's settings like every exporter's (the process
+environment, then the per-node and per-user files; a bad one is reported by ``ipmi_up``
+and ``/health``, never a crash). Otherwise ``ipmitool`` talks to the local BMC through
 ``/dev/ipmi0``. Either way the samples are ipmi_exporter's families
 (``ipmi_temperature_celsius``, ``ipmi_fan_speed_rpm``, ``ipmi_voltage_volts``,
 ``ipmi_power_watts``, ``ipmi_sensor_state``, ``ipmi_dcmi_power_consumption_watts``,
@@ -16,7 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import shutil
 import ssl
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from exporters.runtime import BackendStatus, Exporter, Options
+from node.config import ConfigError, NodeConfig, node_config
 from node.host import Roots
 
 log = logging.getLogger("exporters")
@@ -249,21 +251,22 @@ class IpmiClient:
         self.runner(["ipmitool", "chassis", "power", "status"])
 
 
-def client_from_env(
-    env: Mapping[str, str], roots: Roots, runner: CommandRunner | None = None
+def client_from_settings(
+    cfg: NodeConfig, roots: Roots, runner: CommandRunner | None = None
 ) -> tuple[RedfishClient | IpmiClient | None, str]:
-    """The BMC client the environment asks for, or None with the reason there is none."""
-    url = env.get("MAC_BMC_REDFISH_URL", "").strip()
-    if url:
-        return (
-            RedfishClient(
+    """The BMC client the node's settings ask for, or None with the reason there is none."""
+    try:
+        url = cfg.value("MAC_BMC_REDFISH_URL")
+        if url:
+            client = RedfishClient(
                 url,
-                env.get("MAC_BMC_REDFISH_USER", ""),
-                env.get("MAC_BMC_REDFISH_PASSWORD", ""),
-                verify_tls=env.get("MAC_BMC_REDFISH_VERIFY_TLS", "0") in ("1", "true", "yes"),
-            ),
-            "",
-        )
+                cfg.value("MAC_BMC_REDFISH_USER") or "",
+                cfg.value("MAC_BMC_REDFISH_PASSWORD") or "",
+                verify_tls=cfg.value("MAC_BMC_REDFISH_VERIFY_TLS"),
+            )
+            return client, ""
+    except ConfigError as exc:
+        return None, f"no BMC: {exc}"
     if runner is not None:
         return IpmiClient(runner), ""
     if not roots.dev("ipmi0").exists():
@@ -381,6 +384,6 @@ class BmcSource:
 
 
 def build(options: Options, env: Mapping[str, str] | None = None) -> Exporter:
-    client, reason = client_from_env(os.environ if env is None else env, options.roots)
+    client, reason = client_from_settings(node_config(options.roots, env), options.roots)
     source = BmcSource(client, reason)
     return Exporter("bmc-agent", [source], timeout=options.timeout, health_extra=source.health)

@@ -31,12 +31,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporters.runtime import BackendStatus
 from node.commands import Runner, run_command
+from node.host import Roots
 
 log = logging.getLogger("exporters")
 
@@ -107,7 +107,7 @@ class IpForwardWatch:
 
     def __init__(
         self,
-        proc_root: str = "/proc",
+        roots: Roots | None = None,
         *,
         reassert: bool = False,
         interval: float = DEFAULT_INTERVAL,
@@ -117,7 +117,7 @@ class IpForwardWatch:
         clock: Callable[[], float] = time.time,
         reassert_problem: str = "",
     ) -> None:
-        self.path = Path(proc_root, PROC_FILE)
+        self.path = (roots or Roots()).proc(PROC_FILE)
         # Why a reassert cannot work here ("" when it can, or when none is asked for).
         self.reassert_problem = reassert_problem if reassert else ""
         self.reassert = reassert and not self.reassert_problem

@@ -10,7 +10,6 @@ Internet access (FastAPI's default page loads its scripts from a CDN).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -24,10 +23,11 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from exporters.amd import AmdGpuSource
-from exporters.bmc import BmcSource, client_from_env
+from exporters.bmc import BmcSource, client_from_settings
 from exporters.nvidia import NvmlSource
 from exporters.runtime import BackendStatus, Exporter, Options, mac_version
 from exporters.sw import SoftwareSource
+from node.config import node_config
 from node.hardware import discover_interfaces, discover_rdma_devices
 from node.host import Roots
 
@@ -122,7 +122,8 @@ class DeviceInventory:
         self.options = options
         self.nvidia = NvmlSource(options.hostname, nvml=nvml)
         self.amd = AmdGpuSource(options.roots, amdsmi=amdsmi)
-        client, reason = client_from_env(os.environ if env is None else env, options.roots)
+        settings = node_config(options.roots, env)
+        client, reason = client_from_settings(settings, options.roots)
         self.bmc = BmcSource(client, reason)
         self.software = SoftwareSource(options.roots)
 

@@ -35,7 +35,7 @@ from prometheus_client.exposition import generate_latest
 from contract.atomicfile import write_atomically
 from contract.services import SYS_EXPORTER
 from exporters.runtime import BuildInfoSource
-from node.host import NodeExporterMissing, find_node_exporter
+from node.host import NodeExporterMissing, Roots, find_node_exporter
 
 TEXTFILE_NAME = "mac.prom"
 DEFAULT_MOUNT_TIMEOUT = 5.0
@@ -67,13 +67,15 @@ def listen_address(bind: str, port: int) -> str:
 SYSTEMD_SOCKETS = ("/run/systemd/private", "/run/dbus/system_bus_socket")
 
 
-def host_runs_systemd(rootfs: str = "/", sockets: tuple[str, ...] = SYSTEMD_SOCKETS) -> bool:
+def host_runs_systemd(
+    roots: Roots | None = None, sockets: tuple[str, ...] = SYSTEMD_SOCKETS
+) -> bool:
     """Whether the systemd collector can answer: systemd is PID 1 and its socket is here.
 
     Without both it would fail on every scrape (and log it), as in a container
     without /run/systemd mounted.
     """
-    booted = Path(rootfs, "run/systemd/system").is_dir()  # sd_booted()
+    booted = (roots or Roots()).host("/run/systemd/system").is_dir()  # sd_booted()
     return booted and any(Path(socket).exists() for socket in sockets)
 
 
@@ -83,21 +85,20 @@ def node_exporter_argv(
     bind: str = "0.0.0.0",
     port: int = SYS_EXPORTER.port,
     textfile_dir: str | Path,
-    proc_root: str = "/proc",
-    sys_root: str = "/sys",
-    rootfs: str = "/",
+    roots: Roots | None = None,
     mount_timeout: float = DEFAULT_MOUNT_TIMEOUT,
     systemd: bool | None = None,
 ) -> list[str]:
     """node_exporter's command line for sys-exporter on this host."""
+    roots = roots or Roots()
     if systemd is None:
-        systemd = host_runs_systemd(rootfs)
+        systemd = host_runs_systemd(roots)
     return [
         program,
         f"--web.listen-address={listen_address(bind, port)}",
-        f"--path.procfs={proc_root}",
-        f"--path.sysfs={sys_root}",
-        f"--path.rootfs={rootfs}",
+        f"--path.procfs={roots.proc_root}",
+        f"--path.sysfs={roots.sys_root}",
+        f"--path.rootfs={roots.rootfs}",
         *(f"--collector.{name}" for name in ALWAYS_ON),
         # Debian's build turns systemd on by default: say it either way.
         "--collector.systemd" if systemd else "--no-collector.systemd",

@@ -18,6 +18,10 @@ number. A GPU that fell off the bus (``NVML_ERROR_GPU_IS_LOST``) is reported by
 ``mac_gpu_lost 1`` with the identity it had when it was last seen. The profiling
 fields come from NVML's GPM metrics where the GPU has them;
 ``mac_gpu_profiling_available`` says, per GPU, why they are absent elsewhere.
+
+Each GPU's health verdict (``mac_gpu_health``, its evidence and the boot it belongs to:
+exporters.gpu_health) is judged by node.gpu.health from the same scrape's answers and
+every XID event, stamped with the time it was drained.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import ModuleType
 
 from prometheus_client import CollectorRegistry
@@ -36,19 +41,29 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
 
+from exporters.gpu_health import evidence_window, verdict_families
+from exporters.hpcjob import with_hpc_job
 from exporters.nvidia_fields import (
     GpmSampler,
     GpuQuery,
     GpuState,
     dcgm_fields,
     gpm_metric_ids,
+    health_reading,
     is_blank,
 )
 from exporters.runtime import BackendStatus, Exporter, Options
+from node.config import node_config
+from node.gpu.health import DEFAULT_WINDOW, GpuJudge, NvidiaReading
+from node.host import Roots, read_boot_id
+from node.hpcjobs import read_mapping
 
 log = logging.getLogger("exporters")
 
+HPC_JOB_DIR_SETTING = "MAC_HPC_JOB_MAPPING_DIR"
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
+# The verdict's series add the GPU's serial: the key of its fault history on the master.
+HEALTH_LABELS = [*LABELS, "serial"]
 
 
 def _text(value) -> str:
@@ -64,9 +79,13 @@ class GpuIdentity:
     pci_bus_id: str = ""
     device: str = ""
     model: str = ""
+    serial: str = ""
 
     def labels(self, hostname: str, driver: str) -> list[str]:
         return [self.gpu, self.uuid, self.pci_bus_id, self.device, self.model, hostname, driver]
+
+    def health_labels(self, hostname: str, driver: str) -> list[str]:
+        return [*self.labels(hostname, driver), self.serial]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -154,10 +173,19 @@ class NvmlSource:
         hostname: str,
         nvml: ModuleType | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        roots: Roots | None = None,
+        window: float = DEFAULT_WINDOW,
+        wall: Callable[[], float] = time.time,
+        hpc_job_dir: Path | None = None,
     ):
         self.hostname = hostname
+        self._hpc_job_dir = hpc_job_dir  # opt-in: dcgm-exporter's hpc_job label (exporters.hpcjob)
         self._nvml = nvml
         self._clock = clock  # NVLink bandwidth is a rate between two scrapes
+        self._wall = wall  # when evidence was seen, as people read it
+        self._roots = roots or Roots()
+        self._judge = GpuJudge(window)
         self._states: dict[int, GpuState] = {}
         self._initialised = False
         self._backend = BackendStatus("nvml", False, "not initialised yet")
@@ -217,6 +245,10 @@ class NvmlSource:
             ident.device = f"nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}"
         except nvml.NVMLError:
             ident.device = f"nvidia{index}"
+        try:
+            ident.serial = _text(nvml.nvmlDeviceGetSerial(handle))
+        except nvml.NVMLError:
+            ident.serial = ""  # boards without a serial (consumer GPUs): the UUID names it
         self._identities[index] = ident
         return ident
 
@@ -263,10 +295,15 @@ class NvmlSource:
             index = by_handle.get(_handle_key(event.device), -1)
             self._xids[(index, int(event.eventData))] += 1
             self._last_xid[index] = int(event.eventData)
+            if index >= 0:
+                self._judge.xid(index, int(event.eventData), self._wall())
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
-            yield from self._collect()
+            families = list(self._collect())
+        if self._hpc_job_dir is not None:
+            families = with_hpc_job(families, read_mapping(self._hpc_job_dir))
+        yield from families
 
     def _state(self, index: int) -> GpuState:
         if index not in self._states:
@@ -309,6 +346,7 @@ class NvmlSource:
         total = nvml.nvmlDeviceGetCount()
         count.add_metric([], total)
         handles: dict[int, object] = {}
+        readings: dict[int, NvidiaReading] = {}
         now = self._clock()
         for index in range(total):
             try:
@@ -316,7 +354,9 @@ class NvmlSource:
                 ident = self.identity(index, handle)
             except nvml.NVMLError as exc:
                 ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
-                lost.add_metric(ident.labels(self.hostname, driver), self._lost(exc))
+                is_lost = self._lost(exc)
+                lost.add_metric(ident.labels(self.hostname, driver), is_lost)
+                readings[index] = NvidiaReading(index, ident.uuid, ident.serial, lost=bool(is_lost))
                 continue
             handles[index] = handle
             labels = ident.labels(self.hostname, driver)
@@ -335,6 +375,7 @@ class NvmlSource:
                     continue
                 families[f.name].add_metric(labels, value)
             lost.add_metric(labels, is_lost)
+            readings[index] = self._reading(query, index, ident, bool(is_lost))
             if not is_lost and state.gpm.supported is not None:
                 available = 0.0 if state.gpm.reason else 1.0
                 profiling.add_metric([*labels, state.gpm.reason], available)
@@ -351,6 +392,28 @@ class NvmlSource:
         yield xid_count
         yield lost
         yield profiling
+        yield from self._verdicts(readings, driver)
+
+    def _reading(
+        self, query: GpuQuery, index: int, ident: GpuIdentity, lost: bool
+    ) -> NvidiaReading:
+        """What the judge needs of one GPU; a GPU lost mid-read is judged lost."""
+        if not lost:
+            try:
+                return health_reading(query, index, ident.uuid, ident.serial)
+            except self.nvml.NVMLError:  # GPU_IS_LOST: the other errors read as None
+                pass
+        return NvidiaReading(index, ident.uuid, ident.serial, lost=True)
+
+    def _verdicts(self, readings: dict[int, NvidiaReading], driver: str) -> list[Metric]:
+        """Every GPU's verdict, judged after this scrape's XID events were drained."""
+        wall = self._wall()
+        judged = []
+        for index, reading in sorted(readings.items()):
+            ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
+            labels = ident.health_labels(self.hostname, driver)
+            judged.append((labels, self._judge.nvidia(reading, wall)))
+        return verdict_families(judged, HEALTH_LABELS, read_boot_id(self._roots))
 
     def _lost(self, exc: Exception) -> float:
         lost = getattr(exc, "value", None) == self.nvml.NVML_ERROR_GPU_IS_LOST
@@ -360,9 +423,15 @@ class NvmlSource:
 
 
 def build(options: Options) -> Exporter:
+    source = NvmlSource(
+        options.hostname,
+        roots=options.roots,
+        window=evidence_window(options),
+        hpc_job_dir=node_config(options.roots).value_or_default(HPC_JOB_DIR_SETTING, log.error),
+    )
     return Exporter(
         "dcgm-exporter",
-        [NvmlSource(options.hostname)],
+        [source],
         timeout=options.timeout,
         exposition=generate_dcgm_latest,
     )

@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from node.gpu.health import NvidiaReading
+
 # Sentinels NVML and DCGM use for "no value": never export them as numbers.
 BLANK_THRESHOLDS = (0x7FFFFFF0, 0xFFFFFFFF, 0x7FFFFFFFFFFFFFF0, 0xFFFFFFFFFFFFFFFF)
 MIB = 1024 * 1024
@@ -159,6 +161,22 @@ class GpuQuery:
         """(correctable, uncorrectable, pending, failure occurred)."""
         return self.once("remap", lambda: self.nvml.nvmlDeviceGetRemappedRows(self.handle))
 
+    def ecc_total(self, kind: int) -> float:
+        """The volatile ECC total of one kind (corrected or uncorrected)."""
+        nvml = self.nvml
+        return self.once(
+            ("ecc", kind),
+            lambda: nvml.nvmlDeviceGetTotalEccErrors(self.handle, kind, nvml.NVML_VOLATILE_ECC),
+        )
+
+    def clock_reasons(self) -> int:
+        """The clock event (throttle) reasons bitmask."""
+        # Renamed "clocks event reasons" in newer NVML; older bindings only have the old name.
+        nvml = self.nvml
+        read = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        read = read or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return self.once("clocks", lambda: read(self.handle))
+
     def gpm(self) -> dict[int, float]:
         return self.once("gpm", lambda: self.state.gpm.read(self.nvml, self.handle))
 
@@ -250,14 +268,11 @@ def dcgm_fields(nvml: ModuleType) -> list[Field]:
     n = nvml
 
     def ecc(kind: int) -> Callable[[GpuQuery], float]:
-        return lambda q: n.nvmlDeviceGetTotalEccErrors(q.handle, kind, n.NVML_VOLATILE_ECC)
+        return lambda q: q.ecc_total(kind)
 
     def codec(call: str) -> Callable[[GpuQuery], float]:
         return lambda q: getattr(n, call)(q.handle)[0]  # [utilization, sampling period]
 
-    # Renamed "clocks event reasons" in newer NVML; older bindings only have the old name.
-    throttle = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
-    throttle = throttle or n.nvmlDeviceGetCurrentClocksThrottleReasons
     percent = 100  # DCGM's profiling ratios are NVML's GPM percentages / 100
     return [
         Field("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).",
@@ -299,7 +314,7 @@ def dcgm_fields(nvml: ModuleType) -> list[Field]:
               "Total number of double-bit volatile ECC errors.",
               ecc(n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)),
         Field("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge",
-              "Current clock throttle reasons (bitmask).", lambda q: throttle(q.handle)),
+              "Current clock throttle reasons (bitmask).", lambda q: q.clock_reasons()),
         Field("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
               "Total number of NVLink bandwidth counters for all lanes.", _nvlink_bandwidth),
         Field("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status", _vgpu_license),
@@ -330,3 +345,51 @@ def dcgm_fields(nvml: ModuleType) -> list[Field]:
               "and data payloads - in bytes per second.",
               _gpm(n.NVML_GPM_METRIC_PCIE_RX_PER_SEC)),
     ]  # fmt: skip
+
+
+def _optional(query: GpuQuery, read: Callable[[], float]) -> float | None:
+    """A reading the GPU may lack: None for NOT_SUPPORTED and friends; GPU_IS_LOST raises."""
+    nvml = query.nvml
+    try:
+        value = read()
+    except nvml.NVMLError as exc:
+        if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
+            raise
+        return None
+    return None if value is None or is_blank(value) else value
+
+
+def nvlink_error_fields(nvml: ModuleType) -> tuple[int, ...]:
+    """NVLink's CRC (flit, data), replay and recovery error totals over all links."""
+    return (
+        nvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+        nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+        nvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+        nvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+    )
+
+
+def health_reading(query: GpuQuery, index: int, uuid: str, serial: str) -> NvidiaReading:
+    """What node.gpu.health judges, from this scrape's NVML answers (shared with the fields:
+    ECC, remapped rows and clock reasons are asked once). GPU_IS_LOST raises."""
+    nvml = query.nvml
+    reading = NvidiaReading(index, uuid, serial)
+    recovery = getattr(nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+    if recovery is not None:  # nvidia-ml-py before 12.570 has no such field
+        action = _optional(query, lambda: query.field_value(recovery))
+        reading.recovery_action = None if action is None else int(action)
+    reading.ecc_uncorrectable = _optional(
+        query, lambda: query.ecc_total(nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+    )
+    reading.ecc_correctable = _optional(
+        query, lambda: query.ecc_total(nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED)
+    )
+    if _optional(query, lambda: query.remapped_rows()[2]) is not None:
+        _, _, pending, failed = query.remapped_rows()
+        reading.remap_pending, reading.remap_failed = bool(pending), bool(failed)
+    links = [_optional(query, lambda f=f: query.field_value(f)) for f in nvlink_error_fields(nvml)]
+    if any(value is not None for value in links):
+        reading.nvlink_errors = sum(value for value in links if value is not None)
+    reasons = _optional(query, query.clock_reasons)
+    reading.clock_reasons = None if reasons is None else int(reasons)
+    return reading

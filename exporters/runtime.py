@@ -13,6 +13,7 @@ backend (NVML, amdsmi, a BMC...) whether it is available and, if not, why.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import logging
 import os
 import socket
@@ -242,6 +243,28 @@ class BuildInfoSource:
         yield info
 
 
+class NamedSamples:
+    """A registry's samples of some names only: prometheus_client's ``name[]`` filter.
+
+    ``GET /metrics?name[]=mac_gpu_health`` answers only those series, as client_python's
+    own handlers do (a family left without samples is left out). The master's sweep asks
+    the GPU exporters this way for their verdicts (contract.verdicts.VERDICT_QUERY). Every
+    collector still runs: the verdict is judged from the same readings as the page.
+    """
+
+    def __init__(self, registry: CollectorRegistry, names: Iterable[str]) -> None:
+        self.registry = registry
+        self.names = frozenset(names)
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            samples = [sample for sample in family.samples if sample.name in self.names]
+            if samples:
+                kept = copy.copy(family)  # the same class: dcgm-exporter's counters stay exact
+                kept.samples = samples
+                yield kept
+
+
 @dataclass
 class Exporter:
     """A service ready to serve: its private registry plus what /health reports.
@@ -265,6 +288,11 @@ class Exporter:
             [BuildInfoSource(self.service), *self.sources], timeout=self.timeout
         )
         self.registry.register(self.runner)
+
+    def page(self, names: Iterable[str] = ()) -> bytes:
+        """The /metrics text: every series, or only the samples named (``name[]``)."""
+        names = list(names)
+        return self.exposition(NamedSamples(self.registry, names) if names else self.registry)
 
     def health(self) -> dict:
         state = self.runner.health()

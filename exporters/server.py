@@ -62,10 +62,11 @@ def make_app(exporter: Exporter) -> web.Application:
         max_workers=HANDLER_THREADS, thread_name_prefix=f"{exporter.service}-http"
     )
 
-    async def metrics(_request: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.Response:
         # Collection blocks (files, subprocesses, NVML): keep the event loop free.
         loop = asyncio.get_running_loop()
-        body = await loop.run_in_executor(pool, exporter.exposition, exporter.registry)
+        names = request.query.getall("name[]", [])  # client_python's filter
+        body = await loop.run_in_executor(pool, exporter.page, names)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(_request: web.Request) -> web.Response:

@@ -18,18 +18,18 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from contract.master_api import MasterClient
-from exporters.ipforward import DEFAULT_INTERVAL, PROC_FILE, IpForwardWatch
+from exporters.ipforward import PROC_FILE, IpForwardWatch
 from exporters.ipforward_report import ResetReporter
 from exporters.runtime import Exporter, Options
 from node.checks import CheckContext, CheckResult, CheckStatus, run_checks
-from node.config import DEFAULT_NODE_ENV_FILE, ConfigError, NodeConfig
+from node.config import ConfigError, node_config
 from node.host import Roots
 
 log = logging.getLogger("exporters")
@@ -39,26 +39,7 @@ METRICS_MAX_AGE_SECONDS = 30.0
 
 def check_context(roots: Roots) -> CheckContext:
     """The checks read the same (possibly redirected) host paths as the exporters."""
-    return CheckContext(
-        proc_root=roots.proc_root,
-        sys_root=roots.sys_root,
-        dev_root=roots.dev_root,
-        etc_root=str(roots.host("/etc")),
-        extra={
-            "run_root": str(roots.host("/run")),
-            "usr_root": str(roots.host("/usr")),
-            "lib_root": str(roots.host("/lib")),
-        },
-    )
-
-
-def node_config(roots: Roots, environ: Mapping[str, str] | None = None) -> NodeConfig:
-    """The node's `mac env` settings; in a container, the host's per-node file under rootfs
-    (where `mac start agent` keeps MASTER_IP and the node key)."""
-    environ = dict(os.environ if environ is None else environ)
-    if roots.rootfs != "/" and not environ.get("MAC_NODE_ENV_FILE"):
-        environ["MAC_NODE_ENV_FILE"] = str(roots.host(DEFAULT_NODE_ENV_FILE))
-    return NodeConfig.load(environ)
+    return CheckContext(roots=roots)
 
 
 def master_client(roots: Roots) -> MasterClient | None:
@@ -73,33 +54,19 @@ def master_client(roots: Roots) -> MasterClient | None:
     return MasterClient(url, timeout=5.0, node_key=cfg.node_key, ca_pin=pin)
 
 
-def _switch(cfg: NodeConfig, key: str) -> bool:
-    on = cfg.switch(key)
-    if on is None:
-        log.error("%s=%r is neither 1 nor 0; taken as 0 (mac env set %s=1)", key, cfg.get(key), key)
-    return bool(on)
-
-
 def ipforward_watch(options: Options, report: ResetReporter) -> IpForwardWatch:
     """The watch as the node's settings ask: MAC_IPFORWARD_REASSERT, MAC_IPFORWARD_INTERVAL."""
     cfg = node_config(options.roots)
-    try:
-        interval = float(cfg.get("MAC_IPFORWARD_INTERVAL") or DEFAULT_INTERVAL)
-    except ValueError:
-        interval = 0.0
-    if not 0.05 <= interval <= 60:
-        log.error("MAC_IPFORWARD_INTERVAL must be 0.05 to 60 seconds; using %s", DEFAULT_INTERVAL)
-        interval = DEFAULT_INTERVAL
     journal = options.roots.host("/var/log/journal")
     in_container = options.roots.rootfs != "/"
     return IpForwardWatch(
-        options.roots.proc_root,
-        reassert=_switch(cfg, "MAC_IPFORWARD_REASSERT"),
+        options.roots,
+        reassert=cfg.value_or_default("MAC_IPFORWARD_REASSERT", log.error),
         reassert_problem=reassert_problem(
-            Path(options.roots.proc_root, PROC_FILE),
-            cfg.get("MAC_AGENT_NETWORK") if in_container else None,
+            options.roots.proc(PROC_FILE),
+            cfg.value_or_default("MAC_AGENT_NETWORK", log.error) if in_container else None,
         ),
-        interval=interval,
+        interval=cfg.value_or_default("MAC_IPFORWARD_INTERVAL", log.error),
         on_reset=report.add,
         # In a container the host's persistent journal is read from its files.
         journal_dir=str(journal) if in_container and journal.is_dir() else None,

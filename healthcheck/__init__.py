@@ -1,0 +1,1 @@
+"""The sweep: probes, statuses, diagnoses, the targets it writes, /health, /metrics."""

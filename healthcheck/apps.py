@@ -1,4 +1,4 @@
-"""The healthcheck app: probing, status changes, diagnosis, targets file, /health."""
+"""The healthcheck app: probing, status changes, diagnosis, /health and /metrics."""
 
 from django.apps import AppConfig
 

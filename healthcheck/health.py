@@ -16,7 +16,8 @@ The "targets" check says whether the last sweep could write Prometheus' file-SD
 targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
 
-"alertmanager", "alert_channels", "alert_config", "node_alerts" (alerting.health) and
+"alertmanager", "alert_channels", "alert_config", "node_alerts" (alerting.health),
+"slurm" and "drain_budget" (scheduler.health, while MAC_SLURM_DRAIN is not off) and
 "prometheus" only degrade the answer: the master still probes and shows nodes without
 them, so /health stays 200 with `"status": "degraded"` and names them in `degraded`,
 while nobody would be notified. Prometheus and Alertmanager are asked at once, within
@@ -28,6 +29,15 @@ that has not shrunk for STUCK_INTERVALS intervals has no consumer, since a consu
 takes even expired tasks off the queue. Sweeps then stop finishing too; the "sweeps"
 check says so without blaming mac-worker and mac-beat, which both run. Reading the
 sample costs /health one Redis command, never a broadcast to the workers.
+
+Redis is asked within REDIS_DEADLINE, and with the master's own credentials each time
+(AUTH, not only PING: a connection opened before a password changed stays logged in,
+while every new one is refused): hung, gone or refusing the password, /health answers
+503 naming Redis at once, and touches Redis no more in that request.
+
+Nothing secret leaves: every URL is shown without its credentials, the report is
+scrubbed of the master's own passwords as a last guard (contract.redact), and the
+channels' names only go to a logged-in caller (alerting.health).
 """
 
 from __future__ import annotations
@@ -51,8 +61,10 @@ from alerting.health import (
     check_node_alert_posts,
 )
 from contract import __version__
-from healthcheck.scaleout import scaleout_checks
+from contract.redact import redact, url_secrets, url_without_credentials
 from healthcheck.state import get_redis, last_sweep, queue_depths
+from scheduler.health import scheduler_checks
+from scraping.engines import scaleout_checks
 
 PROCESS_STARTED = time.time()
 STALE_INTERVALS = 3
@@ -62,6 +74,9 @@ STUCK_INTERVALS = 2
 OUTSIDE_DEADLINE = 0.5
 # Seconds an answer of theirs is reused (see _LastAnswer).
 OUTSIDE_REUSE = 1.0
+# Seconds /health waits on Redis (each read, and a new connection): a hung Redis must
+# leave /health well under a second too, where a loopback Redis answers in microseconds.
+REDIS_DEADLINE = 0.5
 
 
 def check_database() -> tuple[bool, str]:
@@ -75,11 +90,40 @@ def check_database() -> tuple[bool, str]:
 
 
 def check_redis(client: redis.Redis) -> tuple[bool, str]:
+    """Redis answers, and still takes the master's credentials (see the module docstring)."""
+    kwargs = client.connection_pool.connection_kwargs
     try:
-        client.ping()
+        if kwargs.get("password"):
+            user = [kwargs["username"]] if kwargs.get("username") else []
+            client.execute_command("AUTH", *user, kwargs["password"])
+        else:
+            client.ping()
     except Exception as exc:
-        return False, f"redis unavailable at {settings.REDIS_URL}: {exc}"[:300]
+        return False, redis_failure(exc)
     return True, "pong"
+
+
+def redis_failure(exc: Exception) -> str:
+    """What went wrong with Redis, in words that name it and never its password."""
+    where = f"Redis at {url_without_credentials(settings.REDIS_URL)} (MAC_REDIS_URL)"
+    if isinstance(exc, redis.AuthenticationError) or _refused_login(exc):
+        return (
+            f"{where} refuses the master's password ({exc}): make MAC_REDIS_URL's password "
+            "Redis's own (requirepass) on every master process and restart the master"
+        )[:400]
+    if isinstance(exc, redis.TimeoutError):
+        return (
+            f"{where} did not answer within {REDIS_DEADLINE:g} s: is it hung? (mac status master)"
+        )
+    if isinstance(exc, redis.ConnectionError):
+        return f"{where} is unavailable: {exc}"[:400]
+    return f"{where} failed: {type(exc).__name__}: {exc}"[:400]
+
+
+def _refused_login(exc: Exception) -> bool:
+    """Redis's own words for a login it refuses, whatever class redis-py gave them."""
+    words = str(exc)
+    return isinstance(exc, redis.ResponseError) and words.startswith(("NOAUTH", "WRONGPASS"))
 
 
 def check_sweeps(last: dict | None, stuck: str = "") -> tuple[bool, str]:
@@ -150,38 +194,31 @@ def check_targets(last: dict | None) -> tuple[bool, str]:
     return True, "written by the last sweep"
 
 
-def run_health_checks() -> dict:
-    client = get_redis(timeout=2)  # shared by the process; its pool keeps the connection
-    redis_result = check_redis(client)
-    try:
-        last, queues = last_sweep(client), queue_depths(client)
-    except Exception:
-        # The redis check already fails and names the cause; do not blame sweeps too.
-        sweeps_result, summary = (True, "unknown while redis is unavailable"), None
-        targets_result = queues_result = sweeps_result
-    else:
-        stuck = " and ".join(repr(name) for name in stuck_queues(queues))
-        sweeps_result, summary = check_sweeps(last, stuck), _last_sweep_summary(last)
-        targets_result, queues_result = check_targets(last), check_queues(queues)
-    results = {
-        "database": check_database(),
-        "redis": redis_result,
-        "sweeps": sweeps_result,
-        "targets": targets_result,
-        "queues": queues_result,
-    }
+def run_health_checks(named: bool = True) -> dict:
+    """The whole report; `named`: the caller is logged in and may see the channels' names."""
+    redis_checks, summary = _redis_checks()
+    results = {"database": check_database(), **redis_checks}
+    node_alerts = results.pop("node_alerts", None)
     failed = [name for name, (ok, _detail) in results.items() if not ok]
     optional = outside_service_checks()
-    # Scale-out mode (MAC_SCRAPE_SHARDS): the store and each scraper; nothing when off.
-    optional.update(scaleout_checks())
     if results["database"][0]:
-        optional["alert_channels"] = check_channels()
-        optional["alert_config"] = check_config_in_step()
-    if redis_result[0]:
-        optional["node_alerts"] = check_node_alert_posts()
+        optional["alert_channels"] = check_channels(named)
+        optional["alert_config"] = check_config_in_step(named)
+    if node_alerts:
+        optional["node_alerts"] = node_alerts
+    if results["redis"][0]:
+        # Scale-out mode (MAC_SCRAPE_SHARDS): the store and each scraper, as last checked
+        # in the background (their answers are in the cache); nothing when off.
+        optional.update(scaleout_checks())
+        # The scheduler link (MAC_SLURM_DRAIN): what the last drain pass found; nothing when off.
+        optional.update(scheduler_checks())
     degraded = [name for name, (ok, _detail) in optional.items() if not ok]
     results.update(optional)
-    checks = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in results.items()}
+    secrets = _master_secrets()
+    checks = {
+        name: {"ok": ok, "detail": redact(detail, secrets)}
+        for name, (ok, detail) in results.items()
+    }
     status = "unhealthy" if failed else "degraded" if degraded else "ok"
     return {
         "status": status,
@@ -193,25 +230,71 @@ def run_health_checks() -> dict:
     }
 
 
+def _redis_checks() -> tuple[dict[str, tuple[bool, str]], dict | None]:
+    """redis, sweeps, targets, queues and node_alerts, and the last sweep's summary.
+
+    Whatever of these touches Redis (the sweep's records through the probe's client, the
+    node alerts' record through Django's cache) and fails names Redis; the others are
+    then "unknown" rather than blamed.
+    """
+    client = get_redis(timeout=REDIS_DEADLINE)  # shared by the process; its pool stays open
+    redis_result = check_redis(client)
+    if redis_result[0]:
+        try:
+            last, queues = last_sweep(client), queue_depths(client)
+            node_alerts = check_node_alert_posts()
+        except redis.RedisError as exc:
+            redis_result = (False, redis_failure(exc))
+    if not redis_result[0]:
+        unknown = (True, "unknown while redis is unavailable")
+        checks = dict.fromkeys(("sweeps", "targets", "queues"), unknown)
+        return {"redis": redis_result, **checks}, None
+    stuck = " and ".join(repr(name) for name in stuck_queues(queues))
+    checks = {
+        "redis": redis_result,
+        "sweeps": check_sweeps(last, stuck),
+        "targets": check_targets(last),
+        "queues": check_queues(queues),
+        "node_alerts": node_alerts,
+    }
+    return checks, _last_sweep_summary(last)
+
+
+def _master_secrets() -> list[str]:
+    """The passwords in the master's own URLs: a last guard, should a message echo one."""
+    urls = [
+        settings.REDIS_URL,
+        settings.CELERY_BROKER_URL,
+        settings.ALERTMANAGER_URL,
+        settings.PROMETHEUS_URL,
+        settings.TARGETS_URL,
+        *settings.SCRAPER_URLS,
+    ]
+    found = [secret for url in urls for secret in url_secrets(url)]
+    database_password = settings.DATABASES["default"].get("PASSWORD")
+    return [*found, *([database_password] if database_password else [])]
+
+
 def check_prometheus(timeout: float = OUTSIDE_DEADLINE) -> tuple[bool, str]:
     """Prometheus answers its readiness URL: without it no rule is evaluated, and the
     charts are empty. A "degraded" check: the master still probes and shows nodes."""
     url = settings.PROMETHEUS_URL.rstrip("/") + "/-/ready"
+    where = url_without_credentials(settings.PROMETHEUS_URL)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (settings)
             response.read()
     except urllib.error.HTTPError as exc:
-        return False, f"Prometheus at {settings.PROMETHEUS_URL} is not ready (HTTP {exc.code})"
+        return False, f"Prometheus at {where} is not ready (HTTP {exc.code})"
     except TimeoutError:
         return False, (
-            f"Prometheus at {settings.PROMETHEUS_URL} did not answer within {timeout:g} s: "
+            f"Prometheus at {where} did not answer within {timeout:g} s: "
             "no rule is evaluated (mac status master)"
         )
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         words = getattr(reason, "strerror", None) or str(reason)
-        return False, f"Prometheus at {settings.PROMETHEUS_URL} is unreachable: {words}"
-    return True, f"Prometheus at {settings.PROMETHEUS_URL} is ready"
+        return False, f"Prometheus at {where} is unreachable: {words}"
+    return True, f"Prometheus at {where} is ready"
 
 
 class _LastAnswer:
@@ -280,6 +363,10 @@ def _ask_outside_services() -> dict[str, tuple[bool, str]]:
     alertmanager = Alertmanager(
         settings.ALERTMANAGER_URL, min(settings.ALERTMANAGER_TIMEOUT, OUTSIDE_DEADLINE)
     )
+    if settings.SCRAPE_SHARDS >= 1:
+        # Scale-out mode runs no Prometheus: the store, the scrapers, vmalert and the
+        # targets view have checks of their own (scraping.engines).
+        return {"alertmanager": check_alertmanager(alertmanager)}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mac-health") as pool:
         prometheus = pool.submit(check_prometheus)
         checked = {"alertmanager": check_alertmanager(alertmanager)}

@@ -9,12 +9,20 @@ so alert rules can fire on Offline nodes:
     mac_node_exporter_up{node, hostname, service}   1 when that exporter answered its
                                                     last probe, 0 when it did not
     mac_nodes{status}                                          nodes per status
+    mac_nodes_health{state}         nodes per GPU verdict (healthy, degraded, unhealthy;
+                                    inventory.services.health); every state, 0 included
+    mac_nodes_needing_action{action}   nodes whose verdict asks an operator to act, per
+                                    action (reset_gpu, reboot, inspect_hardware)
     mac_sweep_duration_seconds, mac_sweep_probe_duration_seconds
     mac_sweep_last_timestamp_seconds, mac_sweeps_total, mac_probes_total{outcome}
     mac_sweep_targets_written       1 when the last sweep could write the targets files
     mac_probe_interval_seconds      MAC_PROBE_INTERVAL, so rules can tell a stalled sweep
     mac_alert_posts_total{outcome}  the master's posts of its node alerts to Alertmanager
                                     (alerting.nodealerts), "ok" or "failed"
+    mac_slurm_*                     the drain in Slurm, while MAC_SLURM_DRAIN is not off
+                                    (scheduler.metrics)
+    mac_gpu_job_info{Hostname, gpu, UUID, job_id, user, partition}   1 per GPU a Slurm job
+                                    holds now (scheduler.jobread, docs/jobs.md)
 
 Labels hold codes only (status, reason and diagnosis are choices' values, node is the
 id): their number stays bounded. The words and fixes reach notifications in the
@@ -42,9 +50,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from alerting.nodealerts import post_stats
+from contract.verdicts import OPERATOR_ACTIONS
 from healthcheck.state import get_redis, last_sweep, probes_total, sweep_count
-from inventory.choices import NodeStatus
+from inventory.choices import HealthState, NodeStatus
 from inventory.models import Node
+from scheduler.metrics import drain_metrics, job_metrics
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +83,8 @@ class InventoryCollector(Collector):
         )
         cluster = settings.CLUSTER_NAME
         counts: Counter[str] = Counter({choice: 0 for choice in NodeStatus.values})
+        verdicts: Counter[str] = Counter({choice: 0 for choice in HealthState.values})
+        actions: Counter[str] = Counter({str(action): 0 for action in OPERATOR_ACTIONS})
         rows = Node.objects.order_by("id").values_list(
             "id",
             "hostname",
@@ -82,9 +94,14 @@ class InventoryCollector(Collector):
             "status_reason",
             "diagnosis",
             "exporter_health",
+            "health_state",
+            "health_action",
         )
         for row in rows.iterator(chunk_size=5000):
-            node_id, hostname, vendor, maintenance, state, reason, diagnosis, health = row
+            node_id, hostname, vendor, maintenance, state, reason, diagnosis, health = row[:8]
+            verdicts[row[8]] += 1
+            if row[9] in actions:
+                actions[row[9]] += 1
             flag = "true" if maintenance else "false"
             node = str(node_id)
             up.add_metric(
@@ -101,6 +118,20 @@ class InventoryCollector(Collector):
         for state, count in sorted(counts.items()):
             nodes.add_metric([state], count)
         yield nodes
+        health_counts = GaugeMetricFamily(
+            "mac_nodes_health", "Registered nodes by GPU verdict.", labels=["state"]
+        )
+        for state, count in sorted(verdicts.items()):
+            health_counts.add_metric([state], count)
+        yield health_counts
+        needing = GaugeMetricFamily(
+            "mac_nodes_needing_action",
+            "Nodes whose GPU verdict asks an operator to act, by action.",
+            labels=["action"],
+        )
+        for action, count in sorted(actions.items()):
+            needing.add_metric([action], count)
+        yield needing
         yield from self._post_metrics()
         yield GaugeMetricFamily(
             "mac_probe_interval_seconds",
@@ -108,6 +139,11 @@ class InventoryCollector(Collector):
             value=settings.PROBE_INTERVAL,
         )
         yield from self._sweep_metrics()
+        try:
+            yield from drain_metrics()
+        except Exception:
+            log.warning("drain statistics unavailable for /metrics", exc_info=True)
+        yield from job_metrics()
 
     def _post_metrics(self) -> Iterator[Metric]:
         try:

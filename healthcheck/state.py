@@ -190,6 +190,7 @@ class SweepStats:
     offline: int = 0
     maintenance: int = 0
     changed: int = 0
+    verdicts_changed: int = 0  # nodes whose GPU verdict changed (inventory.services.health)
     went_online: int = 0
     went_offline: int = 0
     probes: int = 0
@@ -203,6 +204,7 @@ class SweepStats:
         """Add the figures of one chunk (asdict of its SweepStats) to the sweep's."""
         for name in ("nodes", "changed", "went_online", "went_offline", "probes", "confirmed"):
             setattr(self, name, getattr(self, name) + part[name])
+        self.verdicts_changed += part.get("verdicts_changed", 0)
         self.probe_duration = max(self.probe_duration, part["probe_duration"])
         for outcome, count in part["outcomes"].items():
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + count

@@ -1,7 +1,8 @@
 """One fleet sweep: single steps that tests can call one by one, and the one pipeline.
 
     probe_and_save:  load_nodes -> probe_nodes -> judge -> save_fenced
-    publish:         write_targets_for -> push_pending -> queue_node_alerts -> record
+    publish:         write_targets_for -> push_pending -> queue_node_alerts
+                     -> queue_drain_pass -> record
 
 Both paths of a sweep run exactly these two functions. run_sweep runs them one after
 the other in one process over every node; a sharded sweep (healthcheck.chunks) runs
@@ -9,7 +10,10 @@ probe_and_save once per id range, in chunk tasks on any workers, and publish onc
 its chord's callback. Nothing of a sweep is composed anywhere else.
 
 Only `probe_nodes` touches the network (through contract.liveness, plain
-asyncio); the rest reads and writes the inventory. The step functions take and
+asyncio); the rest reads and writes the inventory. The same probes bring the GPU
+verdicts back (the liveness GET of a GPU exporter asks for them: healthcheck.verdicts);
+`judge` hands them to inventory.services.health and the write saves what it decided,
+in the same fenced transaction. The step functions take and
 return plain values so a test can feed `judge` hand-made probe results, or run
 the probe somewhere else (inside a network namespace) and bring the results back.
 The write is fenced (healthcheck.fence): a sweep that lost its lock commits nothing.
@@ -39,6 +43,7 @@ from pathlib import Path
 import redis
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from alerting.tasks import queue_node_alerts
@@ -46,15 +51,19 @@ from contract.diagnosis import describe, diagnose
 from contract.liveness import NodeProbe, ProbeStats, Target, run_probe
 from healthcheck.fence import Fence
 from healthcheck.state import PENDING_KEY, SweepStats, get_redis, record_sweep
-from healthcheck.targets import write_targets
+from healthcheck.verdicts import observe
 from inventory.choices import EventKind, NodeStatus, StatusReason
 from inventory.live import broadcast_node_changes
 from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
+from inventory.services.health import HealthChanges, judge_health, save_health
+from scheduler.tasks import queue_drain_pass
+from scraping.targets import write_targets
 
 log = logging.getLogger(__name__)
 
-# What the dashboard shows of a node (Node.summary()), and the exporters it probes.
-NODE_FIELDS = (*SUMMARY_FIELDS, "exporters")
+# What the dashboard shows of a node (Node.summary()), the exporters it probes, and the
+# fingerprint of its last GPU verdict answers.
+NODE_FIELDS = (*SUMMARY_FIELDS, "exporters", "health_digest")
 WRITE_BATCH = 1000
 ID_CHUNK = 5000  # ids per `WHERE id IN (...)`, well under SQLite's 32,766 parameters
 
@@ -70,6 +79,12 @@ class Judgement:
     events: list[NodeEvent] = field(default_factory=list)
     seen_ids: list[int] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)  # every node after the sweep
+    health: HealthChanges = field(default_factory=HealthChanges)  # the GPU verdicts
+
+    @property
+    def changed_ids(self) -> list[int]:
+        """Every node whose row the dashboards must see again (status or verdict)."""
+        return sorted({row["id"] for row in self.changed} | set(self.health.written_ids))
 
 
 def load_nodes(id_range: tuple[int, int] | None = None) -> list[dict]:
@@ -132,6 +147,8 @@ def _event_message(row: dict, reason_label: str) -> str:
 def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judgement:
     """Compare every node with its probe results; nothing is written here."""
     result = Judgement()
+    observations = {row["id"]: observe(row, probes.get(row["id"])) for row in rows}
+    result.health = judge_health(rows, observations, now)
     for row in rows:
         probe = probes.get(row["id"])
         if probe is None:  # registered after the probe started: next sweep
@@ -257,14 +274,25 @@ def save_changes(judgement: Judgement, now: datetime) -> None:
             alive = set(Node.objects.filter(id__in=ids).values_list("id", flat=True))
             events = [event for event in judgement.events if event.node_id in alive]
             NodeEvent.objects.bulk_create(events, batch_size=WRITE_BATCH)
-        seen = judgement.seen_ids
-        for start in range(0, len(seen), ID_CHUNK):
-            Node.objects.filter(id__in=seen[start : start + ID_CHUNK]).update(last_seen=now)
+        # Nodes that answered get last_seen; those whose GPU verdict was read and stayed
+        # the same also a longer streak, in the same statement (the usual sweep: one
+        # UPDATE per 5,000 nodes, as before the verdicts).
+        streak = set(judgement.health.streak_ids)
+        seen = [node_id for node_id in judgement.seen_ids if node_id not in streak]
+        both = [node_id for node_id in judgement.seen_ids if node_id in streak]
+        for ids, values in (
+            (seen, {"last_seen": now}),
+            (both, {"last_seen": now, "health_streak": F("health_streak") + 1}),
+            (sorted(streak - set(both)), {"health_streak": F("health_streak") + 1}),
+        ):
+            for start in range(0, len(ids), ID_CHUNK):
+                Node.objects.filter(id__in=ids[start : start + ID_CHUNK]).update(**values)
+        save_health(judgement.health, now)
 
 
 def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[str]:
     """The file-SD targets of every node (sys-exporter while Online, each other exporter
-    while its own probe answers: healthcheck.targets); returns the jobs rewritten."""
+    while its own probe answers: scraping.targets); returns the jobs rewritten."""
     return write_targets(rows, Path(sd_dir or settings.SD_DIR), cluster_name=settings.CLUSTER_NAME)
 
 
@@ -322,7 +350,7 @@ def save_fenced(judgement: Judgement, now: datetime, fence: Fence) -> None:
     with transaction.atomic():
         save_changes(judgement, now)
         fence.check()
-        changed = [row["id"] for row in judgement.changed]
+        changed = judgement.changed_ids
         if changed:
             get_redis().sadd(PENDING_KEY, *changed)
 
@@ -357,7 +385,8 @@ def publish(
     stats: SweepStats, rows: list[dict] | None = None, sd_dir: Path | None = None
 ) -> SweepStats:
     """The second half of every sweep: targets files -> one push -> the node alerts'
-    post (queued for a worker, alerting.nodealerts) -> statistics.
+    post (queued for a worker, alerting.nodealerts) -> the drain in Slurm (queued too,
+    scheduler.drainpass; nothing while MAC_SLURM_DRAIN is off) -> statistics.
 
     `rows` are every node after the write (run_sweep has them); None loads them (the
     chord callback of a sharded sweep, whose chunks wrote in other processes).
@@ -368,6 +397,7 @@ def publish(
     write_targets_step(rows, stats, sd_dir)
     push_pending()
     queue_node_alerts()
+    queue_drain_pass()
     stats.finished_at = time.time()
     stats.duration = stats.finished_at - stats.started_at
     record(stats)
@@ -408,6 +438,7 @@ def count_statuses(stats: SweepStats, rows: Iterable[dict]) -> None:
 def count_changes(stats: SweepStats, judgement: Judgement, probes: dict[int, NodeProbe]) -> None:
     """What the sweep changed and how its probes ended, added to the statistics."""
     stats.changed += len(judgement.changed)
+    stats.verdicts_changed += len(judgement.health.changed_ids)
     stats.went_online += sum(event.kind == EventKind.ONLINE for event in judgement.events)
     stats.went_offline += sum(event.kind == EventKind.OFFLINE for event in judgement.events)
     for result in probes.values():

@@ -2,10 +2,9 @@
 
 from django.urls import path
 
-from healthcheck import httpsd, views
+from healthcheck import views
 
 urlpatterns = [
     path("health", views.health, name="health"),
     path("metrics", views.metrics, name="metrics"),
-    path("api/v1/sd/<str:service>", httpsd.http_sd, name="http-sd"),
 ]

@@ -1,0 +1,1 @@
+"""The inventory: nodes and their events, registration and dedupe, the API, admin and live push."""

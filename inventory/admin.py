@@ -15,7 +15,7 @@ from django.http import HttpRequest
 from contract.master_api import REPORTED_FIELDS
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
-from inventory.models import Node, NodeEvent
+from inventory.models import GpuFault, GpuHealth, Node, NodeEvent
 from inventory.validators import normalize_hostname
 
 INLINE_EVENTS = 50
@@ -30,6 +30,15 @@ PROBE_FIELDS = (
     "status_changed_at",
     "registered_at",
     "updated_at",
+)
+# The GPU verdict (inventory.services.health): the sweep owns it too.
+HEALTH_FIELDS = (
+    "health_state",
+    "health_action",
+    "health_evidence",
+    "health_since",
+    "health_streak",
+    "boot_id",
 )
 OPERATOR_FIELDS = ("hostname", "ip", "maintenance", "labels")
 # What the agent reports (the contract's list), less what the operator edits here too.
@@ -99,18 +108,22 @@ class NodeAdmin(admin.ModelAdmin):
         "ip",
         "gpu_vendor",
         "gpu_count",
+        "health_state",
+        "health_action",
         "last_seen",
         "maintenance",
     )
-    list_filter = ("status", "gpu_vendor", "maintenance", "diagnosis")
+    list_filter = ("status", "gpu_vendor", "health_state", "health_action", "maintenance",
+                   "diagnosis")  # fmt: skip
     search_fields = ("hostname", "ip", "machine_id")
-    readonly_fields = PROBE_FIELDS
+    readonly_fields = (*PROBE_FIELDS, *HEALTH_FIELDS)
     inlines = (NodeEventInline,)
     actions = ("deregister", "maintenance_on", "maintenance_off", "reset_node_key")
     list_per_page = 100
     fieldsets = (
         (None, {"fields": OPERATOR_FIELDS}),
         ("Status (set by the probe)", {"fields": PROBE_FIELDS}),
+        ("GPU verdict (set by the probe)", {"fields": HEALTH_FIELDS}),
         ("Reported by the agent", {"fields": AGENT_FIELDS}),
     )
 
@@ -179,3 +192,33 @@ class NodeEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """What the sweep writes: to look at, never to edit."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(GpuHealth)
+class GpuHealthAdmin(ReadOnlyAdmin):
+    """Each GPU's verdict as the last sweep read it (docs/gpu-health.md)."""
+
+    list_display = ("node", "index", "state", "action", "uuid", "serial", "since")
+    list_filter = ("state", "action", "vendor")
+    search_fields = ("node__hostname", "uuid", "serial")
+    list_select_related = ("node",)
+
+
+@admin.register(GpuFault)
+class GpuFaultAdmin(ReadOnlyAdmin):
+    """The faults a reset or a reboot should cure, per GPU and boot: what escalation counts.
+    Deleting a GPU's rows (after it was replaced, say) forgets its history."""
+
+    list_display = ("gpu", "fault", "hostname", "gpu_index", "boot_id", "first_seen", "last_seen")
+    list_filter = ("fault",)
+    search_fields = ("gpu", "hostname", "fault")

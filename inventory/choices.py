@@ -7,7 +7,7 @@ agent's `mac probe` and the master's sweep speak the same words as the database.
 
 from django.db import models
 
-from contract import outcomes
+from contract import outcomes, verdicts
 from contract.outcomes import OUTCOME_LABELS, Outcome
 from contract.services import AgentNetwork as ContractNetwork
 
@@ -59,6 +59,40 @@ class EventKind(models.TextChoices):
     MAINTENANCE_OFF = "maintenance_off", "Maintenance off"
     KEY_RESET = "key_reset", "Node key reset"
     IP_FORWARD_RESET = "ip_forward_reset", "IPv4 forwarding reset on the node"
+    # The node's GPU verdict changed (inventory.services.health): named by the new state.
+    HEALTH_HEALTHY = "health_healthy", "GPUs healthy"
+    HEALTH_DEGRADED = "health_degraded", "GPU degraded"
+    HEALTH_UNHEALTHY = "health_unhealthy", "GPU unhealthy"
+    # What MAC did, or chose not to do, to the node in Slurm (scheduler.drainpass).
+    SLURM_DRAIN = "slurm_drain", "Drained in Slurm"
+    SLURM_REBOOT = "slurm_reboot", "Reboot asked of Slurm"
+    SLURM_REASON = "slurm_reason", "Drain reason updated in Slurm"
+    SLURM_RESUME = "slurm_resume", "Resumed in Slurm"
+    SLURM_NOT_DRAINED = "slurm_not_drained", "Not drained in Slurm"
+    SLURM_DRY_RUN = "slurm_dry_run", "Slurm dry run"
+
+
+# The GPU verdict's state and suggested action: the contract's values (contract.verdicts),
+# member for member, so agent, sweep and database speak the same words.
+HealthState = models.TextChoices(
+    "HealthState",
+    [(state.name, (state.value, verdicts.STATE_LABELS[state])) for state in verdicts.HealthState],
+)
+HealthAction = models.TextChoices(
+    "HealthAction",
+    [
+        (action.name, (action.value, verdicts.ACTION_LABELS[action]))
+        for action in verdicts.HealthAction
+    ],
+)
+
+
+class SlurmHold(models.TextChoices):
+    """Who keeps the node out of service in Slurm, as the drain last read it."""
+
+    NONE = "", "in service"  # or not in Slurm, or the drain is off
+    MAC = "mac", "drained by MAC"  # drained or down with a reason that starts "MAC:"
+    ADMIN = "admin", "drained by admin"  # drained or down with anyone else's reason
 
 
 class AgentNetwork(models.TextChoices):

@@ -1,8 +1,11 @@
 """The one filter of the node list, shared by the API and the dashboard's fleet page.
 
 `GET /api/v1/nodes/` and `/` (with `/fleet.json`) take the same parameters with the same
-meaning: `status` and `gpu_vendor` (repeat for several), `maintenance` (`true` or
-`false`), `label` (`key=value`) and `search`. A parameter that is present but malformed
+meaning: `status`, `gpu_vendor`, `health` (the GPU verdict's state) and `drained` (`mac`
+or `admin`: who holds the node out of service in Slurm; repeat each for several),
+`maintenance` and `needs_action` (`true` or `false`: the verdict asks an operator to
+reset a GPU, reboot or inspect the hardware), `label` (`key=value`) and `search`. A
+parameter that is present but malformed
 is an error naming it, never silently ignored: `?maintenance=yes` or `?label=`
 returning the whole fleet would hand a script, or an operator, the wrong nodes. The API
 answers it with a 400; the fleet page shows the message (see macweb.dashboard.views).
@@ -19,7 +22,8 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from drf_spectacular.utils import extend_schema_field
 
-from inventory.choices import GpuVendor, NodeStatus
+from contract.verdicts import OPERATOR_ACTIONS
+from inventory.choices import GpuVendor, HealthState, NodeStatus, SlurmHold
 from inventory.models import Node
 from inventory.validators import MAX_HOSTNAME, TEXT_PATTERN
 
@@ -94,13 +98,42 @@ class SearchFilter(django_filters.CharFilter):
         return queryset
 
 
+NEEDS_ACTION_HELP = (
+    "true: nodes whose GPU verdict asks an operator to act (reset_gpu, reboot, "
+    "inspect_hardware); false: the others."
+)
+
+
+class NeedsActionFilter(StrictBooleanFilter):
+    """The verdict's action is an operator's (contract.verdicts.OPERATOR_ACTIONS)."""
+
+    def filter(self, queryset, value):
+        if value is None:
+            return queryset
+        wanted = Q(health_action__in=[str(action) for action in OPERATOR_ACTIONS])
+        return queryset.filter(wanted if value else ~wanted)
+
+
 class NodeFilterSet(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(choices=NodeStatus.choices)
     gpu_vendor = django_filters.MultipleChoiceFilter(choices=GpuVendor.choices)
+    health = django_filters.MultipleChoiceFilter(
+        field_name="health_state",
+        choices=HealthState.choices,
+        help_text="The node's GPU verdict: healthy, degraded or unhealthy.",
+    )
+    needs_action = NeedsActionFilter(help_text=NEEDS_ACTION_HELP)
+    drained = django_filters.MultipleChoiceFilter(
+        field_name="slurm_hold",
+        choices=[choice for choice in SlurmHold.choices if choice[0]],
+        help_text="Drained in Slurm: mac (drained by MAC for its GPU verdict) or admin "
+        "(drained or down by anyone else), as the last drain pass read it.",
+    )
     maintenance = StrictBooleanFilter()
     label = LabelFilter(help_text=LABEL_HELP)
     search = SearchFilter(help_text=SEARCH_HELP)
 
     class Meta:
         model = Node
-        fields = ["status", "gpu_vendor", "maintenance", "label", "search"]
+        fields = ["status", "gpu_vendor", "health", "needs_action", "drained", "maintenance",
+                  "label", "search"]  # fmt: skip

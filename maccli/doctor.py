@@ -33,29 +33,15 @@ SYMBOLS = {
 
 
 def build_context(cfg: NodeConfig) -> CheckContext:
-    """Roots from MAC_PROC_ROOT / MAC_SYS_ROOT / MAC_DEV_ROOT / MAC_ETC_ROOT (tests, containers)."""
-    extra: dict = {"config": cfg}
-    if cfg.get("MAC_RUN_ROOT"):
-        extra["run_root"] = cfg.get("MAC_RUN_ROOT")
-    if cfg.get("MAC_USR_ROOT"):
-        extra["usr_root"] = cfg.get("MAC_USR_ROOT")
-    if cfg.get("MAC_LIB_ROOT"):
-        extra["lib_root"] = cfg.get("MAC_LIB_ROOT")
-    if cfg.get("MAC_RDMA_INTERVAL"):
-        extra["rdma_interval"] = float(cfg.get("MAC_RDMA_INTERVAL") or 1)
+    """The node's roots (NodeConfig.roots: the MAC_*_ROOT settings) and settings."""
+    extra: dict = {"config": cfg, "rdma_interval": cfg.value("MAC_RDMA_INTERVAL")}
     from maccli.agent.specs import agent_specs
 
     specs = agent_specs(cfg)
     extra["services"] = [spec.name for spec in specs]
     if specs:  # where the agent's services listen (MAC_BIND), as `mac status` probes them
         extra["service_host"] = specs[0].host
-    return CheckContext(
-        proc_root=cfg.get("MAC_PROC_ROOT") or "/proc",
-        sys_root=cfg.get("MAC_SYS_ROOT") or "/sys",
-        dev_root=cfg.get("MAC_DEV_ROOT") or "/dev",
-        etc_root=cfg.get("MAC_ETC_ROOT") or "/etc",
-        extra=extra,
-    )
+    return CheckContext(roots=cfg.roots(), extra=extra)
 
 
 def print_results(results: list[CheckResult]) -> None:

@@ -10,7 +10,7 @@ import json
 import os
 
 from maccli import output
-from maccli.envvalues import mask, validate
+from maccli.envvalues import UnknownSetting, mask, validate
 from maccli.output import CliError
 from node.config import (
     PER_NODE_KEYS,
@@ -50,6 +50,9 @@ def env_set(assignment: str, node: bool = False, force: bool = False) -> int:
     key, value = _split(assignment)
     try:
         validate(key, value)
+    except UnknownSetting as exc:
+        meant = [f"mac env set {exc.meant}={value}"] if exc.meant else []
+        raise CliError(str(exc), commands=meant) from None
     except ConfigError as exc:
         raise CliError(str(exc), commands=[f"mac env set {key}=<value>"]) from None
     flag = " --node" if node else ""

@@ -86,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
                 "per-node file as MAC_AGENT_NETWORK",
             )
 
-    # Scale-out mode's store (maccli.metricsbackup): vmbackup / vmrestore.
+    # Scale-out mode's store (maccli.master.backup): vmbackup / vmrestore.
     for verb, text in (
         ("backup", "back up the metrics store (MAC_SCRAPE_SHARDS) into a folder"),
         ("restore", "restore the metrics store from a folder (master stopped)"),
@@ -165,9 +165,10 @@ def _count(text: str) -> int:
 
 
 def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
-    from maccli import agent, doctor, envcmd, master
+    from maccli import agent, doctor, envcmd
     from maccli import logs as logscmd
     from maccli import probe as probecmd
+    from maccli.master import commands as master
 
     if args.command == "env":
         if args.env_command == "set":
@@ -194,9 +195,9 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             args.address, timeout=args.timeout, as_json=args.json, network=args.network
         )
     if args.command in {"backup", "restore"}:
-        from maccli import metricsbackup
+        from maccli.master import backup
 
-        return getattr(metricsbackup, args.command)(args.folder)
+        return getattr(backup, args.command)(args.folder)
     if args.command == "status":
         if args.role == "master":
             return master.status(args.runtime)

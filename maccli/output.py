@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -91,6 +92,9 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str | Text]], title: s
     for row in rows:
         grid.add_row(*row)
     console = out()
+    if not console.is_terminal:
+        # Off a terminal nothing wraps, however long a path: a line per row for greps.
+        console.width = 10_000
     with console.capture() as captured:
         console.print(grid)
     # Rich pads every line to the full width; logs and greps want no trailing blanks.
@@ -143,3 +147,33 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def _shown_state(s: Any) -> Text:
+    """The STATE cell: Docker's own words for a container ("Up (healthy)"), else the state.
+
+    The docker runtime reports `mac-<service>: <status>` in detail; its health in
+    brackets decides the colour, as `docker ps` would.
+    """
+    container, _, status = s.detail.partition(": ")
+    if container != f"mac-{s.name}" or not status:
+        return styled(s.state)
+    if "(unhealthy)" in status or not s.running:
+        return Text(status, style="red" if s.state != "stopped" else "dim")
+    return Text(status, style="yellow" if "(health: starting)" in status else "green")
+
+
+def print_states(states: Sequence[Any], title: str = "") -> None:
+    """The services' states (maccli.runtimes' ServiceState) as `mac status` shows them."""
+    rows = [
+        (
+            s.name,
+            _shown_state(s),
+            styled(s.health) if s.state == "running" else styled("-"),
+            str(s.port or "-"),
+            format_duration(s.uptime),
+            str(s.pid or "-"),
+        )
+        for s in states
+    ]
+    table(["SERVICE", "STATE", "HEALTH", "PORT", "UPTIME", "PID"], rows, title=title)

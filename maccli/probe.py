@@ -23,13 +23,14 @@ import json
 import socket
 
 from contract.diagnosis import describe, diagnose
-from contract.liveness import DEFAULT_TIMEOUT, NodeProbe, Target, outcome_words, run_probe
+from contract.liveness import NodeProbe, Target, outcome_words, run_probe
 from contract.master_api import MasterClient
 from contract.outcomes import DIAGNOSIS_LABELS, Diagnosis, Outcome
 from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER, AgentNetwork
+from contract.settings.kinds import valid_hostname
 from maccli import output
 from maccli.output import CliError
-from node.config import NodeConfig, valid_hostname
+from node.config import NodeConfig
 
 MAX_TIMEOUT = 60.0
 
@@ -73,10 +74,7 @@ def resolve(target: str) -> str:
 def _timeout(cfg: NodeConfig, given: float | None) -> float:
     if given is None:
         # The sweep's own timeout (MAC_PROBE_TIMEOUT) where this node knows it.
-        try:
-            given = float(cfg.get("MAC_PROBE_TIMEOUT") or DEFAULT_TIMEOUT)
-        except ValueError:
-            given = DEFAULT_TIMEOUT
+        given = cfg.value_or_default("MAC_PROBE_TIMEOUT", output.warn)
     if not 0 < given <= MAX_TIMEOUT:
         raise _usage(f"--timeout {given:g} is out of range (0 < S <= {MAX_TIMEOUT:g} seconds).")
     return given

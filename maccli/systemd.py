@@ -27,11 +27,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from contract import settings
 from contract.atomicfile import write_atomically
 from maccli.output import CliError
 from node.commands import Runner, run_command
 
-UNIT_DIR = Path("/etc/systemd/system")
+UNIT_DIR: Path = settings.setting("MAC_SYSTEMD_UNIT_DIR").default
 # `enable --now` waits for the start job; supervisord's start is quick, a loaded host not.
 SYSTEMCTL_TIMEOUT = 90.0
 # What a role needs up before it: the master's Redis (and PostgreSQL when local).
@@ -129,16 +130,15 @@ class SystemdUnits:
 
 def systemd_units(get: Callable[[str], str | None]) -> SystemdUnits | None:
     """The units to use under MAC_SYSTEMD (auto | yes | no), or None for plain supervisord."""
-    choice = (get("MAC_SYSTEMD") or "auto").strip().lower()
-    if choice in {"no", "false", "0", "off"}:
+    read = settings.values(get)
+    try:
+        choice, units = read["MAC_SYSTEMD"], read["MAC_SYSTEMD_UNIT_DIR"]
+    except settings.SettingError as exc:
+        raise CliError(str(exc), commands=["mac env set MAC_SYSTEMD=auto"]) from None
+    if choice == "no":
         return None
-    if choice not in {"auto", "yes", "true", "1", "on"}:
-        raise CliError(
-            f"MAC_SYSTEMD={choice!r} is not auto, yes or no.",
-            commands=["mac env set MAC_SYSTEMD=auto"],
-        )
     if choice == "auto" and not (
         host_runs_systemd() and os.geteuid() == 0 and shutil.which("systemctl")
     ):
         return None
-    return SystemdUnits(Path(get("MAC_SYSTEMD_UNIT_DIR") or UNIT_DIR))
+    return SystemdUnits(units)

@@ -126,14 +126,15 @@ from macweb.routing import MasterOriginValidator, websocket_urlpatterns  # noqa:
 # registrations waited 11.5 s behind them (issue 26). Django's own handler awaits an
 # async view on the event loop, its middleware and database calls taking a thread only
 # for a moment: the charts go there, and wait on Prometheus holding no request thread
-# (their bulkhead, MAC_BULKHEAD_PROMETHEUS, bounds how many may).
+# (their bulkhead, MAC_BULKHEAD_PROMETHEUS, bounds how many may). The node page's
+# scrape health (scrapes.json) asks Prometheus too, and goes the same way.
 charts_asgi_app = get_asgi_application()
 
 application = ProtocolTypeRouter(
     {
         "http": URLRouter(
             [
-                re_path(r"^nodes/[0-9]+/charts/", charts_asgi_app),
+                re_path(r"^nodes/[0-9]+/(charts/|scrapes\.json$)", charts_asgi_app),
                 re_path(r"", django_asgi_app),
             ]
         ),

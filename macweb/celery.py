@@ -28,6 +28,13 @@ app.conf.beat_schedule = {
         "schedule": settings.PROBE_INTERVAL,
         "options": {"expires": settings.PROBE_INTERVAL * 0.9},
     },
+    # Job attribution: which Slurm job holds which GPU (scheduler.jobread); the task
+    # does nothing where the master has no slurm.conf.
+    "read-slurm-jobs": {
+        "task": "scheduler.tasks.read_slurm_jobs",
+        "schedule": settings.PROBE_INTERVAL,
+        "options": {"expires": settings.PROBE_INTERVAL * 0.9},
+    },
     # The dashboard's firing alerts, a failed reload retried, maintenance silences put
     # back (alerting.tasks).
     "sync-alertmanager": {

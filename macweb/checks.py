@@ -12,7 +12,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
-from inventory.bulkheads import SETTINGS, THREAD_HOLDING, VARIABLES
+from alerting.bulkheads import SETTINGS, THREAD_HOLDING, VARIABLES
 
 PREPARE = "manage.py prepare_master"
 
@@ -58,7 +58,7 @@ FREE_THREADS = 2
 
 @register()
 def check_bulkheads(app_configs=None, **kwargs) -> list[Warning]:
-    """The bulkheads (inventory.bulkheads) leave threads for what must never wait."""
+    """The bulkheads (alerting.bulkheads) leave threads for what must never wait."""
     # The charts wait on Prometheus on the event loop (macweb.asgi), not in a thread.
     holding = {s: n for s, n in SETTINGS.items() if s in THREAD_HOLDING}
     taken = sum(getattr(settings, name) for name in holding.values())

@@ -6,7 +6,7 @@ mac-api-server; the command line only adds the address and the worker count.
 
 The server is stock: gunicorn's arbiter with uvicorn's own worker class. It listens
 only where the proxy reaches it (127.0.0.1 under the process runtime, MAC's own
-Compose network under Docker), and the proxy in front (nginx, macweb/proxy.py) is
+Compose network under Docker), and the proxy in front (nginx, macweb/nginxconf.py) is
 what bounds slow clients, header and body sizes and connections (docs/security.md).
 
 Client addresses: the proxy resolves the client's address (MAC_TRUSTED_PROXIES)
@@ -26,7 +26,7 @@ worker_class = "uvicorn_worker.UvicornWorker"
 timeout = 30
 graceful_timeout = 30
 # The proxy keeps idle connections to the API server for reuse and drops them after
-# 60 s (macweb/proxy.py); the server keeps them longer, so that it never closes one
+# 60 s (macweb/nginxconf.py); the server keeps them longer, so that it never closes one
 # just as the proxy sends a request on it (a POST would then fail with 502).
 keepalive = 75
 # gunicorn 27's control socket (one per user, shared by every gunicorn of that user):

@@ -5,9 +5,10 @@ came from, so a hostile page could read the live feed of a logged-in operator. T
 Origin header says which site opened the socket; only the master's own may:
 
 - MAC_ALLOWED_ORIGINS, when set: those origins (scheme://host[:port]) only;
-- else MAC_ALLOWED_HOSTS, when it names hosts: an origin on one of them;
-- else (ALLOWED_HOSTS is "*", the default): the origin must be the socket's own host,
-  i.e. the page was served by this master.
+- else an origin on one of the hosts the master answers to (ALLOWED_HOSTS, the
+  master's own names and addresses: macweb.hosts);
+- else (MAC_ALLOWED_HOSTS=*, which answers to any Host): the origin must be the
+  socket's own host, i.e. the page was served by this master.
 
 A socket without an Origin header (not opened by a browser page) is refused too.
 """

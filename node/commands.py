@@ -8,7 +8,7 @@ in its place, so each can be pointed at a fake command without touching the syst
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -22,11 +22,19 @@ class CommandResult:
 Runner = Callable[[Sequence[str]], CommandResult]
 
 
-def run_command(argv: Sequence[str], timeout: float = 10.0) -> CommandResult:
-    """Run a command; a missing program is exit code 127 like in a shell, never an exception."""
+def run_command(
+    argv: Sequence[str], timeout: float = 10.0, env: Mapping[str, str] | None = None
+) -> CommandResult:
+    """Run a command (with `env` as its whole environment when given); a missing program
+    is exit code 127 like in a shell, never an exception."""
     try:
         proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=dict(env) if env is not None else None,
         )
     except FileNotFoundError:
         return CommandResult(127, "", f"{argv[0]}: command not found")

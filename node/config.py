@@ -8,6 +8,8 @@ per-node file; this module knows how to tell such a home apart.
 
 Every path has an override variable (MAC_NODE_ENV_FILE, MAC_USER_ENV_FILE,
 MAC_STATE_DIR, MAC_PROC_ROOT, MAC_SHARED_HOME) so tests work in a temporary directory.
+What each setting is (its kind, default and limits) is declared once in
+contract.settings; `NodeConfig.value` reads a setting's typed value through it.
 No Django here: this runs on agents.
 """
 
@@ -17,18 +19,21 @@ import contextlib
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+from contract import settings
 from contract.pinning import parse_pin
-from contract.services import MASTER_API_PORT
+from contract.settings.agent import service_port_name
 from node.envfile import read_env_file
+from node.host import Roots
 
-DEFAULT_NODE_ENV_FILE = "/etc/mango/mac/env"
-DEFAULT_USER_ENV_FILE = "~/.mac/env"
+DEFAULT_NODE_ENV_FILE = str(settings.setting("MAC_NODE_ENV_FILE").default)
+DEFAULT_USER_ENV_FILE = settings.setting("MAC_USER_ENV_FILE").default_text()
 DEFAULT_STATE_DIR_ROOT = "/var/lib/mac"
 DEFAULT_STATE_DIR_USER = "~/.mac/state"
 
@@ -67,18 +72,15 @@ PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
 # The master's URL (https://<master>:28443 with a CA pin), in place of MASTER_IP.
 MASTER_URL_KEY = "MASTER_URL"
 CA_PIN_KEY = "MAC_MASTER_CA_SHA256"
-# Values nobody but root should read: shown masked by `mac env list`.
-SECRET_KEYS = frozenset({"MAC_JOIN_TOKEN", "MAC_NODE_KEY"})
+# Values nobody but root should read: shown masked by `mac env list` (the declared secrets).
+SECRET_KEYS = settings.SECRETS
 NODE_KEY = "MAC_NODE_KEY"
 
+# The defaults `mac env list` shows beside what the files set.
 DEFAULTS: dict[str, str] = {
-    "MAC_MASTER_PORT": str(MASTER_API_PORT),
-    "MAC_RUNTIME": "auto",
-    "MAC_BIND": "0.0.0.0",
-    "MAC_PORT_OFFSET": "0",
+    name: settings.setting(name).default_text()
+    for name in ("MAC_MASTER_PORT", "MAC_RUNTIME", "MAC_BIND", "MAC_PORT_OFFSET")
 }
-
-_LABEL_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
 
 class Source(StrEnum):
@@ -88,15 +90,8 @@ class Source(StrEnum):
     DEFAULT = "default"
 
 
-class ConfigError(ValueError):
-    """A key or value that cannot be stored; the message names it and says why."""
-
-
-def valid_hostname(name: str) -> bool:
-    """RFC 1123 host name (labels of letters, digits and hyphens, at most 253 chars)."""
-    if not name or len(name) > 253:
-        return False
-    return all(_LABEL_RE.match(label) for label in name.lower().rstrip(".").split("."))
+class ConfigError(settings.SettingError):
+    """A key or value that cannot be stored or used; the message names it and says why."""
 
 
 # --- network filesystem detection ------------------------------------------------------
@@ -107,10 +102,10 @@ def _unescape_mount(field_: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
 
 
-def filesystem_of(path: Path, proc_root: str = "/proc") -> tuple[str, str] | None:
-    """(mount point, filesystem type) of the mount holding path, from <proc_root>/mounts."""
+def filesystem_of(path: Path, roots: Roots | None = None) -> tuple[str, str] | None:
+    """(mount point, filesystem type) of the mount holding path, from /proc/mounts."""
     try:
-        text = Path(proc_root, "mounts").read_text()
+        text = (roots or Roots()).proc("mounts").read_text()
     except OSError:
         return None
     target = str(path)
@@ -142,13 +137,17 @@ class NodeConfig:
     user_file: Path = Path(DEFAULT_USER_ENV_FILE)
     # Set when the per-node file exists but this user cannot read it (not root).
     node_file_unreadable: bool = False
-    proc_root: str = "/proc"
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> NodeConfig:
         environ = dict(os.environ if environ is None else environ)
-        node_file = Path(environ.get("MAC_NODE_ENV_FILE") or DEFAULT_NODE_ENV_FILE).expanduser()
-        user_file = Path(environ.get("MAC_USER_ENV_FILE") or DEFAULT_USER_ENV_FILE).expanduser()
+        # Where the files are comes from the process environment alone.
+        from_environment = settings.values(environ.get)
+        try:
+            node_file = from_environment["MAC_NODE_ENV_FILE"]
+            user_file = from_environment["MAC_USER_ENV_FILE"]
+        except settings.SettingError as exc:
+            raise ConfigError(str(exc)) from None
         unreadable = False
         try:
             node_values = read_env_file(node_file)
@@ -165,7 +164,6 @@ class NodeConfig:
             node_file=node_file,
             user_file=user_file,
             node_file_unreadable=unreadable,
-            proc_root=environ.get("MAC_PROC_ROOT") or "/proc",
         )
 
     # Lookups ---------------------------------------------------------------------------
@@ -203,24 +201,42 @@ class NodeConfig:
                 result[key] = (value, source)
         return result
 
-    def int_value(self, key: str, default: int) -> int:
-        value = self.get(key)
-        if value is None or value.strip() == "":
-            return default
+    def value(self, name: str) -> Any:
+        """The typed value of the declared setting `name` (contract.settings) as the
+        precedence gives it, else its default; ConfigError naming it when it is bad."""
         try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(f"{key}={value!r} is not an integer.") from None
+            return settings.values(self.get)[name]
+        except settings.SettingError as exc:
+            raise ConfigError(str(exc)) from None
 
-    def switch(self, key: str) -> bool | None:
-        """A 1/0 setting (also yes/no, true/false, on/off): off when unset; None when the
-        value is neither, for the caller to say so in its own way."""
-        value = (self.get(key) or "").strip().lower()
-        if value in {"1", "yes", "true", "on"}:
-            return True
-        if value in {"0", "no", "false", "off", ""}:
-            return False
-        return None
+    def value_or_default(self, name: str, complain: Callable[[str], None]) -> Any:
+        """`value`, but a bad one is told to `complain` and the declared default used: for
+        a service that keeps serving whatever its settings say."""
+        try:
+            return self.value(name)
+        except ConfigError as exc:
+            default = settings.values(lambda _name: None)[name]
+            complain(f"{exc} Using {settings.setting(name).default_text()} instead.")
+            return default
+
+    def int_value(self, key: str, default: int) -> int:
+        """A declared whole-number setting; `default` where its default is left to the
+        caller."""
+        value = self.value(key)
+        return default if value is None else value
+
+    def roots(self) -> Roots:
+        """Where `mac` reads this host: the MAC_*_ROOT settings (tests, containers)."""
+        read = self.value
+        return Roots(
+            sys_root=str(read("MAC_SYS_ROOT")),
+            proc_root=str(read("MAC_PROC_ROOT")),
+            dev_root=str(read("MAC_DEV_ROOT")),
+            etc_root=str(read("MAC_ETC_ROOT")),
+            run_root=str(read("MAC_RUN_ROOT")),
+            usr_root=str(read("MAC_USR_ROOT")),
+            lib_root=str(read("MAC_LIB_ROOT")),
+        )
 
     # Typed accessors -------------------------------------------------------------------
     @property
@@ -245,10 +261,7 @@ class NodeConfig:
             except ValueError:
                 raise ConfigError(f"MASTER_URL={given!r} has no valid port.") from None
             return explicit or (443 if parts.scheme == "https" else 80)
-        port = self.int_value("MAC_MASTER_PORT", MASTER_API_PORT)
-        if not 1 <= port <= 65535:
-            raise ConfigError(f"MAC_MASTER_PORT={port} is not a TCP port.")
-        return port
+        return self.value("MAC_MASTER_PORT")
 
     @property
     def master_url(self) -> str:
@@ -309,18 +322,15 @@ class NodeConfig:
         name = socket.gethostname() if hostname is None else hostname
         return name.strip().lower(), None
 
-    def service_port(self, name: str, default: int) -> int:
+    def service_port(self, name: str) -> int:
         """MAC_<SERVICE>_PORT, else the table's port shifted by MAC_PORT_OFFSET."""
-        specific = self.get(f"MAC_{name.upper().replace('-', '_')}_PORT")
-        if specific:
-            return self.int_value(f"MAC_{name.upper().replace('-', '_')}_PORT", default)
-        return default + self.int_value("MAC_PORT_OFFSET", 0)
+        return self.value(service_port_name(name))
 
     @property
     def state_dir(self) -> Path:
-        explicit = self.get("MAC_STATE_DIR")
+        explicit = self.value("MAC_STATE_DIR")
         if explicit:
-            return Path(explicit).expanduser()
+            return explicit
         if os.geteuid() == 0:
             return Path(DEFAULT_STATE_DIR_ROOT)
         # Per host: a home on NFS must not mix the pid files of several nodes.
@@ -333,11 +343,12 @@ class NodeConfig:
         MAC_SHARED_HOME=1/0 decides outright (for sites whose mounts look local);
         otherwise the mount holding the per-user file's directory is looked up.
         """
-        forced = (self.environ.get("MAC_SHARED_HOME") or "").strip().lower()
-        if forced in {"1", "yes", "true"}:
-            return True, "MAC_SHARED_HOME=1"
-        if forced in {"0", "no", "false"}:
-            return False, "MAC_SHARED_HOME=0"
+        try:
+            forced = settings.values(self.environ.get)["MAC_SHARED_HOME"]
+        except settings.SettingError as exc:
+            raise ConfigError(str(exc)) from None
+        if forced is not None:
+            return forced, f"MAC_SHARED_HOME={int(forced)}"
         directory = self.user_file.parent
         # The directory may not exist yet: look at its closest existing ancestor.
         probe = directory
@@ -345,7 +356,16 @@ class NodeConfig:
             probe = probe.parent
         with contextlib.suppress(OSError):
             probe = probe.resolve()
-        found = filesystem_of(probe, self.proc_root)
+        found = filesystem_of(probe, self.roots())
         if found and found[1] in NETWORK_FILESYSTEMS:
             return True, f"{probe} is on {found[1]} (mounted at {found[0]})"
         return False, ""
+
+
+def node_config(roots: Roots, environ: Mapping[str, str] | None = None) -> NodeConfig:
+    """The node's `mac env` settings as an exporter reads them; in a container, the host's
+    per-node file under rootfs (where `mac start agent` keeps MASTER_IP and the node key)."""
+    environ = dict(os.environ if environ is None else environ)
+    if roots.rootfs != "/" and not environ.get("MAC_NODE_ENV_FILE"):
+        environ["MAC_NODE_ENV_FILE"] = str(roots.host(DEFAULT_NODE_ENV_FILE))
+    return NodeConfig.load(environ)

@@ -240,10 +240,10 @@ def amd_cards(roots: Roots) -> list[tuple[str, Path]]:
 NVIDIA_PCI_VENDOR = "0x10de"
 
 
-def _pci_display_devices(sys_root: str, vendor: str) -> set[str]:
+def _pci_display_devices(roots: Roots, vendor: str) -> set[str]:
     """PCI addresses of display controllers (class 0x03xxxx) from one vendor."""
     found = set()
-    base = Path(sys_root, "bus/pci/devices")
+    base = roots.sys("bus/pci/devices")
     for device in base.glob("*") if base.is_dir() else []:
         try:
             if (device / "vendor").read_text().strip().lower() != vendor:
@@ -256,29 +256,26 @@ def _pci_display_devices(sys_root: str, vendor: str) -> set[str]:
     return found
 
 
-def amd_gpu_count(sys_root: str) -> int:
+def amd_gpu_count(roots: Roots) -> int:
     """The DRM cards rocm-exporter reads, plus AMD display devices the driver never bound."""
-    cards = {device.resolve().name for _, device in amd_cards(Roots(sys_root=sys_root))}
-    return len(cards | _pci_display_devices(sys_root, AMD_PCI_VENDOR))
+    cards = {device.resolve().name for _, device in amd_cards(roots)}
+    return len(cards | _pci_display_devices(roots, AMD_PCI_VENDOR))
 
 
-def nvidia_gpu_count(proc_root: str, dev_root: str, sys_root: str) -> int:
-    gpus_dir = Path(proc_root, "driver/nvidia/gpus")
+def nvidia_gpu_count(roots: Roots) -> int:
+    gpus_dir = roots.proc("driver/nvidia/gpus")
     from_driver = len(list(gpus_dir.iterdir())) if gpus_dir.is_dir() else 0
-    dev = Path(dev_root)
-    nodes = [p for p in dev.glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
-    from_pci = len(_pci_display_devices(sys_root, NVIDIA_PCI_VENDOR))
+    nodes = [p for p in roots.dev().glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
+    from_pci = len(_pci_display_devices(roots, NVIDIA_PCI_VENDOR))
     return max(from_driver, len(nodes), from_pci)
 
 
-def detect_gpus(
-    proc_root: str = "/proc", sys_root: str = "/sys", dev_root: str = "/dev"
-) -> tuple[str, int]:
+def detect_gpus(roots: Roots) -> tuple[str, int]:
     """("nvidia"|"amd"|"none", count) as the registration API wants them."""
-    nvidia = nvidia_gpu_count(proc_root, dev_root, sys_root)
+    nvidia = nvidia_gpu_count(roots)
     if nvidia:
         return "nvidia", nvidia
-    amd = amd_gpu_count(sys_root)
+    amd = amd_gpu_count(roots)
     if amd:
         return "amd", amd
     return "none", 0

@@ -3,32 +3,42 @@
 The node's equivalent of node_exporter's procfs/sysfs library: the exporters turn
 these readings into metrics, `mac doctor`'s checks and the registration use them too,
 and tests point every root at a fixture tree. Also where the node's node_exporter
-program is (sys-exporter is that program).
+program is (sys-exporter is that program), and the host's own addresses.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from contract.services import SYS_EXPORTER
 
 
 @dataclass(frozen=True)
 class Roots:
-    """Where the exporters read the host; tests point each one at a fixture tree.
+    """Where the host is read; tests point each root at a fixture tree.
 
     ``rootfs`` is the host's ``/`` for everything that is not /proc, /sys or /dev
     (``/etc/os-release``, ``/opt/rocm``, mount points), like node_exporter's
-    ``--path.rootfs``.
+    ``--path.rootfs``. ``etc_root``, ``run_root``, ``usr_root`` and ``lib_root`` move one
+    of those folders on its own (`mac doctor` in tests: MAC_ETC_ROOT...); empty, it is
+    under ``rootfs``. `mac` reads them from the node's settings (NodeConfig.roots), an
+    exporter from its --*-root flags.
     """
 
     sys_root: str = "/sys"
     proc_root: str = "/proc"
     dev_root: str = "/dev"
     rootfs: str = "/"
+    etc_root: str = ""
+    run_root: str = ""
+    usr_root: str = ""
+    lib_root: str = ""
 
     def sys(self, *parts: str) -> Path:
         return Path(self.sys_root, *parts)
@@ -39,9 +49,50 @@ class Roots:
     def dev(self, *parts: str) -> Path:
         return Path(self.dev_root, *parts)
 
+    def _moved(self) -> tuple[tuple[str, str], ...]:
+        """Each host folder read from a root of its own, as (host path, root)."""
+        under = {name: str(Path(self.rootfs, name)) for name in ("etc", "run", "usr", "lib")}
+        return (
+            ("/proc", self.proc_root),
+            ("/sys", self.sys_root),
+            ("/dev", self.dev_root),
+            ("/etc", self.etc_root or under["etc"]),
+            ("/run", self.run_root or under["run"]),
+            ("/usr", self.usr_root or under["usr"]),
+            ("/lib", self.lib_root or under["lib"]),
+        )
+
     def host(self, path: str) -> Path:
-        """A host path (absolute, as the host sees it) under ``rootfs``."""
+        """Where a host path (absolute, as the host sees it: /etc/sysctl.d/...) is read here."""
+        for prefix, root in self._moved():
+            if path == prefix or path.startswith(prefix + "/"):
+                return Path(root, path[len(prefix) :].lstrip("/"))
         return Path(self.rootfs, path.lstrip("/"))
+
+    def host_path(self, local: Path | str) -> str:
+        """The host path that a path read here stands for: what a printed command must name."""
+        for prefix, root in self._moved():
+            try:
+                rest = Path(local).relative_to(root)
+            except ValueError:
+                continue
+            return prefix if str(rest) == "." else f"{prefix}/{rest}"
+        try:
+            rest = Path(local).relative_to(self.rootfs)
+        except ValueError:
+            return str(local)
+        return f"/{rest}" if str(rest) != "." else "/"
+
+
+def host_addresses() -> list[str]:
+    """Every address of this host's network interfaces now (IPv4 and IPv6, no scope)."""
+    found = [
+        entry.address.split("%")[0]
+        for entries in psutil.net_if_addrs().values()
+        for entry in entries
+        if entry.family in (socket.AF_INET, socket.AF_INET6)
+    ]
+    return list(dict.fromkeys(found))
 
 
 def read_text(path: Path | str) -> str | None:
@@ -87,6 +138,11 @@ def read_int(path: Path | str) -> int | None:
         return int(text, 0)
     except ValueError:
         return None
+
+
+def read_boot_id(roots: Roots) -> str:
+    """The kernel's id of this boot (a new one at every boot); "" where /proc has none."""
+    return read_value(roots.proc("sys", "kernel", "random", "boot_id")) or ""
 
 
 # Debian's package name and binary; upstream tarballs install ``node_exporter``.

@@ -4,6 +4,8 @@
   alertmanager.yml (no gossip port);
 - a webhook receiver: a real HTTP server that keeps every notification Alertmanager
   POSTs (its own JSON), with the time each arrived;
+- a redirecting receiver: a real HTTP server that answers every POST with a redirect
+  elsewhere (issue 31: Alertmanager must not follow it);
 - an SMTP sink: aiosmtpd's real SMTP server keeping every message it receives.
 """
 
@@ -125,6 +127,48 @@ class WebhookReceiver:
     def matching(self, predicate) -> list[Notification]:
         with self._lock:
             return [item for item in self.notifications if predicate(item.body)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RedirectingReceiver:
+    """A real HTTP server on loopback answering every POST with `status` and
+    `Location: <location>`, counting the POSTs it got."""
+
+    def __init__(self, location: str, status: int = 307) -> None:
+        self.posts = 0
+        self._lock = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with receiver._lock:
+                    receiver.posts += 1
+                    receiver._lock.notify_all()
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait_for_posts(self, count: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self.posts < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+            return True
 
     def close(self) -> None:
         self.server.shutdown()

@@ -38,6 +38,7 @@ class AlertStack:
     prom_port: int = field(default_factory=free_port)
     am_port: int = field(default_factory=free_port)
     internal_port: int = field(default_factory=free_port)
+    tls_port: int = field(default_factory=free_port)
     env: dict[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -65,8 +66,8 @@ class AlertStack:
                 "MAC_PROMETHEUS_PORT": str(self.prom_port),
                 "MAC_ALERTMANAGER_PORT": str(self.am_port),
                 "MAC_API_INTERNAL_PORT": str(self.internal_port),
-                # Its own keys in the shared Redis (see tests/maccli/conftest.py).
-                "MAC_CACHE_PREFIX": f"stack{os.getpid()}x{self.api_port}",
+                # HTTPS of the front door: a free port too, never 28443 (parallel runs).
+                "MAC_TLS_PORT": str(self.tls_port),
                 "MAC_MASTER_BIND": "127.0.0.1",
                 "MAC_API_WORKERS": "1",
                 "MAC_WORKER_CONCURRENCY": "2",
@@ -152,6 +153,22 @@ class AlertStack:
 
     def admin(self) -> AdminSession:
         return AdminSession(self.url, "admin", ADMIN_PASSWORD)
+
+    def api_token(self, username: str) -> str:
+        """The API token of `username`, a plain user (no staff flag, no permission),
+        made on first use in this master's database."""
+        code = (
+            "from django.contrib.auth.models import User\n"
+            "from rest_framework.authtoken.models import Token\n"
+            f"user, _ = User.objects.get_or_create(username={username!r})\n"
+            "print(Token.objects.get_or_create(user=user)[0].key)"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "django", "shell", "-c", code],
+            env={**self.env, "DJANGO_SETTINGS_MODULE": "macweb.settings"},
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        return done.stdout.strip().splitlines()[-1]
 
 
 class AdminSession:

@@ -9,10 +9,18 @@ joined to the host by one veth pair in the 198.18.0.0/15 benchmark range:
     host 198.18.250.1/24  <-- veth -->  198.18.250.2/24 namespace (dockerd, containers)
 
 Inside, dockerd's bridges come from 198.19.240.0/20 (`--bip`, `--default-address-pool`),
-never from a private range. The data root (images, volumes) lives under /var/tmp so that
-an engine restart (`restart()`, the guide's reboot) keeps it; `stop()` removes the
-namespace and, unless told to keep it, the data root. Needs root, `dockerd` and
-iproute2 (Debian: docker.io, iproute2); `why_unavailable()` says what is missing.
+never from a private range.
+
+With `leftovers`, the namespace first gets what a machine where other Docker engines ran
+before leaves behind (issue 31): IPv4 forwarding already on (a new namespace inherits the
+host's, and dockerd then leaves FORWARD's policy alone), FORWARD's policy ACCEPT, a host
+engine's docker0 rules in FORWARD, and legacy iptables tables with policy ACCEPT beside
+the nft ones. MAC's isolation must hold there too, not only on a fresh machine.
+
+The data root (images, volumes) lives under /var/tmp so that an engine restart
+(`restart()`, the guide's reboot) keeps it; `stop()` removes the namespace and, unless
+told to keep it, the data root. Needs root, `dockerd` and iproute2 (Debian: docker.io,
+iproute2); `why_unavailable()` says what is missing.
 """
 
 from __future__ import annotations
@@ -27,6 +35,21 @@ from pathlib import Path
 from testkit.processes import stop_process
 
 HOST_IP, NS_IP = "198.18.250.1", "198.18.250.2"
+# A host engine's chains and FORWARD rules for its docker0, as dockerd 20.10 writes them.
+LEFTOVER_CHAINS = (
+    "DOCKER",
+    "DOCKER-ISOLATION-STAGE-1",
+    "DOCKER-ISOLATION-STAGE-2",
+    "DOCKER-USER",
+)
+LEFTOVER_FORWARD = (
+    ("-j", "DOCKER-USER"),
+    ("-j", "DOCKER-ISOLATION-STAGE-1"),
+    ("-o", "docker0", "-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"),
+    ("-o", "docker0", "-j", "DOCKER"),
+    ("-i", "docker0", "!", "-o", "docker0", "-j", "ACCEPT"),
+    ("-i", "docker0", "-o", "docker0", "-j", "ACCEPT"),
+)
 BRIDGE_IP = "198.19.239.1/24"
 ADDRESS_POOL = "base=198.19.240.0/20,size=24"
 
@@ -69,6 +92,7 @@ class DockerEngine:
     tag: str = field(default_factory=lambda: f"t{os.getpid()}")
     data_root: Path | None = None
     keep_data: bool = False
+    leftovers: bool = False
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -106,6 +130,8 @@ class DockerEngine:
     def start(self, timeout: float = 60) -> DockerEngine:
         if not Path(f"/run/netns/{self.netns}").exists():
             self._make_namespace()
+            if self.leftovers:
+                self.plant_leftovers()
         self.root.mkdir(parents=True, exist_ok=True)
         self.exec_root.mkdir(parents=True, exist_ok=True)
         dockerd = [
@@ -193,6 +219,31 @@ class DockerEngine:
             _sh("ip", "netns", "del", self.netns, check=False)
             _sh("ip", "link", "del", host_end, check=False)
             raise
+
+    def plant_leftovers(self) -> None:
+        """What other Docker engines leave on a machine (see the module docstring)."""
+        self.set_ip_forward(True)
+        nft = self.ns_command("iptables-nft", "-w")
+        _sh(*nft, "-P", "FORWARD", "ACCEPT")
+        for chain in LEFTOVER_CHAINS:
+            _sh(*nft, "-N", chain)
+        for rule in LEFTOVER_FORWARD:
+            _sh(*nft, "-A", "FORWARD", *rule)
+        _sh(*nft, "-A", "DOCKER-USER", "-j", "RETURN")
+        legacy = self.ns_command("iptables-legacy", "-w")
+        _sh(*legacy, "-P", "FORWARD", "ACCEPT")
+        _sh(*legacy, "-A", "FORWARD", "-o", "docker0", "-j", "ACCEPT")
+        _sh(*legacy, "-A", "FORWARD", "-i", "docker0", "-j", "ACCEPT")
+
+    def forward_policies(self) -> dict[str, str]:
+        """{backend: FORWARD's policy} in the engine's namespace, for each backend."""
+        policies = {}
+        for backend in ("iptables-nft", "iptables-legacy"):
+            listed = _sh(*self.ns_command(backend, "-w", "-S", "FORWARD"), check=False)
+            for line in listed.stdout.splitlines():
+                if line.startswith("-P FORWARD "):
+                    policies[backend] = line.split()[2]
+        return policies
 
     def set_ip_forward(self, on: bool) -> None:
         """net.ipv4.ip_forward inside the engine's namespace only (never the host's)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from maccli.master import PORT_SETTINGS
+from maccli.master.preflight import PORT_SETTINGS
 from node.config import FILE_SETTINGS
 from testkit.ports import free_port
 
@@ -33,7 +33,7 @@ def scratch_mac_env(root: Path, keep: tuple[str, ...] = (), **settings: str) -> 
 
 
 def free_master_ports() -> dict[str, str]:
-    """A free port for each of the master's listeners (maccli.master.PORT_SETTINGS), so a
+    """A free port for each of the master's listeners (maccli.master.preflight.PORT_SETTINGS), so a
     test's master never needs the defaults that a real master on this host may hold."""
     return {name: str(free_port()) for name in PORT_SETTINGS}
 

@@ -27,8 +27,11 @@ class OtherHost:
     netns: str
     master: str = MASTER_SIDE
 
-    def curl(self, *args: str, timeout: float = 5) -> subprocess.CompletedProcess:
-        """curl inside the namespace: `-w` appends the status ("000": nothing answered)."""
+    def curl(self, *args: str, timeout: float = 20) -> subprocess.CompletedProcess:
+        """curl inside the namespace: `-w` appends the status ("000": nothing answered).
+
+        `timeout` is long: what answers, answers at once, and a busy machine's first
+        request through nginx's auth_request to Django can take seconds."""
         return subprocess.run(
             ["ip", "netns", "exec", self.netns, "curl", "-s", "-m", str(timeout),
              "-w", "\n%{http_code}", *args],

@@ -25,12 +25,19 @@ from contract.outcomes import Outcome
 from contract.services import BY_NAME
 
 
+def _result_json(result: ProbeResult) -> dict:
+    found = asdict(result)
+    if result.answer is not None:  # a GPU exporter's verdict answer: bytes, kept byte for byte
+        found["answer"] = result.answer.decode("latin-1")
+    return found
+
+
 def probes_to_json(nodes: list[NodeProbe]) -> list[dict]:
     return [
         {
             "node_id": node.node_id,
             "ip": node.ip,
-            "results": {name: asdict(result) for name, result in node.results.items()},
+            "results": {name: _result_json(result) for name, result in node.results.items()},
         }
         for node in nodes
     ]
@@ -48,6 +55,9 @@ def probes_from_json(rows: list[Mapping]) -> list[NodeProbe]:
                 http_status=result["http_status"],
                 detail=result["detail"],
                 elapsed=float(result["elapsed"]),
+                attempts=int(result.get("attempts", 1)),
+                answer=None if result.get("answer") is None else result["answer"].encode("latin-1"),
+                cut=bool(result.get("cut", False)),
             )
         nodes.append(node)
     return nodes

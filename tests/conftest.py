@@ -42,8 +42,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the environment (pyproject's pytest `env`), so no key file is written.
     """
     from django.core.management import call_command
+    from django.test.utils import override_settings
 
     call_command("prepare_master", verbosity=0)
+    # Cheap passwords for the test process's users (testkit.hashers says why); what the
+    # tests prove of logins and their throttle does not depend on the hash's cost.
+    override_settings(
+        PASSWORD_HASHERS=["testkit.hashers.OneIterationPBKDF2PasswordHasher"]
+    ).enable()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -183,8 +189,10 @@ def live_master(django_db_setup, tmp_path_factory) -> LiveMaster:
 
 @pytest.fixture(autouse=True)
 def _fresh_outside_answers():
-    """/health remembers what Prometheus and Alertmanager answered, per address; a test's
-    server on a port another test used must not inherit that answer."""
+    """/health remembers what Prometheus, Alertmanager and the scale-out engines answered,
+    per address; a test's server on a port another test used must not inherit that answer."""
     from healthcheck.health import forget_outside_answers
+    from scraping.engines import forget_engine_checks
 
     forget_outside_answers()
+    forget_engine_checks()

@@ -4,7 +4,7 @@
 here: a copy of /etc whose per-node file says MAC_AGENT_NETWORK=host and
 MAC_RUNTIME=docker (what `mac start agent` and an operator leave there), a home whose
 ~/.mac/env says the same, and a listener on every default port of the master
-(maccli.master.PORT_SETTINGS: 28080, 28081, 29090, 29093). Tests that once failed on
+(maccli.master.preflight.PORT_SETTINGS: 28080, 28081, 29090, 29093). Tests that once failed on
 such a machine run there in a pytest of their own, and pass. Root only: a private mount
 namespace shows the decoy /etc to that pytest alone; the machine's /etc is never written.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from maccli.master import PORT_SETTINGS
+from maccli.master.preflight import PORT_SETTINGS
 from node.config import FILE_SETTINGS
 
 REPO = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 PACKAGES = (
-    "contract", "node", "maccli", "exporters", "macweb", "healthcheck", "alerting", "inventory",
-    "testkit",
+    "contract", "node", "maccli", "exporters", "macweb", "healthcheck", "scraping", "scheduler",
+    "alerting", "inventory", "testkit",
 )  # fmt: skip
 
 pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter not installed")
@@ -83,3 +83,47 @@ def test_the_mac_command_imports_the_exporters_only_to_launch_them(tmp_path):
 def test_the_exporters_never_import_the_mac_command(tmp_path):
     out = _lint_with(tmp_path, "exporters/nic.py", "import maccli.output")
     assert "exporters.nic -> maccli.output" in out
+
+
+def test_the_scheduler_sits_under_the_sweep(tmp_path):
+    """healthcheck calls the scheduler (drains), never the other way round."""
+    out = _lint_with(tmp_path, "scheduler/apps.py", "import healthcheck.sweep")
+    assert "scheduler is not allowed to import healthcheck" in out
+
+
+def test_the_metrics_plane_sits_under_the_sweep_beside_the_scheduler(tmp_path):
+    """healthcheck writes the targets through scraping; scraping and the scheduler stay apart."""
+    out = _lint_with(tmp_path, "scraping/targets.py", "import healthcheck.sweep")
+    assert "scraping is not allowed to import healthcheck" in out
+    out = _lint_with(tmp_path / "beside", "scraping/targets.py", "import scheduler.drain")
+    assert "scraping is not allowed to import scheduler" in out
+
+
+def test_the_slurm_client_needs_no_django(tmp_path):
+    out = _lint_with(tmp_path, "scheduler/slurm/client.py", "import django.conf")
+    assert "scheduler.slurm is not allowed to import django" in out
+    assert "scheduler.slurm.client -> django" in out
+
+
+def test_layout_figures_are_counted_not_typed():
+    """docs/layout.md's packages, modules and arrows are what the import graph says now."""
+    from testkit import layers
+
+    assert not layers.stale(), "run .venv/bin/python -m testkit.layers --write"
+
+
+def test_an_import_up_a_layer_is_counted(tmp_path):
+    root = _copy_tree(tmp_path)
+    with (root / "scheduler/apps.py").open("a") as handle:
+        handle.write("\nimport healthcheck.sweep  # noqa\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "testkit.layers"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "arrows going up a layer: **1** (scheduler → healthcheck)" in done.stdout
+    assert "cycles between packages: **1** (healthcheck ↔ scheduler)" in done.stdout

@@ -16,8 +16,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from contract.master_api import REPORTED_FIELDS
+from contract.verdicts import ACTION_FIXES, Evidence, HealthAction
 from inventory.choices import AgentNetwork, GpuVendor
-from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
+from inventory.models import SUMMARY_FIELDS, GpuHealth, Node, NodeEvent
 from inventory.validators import (
     MAX_HOSTNAME,
     TEXT_PATTERN,
@@ -270,6 +271,40 @@ class NodeEventSerializer(ModelFieldsOnce, serializers.ModelSerializer):
         fields = ["id", "kind", "message", "actor", "data", "created_at"]
 
 
+class EvidenceSerializer(serializers.Serializer):
+    """One reason behind a GPU's verdict (contract.verdicts.Evidence)."""
+
+    source = serializers.CharField(help_text="xid, recovery_action, ecc, row_remap, lost, "
+                                   "missing, nvlink, throttle, amd_health or repeat")  # fmt: skip
+    code = serializers.CharField(help_text='e.g. "79" for XID 79, "pending" for a row remap')
+    detail = serializers.CharField()
+    state = serializers.CharField()
+    action = serializers.CharField()
+    at = serializers.FloatField(help_text="Unix time it happened or was first seen (0: unknown)")
+    words = serializers.CharField(help_text="the evidence in one line, as the node page says it")
+
+
+class GpuHealthSerializer(ModelFieldsOnce, serializers.ModelSerializer):
+    """One GPU's verdict: state, suggested action, its evidence, and what to do."""
+
+    evidence = serializers.SerializerMethodField()
+    fix = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuHealth
+        fields = ["index", "uuid", "serial", "vendor", "state", "action", "fix", "evidence",
+                  "since", "updated"]  # fmt: skip
+
+    @extend_schema_field(EvidenceSerializer(many=True))
+    def get_evidence(self, gpu: GpuHealth) -> list[dict]:
+        items = [Evidence.from_dict(item) for item in gpu.evidence or []]
+        return [{**item.as_dict(), "words": item.words()} for item in items]
+
+    def get_fix(self, gpu: GpuHealth) -> str:
+        """What a person does for the suggested action ("" for none)."""
+        return ACTION_FIXES[HealthAction(gpu.action)]
+
+
 class NodeSerializer(ModelFieldsOnce, serializers.ModelSerializer):
     """A node in the nodes list: the fields the dashboard shows too."""
 
@@ -279,17 +314,25 @@ class NodeSerializer(ModelFieldsOnce, serializers.ModelSerializer):
 
 
 class NodeDetailSerializer(NodeSerializer):
-    """A node with everything the agent reported and its most recent events."""
+    """A node with everything the agent reported, its GPUs' verdicts and recent events."""
 
     events = serializers.SerializerMethodField()
+    gpus = serializers.SerializerMethodField()
 
     class Meta(NodeSerializer.Meta):
         fields = [
             *NodeSerializer.Meta.fields,
             *(name for name in REPORTED_FIELDS if name not in NodeSerializer.Meta.fields),
+            "health_streak",
+            "boot_id",
+            "gpus",
             "updated_at",
             "events",
         ]
+
+    @extend_schema_field(GpuHealthSerializer(many=True))
+    def get_gpus(self, node: Node) -> list[dict]:
+        return GpuHealthSerializer(node.gpus.all(), many=True).data
 
     @extend_schema_field(NodeEventSerializer(many=True))
     def get_events(self, node: Node) -> list[dict]:

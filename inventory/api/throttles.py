@@ -1,7 +1,7 @@
 """Rate limits of the agent endpoints that only the API can apply: per node key.
 
 The flood case, many requests from one address, is the proxy's: nginx's `limit_req`
-per client address on /api/v1/register and /api/v1/deregister (macweb.proxy,
+per client address on /api/v1/register and /api/v1/deregister (macweb.nginxconf,
 MAC_REGISTER_RATE). What nginx cannot see is which node a request speaks for: that is
 the node key header, counted here with DRF's own SimpleRateThrottle in the cache.
 DRF reads, appends and writes back a request history, so requests that arrive at the

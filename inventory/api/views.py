@@ -21,6 +21,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import filters, generics, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
 from rest_framework.exceptions import NotAuthenticated, ValidationError
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
@@ -41,6 +42,7 @@ from inventory.api.serializers import (
     DeregistrationResponseSerializer,
     DeregistrationSerializer,
     ErrorSerializer,
+    GpuHealthSerializer,
     NodeDetailSerializer,
     NodeSerializer,
     RegistrationResponseSerializer,
@@ -269,7 +271,7 @@ class SelfView(AgentAPIView):
 
 @extend_schema_view(
     list=extend_schema(
-        summary="List nodes (filter by status, GPU vendor, maintenance, label)",
+        summary="List nodes (filter by status, GPU vendor, GPU health, maintenance, label)",
         responses={200: NodeSerializer(many=True), 400: BAD_REQUEST, 401: NOT_AUTHENTICATED},
     ),
     retrieve=extend_schema(
@@ -291,8 +293,27 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     pagination_class = StrictLimitOffsetPagination
     filterset_class = NodeFilterSet
     filter_backends = [DjangoFilterBackend, filters.OrderingFilter]
-    ordering_fields = ["hostname", "ip", "status", "last_seen", "registered_at", "gpu_count"]
+    ordering_fields = [
+        "hostname", "ip", "status", "last_seen", "registered_at", "gpu_count", "health_state",
+        "health_since",
+    ]  # fmt: skip
     ordering = ["hostname"]
 
     def get_serializer_class(self):
+        if self.action == "gpus":
+            return GpuHealthSerializer
         return NodeDetailSerializer if self.action == "retrieve" else NodeSerializer
+
+    @extend_schema(
+        summary="Each GPU of a node: its verdict, the suggested action and the evidence",
+        filters=False,
+        responses={
+            200: GpuHealthSerializer(many=True),
+            401: NOT_AUTHENTICATED,
+            404: OpenApiResponse(ErrorSerializer, description="no node has that id"),
+        },
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def gpus(self, request, pk=None):
+        node = self.get_object()
+        return Response(GpuHealthSerializer(node.gpus.all(), many=True).data)

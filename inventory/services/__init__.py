@@ -4,7 +4,9 @@ Views, the admin and commands call these functions and do nothing else with node
 identity; the dedupe and key rules are written at the top of `registration`.
 
 Modules: `keys` (per-node keys), `events` (events and the live push on commit),
-`registration` (register and deregister), `changes` (what admins and operators do).
+`registration` (register and deregister), `changes` (what admins and operators do),
+`health` (the GPU verdicts the sweep reads: judging, saving, and `node_verdicts()` for
+the scheduler link).
 This package is the only place, besides the sweep's batch, that pushes to the
 dashboards: always through `events.push_on_commit`, so a change that rolls back
 is never shown.
@@ -21,6 +23,7 @@ from inventory.services.changes import (
     set_maintenance_of,
 )
 from inventory.services.events import record_event, record_ip_forward_reset
+from inventory.services.health import node_verdicts
 from inventory.services.keys import hash_node_key, new_node_key, node_for_key, node_key_matches
 from inventory.services.registration import (
     AGENT_ACTOR,
@@ -51,6 +54,7 @@ __all__ = [
     "new_node_key",
     "node_for_key",
     "node_key_matches",
+    "node_verdicts",
     "record_event",
     "record_ip_forward_reset",
     "register_node",

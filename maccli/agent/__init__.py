@@ -18,7 +18,7 @@ One concern a module:
 | commands | the four commands |
 """
 
-from maccli.agent.commands import print_states, restart, start, status, stop
+from maccli.agent.commands import restart, start, status, stop
 from maccli.agent.specs import agent_specs
 
-__all__ = ["agent_specs", "print_states", "restart", "start", "status", "stop"]
+__all__ = ["agent_specs", "restart", "start", "status", "stop"]

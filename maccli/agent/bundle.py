@@ -15,6 +15,7 @@ import concurrent.futures
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from maccli.output import CliError, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
@@ -75,6 +76,21 @@ class BundledRuntime(Runtime):
 
     def has_state(self, role: str) -> bool:
         return self.inner.has_state(role)
+
+    def logs(
+        self,
+        role: str,
+        service: str,
+        lines: int | None,
+        follow: bool,
+        *,
+        shared: Sequence[str] = (),
+    ) -> int:
+        # A member's lines are in the bundle's log.
+        return self.inner.logs(role, service, lines, follow, shared=(*shared, self.bundle.name))
+
+    def read_file(self, role: str, service: str, path: Path) -> bytes:
+        return self.inner.read_file(role, service, path)
 
     def unfold(self, states: list[ServiceState]) -> list[ServiceState]:
         """One row per member in place of the bundle's, each with its own health."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.text import Text
-
 from maccli import output
 from maccli.agent import guards, network
 from maccli.agent.registration import (
@@ -18,38 +16,8 @@ from maccli.agent.registration import (
     register,
 )
 from maccli.agent.specs import ROLE, runtime_and_specs
-from maccli.output import CliError
-from maccli.runtimes import ServiceState
+from maccli.output import CliError, print_states
 from node.config import NodeConfig
-
-
-def _shown_state(s: ServiceState) -> Text:
-    """The STATE cell: Docker's own words for a container ("Up (healthy)"), else the state.
-
-    The docker runtime reports `mac-<service>: <status>` in detail; its health in
-    brackets decides the colour, as `docker ps` would.
-    """
-    container, _, status = s.detail.partition(": ")
-    if container != f"mac-{s.name}" or not status:
-        return output.styled(s.state)
-    if "(unhealthy)" in status or not s.running:
-        return Text(status, style="red" if s.state != "stopped" else "dim")
-    return Text(status, style="yellow" if "(health: starting)" in status else "green")
-
-
-def print_states(states: list[ServiceState], title: str = "") -> None:
-    rows = [
-        (
-            s.name,
-            _shown_state(s),
-            output.styled(s.health) if s.state == "running" else output.styled("-"),
-            str(s.port or "-"),
-            output.format_duration(s.uptime),
-            str(s.pid or "-"),
-        )
-        for s in states
-    ]
-    output.table(["SERVICE", "STATE", "HEALTH", "PORT", "UPTIME", "PID"], rows, title=title)
 
 
 def _title(runtime_name: str, mode: str) -> str:

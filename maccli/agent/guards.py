@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from contract.settings.kinds import valid_hostname
 from maccli import output
 from maccli.output import CliError
-from node.config import ConfigError, NodeConfig, Source, valid_hostname
+from node.config import ConfigError, NodeConfig, Source
 
 
 def require_master_ip(cfg: NodeConfig) -> str:

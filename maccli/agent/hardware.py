@@ -3,25 +3,19 @@
 Nothing is discovered here: GPUs and NICs come from the node's hardware discovery
 (node.hardware), the same that `mac doctor` and the exporters use, so the master's
 inventory, mango-sdk-agent and the exporters all see one node. The trees are the
-MAC_*_ROOT overrides, so tests point them at a prepared directory.
+node's roots (NodeConfig.roots: the MAC_*_ROOT settings), so tests point them at a
+prepared directory.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from node.config import NodeConfig
 from node.hardware import NetInterface, detect_gpus, discover_interfaces
-from node.host import Roots
 
 
 def gpus(cfg: NodeConfig) -> tuple[str, int]:
     """("nvidia"|"amd"|"none", count)."""
-    return detect_gpus(
-        cfg.get("MAC_PROC_ROOT") or "/proc",
-        cfg.get("MAC_SYS_ROOT") or "/sys",
-        cfg.get("MAC_DEV_ROOT") or "/dev",
-    )
+    return detect_gpus(cfg.roots())
 
 
 def registration_nic(nic: NetInterface) -> dict:
@@ -38,14 +32,13 @@ def registration_nic(nic: NetInterface) -> dict:
 
 def nics(cfg: NodeConfig) -> list[dict]:
     """The physical network interfaces (those backed by a device), for the registration."""
-    roots = Roots(sys_root=cfg.get("MAC_SYS_ROOT") or "/sys")
-    return [registration_nic(nic) for nic in discover_interfaces(roots) if nic.physical]
+    return [registration_nic(nic) for nic in discover_interfaces(cfg.roots()) if nic.physical]
 
 
 def machine_id(cfg: NodeConfig) -> str:
     """/etc/machine-id (under MAC_ETC_ROOT), or "" where the node has none."""
     try:
-        text = Path(cfg.get("MAC_ETC_ROOT") or "/etc", "machine-id").read_text()
+        text = cfg.roots().host("/etc/machine-id").read_text()
     except OSError:
         return ""
     return text.strip()[:64]

@@ -28,15 +28,11 @@ its containers run in.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
+from contract import settings
 from contract.services import AgentNetwork
 from maccli import output
-from maccli.envvalues import network_mode_error
 from maccli.output import CliError
 from maccli.runtimes import Runtime, ServiceSpec
-from maccli.runtimes.docker import DockerRuntime
 from node.config import ConfigError, NodeConfig, Source
 from node.envfile import write_env_file
 
@@ -61,18 +57,18 @@ def root_propagates(mountinfo: str) -> bool:
     return any(f.startswith(("shared:", "master:")) for f in fields)
 
 
-def prepare_rootfs_mount(cfg: NodeConfig) -> None:
+def prepare_rootfs_mount(cfg: NodeConfig, runtime: Runtime) -> None:
     """Host mode: give sys-exporter the host's / with rslave where Docker allows it, else
     read-only without propagation (MAC_ROOTFS_OPTIONS=ro), and say what that costs."""
     if cfg.get(ROOTFS_KEY) is not None:
         return  # the operator's choice (environment or env files)
-    mountinfo = Path(cfg.get("MAC_PROC_ROOT") or "/proc", "self", "mountinfo")
+    mountinfo = cfg.roots().proc("self", "mountinfo")
     try:
         propagates = root_propagates(mountinfo.read_text())
     except OSError:
         return
     if not propagates:
-        os.environ[ROOTFS_KEY] = "ro"
+        runtime.pass_values({ROOTFS_KEY: "ro"})
         output.warn(
             "/ is a private mount here, so sys-exporter gets the host's / read-only without "
             "mount propagation: file systems mounted later show in its figures after "
@@ -82,11 +78,12 @@ def prepare_rootfs_mount(cfg: NodeConfig) -> None:
 
 
 def parse_network(value: str, where: str = NETWORK_KEY) -> AgentNetwork:
-    """`value` as a mode; ConfigError naming `where` and the allowed values otherwise."""
+    """`value` as a mode (the setting's declaration); ConfigError naming `where` and the
+    allowed values otherwise."""
     try:
-        return AgentNetwork(value)
-    except ValueError:
-        raise network_mode_error(where, value) from None
+        return settings.setting(NETWORK_KEY).kind.parse(where, value)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def configured_network(cfg: NodeConfig) -> AgentNetwork | None:
@@ -107,10 +104,8 @@ def configured_network(cfg: NodeConfig) -> AgentNetwork | None:
 
 
 def reported_network(runtime: Runtime) -> AgentNetwork:
-    """The mode the master is told: the Docker runtime's own, host for processes."""
-    if isinstance(runtime, DockerRuntime) and runtime.network is not None:
-        return runtime.network
-    return AgentNetwork.HOST
+    """The mode the master is told: the runtime's own, host where it has none."""
+    return runtime.network or AgentNetwork.HOST
 
 
 def choose_for_start(
@@ -119,14 +114,14 @@ def choose_for_start(
     """The mode `mac start agent` runs in (see the module's rules), set on the runtime
     and remembered in the per-node file when the flag or this start chose it."""
     wanted = parse_network(flag, "--network") if flag else None
-    if not isinstance(runtime, DockerRuntime):
+    if AgentNetwork.BRIDGE not in runtime.network_modes:
         return _process_mode(cfg, wanted)
     running = runtime.running_network(specs)
     chosen, why = _docker_mode(cfg, wanted, running)
-    runtime.network, runtime.previous_network = chosen, running
+    runtime.use_network(chosen, running)
     if chosen == AgentNetwork.HOST:
-        prepare_rootfs_mount(cfg)
-    elif cfg.switch(REASSERT_KEY):
+        prepare_rootfs_mount(cfg, runtime)
+    elif cfg.value(REASSERT_KEY):
         output.warn(
             f"{REASSERT_KEY}=1 does nothing in bridge mode: sys-manager has a network "
             "namespace of its own there, whose ip_forward is not the node's. It works in "
@@ -199,7 +194,7 @@ def choose_for_running(
 ) -> AgentNetwork:
     """The mode of stop, status and restart: the one the containers run in, else the
     configured one. Nothing is written; a restart never switches modes."""
-    if not isinstance(runtime, DockerRuntime):
+    if AgentNetwork.BRIDGE not in runtime.network_modes:
         return AgentNetwork.HOST
     running = runtime.running_network(specs)
     try:
@@ -217,7 +212,7 @@ def choose_for_running(
             f"keeps {running}. To switch (the master is told at registration): "
             f"sudo mac start agent --network {configured}"
         )
-    runtime.network = mode
+    runtime.use_network(mode, running)
     if restart and mode == AgentNetwork.HOST:
-        prepare_rootfs_mount(cfg)
+        prepare_rootfs_mount(cfg, runtime)
     return mode

@@ -4,23 +4,8 @@ from __future__ import annotations
 
 from contract.master_api import registration_body
 from maccli.agent import hardware
-from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
 from node.config import NodeConfig
-
-
-def parse_labels(text: str) -> dict[str, str]:
-    """MAC_LABELS ("rack=a1,role=gpu") as a dict; CliError naming the item that is not key=value."""
-    labels = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise CliError(
-                f"MAC_LABELS item {item!r} is not key=value.",
-                commands=["mac env set MAC_LABELS=rack=a1,role=gpu"],
-            )
-        labels[key.strip()] = value.strip()
-    return labels
 
 
 def build_payload(
@@ -38,6 +23,6 @@ def build_payload(
         gpu_count=count,
         agent_network=agent_network,
         nics=hardware.nics(cfg),
-        labels=parse_labels(cfg.get("MAC_LABELS") or ""),
+        labels=cfg.value("MAC_LABELS") or {},
         machine_id=hardware.machine_id(cfg),
     )

@@ -25,7 +25,7 @@ from node.envfile import write_env_file
 def client(cfg: NodeConfig, source_ip: str | None = None, timeout: float = 10.0) -> MasterClient:
     return MasterClient(
         cfg.master_url,
-        timeout=float(cfg.get("MAC_MASTER_TIMEOUT") or timeout),
+        timeout=cfg.value("MAC_MASTER_TIMEOUT") or timeout,
         join_token=cfg.join_token,
         node_key=cfg.node_key,
         source_ip=source_ip,
@@ -35,7 +35,7 @@ def client(cfg: NodeConfig, source_ip: str | None = None, timeout: float = 10.0)
 
 def agent_ip(cfg: NodeConfig) -> str:
     """MAC_AGENT_IP, else this node's address on the route to the master."""
-    explicit = (cfg.get("MAC_AGENT_IP") or "").strip()
+    explicit = cfg.value("MAC_AGENT_IP")
     if explicit:
         return explicit
     try:

@@ -21,11 +21,9 @@ from contract.services import SERVICES, SYS_EXPORTER
 from exporters import node_exporter
 from maccli.agent.bundle import BUNDLE_NAME, BundledRuntime
 from maccli.agent.hardware import gpus
-from maccli.output import CliError
 from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
-from maccli.runtimes.docker import DockerRuntime
 from node.config import SECRET_KEYS, NodeConfig, Source
-from node.host import PROGRAMS, NodeExporterMissing, find_node_exporter
+from node.host import PROGRAMS, NodeExporterMissing, Roots, find_node_exporter
 
 ROLE = "agent"
 GPU_SERVICES = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}
@@ -33,9 +31,9 @@ GPU_SERVICES = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}
 
 def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     """The agent services with this node's ports (MAC_<SERVICE>_PORT / MAC_PORT_OFFSET)."""
-    bind = cfg.get("MAC_BIND") or "0.0.0.0"
+    bind = cfg.value("MAC_BIND")
     probe_host = "127.0.0.1" if bind in {"0.0.0.0", "::", ""} else bind
-    wanted = {s.strip() for s in (cfg.get("MAC_AGENT_SERVICES") or "").split(",") if s.strip()}
+    wanted = set(cfg.value("MAC_AGENT_SERVICES") or ())
     # The exporters see the files' settings too (BMC address and the like), never the secrets.
     env = {
         key: value
@@ -46,7 +44,7 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
     for service in SERVICES:
         if wanted and service.name not in wanted:
             continue
-        port = cfg.service_port(service.name, service.port)
+        port = cfg.service_port(service.name)
         argv = exporter_command(cfg, [service.name, "--port", str(port)])
         prestart: list[list[str]] = []
         if service.name == SYS_EXPORTER.name:
@@ -59,17 +57,10 @@ def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:
                 liveness_path=service.liveness_path,
                 env=env,
                 prestart=prestart,
-                ready_timeout=float(cfg.get("MAC_START_TIMEOUT") or 30),
+                ready_timeout=cfg.value("MAC_START_TIMEOUT"),
                 host=probe_host,
                 bind=bind,
             )
-        )
-    unknown = wanted - {s.name for s in SERVICES}
-    if unknown:
-        raise CliError(
-            f"MAC_AGENT_SERVICES names unknown services: {', '.join(sorted(unknown))}.",
-            hint=f"Known services: {', '.join(s.name for s in SERVICES)}. Fix it with:",
-            commands=["mac env unset MAC_AGENT_SERVICES"],
         )
     return specs
 
@@ -82,15 +73,16 @@ def exporter_command(cfg: NodeConfig, services: list[str]) -> list[str]:
         "exporters",
         *services,
         "--bind",
-        cfg.get("MAC_BIND") or "0.0.0.0",
+        cfg.value("MAC_BIND"),
     ]
-    for key, flag in (
-        ("MAC_SYS_ROOT", "--sys-root"),
-        ("MAC_PROC_ROOT", "--proc-root"),
-        ("MAC_DEV_ROOT", "--dev-root"),
+    roots, default = cfg.roots(), Roots()
+    for flag, given, usual in (
+        ("--sys-root", roots.sys_root, default.sys_root),
+        ("--proc-root", roots.proc_root, default.proc_root),
+        ("--dev-root", roots.dev_root, default.dev_root),
     ):
-        if cfg.get(key):
-            argv += [flag, cfg.get(key) or ""]
+        if given != usual:
+            argv += [flag, given]
     return argv
 
 
@@ -116,26 +108,17 @@ def bundle_spec(cfg: NodeConfig, members: list[ServiceSpec]) -> ServiceSpec:
 
 def bundle_wanted(cfg: NodeConfig) -> bool:
     """MAC_AGENT_BUNDLE (default on): the Python services in one process."""
-    value = (cfg.get("MAC_AGENT_BUNDLE") or "1").strip().lower()
-    if value in {"1", "true", "yes", "on"}:
-        return True
-    if value in {"0", "false", "no", "off"}:
-        return False
-    raise CliError(
-        f"MAC_AGENT_BUNDLE={value!r} is neither 1 nor 0.",
-        hint="1 runs the Python exporters as one process (the default), 0 one process each:",
-        commands=["mac env set MAC_AGENT_BUNDLE=1"],
-    )
+    return cfg.value("MAC_AGENT_BUNDLE")
 
 
 def textfile_dir(cfg: NodeConfig) -> str:
     """Where MAC writes its facts for node_exporter: MAC_TEXTFILE_DIR, else the state dir."""
-    return cfg.get("MAC_TEXTFILE_DIR") or str(cfg.state_dir / ROLE / "textfile")
+    return str(cfg.value("MAC_TEXTFILE_DIR") or cfg.state_dir / ROLE / "textfile")
 
 
 def sys_exporter_command(cfg: NodeConfig, bind: str, port: int) -> tuple[list[str], list[str]]:
     """(node_exporter's argv, the prestart that checks it and writes MAC's facts)."""
-    explicit = cfg.get("MAC_NODE_EXPORTER")
+    explicit = cfg.value("MAC_NODE_EXPORTER")
     try:
         program = find_node_exporter(explicit)
     except NodeExporterMissing:
@@ -147,8 +130,7 @@ def sys_exporter_command(cfg: NodeConfig, bind: str, port: int) -> tuple[list[st
         bind=bind,
         port=port,
         textfile_dir=directory,
-        proc_root=cfg.get("MAC_PROC_ROOT") or "/proc",
-        sys_root=cfg.get("MAC_SYS_ROOT") or "/sys",
+        roots=cfg.roots(),
     )
     check = [sys.executable, "-m", "exporters.node_exporter", "--textfile-dir", directory]
     return argv, [check]
@@ -166,13 +148,13 @@ def runtime_and_specs(
     """
     runtime = choose_runtime(cfg, ROLE, override, remove_stale=remove_stale)
     specs = agent_specs(cfg)
-    if isinstance(runtime, DockerRuntime):
+    vendor, _ = gpus(cfg)
+    if runtime.use_profiles([vendor] if vendor in GPU_SERVICES else []):
         # Compose substitutes ${NODE_NAME}, ${MAC_<SERVICE>_PORT}... from its environment:
-        # give it the files' values too, as the process runtime gives them to its children.
-        for key, value in specs[0].env.items() if specs else ():
-            os.environ.setdefault(key, value)
-        vendor, _ = gpus(cfg)
-        runtime.profiles = [vendor] if vendor in GPU_SERVICES else []
+        # give it the files' values too, as the process runtime gives them to its children
+        # (the process environment still wins).
+        env = specs[0].env if specs else {}
+        runtime.pass_values({key: value for key, value in env.items() if key not in os.environ})
         keep = GPU_SERVICES.get(vendor)
         specs = [s for s in specs if s.name not in GPU_SERVICES.values() or s.name == keep]
         return runtime, specs

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from contract.liveness import check_url, outcome_words
+from contract.services import AgentNetwork
 
 
 @dataclass
@@ -97,9 +99,18 @@ def service_health(spec: ServiceSpec, timeout: float = 2.0) -> str:
 
 
 class Runtime(ABC):
-    """Starts, stops and reports the services of one role."""
+    """Starts, stops and reports the services of one role, and does for `mac` what
+    depends on where they run (logs, files and one-off tools beside them, the agent's
+    network mode), so that no command asks which runtime it has."""
 
     name: str = ""
+    # Whether the role's services run on a network of their own (Compose's), reaching
+    # each other by service name; else on this host, over its loopback.
+    own_network: bool = False
+    # The agent's network modes this runtime can run (contract AgentNetwork), and the one
+    # chosen for this command (None: the runtime has no choice to make).
+    network_modes: tuple[AgentNetwork, ...] = (AgentNetwork.HOST,)
+    network: AgentNetwork | None = None
 
     @abstractmethod
     def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
@@ -120,3 +131,67 @@ class Runtime(ABC):
     def has_state(self, role: str) -> bool:
         """Whether this runtime already runs (or ran) the role here."""
         return False
+
+    @abstractmethod
+    def logs(
+        self,
+        role: str,
+        service: str,
+        lines: int | None,
+        follow: bool,
+        *,
+        shared: Sequence[str] = (),
+    ) -> int:
+        """Print what `service` printed (its last `lines`, then what follows with `follow`);
+        the exit code of `mac logs`. `shared`: the processes whose log may hold its lines
+        where it shares one with others."""
+
+    @abstractmethod
+    def read_file(self, role: str, service: str, path: Path) -> bytes:
+        """The file at `path` as `service` sees it. Raises OSError when it cannot be read."""
+
+    def one_off(
+        self,
+        argv: list[str],
+        *,
+        volumes: Mapping[str, Path] | None = None,
+        folders: Sequence[Path] = (),
+        env_names: Sequence[str] = (),
+        network: bool = False,
+    ) -> list[str]:
+        """The command line that runs `argv` once beside the role's services, seeing what
+        they see: `volumes` (a runtime's named volume: where the services have it) and
+        this host's `folders` at their own paths, the environment's `env_names`, and on
+        `network` the services' own network. On this host, `argv` itself."""
+        return list(argv)
+
+    def running_network(self, specs: Sequence[ServiceSpec]) -> AgentNetwork | None:
+        """The agent's network mode its services run in now; None when none run, or when
+        the runtime knows one mode only."""
+        return None
+
+    def use_network(self, mode: AgentNetwork, running: AgentNetwork | None = None) -> None:
+        """Run the agent in `mode`; `running` is the mode it ran in before this command."""
+        self.network = mode
+
+    def pass_values(self, values: Mapping[str, str]) -> None:
+        """Values the services' definitions take from `mac` itself rather than from their
+        specs (Compose's ${NAME}); a runtime whose specs carry everything needs none."""
+        return None
+
+    def use_profiles(self, names: Sequence[str]) -> bool:
+        """Run only the optional services of the profiles `names` (a GPU exporter's
+        container needs its vendor's devices). False where every service runs anyway
+        (a process reports a missing backend in a gauge)."""
+        return False
+
+    def use_files(self, paths: Sequence[Path]) -> None:
+        """Read the role's service definitions from these files, written from its specs
+        for this start (the master's Compose files), in place of the shipped ones; a
+        runtime that runs the specs themselves needs none."""
+        return None
+
+    def prune(self, unwanted: Callable[[str], bool]) -> list[str]:
+        """Remove what runs of the `unwanted` services (those of a setting no longer given);
+        their names."""
+        return []

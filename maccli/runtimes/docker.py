@@ -11,6 +11,9 @@ second compose file over docker-compose.agent.yml: docker-compose.agent.host.yml
 published ports). Each exporter listens on the node's own port for it, which this
 runtime hands to Compose as MAC_<SERVICE>_PORT.
 
+The master's network keeps other hosts out by rules of MAC's own in Docker's DOCKER-USER
+chain (maccli.runtimes.dockerfence), put in after every `up` and taken out at `down`.
+
 Before `up`: MAC's image is built when it is missing (offline, maccli.runtimes.dockerimage),
 the AMD profile's devices must exist, and containers named mac-* that belong to another
 Compose project (a raw `docker compose up` elsewhere, project "deploy") are found,
@@ -23,18 +26,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
 import yaml
 
 from contract.services import AgentNetwork
+from maccli import output
 from maccli.output import CliError, spinner
+from maccli.runtimes import dockerfence
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
 from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
 from maccli.runtimes.dockerimage import source_root as image_source
+from maccli.runtimes.dockerlogs import docker_logs
 from node.checks.docker import (
     COMPOSE_PROJECT,
     REMOVE_STALE_COMMAND,
@@ -52,6 +59,7 @@ NETWORK_FILES = {
     AgentNetwork.BRIDGE: "docker-compose.agent.bridge.yml",
 }
 BRIDGE_NETWORK = "agent"  # the bridge of docker-compose.agent.bridge.yml
+MASTER_NETWORK = "master"  # the master's own network (docker-compose.master.yml)
 PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose.service"
 AMD_DEVICES = ("kfd", "dri")
 COMPOSE_TIMEOUT = 600.0  # seconds: `up` may create every container from scratch
@@ -83,8 +91,8 @@ def default_compose_dir() -> Path:
     return checkout if checkout.is_dir() else Path("/usr/share/mac/docker")
 
 
-def run_long(argv: Sequence[str]) -> CommandResult:
-    return run_command(argv, timeout=COMPOSE_TIMEOUT)
+def run_long(argv: Sequence[str], env: Mapping[str, str] | None = None) -> CommandResult:
+    return run_command(argv, timeout=COMPOSE_TIMEOUT, env=env)
 
 
 def find_compose(run: Runner = run_command) -> list[str]:
@@ -114,6 +122,8 @@ def stale_error(role: str, names: str) -> CliError:
 
 class DockerRuntime(Runtime):
     name = "docker"
+    own_network = True
+    network_modes = (AgentNetwork.HOST, AgentNetwork.BRIDGE)
 
     def __init__(
         self,
@@ -136,9 +146,12 @@ class DockerRuntime(Runtime):
         # the mode its containers ran in before this command, when that was seen.
         self.network: AgentNetwork | None = None
         self.previous_network: AgentNetwork | None = None
-        # Compose files written for this start, read after the role's own (the master's
-        # scale-out mode, maccli.scaleout.compose_overlay).
-        self.overlays: list[Path] = []
+        # Compose files written from the specs for this start, read in place of the role's
+        # own (the master's: maccli.master.compose, and scale-out mode's overlay).
+        self.files: list[Path] = []
+        # What Compose substitutes for ${NAME} beyond mac's environment and env files:
+        # the values `mac` passes (pass_values), given to its process alone.
+        self.values: dict[str, str] = {}
         self._compose: list[str] | None = None
 
     @property
@@ -146,12 +159,14 @@ class DockerRuntime(Runtime):
         return os.environ.get("MAC_IMAGE") or DEFAULT_IMAGE
 
     def compose_files(self, role: str) -> list[Path]:
-        """The role's compose file, then the agent's network-mode overlay, then those
-        written for this start."""
+        """Those written for this start, else the role's compose file, then the agent's
+        network-mode overlay."""
+        if self.files:
+            return list(self.files)
         files = [self.compose_dir / COMPOSE_FILES[role]]
         if role == "agent" and self.network is not None:
             files.append(self.compose_dir / NETWORK_FILES[self.network])
-        return [*files, *self.overlays]
+        return files
 
     def compose(self, role: str, *args: str) -> list[str]:
         if self._compose is None:
@@ -213,16 +228,37 @@ class DockerRuntime(Runtime):
         except ImageError as exc:
             raise CliError(str(exc), commands=["scripts/docker-images --help"]) from None
 
-    def _export_file_values(self, role: str) -> None:
-        """Compose substitutes ${NAME} from its own environment only: give it the values of
-        the env files too (`mac env set MAC_METRICS_TOKEN=...` on the master), as the
-        process runtime gives them to its services. The process environment still wins."""
+    def pass_values(self, values: Mapping[str, str]) -> None:
+        self.values.update(values)
+
+    def use_profiles(self, names: Sequence[str]) -> bool:
+        self.profiles = list(names)
+        return True
+
+    def use_files(self, paths: Sequence[Path]) -> None:
+        self.files = list(paths)
+
+    def use_network(self, mode: AgentNetwork, running: AgentNetwork | None = None) -> None:
+        self.network, self.previous_network = mode, running
+
+    def compose_env(self, role: str, specs: Sequence[ServiceSpec]) -> dict[str, str]:
+        """The environment of Compose's own process, from which it substitutes ${NAME}:
+        mac's environment, the env files' values (`mac env set MAC_METRICS_TOKEN=...` on
+        the master) as the process runtime gives them to its services, each service's
+        port as the node's configuration gives it, and the values mac passed."""
+        env = dict(os.environ)
         names = self._compose_variables(role)
         cfg = NodeConfig.load()
         for name in sorted(names - set(os.environ)):
             value, source = cfg.lookup(name)
             if value is not None and source in (Source.NODE, Source.USER):
-                os.environ[name] = value
+                env[name] = value
+        # MAC_<SERVICE>_PORT, else the table's port plus MAC_PORT_OFFSET.
+        for spec in specs:
+            name = f"MAC_{spec.name.upper().replace('-', '_')}_PORT"
+            if spec.port is not None and name in names:
+                env[name] = str(spec.port)
+        return {**env, **self.values}
 
     def _compose_variables(self, role: str) -> set[str]:
         """The names the compose files take from mac's environment: each ${NAME}, and
@@ -236,15 +272,6 @@ class DockerRuntime(Runtime):
             names.update(COMPOSE_VARIABLE.findall(text))
             names.update(passed_through(text))
         return names
-
-    def _export_ports(self, role: str, specs: Sequence[ServiceSpec]) -> None:
-        """Each service's port as the node's configuration gives it (MAC_<SERVICE>_PORT,
-        else the table's port plus MAC_PORT_OFFSET), for the compose files' ${...}."""
-        names = self._compose_variables(role)
-        for spec in specs:
-            name = f"MAC_{spec.name.upper().replace('-', '_')}_PORT"
-            if spec.port is not None and name in names:
-                os.environ[name] = str(spec.port)
 
     def running_network(self, specs: Sequence[ServiceSpec]) -> AgentNetwork | None:
         """The mode the agent's containers run in now, None when there are none.
@@ -272,14 +299,12 @@ class DockerRuntime(Runtime):
 
     def _up(self, role: str, specs: Sequence[ServiceSpec], *extra: str) -> None:
         self._clear_stale(role)
-        self._export_file_values(role)
-        self._export_ports(role, specs)
         self._check_devices()
         self._ensure_image()
         argv = self.compose(role, "up", "-d", "--no-build", *extra)
         tool = " ".join(self._compose or ["docker", "compose"])
         with spinner(f"{tool} -p {self.project} up -d ({role}) ..."):
-            result = self.run(argv)
+            result = self.run(argv, env=self.compose_env(role, specs))
         if result.returncode != 0:
             output = (result.stderr or result.stdout).strip()
             if "Conflict" in output and "already in use" in output:
@@ -296,8 +321,25 @@ class DockerRuntime(Runtime):
         self._up(role, specs)
         if self.previous_network == AgentNetwork.BRIDGE and self.network == AgentNetwork.HOST:
             self.drop_bridge_network()
+        self._isolate(role)
         self._wait_ready(role, specs)
         return self.status(role, specs)
+
+    def _isolate(self, role: str) -> None:
+        """The master network's isolation from other hosts, MAC's own (dockerfence)."""
+        if role != "master":
+            return
+        network = f"{self.project}_{MASTER_NETWORK}"
+        fence = dockerfence.install(network, self.run)
+        if fence.problem:
+            output.warn(
+                f"{dockerfence.describe(fence, network)}. Other hosts that route "
+                f"{network} through this one may reach its containers' own ports where "
+                "IPv4 forwarding was on before Docker started; run `mac start master` as "
+                "root on the engine's host (docs/security.md)."
+            )
+        else:
+            output.say(dockerfence.describe(fence, network))
 
     def _wait_ready(self, role: str, specs: Sequence[ServiceSpec]) -> None:
         """Until each liveness URL answers (or its ready_timeout passes): as the process
@@ -314,7 +356,7 @@ class DockerRuntime(Runtime):
         argv = self.compose(role, "down")
         tool = " ".join(self._compose or ["docker", "compose"])
         with spinner(f"{tool} -p {self.project} down ({role}) ..."):
-            result = self.run(argv)
+            result = self.run(argv, env=self.compose_env(role, specs))
         if result.returncode != 0:
             raise CliError(
                 f"{tool} down failed: {(result.stderr or result.stdout).strip()}",
@@ -324,12 +366,61 @@ class DockerRuntime(Runtime):
         left = [c["Name"] for c in self._containers(specs).values()]
         if left:
             self.run(["docker", "rm", "-f", *left])
+        if role == "master":
+            removed = dockerfence.remove(self.run)
+            if removed.problem:
+                output.warn(f"MAC's {dockerfence.CHAIN} rules not removed: {removed.problem}")
         return self.status(role, specs)
 
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
         self._up(role, specs, "--force-recreate")
+        self._isolate(role)
         self._wait_ready(role, specs)
         return self.status(role, specs)
+
+    def logs(
+        self,
+        role: str,
+        service: str,
+        lines: int | None,
+        follow: bool,
+        *,
+        shared: Sequence[str] = (),
+    ) -> int:
+        return docker_logs(service, role, lines, follow)
+
+    def read_file(self, role: str, service: str, path: Path) -> bytes:
+        result = subprocess.run(
+            ["docker", "exec", f"mac-{service}", "cat", str(path)],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise OSError(result.stderr.decode(errors="replace").strip() or "docker exec failed")
+        return result.stdout
+
+    def one_off(
+        self,
+        argv: list[str],
+        *,
+        volumes: Mapping[str, Path] | None = None,
+        folders: Sequence[Path] = (),
+        env_names: Sequence[str] = (),
+        network: bool = False,
+    ) -> list[str]:
+        """`docker run` of MAC's image: a volume by its Compose name (project_volume), each
+        folder at its own path, on the master's network when asked."""
+        command = ["docker", "run", "--rm"]
+        if network:
+            command += ["--network", f"{self.project}_{MASTER_NETWORK}"]
+        for name in env_names:
+            command += ["-e", name]
+        for volume, inside in (volumes or {}).items():
+            command += ["-v", f"{self.project}_{volume}:{inside}"]
+        for folder in folders:
+            command += ["-v", f"{folder}:{folder}"]
+        return [*command, "--entrypoint", argv[0], self.image, *argv[1:]]
 
     def prune(self, unwanted: Callable[[str], bool]) -> list[str]:
         """Remove this project's containers whose service is `unwanted`: those of a

@@ -37,6 +37,7 @@ import psutil
 
 from maccli.output import CliError, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, service_health
+from maccli.runtimes.logfiles import file_logs
 from maccli.runtimes.pidfiles import PidFiles
 from maccli.runtimes.ports import check_port_free, check_port_owner
 from maccli.runtimes.supervisor import (
@@ -52,6 +53,10 @@ from maccli.systemd import SystemdUnits
 # Seconds a service without a liveness URL (celery worker, beat) must survive at start.
 NO_LIVENESS_SETTLE = 2.0
 _ALIVE = {"RUNNING", "STARTING", "BACKOFF"}
+
+
+# Services that the Docker master runs and the process runtime takes from the host.
+HOST_SERVICES = {"redis": "redis-server"}
 
 
 class ProcessRuntime(Runtime):
@@ -85,6 +90,34 @@ class ProcessRuntime(Runtime):
 
     def log_file(self, role: str, name: str) -> Path:
         return self.role_dir(role) / "logs" / f"{name}.log"
+
+    def logs(
+        self,
+        role: str,
+        service: str,
+        lines: int | None,
+        follow: bool,
+        *,
+        shared: Sequence[str] = (),
+    ) -> int:
+        if service in HOST_SERVICES:
+            raise CliError(
+                f"{service} is not run by mac under the process runtime: the master uses "
+                f"the host's {HOST_SERVICES[service]}, which logs to the system journal.",
+                hint="Read it there (or, if the master runs in Docker, add --runtime docker):",
+                commands=[
+                    f"journalctl -u {HOST_SERVICES[service]} -n 50",
+                    f"mac logs {service} --runtime docker",
+                ],
+            )
+        path = self.log_file(role, service)
+        if not path.exists():
+            others = (self.log_file(role, name) for name in shared)
+            path = next((other for other in others if other.exists()), path)
+        return file_logs(path, service, role, lines, follow)
+
+    def read_file(self, role: str, service: str, path: Path) -> bytes:
+        return Path(path).read_bytes()  # the services' files are this host's
 
     def supervisor(self, role: str) -> Supervisor:
         return Supervisor(

@@ -1,4 +1,5 @@
-"""The dashboard's alerts and maintenance: JSON from Alertmanager, and the maintenance switch.
+"""The dashboard's alerts and maintenance: JSON from Alertmanager, the Alerts page, and the
+maintenance switch.
 
 The pages load without Alertmanager: their scripts ask these endpoints, which answer
 `{"available": false, "error": "<why>"}` when it is down, so the page says "alerts
@@ -11,11 +12,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from alerting.queries import firing_alerts, node_alerts
-from inventory import bulkheads, services
+from alerting import bulkheads
+from alerting.queries import alerts_and_silences, firing_alerts, node_alerts
+from inventory import services
 from inventory.models import Node
 from macweb.dashboard.views import RETRY_AFTER_SECONDS, json_login_required
 
@@ -43,6 +46,25 @@ def fleet_alerts_json(request: HttpRequest) -> JsonResponse:
             return _no_store(firing_alerts().as_dict())
     except bulkheads.BulkheadFull as exc:
         return _bulkhead_full(exc, count=0, alerts=[])
+
+
+@login_required
+@require_GET
+def alerts_page(request: HttpRequest) -> HttpResponse:
+    """Alertmanager's alerts and silences for people: Debian's Alertmanager has no web UI,
+    so /alertmanager/ opened in a browser comes here (macweb.nginxconf)."""
+    try:
+        with bulkheads.ALERTMANAGER.slot():
+            data = alerts_and_silences()
+    except bulkheads.BulkheadFull as exc:
+        data = {"available": False, "error": f"not asked: {exc}", "alerts": [], "silences": []}
+    for row in data["alerts"]:
+        # A node label that is not one of ours (another system's alert) links nowhere.
+        row["node_url"] = (
+            reverse("dashboard:node", args=[row["node"]]) if row["node"].isdigit() else ""
+        )
+    status = 200 if data["available"] else 503
+    return render(request, "dashboard/alerts.html", {"data": data}, status=status)
 
 
 @json_login_required

@@ -2,7 +2,7 @@
 
 The browser never talks to Prometheus: it asks /nodes/<id>/charts/<chart>.json and
 this module picks the queries for the node's GPU vendor, filters them by the
-`node` label (the node's id) that healthcheck.targets puts on every target, calls Prometheus with a
+`node` label (the node's id) that scraping.targets puts on every target, calls Prometheus with a
 short timeout and answers with columns uPlot draws as they are. When there is
 nothing to draw the answer says why in words (no such exporter on this node,
 Prometheus unreachable, no samples yet), so an empty chart is never a mystery.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 from django.conf import settings
 
-from inventory import bulkheads
+from alerting import bulkheads
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 
@@ -34,7 +34,7 @@ GPU_LABELS = ("gpu", "gpu_id")
 # Labels that say nothing about which line a series is (identity, placement, vendor).
 IGNORED_LABELS = frozenset(
     {"__name__", "instance", "job", "node", "gpu_vendor", "vendor", "iface", "hostname"}
-    | {"cluster_name", "maintenance"}  # every target's own labels (healthcheck.targets)
+    | {"cluster_name", "maintenance"}  # every target's own labels (scraping.targets)
     | {"Hostname", "UUID", "modelName", "pci_bus_id", "DCGM_FI_DRIVER_VERSION", "device"}
     | {"serial_number", "card_model", "card_vendor"}
 )
@@ -193,7 +193,7 @@ def promql_string(value: str) -> str:
 def node_selector(node: Node) -> str:
     """The label matcher that picks a node's series.
 
-    healthcheck.targets labels every target with node="<Node id>" (and hostname=...);
+    scraping.targets labels every target with node="<Node id>" (and hostname=...);
     the id survives a hostname change, so the charts follow it.
     """
     return f"node={promql_string(str(node.pk))}"

@@ -1,4 +1,4 @@
-"""What every page's header needs to know: which monitoring servers the front door serves."""
+"""What pages need to know of the front door: whether it serves MAC's Alertmanager's API."""
 
 from __future__ import annotations
 

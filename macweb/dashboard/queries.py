@@ -22,10 +22,20 @@ from alerting.queries import nodes_with_alert
 from contract.diagnosis import describe
 from contract.outcomes import DIAGNOSIS_LABELS
 from contract.services import SYS_EXPORTER
-from healthcheck.targets import SCRAPED_SERVICES, node_targets
-from inventory.choices import AgentNetwork, Diagnosis, GpuVendor, NodeStatus, StatusReason
+from contract.verdicts import ACTION_FIXES, OPERATOR_ACTIONS, Evidence
+from inventory.choices import (
+    AgentNetwork,
+    Diagnosis,
+    GpuVendor,
+    HealthAction,
+    HealthState,
+    NodeStatus,
+    SlurmHold,
+    StatusReason,
+)
 from inventory.filtersets import NodeFilterSet
 from inventory.models import Node
+from scraping.targets import SCRAPED_SERVICES, node_targets
 
 PAGE_SIZE = 100
 # `?alert=NAME` (the alerts panel's "show these nodes"): a Prometheus alert name.
@@ -130,6 +140,14 @@ def fleet_counts() -> dict:
     aggregates |= {
         f"vendor_{value}": Count("pk", filter=Q(gpu_vendor=value)) for value in GpuVendor
     }
+    aggregates |= {
+        f"health_{value}": Count("pk", filter=Q(health_state=value)) for value in HealthState
+    }
+    operator = [str(action) for action in OPERATOR_ACTIONS]
+    aggregates["needs_action"] = Count("pk", filter=Q(health_action__in=operator))
+    aggregates |= {
+        f"drained_{value}": Count("pk", filter=Q(slurm_hold=value)) for value in SlurmHold if value
+    }
     aggregates["maintenance"] = Count("pk", filter=Q(maintenance=True))
     aggregates["total"] = Count("pk")
     row = Node.objects.aggregate(**aggregates)
@@ -138,6 +156,9 @@ def fleet_counts() -> dict:
         "maintenance": row["maintenance"],
         "status": {value: row[f"status_{value}"] for value in NodeStatus.values},
         "vendor": {value: row[f"vendor_{value}"] for value in GpuVendor.values},
+        "health": {value: row[f"health_{value}"] for value in HealthState.values},
+        "needs_action": row["needs_action"],
+        "drained": {value: row[f"drained_{value}"] for value in SlurmHold.values if value},
     }
 
 
@@ -158,6 +179,10 @@ def vocabulary() -> dict:
         "vendor": dict(GpuVendor.choices),
         "network": dict(AgentNetwork.choices),
         "diagnosis": {code: describe_diagnosis(code) for code in Diagnosis.values if code},
+        "health": dict(HealthState.choices),
+        "action": dict(HealthAction.choices),
+        "operator_actions": sorted(str(action) for action in OPERATOR_ACTIONS),
+        "slurm_hold": dict(SlurmHold.choices),
     }
 
 
@@ -168,6 +193,10 @@ def node_row(node: Node) -> dict:
     row["status_reason_text"] = node.get_status_reason_display() if node.status_reason else ""
     row["diagnosis_info"] = describe_diagnosis(node.diagnosis)
     row["agent_network_text"] = node.get_agent_network_display()
+    row["health_state_text"] = node.get_health_state_display()
+    row["health_action_text"] = node.get_health_action_display()
+    row["needs_action"] = node.health_action in OPERATOR_ACTIONS
+    row["slurm_hold_text"] = node.get_slurm_hold_display() if node.slurm_hold else ""
     return row
 
 
@@ -176,7 +205,7 @@ def prometheus_targets(node: Node) -> dict[str, bool]:
 
     That is sys-exporter and every other scraped service the node reported; the rule
     (sys-exporter while Online, the others while their own probe answers) is
-    healthcheck.targets', so the page says what the files say.
+    scraping.targets', so the page says what the files say.
     """
     listed = set(
         node_targets(
@@ -193,3 +222,29 @@ def prometheus_targets(node: Node) -> dict[str, bool]:
         if name == SYS_EXPORTER.name or name in (node.exporters or {})
     ]
     return {name: name in listed for name in candidates}
+
+
+def gpu_rows(node: Node) -> list[dict]:
+    """Each GPU's verdict for the node page: identity, state, action, the evidence in words."""
+    rows = []
+    for gpu in node.gpus.all():
+        evidence = [Evidence.from_dict(item) for item in gpu.evidence or []]
+        rows.append(
+            {
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "serial": gpu.serial,
+                "state": gpu.state,
+                "state_text": gpu.get_state_display(),
+                "action": gpu.action,
+                "action_text": gpu.get_action_display(),
+                "evidence": [item.words(gpu=False) for item in evidence],
+                "since": gpu.since.isoformat(),
+            }
+        )
+    return rows
+
+
+def health_fix(node: Node) -> str:
+    """What a person does for the node's suggested action ("" when none)."""
+    return ACTION_FIXES.get(node.health_action, "")  # StrEnum keys: the value finds them

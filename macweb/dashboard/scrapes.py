@@ -6,42 +6,63 @@ cannot parse), which only Prometheus knows. `up{node="<id>"}` says which of the 
 targets are up, one small query however large the fleet; only for a target that is down
 does the page ask /api/v1/targets for its last error, limited to that job
 (`scrapePool`, Prometheus 2.42 and later), so a 10,000-node fleet's list never travels.
+
+The targets come from settings.TARGETS_URL: Prometheus itself, or in scale-out mode the
+merged targets view (scraping.targetsview), since the store that answers `up` knows
+no targets. The page asks /nodes/<id>/scrapes.json after it is drawn; that request, like
+the charts, waits on the event loop (macweb.asgi) inside the Prometheus bulkhead
+(alerting.bulkheads), so a hung Prometheus holds no request thread and never delays
+the page.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
+import asyncio
 from dataclasses import dataclass, field
 
+import aiohttp
 from django.conf import settings
 
-# The page waits at most this long for Prometheus (it renders without the column).
+from alerting import bulkheads
+
+# The most the panel waits for Prometheus (and the targets view) in all.
 TIMEOUT = 2.0
 
 
 @dataclass
 class ScrapeHealth:
-    """{job: {"health": "up" | "down", "error": last scrape error}} or why unknown."""
+    """{job: {"health": "up" | "down", "error": last scrape error}} or why unknown.
+
+    `available` is False when Prometheus could not be asked in time (the endpoint then
+    answers 503, as a chart does)."""
 
     jobs: dict[str, dict] = field(default_factory=dict)
     error: str = ""
+    available: bool = True
 
 
-def _get(path: str, query: dict) -> dict:
-    base = settings.PROMETHEUS_URL.rstrip("/")
-    url = f"{base}{path}?{urllib.parse.urlencode(query)}"
-    timeout = min(TIMEOUT, settings.DASHBOARD_PROMETHEUS_TIMEOUT)
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (settings URL)
-        return json.load(response)
+async def _get(session: aiohttp.ClientSession, base: str, path: str, query: dict) -> dict:
+    async with session.get(f"{base.rstrip('/')}{path}", params=query) as response:
+        if response.status != 200:
+            raise ValueError(f"{path} answered HTTP {response.status}")
+        return await response.json(content_type=None)
 
 
-def scrape_health(node_id: int) -> ScrapeHealth:
-    """Prometheus' health of each of this node's scrape targets, by job."""
-    try:
-        answer = _get("/api/v1/query", {"query": f'up{{node="{int(node_id)}"}}'})
+async def _last_error(session: aiohttp.ClientSession, job: str, node_id: int) -> str:
+    answer = await _get(
+        session, settings.TARGETS_URL, "/api/v1/targets", {"state": "active", "scrapePool": job}
+    )
+    for target in answer["data"]["activeTargets"]:
+        if target.get("labels", {}).get("node") == str(node_id):
+            return target.get("lastError", "")
+    return ""
+
+
+async def _ask(node_id: int) -> dict[str, dict]:
+    async with aiohttp.ClientSession() as session:
+        answer = await _get(
+            session, settings.PROMETHEUS_URL, "/api/v1/query", {"query": f'up{{node="{node_id}"}}'}
+        )
         jobs = {
             sample["metric"].get("job", ""): {
                 "health": "up" if sample["value"][1] == "1" else "down",
@@ -49,20 +70,29 @@ def scrape_health(node_id: int) -> ScrapeHealth:
             }
             for sample in answer["data"]["result"]
         }
-        for job, health in jobs.items():
-            if health["health"] == "down":
-                health["error"] = _last_error(job, node_id)
-    except (OSError, ValueError, KeyError) as exc:
-        words = getattr(exc, "reason", None) or exc
-        return ScrapeHealth(
-            error=f"Prometheus at {settings.PROMETHEUS_URL} did not answer: {words}"
-        )
-    return ScrapeHealth(jobs=jobs)
+        down = [job for job, health in jobs.items() if health["health"] == "down"]
+        errors = await asyncio.gather(*(_last_error(session, job, node_id) for job in down))
+        for job, error in zip(down, errors, strict=True):
+            jobs[job]["error"] = error
+    return jobs
 
 
-def _last_error(job: str, node_id: int) -> str:
-    answer = _get("/api/v1/targets", {"state": "active", "scrapePool": job})
-    for target in answer["data"]["activeTargets"]:
-        if target.get("labels", {}).get("node") == str(node_id):
-            return target.get("lastError", "")
-    return ""
+async def scrape_health(node_id: int) -> ScrapeHealth:
+    """Prometheus' health of each of this node's scrape targets, by job."""
+    deadline = min(TIMEOUT, settings.DASHBOARD_PROMETHEUS_TIMEOUT)
+    where = settings.PROMETHEUS_URL
+    try:
+        with bulkheads.PROMETHEUS.slot():
+            async with asyncio.timeout(deadline):
+                return ScrapeHealth(jobs=await _ask(int(node_id)))
+    except bulkheads.BulkheadFull as exc:
+        return ScrapeHealth(error=f"not asked: {exc}", available=False)
+    except TimeoutError:
+        why = f"did not answer within {deadline:g} s"
+    except (aiohttp.ClientError, OSError) as exc:
+        why = f"is unreachable ({exc})"
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"answered without the expected data ({exc})"
+    if where != settings.TARGETS_URL:
+        where = f"{where} (targets: {settings.TARGETS_URL})"
+    return ScrapeHealth(error=f"Prometheus at {where} {why}", available=False)

@@ -9,17 +9,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
+from contract.drainpolicy import DrainMode
 from contract.services import SERVICES
-from healthcheck.scaleout import scraper_gaps
-from inventory.choices import GpuVendor, NodeStatus
+from inventory.choices import GpuVendor, HealthState, NodeStatus, SlurmHold
 from inventory.models import Node
 from macweb.dashboard import charts, queries, scrapes
+from scheduler.jobread import current_jobs
+from scraping.engines import scraper_gaps
 
 EVENTS_SHOWN = 100
 # What a chart or alerts answer that could not ask its service (503) tells the page.
@@ -96,6 +99,9 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "selected": query.selected(),
             "statuses": NodeStatus.choices,
             "vendors": GpuVendor.choices,
+            "health_states": HealthState.choices,
+            "slurm_holds": [choice for choice in SlurmHold.choices if choice[0]],
+            "slurm_drain": settings.SLURM_DRAIN != DrainMode.OFF,
             "vocabulary": queries.vocabulary(),
             "live_config": {
                 "ws_path": "/ws/fleet/",
@@ -136,12 +142,11 @@ def fleet_json(request: HttpRequest) -> JsonResponse:
     return response
 
 
-def exporter_rows(node: Node, scraped: scrapes.ScrapeHealth | None = None) -> list[dict]:
-    """Every agent service with what the master knows of it on this node, and what
-    Prometheus says of its scrape (`scraped`, macweb.dashboard.scrapes)."""
+def exporter_rows(node: Node) -> list[dict]:
+    """Every agent service with what the master knows of it on this node (what
+    Prometheus says of its scrape comes later, from node_scrapes)."""
     rows = []
     targets = queries.prometheus_targets(node)
-    scraped = scraped or scrapes.ScrapeHealth()
     for service in SERVICES:
         port = node.exporters.get(service.name)
         healthy = node.exporter_health.get(service.name)
@@ -163,10 +168,20 @@ def exporter_rows(node: Node, scraped: scrapes.ScrapeHealth | None = None) -> li
                 "words": words,
                 # True/False: listed in / left out of its targets file; None: never listed.
                 "target": targets.get(service.name),
-                # {"health": "up" | "down", "error": ...} from Prometheus; None: no target.
-                "scrape": scraped.jobs.get(service.name),
             }
         )
+    return rows
+
+
+def gpu_rows_with_jobs(node: Node) -> list[dict]:
+    """The node page's GPU rows, each with the Slurm job that holds it now (or None)."""
+    rows = queries.gpu_rows(node)
+    held = current_jobs([node.pk])
+    for row in rows:
+        held_now = held.get((node.pk, row["index"]))
+        row["job"] = held_now and {
+            "job_id": held_now.job.job_id, "user": held_now.job.user, "since": held_now.since,
+        }  # fmt: skip
     return rows
 
 
@@ -179,13 +194,14 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     if node.gpu_vendor != GpuVendor.NONE:
         chart_names += ["gpu_util", "gpu_memory", "gpu_temp", "gpu_power", "gpu_errors"]
     chart_names.append("rdma")
-    scraped = scrapes.scrape_health(node.pk)
     context = {
         "node": node,
         "row": queries.node_row(node),
-        "exporters": exporter_rows(node, scraped),
-        "scrape_error": scraped.error,
+        "exporters": exporter_rows(node),
         "events": node.events.all()[:EVENTS_SHOWN],
+        "gpus": gpu_rows_with_jobs(node),
+        "health_fix": queries.health_fix(node),
+        "slurm_drain": settings.SLURM_DRAIN != DrainMode.OFF,
         "charts": [charts.CHARTS[name] for name in chart_names],
         "ranges": list(charts.RANGES),
         "vocabulary": queries.vocabulary(),
@@ -219,6 +235,27 @@ async def node_chart(request: HttpRequest, pk: int, chart: str) -> JsonResponse:
     answer = await charts.chart_data(node, spec, range_name)
     response = JsonResponse(answer, status=200 if answer["available"] else 503)
     if not answer["available"]:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+async def node_scrapes(request: HttpRequest, pk: int) -> JsonResponse:
+    """Prometheus' own health of the node's scrape targets (macweb.dashboard.scrapes),
+    asked by the node page once drawn, on the event loop like the charts."""
+    user = await request.auser()
+    if not user.is_authenticated:
+        return _login_first()
+    if request.method != "GET":
+        return _json_error("detail", "only GET is allowed here", 405)
+    if not await Node.objects.filter(pk=pk).aexists():
+        return _json_error("node", f"no node with id {pk}", 404)
+    scraped = await scrapes.scrape_health(pk)
+    response = JsonResponse(
+        {"jobs": scraped.jobs, "error": scraped.error, "available": scraped.available},
+        status=200 if scraped.available else 503,
+    )
+    if not scraped.available:
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     response["Cache-Control"] = "no-store"
     return response

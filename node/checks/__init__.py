@@ -8,12 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from node.checks import config, docker, gpu, master, network, networkd, rdma, services
+from node.checks import (
+    config,
+    docker,
+    gpu,
+    master,
+    network,
+    networkd,
+    rdma,
+    services,
+    slurm,
+)
 from node.checks.base import CheckContext, CheckResult, CheckStatus
 
 __all__ = ["CHECKS", "CHECK_IDS", "CheckContext", "CheckResult", "CheckStatus", "run_checks"]
 
-# The guide's order: configuration, the master, services, network, Docker, GPUs, RDMA.
+# The guide's order: configuration, the master, services, network, Docker, GPUs, RDMA;
+# then, on a master that drains nodes, Slurm.
 CHECKS = [
     *config.CHECKS,
     *master.CHECKS,
@@ -23,6 +34,7 @@ CHECKS = [
     *docker.CHECKS,
     *gpu.CHECKS,
     *rdma.CHECKS,
+    *slurm.CHECKS,
 ]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from node.checks.fixes import Step, render
 from node.commands import Runner, run_command
 from node.config import NodeConfig
+from node.host import Roots
 
 
 class CheckStatus(StrEnum):
@@ -55,41 +56,19 @@ class CheckResult:
 
 @dataclass
 class CheckContext:
-    """Where checks read the system; tests point every path at a prepared directory."""
+    """Where checks read the system (tests point every root at a prepared directory), and
+    their stand-ins in `extra`: commands, the node's settings, HTTP timeouts."""
 
-    proc_root: str = "/proc"
-    sys_root: str = "/sys"
-    dev_root: str = "/dev"
-    etc_root: str = "/etc"
+    roots: Roots = field(default_factory=Roots)
     extra: dict = field(default_factory=dict)
-
-    def _roots(self) -> tuple[tuple[str, str], ...]:
-        return (
-            ("/proc", self.proc_root),
-            ("/sys", self.sys_root),
-            ("/dev", self.dev_root),
-            ("/etc", self.etc_root),
-            ("/run", self.extra.get("run_root", "/run")),
-            ("/usr", self.extra.get("usr_root", "/usr")),
-            ("/lib", self.extra.get("lib_root", "/lib")),
-        )
 
     def local(self, host_path: str) -> Path:
         """Where a host path (/etc/sysctl.d/..., /proc/sys/...) is under this context's roots."""
-        for prefix, root in self._roots():
-            if host_path == prefix or host_path.startswith(prefix + "/"):
-                return Path(root, host_path[len(prefix) :].lstrip("/"))
-        return Path(host_path)
+        return self.roots.host(host_path)
 
     def host(self, local_path: Path | str) -> str:
         """The host path a local one stands for: what a printed command must name."""
-        for prefix, root in self._roots():
-            try:
-                rest = Path(local_path).relative_to(root)
-            except ValueError:
-                continue
-            return prefix if str(rest) == "." else f"{prefix}/{rest}"
-        return str(local_path)
+        return self.roots.host_path(local_path)
 
 
 def runner(ctx: CheckContext) -> Runner:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contract.settings.kinds import valid_hostname
 from node.checks.base import CheckContext, CheckResult, CheckStatus, config
-from node.config import Source, valid_hostname
+from node.config import Source
 
 
 def check_master_ip(ctx: CheckContext) -> CheckResult:

@@ -75,13 +75,10 @@ def check_stale_containers(ctx: CheckContext) -> CheckResult:
 
 
 def _unit_paths(ctx: CheckContext) -> list[Path]:
-    usr = Path(ctx.extra.get("usr_root", "/usr"))
-    lib = Path(ctx.extra.get("lib_root", "/lib"))
-    etc = Path(ctx.etc_root)
     return [
-        etc / "systemd/system/docker.service",
-        usr / "lib/systemd/system/docker.service",
-        lib / "systemd/system/docker.service",
+        ctx.local("/etc/systemd/system/docker.service"),
+        ctx.local("/usr/lib/systemd/system/docker.service"),
+        ctx.local("/lib/systemd/system/docker.service"),
     ]
 
 
@@ -112,7 +109,7 @@ def check_docker_enabled(ctx: CheckContext) -> CheckResult:
             "the Docker engine is not installed (agents here use the process runtime).",
         )
     # systemctl cannot tell (no systemd as PID 1, or a chroot): read the enablement links.
-    wants = Path(ctx.etc_root, "systemd/system/multi-user.target.wants/docker.service")
+    wants = ctx.local("/etc/systemd/system/multi-user.target.wants/docker.service")
     if wants.exists() or wants.is_symlink():
         return CheckResult(
             "docker_enabled", title, CheckStatus.PASS, f"{wants} links docker.service"

@@ -6,8 +6,6 @@ that the registration reports and rocm-exporter reads.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from node.checks.base import CheckContext, CheckResult, CheckStatus, which
 from node.hardware import amd_gpu_count, nvidia_gpu_count
 
@@ -16,7 +14,7 @@ TOOLKIT_PROGRAMS = ("nvidia-ctk", "nvidia-container-runtime-hook", "nvidia-conta
 
 def check_nvidia_toolkit(ctx: CheckContext) -> CheckResult:
     title = "NVIDIA Container Toolkit is installed"
-    count = nvidia_gpu_count(ctx.proc_root, ctx.dev_root, ctx.sys_root)
+    count = nvidia_gpu_count(ctx.roots)
     if not count:
         return CheckResult("nvidia_toolkit", title, CheckStatus.SKIP, "no NVIDIA GPU on this node.")
     if not which(ctx, "docker"):
@@ -46,11 +44,11 @@ def check_nvidia_toolkit(ctx: CheckContext) -> CheckResult:
 
 def check_amd_devices(ctx: CheckContext) -> CheckResult:
     title = "/dev/kfd and /dev/dri exist for rocm-exporter"
-    count = amd_gpu_count(ctx.sys_root)
+    count = amd_gpu_count(ctx.roots)
     if not count:
         return CheckResult("amd_devices", title, CheckStatus.SKIP, "no AMD GPU on this node.")
-    kfd = Path(ctx.dev_root, "kfd")
-    dri = Path(ctx.dev_root, "dri")
+    kfd = ctx.roots.dev("kfd")
+    dri = ctx.roots.dev("dri")
     render = sorted(p.name for p in dri.glob("renderD*")) if dri.is_dir() else []
     missing = [str(p) for p, ok in ((kfd, kfd.exists()), (dri, bool(render))) if not ok]
     if not missing:
@@ -72,21 +70,21 @@ def check_amd_devices(ctx: CheckContext) -> CheckResult:
 
 def check_amdgpu_module(ctx: CheckContext) -> CheckResult:
     title = "the amdgpu kernel module is loaded"
-    count = amd_gpu_count(ctx.sys_root)
+    count = amd_gpu_count(ctx.roots)
     if not count:
         return CheckResult("amdgpu_module", title, CheckStatus.SKIP, "no AMD GPU on this node.")
     try:
-        modules = Path(ctx.proc_root, "modules").read_text()
+        modules = ctx.roots.proc("modules").read_text()
     except OSError as exc:
         return CheckResult("amdgpu_module", title, CheckStatus.SKIP, f"cannot read modules: {exc}")
     loaded = any(line.split(" ", 1)[0] == "amdgpu" for line in modules.splitlines())
-    if loaded or Path(ctx.sys_root, "module/amdgpu/initstate").exists():
+    if loaded or ctx.roots.sys("module/amdgpu/initstate").exists():
         return CheckResult("amdgpu_module", title, CheckStatus.PASS, "amdgpu is loaded")
     return CheckResult(
         "amdgpu_module",
         title,
         CheckStatus.FAIL,
-        f"{count} AMD GPU(s) but amdgpu is not in {Path(ctx.proc_root, 'modules')}.",
+        f"{count} AMD GPU(s) but amdgpu is not in {ctx.roots.proc('modules')}.",
         "sudo modprobe amdgpu\nlsmod | grep amdgpu\n"
         "# if modprobe fails, install the driver: sudo apt install amdgpu-dkms",
     )

@@ -16,9 +16,8 @@ from node.hardware import discover_rdma_devices, read_port_counters
 from node.host import Roots
 
 
-def read_counters(sys_root: str) -> dict[str, int]:
+def read_counters(roots: Roots) -> dict[str, int]:
     """{"<ibdev>/<port>/<counter file>": bytes} of every port that has sysfs counters."""
-    roots = Roots(sys_root=sys_root)
     values = {}
     for dev in discover_rdma_devices(roots):
         for port in dev.ports:
@@ -31,14 +30,14 @@ def read_counters(sys_root: str) -> dict[str, int]:
 
 def check_rdma_counters(ctx: CheckContext) -> CheckResult:
     title = "RDMA byte counters are moving"
-    first = read_counters(ctx.sys_root)
+    first = read_counters(ctx.roots)
     if not first:
         return CheckResult(
             "rdma_counters", title, CheckStatus.SKIP, "no RDMA device counters on this node."
         )
     sleep = ctx.extra.get("sleep", time.sleep)
     sleep(float(ctx.extra.get("rdma_interval", 1.0)))
-    second = read_counters(ctx.sys_root)
+    second = read_counters(ctx.roots)
     moved = sorted(k for k, v in second.items() if k in first and v != first[k])
     devices = sorted({key.split("/", 1)[0] for key in first})
     if moved:

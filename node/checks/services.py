@@ -59,7 +59,7 @@ def service_checks(ctx: CheckContext) -> list[CheckResult]:
     for service in SERVICES:
         if wanted is not None and service.name not in wanted:
             continue
-        port = cfg.service_port(service.name, service.port)
+        port = cfg.service_port(service.name)
         url = f"http://{host}:{port}{service.liveness_path}"
         result = check_url(
             host, port, service.liveness_path, float(ctx.extra.get("service_timeout", 3.0))

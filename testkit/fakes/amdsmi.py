@@ -22,10 +22,13 @@ class FakeAmdSmi:
 
     With ``count`` > 1 every card answers as the recorded one, under its own handle,
     PCI address, UUID and KFD node (an 8-GPU MI300X platform for the simulated fleet).
+    ``token`` (8 hex digits) replaces part of the recorded UUID and serial, so that cards
+    of different simulated nodes differ.
     """
 
-    def __init__(self, count: int = 1) -> None:
+    def __init__(self, count: int = 1, token: str = "") -> None:
         self.count = count
+        self.token = token
 
     class AmdSmiException(Exception):
         pass
@@ -42,13 +45,19 @@ class FakeAmdSmi:
         return [f"h{index}" for index in range(self.count)]
 
     def amdsmi_get_gpu_asic_info(self, h):
-        serial = f"0x2B1C0E9A7F3D50{_index(h):02X}"
+        serial = (
+            f"0x2B1C{self.token}{_index(h):02X}"
+            if self.token
+            else (f"0x2B1C0E9A7F3D50{_index(h):02X}")
+        )
         return {"market_name": "AMD Instinct MI300X", "asic_serial": serial}
 
     def amdsmi_get_gpu_device_bdf(self, h):
         return f"0000:{0x05 + 0x20 * _index(h):02x}:00.0"
 
     def amdsmi_get_gpu_device_uuid(self, h):
+        if self.token:
+            return f"5fff74a1-0000-1000-80c3-{self.token}{_index(h):04x}"
         return f"5fff74a1-0000-1000-80c3-2b1c0e9a7f{0x3D + _index(h):02x}"
 
     def amdsmi_get_gpu_kfd_info(self, h):

@@ -61,6 +61,9 @@ class FakeGpu:
     gpm_error: int | None = None  # nvmlGpmSampleGet fails with this NVML error
     memory_v2: bool = True  # False: a driver before R510, without nvmlDeviceGetMemoryInfo_v2
     lost: bool = False  # every call raises NVML_ERROR_GPU_IS_LOST
+    serial: str = ""  # "": NVML_ERROR_NOT_SUPPORTED, as on boards without one
+    recovery_action: int | None = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None: before r570
+    nvlink_errors: int | None = 0  # CRC flit errors of all links; None: no NVLink
     blank_power: bool = False  # power reads back as NVML's "not available" sentinel
 
 
@@ -118,6 +121,10 @@ class FakeNvml:
 
     def nvmlDeviceGetMinorNumber(self, h):
         return self._gpu(h).minor
+
+    def nvmlDeviceGetSerial(self, h):
+        gpu = self._gpu(h)
+        return gpu.serial or self._unsupported()
 
     def nvmlDeviceGetUtilizationRates(self, h):
         gpu = self._gpu(h)
@@ -188,10 +195,16 @@ class FakeNvml:
 
     def nvmlDeviceGetFieldValues(self, h, field_ids):
         gpu = self._gpu(h)
+        links = None if gpu.nvlink_errors is None else 0
         values = {
             pynvml.NVML_FI_DEV_MEMORY_TEMP: gpu.mem_temp,
             pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: gpu.nvlink_tx_kib,
             pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: gpu.nvlink_rx_kib,
+            pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: gpu.recovery_action,
+            pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: gpu.nvlink_errors,
+            pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL: links,
+            pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: links,
+            pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL: links,
         }
         out = []
         for field_id in field_ids:
@@ -263,10 +276,10 @@ def two_h200s(**second) -> FakeNvml:
     overrides GPU 1's fields)."""
     return FakeNvml(
         [
-            FakeGpu(uuid="GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"),
+            FakeGpu(uuid="GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93", serial="1650924060123"),
             FakeGpu(uuid="GPU-a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d", bus_id="00000000:3B:00.0",
                     minor=1, util_gpu=0, mem_temp=None, nvlink_tx_kib=None, nvlink_rx_kib=None,
-                    **second),
+                    nvlink_errors=None, **second),
         ]
     )  # fmt: skip
 

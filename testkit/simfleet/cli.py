@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import threading
 from contract.liveness import loop_factory, raise_nofile_limit
 from contract.master_api import registration_body
 from contract.services import SYS_EXPORTER
+from node.gpu.health import DEFAULT_WINDOW
+from testkit.simfleet import control
 from testkit.simfleet.fleet import (
     DEFAULT_BASE,
     DEFAULT_SERVICES,
@@ -105,6 +108,9 @@ async def _serve(args: argparse.Namespace) -> int:
         profiles=args.profiles,
         seed=args.seed,
         fault_rate=args.fault_rate,
+        evidence_window=args.evidence_window,
+        control_dir=control.control_dir(args.state_dir) if args.profiles else None,
+        collect_interval=args.collect_interval,
     )
     needed = sum(len(node.ports) for node in fleet.nodes) + 100
     limit = raise_nofile_limit()
@@ -129,6 +135,13 @@ async def _serve(args: argparse.Namespace) -> int:
     first, last = fleet.nodes[0].ip, fleet.nodes[-1].ip
     what = f"profiles {args.profiles}, seed {args.seed}" if args.profiles else args.services
     print(f"serving {count} simulated nodes on {first} .. {last} ({what})", flush=True)
+    if fleet.control is not None:
+        print(
+            f"faults on demand: python -m testkit.simfleet inject {fleet.nodes[0].hostname} "
+            "xid=79 gpu=3 (heal, reboot, nodes; control file in "
+            f"{fleet.control.folder})",
+            flush=True,
+        )
     if args.register:
         done, errors = await register_fleet(fleet, args.register, args.token)
         print(f"registered {done} of {count} nodes with {args.register}", flush=True)
@@ -241,9 +254,14 @@ def _serve_in_processes(parts: list[tuple[str, int]], argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in control.COMMANDS:
+        return control.main(words)
     parser = argparse.ArgumentParser(
         prog="python -m testkit.simfleet",
-        description="Serve N fake MAC agents on loopback addresses (and optionally register them).",
+        description="Serve N fake MAC agents on loopback addresses (and optionally register "
+        "them). Act on a running fleet with: inject HOST FAULT [gpu=N], heal HOST, "
+        "reboot HOST, nodes (python -m testkit.simfleet inject --help).",
     )
     parser.add_argument("--nodes", type=int, default=10, help="number of fake nodes")
     parser.add_argument("--base", default=DEFAULT_BASE, help="addresses start after this one")
@@ -264,6 +282,26 @@ def main(argv: list[str] | None = None) -> int:
         default=FAULT_RATE,
         help="each profiled node's chance of a GPU or RDMA fault per 10 minutes "
         f"(default {FAULT_RATE}; 0 for none)",
+    )
+    parser.add_argument(
+        "--evidence-window",
+        type=float,
+        default=float(os.environ.get("MAC_GPU_EVIDENCE_WINDOW") or DEFAULT_WINDOW),
+        help="seconds a GPU event (an XID, an ECC error) counts in the simulated GPUs' "
+        "verdicts, as MAC_GPU_EVIDENCE_WINDOW on an agent (default %(default)g)",
+    )
+    parser.add_argument(
+        "--collect-interval",
+        type=float,
+        default=0.0,
+        help="with --profiles: render each exporter page at most once per this many seconds "
+        "and gzip it once when asked, as a real exporter's collection does (the benchmarks "
+        "use the scrape interval); default 0, a fresh page at every scrape",
+    )
+    parser.add_argument(
+        "--state-dir",
+        help="with --profiles: the control file for `inject`, `heal`, `reboot` goes under "
+        "<this>/simfleet (default: MAC_STATE_DIR, else the node's state folder)",
     )
     parser.add_argument(
         "--services",

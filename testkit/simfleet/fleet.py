@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
 import ipaddress
 import json
 import os
@@ -12,11 +14,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from contract.liveness import loop_factory, raise_nofile_limit
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork, Service
+from contract.verdicts import VERDICT_METRICS
+from node.gpu.health import DEFAULT_WINDOW, AmdReading, NvidiaReading
+from testkit.simfleet.health import SimVerdicts
 from testkit.simfleet.model import Event, Fault
 from testkit.simfleet.profiles import (
     FAULT_RATE,
@@ -26,6 +32,7 @@ from testkit.simfleet.profiles import (
     registration_nics,
     template,
 )
+from testkit.xdistworker import worker_number
 
 DEFAULT_BASE = "127.20.0.0"
 DEFAULT_SERVICES = (SYS_EXPORTER.name, NIC_EXPORTER.name)
@@ -38,9 +45,12 @@ _block_counter = iter(range(1, 10_000))
 def loopback_base() -> str:
     """A fresh 127.A.B.0 block for one fleet: A from our pid, B from a counter.
 
-    Every test run gets its own block, so parallel runs never collide on 29101.
+    Every test run gets its own block, so parallel runs never collide on 29101; the
+    workers of one xdist run (testkit.xdistworker) get distinct A's for certain.
     """
-    return f"127.{100 + os.getpid() % 150}.{next(_block_counter) % 250}.0"
+    number, count = worker_number(), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    first = os.getpid() % 150 if number is None else os.getpid() % (150 // count) * count + number
+    return f"127.{100 + first}.{next(_block_counter) % 250}.0"
 
 
 class Mode(StrEnum):
@@ -105,7 +115,7 @@ class Port:
 
     ip: str
     service: Service
-    answer: bytes | Callable[[], bytes]  # a callable renders the page per request
+    answer: bytes | Callable[[], bytes]  # a callable renders the page (CollectedPage: cached)
     # The other paths the real exporter serves (exporters.server: every exporter has
     # both /metrics and /health), so that Prometheus' scrape of a /health-probed
     # service (sys-manager, bmc-agent) gets a page, not a 404.
@@ -118,9 +128,13 @@ class Port:
     # Called (on the fleet's thread) as each request arrives, before any answer: a test
     # acts while the prober is provably waiting on this port, not at a guessed moment.
     on_request: Callable[[], None] | None = None
+    # A GPU exporter's verdict lines: what `/metrics?name[]=mac_gpu_health...` (the
+    # master's probe query, contract.verdicts) answers.
+    verdicts: Callable[[], bytes] | None = None
 
-    def reply(self, path: bytes) -> bytes | None:
-        """The bytes to send for a request of `path` in the current mode; None = hang."""
+    def reply(self, path: bytes, gzipped: bool = False) -> bytes | None:
+        """The bytes to send for a request of `path` in the current mode; None = hang.
+        `gzipped`: the client accepts gzip (served only by a CollectedPage)."""
         self.requests += 1
         if self.on_request is not None:
             self.on_request()
@@ -128,13 +142,18 @@ class Port:
             return None
         if self.mode is Mode.HTTP_500:
             return _response("500 Internal Server Error", "text/plain", b"exporter failed\n")
-        path = path.split(b"?", 1)[0]
+        path, _, query = path.partition(b"?")
         if path != self.service.liveness_path.encode():
             if path in self.others and self.mode is not Mode.BAD_BODY:
                 return self.others[path]
             return _response("404 Not Found", "text/plain", b"not found\n")
         if self.mode is Mode.BAD_BODY:
             return _response("200 OK", "text/html", b"<html><body>login</body></html>\n")
+        names = parse_qs(query.decode("latin-1")).get("name[]") if query else None
+        if names and self.verdicts is not None and set(names) <= set(VERDICT_METRICS):
+            return _response("200 OK", "text/plain; version=0.0.4; charset=utf-8", self.verdicts())
+        if isinstance(self.answer, CollectedPage):
+            return self.answer(gzipped)
         return self.answer() if callable(self.answer) else self.answer
 
 
@@ -162,7 +181,8 @@ class _Responder(asyncio.Protocol):
             return
         parts = self.buffer.split(b" ", 2)
         path = parts[1] if len(parts) > 2 else b"/"
-        reply = self.port.reply(path)
+        head = self.buffer.split(b"\r\n\r\n", 1)[0].lower()
+        reply = self.port.reply(path, b"accept-encoding:" in head and b"gzip" in head)
         if reply is None:
             self.port.hung.add(self.transport)
             return
@@ -220,12 +240,63 @@ def other_pages(service: Service, hostname: str) -> dict[bytes, bytes]:
     return pages
 
 
-def _page_for(hardware: SimHardware, service: Service, hostname: str) -> Callable[[], bytes]:
-    def answer() -> bytes:
-        page = hardware.page(service.name, hostname)
-        return _response("200 OK", "text/plain; version=0.0.4; charset=utf-8", page or b"")
+def healthy_verdicts(service: Service, hostname: str, token: str) -> bytes:
+    """The verdicts of a plain node's GPU exporter: eight GPUs, all healthy, one boot."""
+    count, vendor = 8, service.gpu_vendor
+    verdicts = SimVerdicts(vendor, count, token, DEFAULT_WINDOW)
+    kind = NvidiaReading if vendor == "nvidia" else AmdReading
+    readings = [kind(gpu, *verdicts.identity(gpu)) for gpu in range(count)]
+    return verdicts.page(hostname, readings, f"{token}-0000-4000-8000-000000000000", time.time())
 
-    return answer
+
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class CollectedPage:
+    """A node's exporter page as a real exporter serves it: collected at most once per
+    `interval` seconds of `clock` (dcgm-exporter and node_exporter's textfile collector
+    read the hardware on a timer, not per scrape) and gzipped at most once per
+    collection, when a scraper asks for gzip. interval 0: rendered at every request.
+    `forget()` drops the cached page (a fault injected now shows at the next scrape)."""
+
+    def __init__(
+        self, render: Callable[[], bytes], clock: Callable[[], float], interval: float = 0.0
+    ) -> None:
+        self.render, self.clock, self.interval = render, clock, interval
+        self.tick: int | None = None
+        self.plain = b""
+        self.packed: bytes | None = None
+
+    def forget(self) -> None:
+        self.tick = None
+
+    def __call__(self, gzipped: bool = False) -> bytes:
+        if self.interval <= 0:
+            return _response("200 OK", TEXT_FORMAT, self.render())
+        tick = int(self.clock() // self.interval)
+        if tick != self.tick:
+            self.tick, self.plain, self.packed = tick, self.render(), None
+        if not gzipped:
+            return _response("200 OK", TEXT_FORMAT, self.plain)
+        if self.packed is None:
+            self.packed = gzip.compress(self.plain, compresslevel=1)
+        return _gzip_response(self.packed)
+
+
+def _gzip_response(body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.1 200 OK\r\nContent-Type: {TEXT_FORMAT}\r\nContent-Encoding: gzip\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _page_for(
+    hardware: SimHardware, service: Service, hostname: str, collect_interval: float = 0.0
+) -> CollectedPage:
+    return CollectedPage(
+        lambda: hardware.page(service.name, hostname) or b"", hardware.clock, collect_interval
+    )
 
 
 @dataclass(eq=False)
@@ -262,6 +333,8 @@ class SimFleet:
     profile's services and renders its exporters' pages per scrape from ``seed``,
     its address and the seconds since the fleet was made; ``fault_rate`` is each node's
     chance of a fault per 10 minutes (0: only the faults ``inject`` starts).
+    ``collect_interval`` > 0 renders each page at most once per that many seconds, as a
+    real exporter's collection does (CollectedPage); 0 renders it at every scrape.
     """
 
     def __init__(
@@ -274,6 +347,9 @@ class SimFleet:
         profiles: str | None = None,
         seed: int = 0,
         fault_rate: float = FAULT_RATE,
+        evidence_window: float = DEFAULT_WINDOW,
+        control_dir: str | os.PathLike | None = None,
+        collect_interval: float = 0.0,
     ) -> None:
         names = list(services)
         unknown = [name for name in names if name not in BY_NAME]
@@ -282,6 +358,9 @@ class SimFleet:
         addresses = list(ips) if ips else node_addresses(count, base)
         started = time.monotonic()
         self.clock = lambda: time.monotonic() - started
+        epoch = time.time()  # the Unix time of the clock's 0: when GPU evidence was seen
+        self.control_dir = control_dir
+        self.control = None  # testkit.simfleet.control.ControlServer once started
         kinds = assign(len(addresses), parse_mix(profiles)) if profiles else None
         for kind in set(kinds or ()):
             for name in kind.services:  # now: building one on the first scrape stalls the loop
@@ -301,41 +380,89 @@ class SimFleet:
                     )
                     for name in names
                 }
+                for port in ports.values():
+                    if port.service.gpu_vendor:
+                        token = f"{int(ipaddress.IPv4Address(ip)):08x}"
+                        page = healthy_verdicts(port.service, hostname, token)
+                        port.verdicts = lambda page=page: page
                 self.nodes.append(SimNode(index, ip, hostname, ports))
                 continue
-            hardware = SimHardware(kinds[index], seed, ip, self.clock, fault_rate)
+            hardware = SimHardware(
+                kinds[index], seed, ip, self.clock, fault_rate, window=evidence_window, epoch=epoch
+            )
             ports = {}
             for name in hardware.profile.services:
                 service = BY_NAME[name]
                 others = other_pages(service, hostname)
                 if service.liveness_path == "/metrics":
-                    answer = _page_for(hardware, service, hostname)
+                    answer = _page_for(hardware, service, hostname, collect_interval)
                 else:
                     answer = _body_for(service, hostname, b"")
                 ports[name] = Port(ip, service, answer, others)
+                if service.gpu_vendor:
+                    ports[name].verdicts = functools.partial(hardware.verdict_page, hostname)
             self.nodes.append(SimNode(index, ip, hostname, ports, hardware))
         self.by_ip = {node.ip: node for node in self.nodes}
+        self.by_hostname = {node.hostname: node for node in self.nodes}
 
-    def inject(self, which: int | str, fault: Fault | str, target: int = 0, xid: int = 0) -> Event:
-        """Start a fault now on one node's GPU or NIC ``target`` (a node with a profile)."""
-        hardware = self.node(which).hardware
-        if hardware is None:
+    def _hardware(self, which: int | str) -> SimHardware:
+        node = self.node(which)
+        if node.hardware is None:
             raise ValueError(f"node {which!r} has no hardware profile to fail")
-        return hardware.inject(fault, target, xid)
+        # What is done to the node shows at its next scrape, whatever was collected.
+        for port in node.ports.values():
+            if isinstance(port.answer, CollectedPage):
+                port.answer.forget()
+        return node.hardware
+
+    def inject(
+        self,
+        which: int | str,
+        fault: Fault | str,
+        target: int = 0,
+        xid: int = 0,
+        length: float | None = None,
+    ) -> Event:
+        """Start a fault now on one node's GPU or NIC ``target`` (a node with a profile)."""
+        return self._hardware(which).inject(fault, target, xid, length=length)
+
+    def heal(self, which: int | str) -> list[Event]:
+        """End the faults going on now on one node (testkit.simfleet.profiles.SimHardware.heal)."""
+        return self._hardware(which).heal()
+
+    def reboot(self, which: int | str) -> str:
+        """Reboot one node's simulated hardware; returns its new boot_id."""
+        hardware = self._hardware(which)
+        hardware.reboot()
+        return hardware.boot_id
 
     async def start(self) -> None:
         raise_nofile_limit()
         for node in self.nodes:
             for port in node.ports.values():
                 await self._apply(port, port.mode)
+        if self.control_dir is not None:
+            from testkit.simfleet.control import ControlServer
+
+            self.control = ControlServer(self, self.control_dir)
+            await self.control.start()
 
     async def stop(self) -> None:
+        if self.control is not None:
+            await self.control.stop()
+            self.control = None
         for node in self.nodes:
             for port in node.ports.values():
                 await self._close(port)
 
     def node(self, which: int | str) -> SimNode:
-        return self.nodes[which] if isinstance(which, int) else self.by_ip[which]
+        """A node by index, address or host name (KeyError naming it when there is none)."""
+        if isinstance(which, int):
+            return self.nodes[which]
+        found = self.by_ip.get(which) or self.by_hostname.get(which)
+        if found is None:
+            raise KeyError(which)
+        return found
 
     async def set_mode(self, which: int | str, service: str, mode: Mode | str) -> None:
         port = self.node(which).ports[service]
@@ -434,8 +561,21 @@ class FleetThread:
     def set_node_mode(self, which: int | str, mode: Mode | str) -> None:
         self._call(self.fleet.set_node_mode(which, mode))
 
-    def inject(self, which: int | str, fault: Fault | str, target: int = 0, xid: int = 0) -> Event:
-        return self.loop_call(self.fleet.inject, which, fault, target, xid)
+    def inject(
+        self,
+        which: int | str,
+        fault: Fault | str,
+        target: int = 0,
+        xid: int = 0,
+        length: float | None = None,
+    ) -> Event:
+        return self.loop_call(self.fleet.inject, which, fault, target, xid, length)
+
+    def heal(self, which: int | str) -> list[Event]:
+        return self.loop_call(self.fleet.heal, which)
+
+    def reboot(self, which: int | str) -> str:
+        return self.loop_call(self.fleet.reboot, which)
 
     def loop_call(self, function, *args):
         """Run a plain function on the fleet's loop thread (the state it touches lives there)."""

@@ -6,11 +6,14 @@ with eight MI300Xs, nic-exporter ``RdmaSource`` and ``InfinibandSource`` over a
 sysfs tree cloned from the recorded mlx5, bnxt_re and GPUBoost devices of
 tests/fixtures (with ``ethtool -S`` answered from the recorded outputs). Their
 /metrics text, with the node's hostname replaced by ``HOST``, becomes a profile's
-template (testkit.simfleet.template); only the values move afterwards.
+template (testkit.simfleet.template); only the values move afterwards. GPU UUIDs and
+serials carry ``TOKEN``, which each node replaces with its own, so that no two simulated
+GPUs share an identity (the master keeps a GPU's fault history by it).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -24,6 +27,8 @@ from node.host import Roots
 
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
 HOST = "simfleet-template-host"  # stands for the node's hostname in every template
+TOKEN = "5eedf00d"  # stands for the node's own 8 hex digits in GPU UUIDs and serials
+NVIDIA_DRIVER = "550.90.07"
 XIDS = (13, 31, 43, 48, 63, 79, 94)  # the XIDs a simulated GPU may report
 
 
@@ -111,20 +116,51 @@ def scrape(exporter: Exporter, times: int = 2) -> str:
     return text.decode()
 
 
-def nvidia_gpus(count: int) -> str:
-    """dcgm-exporter's page for ``count`` H200s with NVLink, every simulated XID seen once."""
-    from exporters.nvidia import NvmlSource, generate_dcgm_latest
-    from testkit.fakes.nvml import FakeGpu, FakeNvml
+def h200s(count: int) -> list:
+    """The fake H200s of the NVIDIA profile (identities carry TOKEN)."""
+    from testkit.fakes.nvml import FakeGpu
 
-    gpus = [
+    return [
         FakeGpu(
-            uuid=f"GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b{index:02x}",
+            uuid=f"GPU-5d2f7b1e-8c3a-4f6e-9b0d-{TOKEN}{index:04x}",
             bus_id=f"00000000:{0x19 + 0x10 * index:02X}:00.0",
             minor=index,
+            serial=f"1652{TOKEN}{index:02d}",
         )
         for index in range(count)
     ]
-    nvml = FakeNvml(gpus)
+
+
+@functools.cache
+def nvidia_identities(count: int) -> tuple[tuple[str, ...], ...]:
+    """dcgm-exporter's verdict labels of each GPU (exporters.nvidia.HEALTH_LABELS)."""
+    return tuple(
+        (str(i), gpu.uuid, gpu.bus_id, f"nvidia{i}", gpu.name, HOST, NVIDIA_DRIVER, gpu.serial)
+        for i, gpu in enumerate(h200s(count))
+    )
+
+
+@functools.cache
+def amd_identities(count: int) -> tuple[tuple[str, ...], ...]:
+    """rocm-exporter's labels of each MI300X (exporters.amd.LABELS), as amdsmi names them."""
+    from testkit.fakes.amdsmi import FakeAmdSmi
+
+    smi = FakeAmdSmi(count, token=TOKEN)
+    identities = []
+    for index, handle in enumerate(smi.amdsmi_get_processor_handles()):
+        asic = smi.amdsmi_get_gpu_asic_info(handle)
+        uuid = smi.amdsmi_get_gpu_device_uuid(handle)
+        identities.append((str(index), uuid, "0", asic["asic_serial"], asic["market_name"], "AMD"))
+    return tuple(identities)
+
+
+def nvidia_gpus(count: int) -> str:
+    """dcgm-exporter's page for ``count`` H200s with NVLink, every simulated XID seen once."""
+    from exporters.nvidia import NvmlSource, generate_dcgm_latest
+    from testkit.fakes.nvml import FakeNvml
+
+    gpus = h200s(count)
+    nvml = FakeNvml(gpus, driver=NVIDIA_DRIVER)
     nvml.pending_xids = [(index, xid) for index in range(count) for xid in XIDS]
     source = NvmlSource(HOST, nvml=nvml)
     return scrape(Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest))
@@ -140,7 +176,8 @@ def amd_gpus(count: int) -> str:
         proc_root=str(FIXTURES / "proc"),
         dev_root=str(FIXTURES / "dev-amd"),
     )
-    return scrape(Exporter("rocm-exporter", [AmdGpuSource(roots, amdsmi=FakeAmdSmi(count))]))
+    source = AmdGpuSource(roots, amdsmi=FakeAmdSmi(count, token=TOKEN))
+    return scrape(Exporter("rocm-exporter", [source]))
 
 
 def nics(kind: NicKind, count: int) -> str:

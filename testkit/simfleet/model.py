@@ -28,13 +28,30 @@ TAU = 2 * math.pi
 
 
 class Fault(StrEnum):
-    XID = "xid"
-    ECC = "ecc"
-    GPU_LOST = "gpu_lost"
-    LINK_FLAP = "link_flap"
+    XID = "xid"  # an XID event (its code in Event.xid)
+    ECC = "ecc"  # an uncorrectable (double-bit) ECC error, with XID 48 on NVIDIA
+    SBE = "sbe"  # a burst of correctable (single-bit) ECC errors
+    GPU_LOST = "gpu_lost"  # off the bus (NVML_ERROR_GPU_IS_LOST, XID 79; AMD: gone)
+    REMAP_PENDING = "remap_pending"  # a row remap waiting for a GPU reset
+    REMAP_FAILURE = "remap_failure"  # row remapping failed
+    THERMAL = "thermal"  # hardware thermal slowdown
+    NVLINK = "nvlink"  # a burst of NVLink CRC errors
+    RECOVERY = "recovery_action"  # the driver's recovery action (its value in Event.xid)
+    AMD_HEALTH = "amd_health"  # AMD's GPU_HEALTH flag unhealthy (a fatal error)
+    LINK_FLAP = "link_flap"  # an RDMA port down for a while
 
 
-DURATION = {Fault.XID: 0.0, Fault.ECC: 0.0, Fault.GPU_LOST: 300.0, Fault.LINK_FLAP: 150.0}
+INF = math.inf
+# How long a fault lasts once started: 0 for events (they happen, their traces stay in
+# the counters), a span for scheduled conditions; injected conditions last until healed.
+DURATION = {
+    Fault.XID: 0.0, Fault.ECC: 0.0, Fault.SBE: 0.0, Fault.NVLINK: 0.0,
+    Fault.GPU_LOST: 300.0, Fault.LINK_FLAP: 150.0,
+    Fault.REMAP_PENDING: INF, Fault.REMAP_FAILURE: INF, Fault.THERMAL: INF,
+    Fault.RECOVERY: INF, Fault.AMD_HEALTH: INF,
+}  # fmt: skip
+# How many errors a burst adds to the counters.
+BURST = 100
 SCHEDULED_XIDS = (13, 31, 43, 63, 94)  # 48 comes with an ECC error, 79 with a lost GPU
 
 
@@ -49,11 +66,12 @@ class Event:
     fault: Fault
     start: float
     target: int  # the GPU or NIC index
-    xid: int = 0
+    xid: int = 0  # the XID (XID faults) or the recovery action's value (recovery_action)
+    length: float | None = None  # None: DURATION of the fault
 
     @property
     def end(self) -> float:
-        return self.start + DURATION[self.fault]
+        return self.start + (DURATION[self.fault] if self.length is None else self.length)
 
 
 def scheduled(seed: int, key: str, window: int, rate: float, faults: tuple[Fault, ...]):
@@ -77,10 +95,17 @@ class NodeState:
     xids: dict[tuple[int, int], int] = field(default_factory=dict)  # (gpu, xid) -> count
     last_xid: dict[int, int] = field(default_factory=dict)
     ecc: dict[int, int] = field(default_factory=dict)  # gpu -> uncorrectable errors
+    sbe: dict[int, int] = field(default_factory=dict)  # gpu -> correctable errors
+    nvlink: dict[int, int] = field(default_factory=dict)  # gpu -> NVLink CRC errors
     downed: dict[int, int] = field(default_factory=dict)  # nic -> link_downed
     missed: dict[int, float] = field(default_factory=dict)  # nic -> bytes not carried
     injected: list[Event] = field(default_factory=list)
     applied: set[Event] = field(default_factory=set)
+    healed: dict[Event, float] = field(default_factory=dict)  # ended early, at this time
+    boots: int = 0  # reboots since the fleet started
+
+    def active(self, event: Event, now: float) -> bool:
+        return event.start <= now < min(event.end, self.healed.get(event, INF))
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,19 @@ testkit.simfleet.model, so 10,000 nodes cost one template each plus a small stat
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from contract.services import BY_NAME
+from contract.verdicts import VERDICT_METRICS
+from node.gpu.health import DEFAULT_WINDOW, AmdReading, NvidiaReading
 from testkit.simfleet import hardware
 from testkit.simfleet.hardware import BNXT_RE, GPUBOOST, MLX5, XIDS, NicKind, nic_names
+from testkit.simfleet.health import SimVerdicts
 from testkit.simfleet.model import (
+    BURST,
     LINE_RATE,
     WINDOW,
     Event,
@@ -36,6 +41,8 @@ MI300X_VRAM_MB = 196_592
 HOST_CPUS = 8
 HOST_MEMORY = 2 * 1024**4
 FAULT_RATE = 0.02  # chance of a fault per node per 10-minute window
+EPOCH = 1_781_000_000.0  # Unix time of the clock's 0 when a test's clock has no wall time
+SW_POWER_CAP, HW_THERMAL_SLOWDOWN = 0x4, 0x40  # NVML clock event reasons
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,7 @@ def template(profile: str, service: str) -> Template | None:
         text = hardware.nics(spec.nic, spec.nic_count)
     else:
         return None
-    return Template(text, spec.nic_owners)
+    return Template(text, spec.nic_owners, drop=VERDICT_METRICS)
 
 
 @functools.cache
@@ -166,6 +173,8 @@ class SimHardware:
     clock: Callable[[], float]
     fault_rate: float = FAULT_RATE  # 0: only injected faults
     state: NodeState = field(default_factory=NodeState)
+    window: float = DEFAULT_WINDOW  # how long GPU evidence counts (MAC_GPU_EVIDENCE_WINDOW)
+    epoch: float = EPOCH  # Unix time when clock() was 0
 
     def __post_init__(self) -> None:
         idle, boot, memory, _ = unit(self.seed, self.key, "node")
@@ -173,12 +182,58 @@ class SimHardware:
         self.boot = 3600 + boot * 5 * 86400  # seconds since boot when the fleet starts
         self.memory_period = 3600 + memory * 10_800
         self.memory_offset = boot * 10_000
+        self.token = hashlib.blake2b(f"{self.seed}:{self.key}".encode(), digest_size=4).hexdigest()
+        self.verdicts = (
+            SimVerdicts(self.profile.gpu_vendor, self.profile.gpu_count, self.token, self.window)
+            if self.profile.gpu_count
+            else None
+        )
 
-    def inject(self, fault: Fault | str, target: int = 0, xid: int = 0, after: float = 0) -> Event:
-        """A fault starting ``after`` seconds from now on GPU or NIC ``target``."""
-        event = Event(Fault(fault), self.clock() + after, target, xid)
+    @property
+    def boot_id(self) -> str:
+        """The kernel's boot_id as this node's exporters report it: new at each reboot."""
+        return f"{self.token}-0000-4000-8000-{self.state.boots:012x}"
+
+    def inject(
+        self,
+        fault: Fault | str,
+        target: int = 0,
+        xid: int = 0,
+        after: float = 0,
+        length: float | None = None,
+    ) -> Event:
+        """A fault starting ``after`` seconds from now on GPU or NIC ``target``, lasting
+        ``length`` seconds (None: the fault's own DURATION; conditions then last until healed)."""
+        event = Event(Fault(fault), self.clock() + after, target, xid, length)
         self.state.injected.append(event)
         return event
+
+    def heal(self) -> list[Event]:
+        """End every fault still going on now (a lost GPU is back, a condition is gone);
+        what past events left (XIDs, error counts) clears as the evidence window passes."""
+        now = self.clock()
+        ended = [e for e in self.state.injected if self.state.active(e, now)]
+        current = scheduled(
+            self.seed, self.key, int(now // WINDOW), self.fault_rate, self.profile.faults
+        )
+        if current is not None and self.state.active(current, now):
+            ended.append(current)
+        for event in ended:
+            self.state.healed[event] = now
+        return ended
+
+    def reboot(self) -> None:
+        """A reboot: a new boot_id, every fault over, the driver's counters and the
+        exporters' memory (XIDs) start again."""
+        self.heal()
+        state = self.state
+        state.boots += 1
+        state.xids.clear()
+        state.last_xid.clear()
+        for counts in (state.ecc, state.sbe, state.nvlink):
+            counts.clear()
+        if self.verdicts is not None:
+            self.verdicts.reboot()
 
     # -- faults ------------------------------------------------------------------------
 
@@ -206,12 +261,16 @@ class SimHardware:
             state.applied.add(event)
             gpu = event.target % max(self.profile.gpu_count, 1)
             if event.fault is Fault.XID:
-                self._xid(gpu, event.xid)
+                self._xid(gpu, event.xid, event.start)
             elif event.fault is Fault.ECC:
                 state.ecc[gpu] = state.ecc.get(gpu, 0) + 1
-                self._xid(gpu, 48)
+                self._xid(gpu, 48, event.start)
+            elif event.fault is Fault.SBE:
+                state.sbe[gpu] = state.sbe.get(gpu, 0) + BURST
+            elif event.fault is Fault.NVLINK:
+                state.nvlink[gpu] = state.nvlink.get(gpu, 0) + BURST
             elif event.fault is Fault.GPU_LOST:
-                self._xid(gpu, 79)
+                self._xid(gpu, 79, event.start)
             elif event.fault is Fault.LINK_FLAP and self.profile.nic_count:
                 nic = event.target % self.profile.nic_count
                 state.downed[nic] = state.downed.get(nic, 0) + 1
@@ -226,13 +285,59 @@ class SimHardware:
             self.seed, self.key, int(now // WINDOW), self.fault_rate, self.profile.faults
         )
         candidates = [*state.injected, *([current] if current else [])]
-        return [e for e in candidates if e.start <= now < e.end]
+        return [e for e in candidates if state.active(e, now)]
 
-    def _xid(self, gpu: int, xid: int) -> None:
+    def _xid(self, gpu: int, xid: int, at: float) -> None:
         if self.profile.gpu_vendor != "nvidia":
             return
         self.state.xids[(gpu, xid)] = self.state.xids.get((gpu, xid), 0) + 1
         self.state.last_xid[gpu] = xid
+        if self.verdicts is not None:
+            self.verdicts.xid(gpu, xid, self.epoch + at)
+
+    # -- GPU verdicts ------------------------------------------------------------------
+
+    def verdict_page(self, hostname: str) -> bytes:
+        """The verdict lines of this node's GPU exporter now (the sweep's probe query)."""
+        if self.verdicts is None:
+            return b""
+        now = self.clock()
+        active = self._advance(now)
+        readings = self._readings(active)
+        return self.verdicts.page(hostname, readings, self.boot_id, self.epoch + now)
+
+    def _readings(self, active: list[Event]) -> list[NvidiaReading | AmdReading]:
+        """What each GPU's driver would answer now; a lost AMD GPU is not read at all."""
+        state, lost = self.state, self._lost_gpus(active)
+        going = {(e.fault, e.target % max(self.profile.gpu_count, 1)): e for e in active}
+        readings: list[NvidiaReading | AmdReading] = []
+        for gpu in range(self.profile.gpu_count):
+            uuid, serial = self.verdicts.identity(gpu)
+            if self.profile.gpu_vendor == "nvidia":
+                recovery = going.get((Fault.RECOVERY, gpu))
+                thermal = (Fault.THERMAL, gpu) in going
+                readings.append(
+                    NvidiaReading(
+                        gpu, uuid, serial, lost=gpu in lost,
+                        recovery_action=recovery.xid if recovery else 0,
+                        ecc_uncorrectable=state.ecc.get(gpu, 0),
+                        ecc_correctable=2 + state.sbe.get(gpu, 0),
+                        remap_pending=(Fault.REMAP_PENDING, gpu) in going,
+                        remap_failed=(Fault.REMAP_FAILURE, gpu) in going,
+                        nvlink_errors=state.nvlink.get(gpu, 0),
+                        clock_reasons=SW_POWER_CAP | (HW_THERMAL_SLOWDOWN if thermal else 0),
+                    )
+                )  # fmt: skip
+            elif gpu not in lost:
+                ecc = state.ecc.get(gpu, 0)
+                flag = not ecc and (Fault.AMD_HEALTH, gpu) not in going
+                readings.append(
+                    AmdReading(
+                        gpu, uuid, serial, health_flag=flag, ecc_uncorrectable=ecc,
+                        ecc_correctable=3 + state.sbe.get(gpu, 0),
+                    )
+                )  # fmt: skip
+        return readings
 
     # -- values ------------------------------------------------------------------------
 
@@ -260,7 +365,11 @@ class SimHardware:
             hidden = self._amd(values, now, active)
         elif service == "nic-exporter":
             self._nics(values, now, active)
-        return shared.render(hostname, values, hidden)
+        page = shared.render(hostname, values, hidden, self.token)
+        if service in ("dcgm-exporter", "rocm-exporter") and self.verdicts is not None:
+            readings = self._readings(active)
+            page += self.verdicts.page(hostname, readings, self.boot_id, self.epoch + now)
+        return page
 
     def _utilisation(self, gpu: int, now: float) -> tuple[float, object]:
         wave = gpu_wave(self.seed, self.key, gpu, self.idle)
@@ -278,6 +387,9 @@ class SimHardware:
     def _nvidia(self, values: dict, now: float, active: list[Event]) -> set:
         lost = self._lost_gpus(active)
         state = self.state
+        count = max(self.profile.gpu_count, 1)
+        slowed = {e.target % count for e in active if e.fault is Fault.THERMAL}
+        failed = {e.target % count for e in active if e.fault is Fault.REMAP_FAILURE}
         for gpu in range(self.profile.gpu_count):
             owner = ("gpu", gpu)
             values[("mac_gpu_lost", owner, "")] = 1.0 if gpu in lost else 0.0
@@ -306,6 +418,10 @@ class SimHardware:
                 ("DCGM_FI_DEV_FB_USED", used),
                 ("DCGM_FI_DEV_FB_FREE", H200_FB_MIB - used),
                 ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", state.ecc.get(gpu, 0)),
+                ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 2 + state.sbe.get(gpu, 0)),
+                ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                 SW_POWER_CAP | HW_THERMAL_SLOWDOWN * (gpu in slowed)),
+                ("DCGM_FI_DEV_ROW_REMAP_FAILURE", float(gpu in failed)),
             ):  # fmt: skip
                 values[(name, owner, "")] = value
         return {("gpu", gpu) for gpu in lost}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from testkit.simfleet.hardware import HOST
+from testkit.simfleet.hardware import HOST, TOKEN
 
 Owner = tuple[str, int] | None
 Key = tuple[str, Owner, str]
@@ -51,10 +51,14 @@ class Line:
 class Template:
     """The lines of one exporter's page, keyed for the value model."""
 
-    def __init__(self, text: str, nics: Mapping[str, int] | None = None) -> None:
+    def __init__(
+        self, text: str, nics: Mapping[str, int] | None = None, drop: Collection[str] = ()
+    ) -> None:
         nics = nics or {}
         self.lines: list[Line] = []
         for raw in text.splitlines():
+            if _family_of(raw) in drop:
+                continue  # rendered per node elsewhere (the GPU verdicts)
             if raw.startswith("#") or not raw.strip():
                 self.lines.append(Line("", None, raw + "\n"))
                 continue
@@ -66,12 +70,16 @@ class Template:
         self.keys = {line.key for line in self.lines if line.key is not None}
 
     def render(
-        self, hostname: str, values: Mapping[Key, float | None], hidden: Collection[Owner] = ()
+        self,
+        hostname: str,
+        values: Mapping[Key, float | None],
+        hidden: Collection[Owner] = (),
+        token: str = TOKEN,
     ) -> bytes:
         """The page for one node: ``values`` for the keyed lines, ``hidden`` owners dropped.
 
         A line whose key is missing from ``values`` keeps its recorded value, unless
-        its owner is hidden.
+        its owner is hidden. ``token`` is the node's own part of its GPUs' identities.
         """
         out = []
         append = out.append
@@ -86,4 +94,11 @@ class Template:
                     append(f"{line.prefix}{float(value)!r}\n")
             elif key[1] not in hidden:
                 append(line.static)
-        return "".join(out).replace(HOST, hostname).encode()
+        return "".join(out).replace(HOST, hostname).replace(TOKEN, token).encode()
+
+
+def _family_of(line: str) -> str:
+    """The metric a line is about: its sample name, or the name a HELP or TYPE line gives."""
+    if line.startswith("# HELP ") or line.startswith("# TYPE "):
+        return line.split(" ", 3)[2]
+    return line.split("{", 1)[0].split(" ", 1)[0]

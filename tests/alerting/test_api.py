@@ -51,8 +51,9 @@ def test_a_secret_url_is_never_returned_and_an_empty_one_keeps_it(staff_client, 
 def test_the_smtp_password_is_write_only(staff_client, am_settings):
     created = staff_client.post(
         URL,
-        {"name": "mail", "kind": "email", "email_to": "ops@example.test", "smtp_host": "smtp.test",
-         "smtp_from": "mac@example.test", "smtp_user": "mac", "smtp_password": "hunter2-long"},
+        {"name": "mail", "kind": "email", "email_to": "ops@example.test",
+         "smtp_host": "smtp.example.test", "smtp_from": "mac@example.test", "smtp_user": "mac",
+         "smtp_password": "hunter2-long"},
         format="json",
     )  # fmt: skip
     assert created.status_code == 201, created.json()

@@ -116,3 +116,33 @@ def test_an_offline_node_email_carries_host_reason_diagnosis_fix_and_link(
     assert "sudo sysctl -w net.ipv4.ip_forward=1" in text and fix.splitlines()[0] in text
     assert f"Node page: http://mac.example.test:28080/nodes/{node.pk}/" in text
     assert f"Since:     {node.status_changed_at:%Y-%m-%d %H:%M}" in text
+
+
+def test_the_node_route_sends_changes_after_one_probe_interval_per_node(alertmanager, webhook):
+    """A node that dies again is paged within a probe interval, not MAC_ALERT_GROUP_INTERVAL;
+    reminders still follow MAC_ALERT_REPEAT_INTERVAL (inherited from the top route)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    webhook_channel("ops", webhook.url)
+    config = yaml.safe_load(services.config_path().read_text())
+    assert "mac-channel-" in loaded_receivers(alertmanager)  # Alertmanager loaded it
+    [node] = [r for r in config["route"]["routes"] if "MacNodeOffline" in str(r.get("matchers"))]
+    assert node["group_by"] == ["alertname", "cluster_name", "node"]
+    assert node["group_interval"] == "1s"  # am_settings: MAC_ALERT_NODE_GROUP_INTERVAL
+    assert "repeat_interval" not in node
+    assert config["route"]["repeat_interval"] == "4h"
+
+    def default(interval: str) -> str:
+        code = "from django.conf import settings; print(settings.ALERT_NODE_GROUP_INTERVAL)"
+        env = {"MAC_PROBE_INTERVAL": interval, "DJANGO_SETTINGS_MODULE": "macweb.settings"}
+        done = subprocess.run(
+            [sys.executable, "-c", f"import django; django.setup(); {code}"],
+            env={**__import__("os").environ, **env}, capture_output=True, text=True,
+            timeout=120, check=True,
+        )  # fmt: skip
+        return done.stdout.strip()
+
+    assert (default("2"), default("5"), default("30"), default("0.5")) == ("2s", "5s", "5s", "1s")

@@ -1,12 +1,14 @@
-"""A channel cannot be aimed inside the master (issue 22): loopback, link-local, cloud
-metadata and the master's own addresses are refused with the field named, in the API and
-the admin, unless MAC_CHANNEL_ALLOWED_NETWORKS allows them; and channels follow Django's
-model permissions, not is_staff."""
+"""A channel cannot be aimed inside the master (issues 22 and 31): loopback, link-local,
+cloud metadata and the master's own addresses are refused with the field named (url or
+smtp_host), in the API and the admin, unless MAC_CHANNEL_ALLOWED_NETWORKS allows them, and
+the master's own servers' ports never; a name must resolve; and channels follow Django's
+model permissions, not is_staff. (Held back later: test_held_channels.py.)"""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -119,3 +121,89 @@ def test_channels_follow_the_model_permissions(api_client, django_user_model, no
     assert created.status_code == 201, created.content
     # Sending a test notification changes nothing, but it is the change permission's.
     assert api_client.post(f"{URL}{created.json()['id']}/test/").status_code == 403
+
+
+def test_a_name_that_does_not_resolve_is_a_400_naming_the_url(staff_client, no_allowlist):
+    body = {"name": "typo", "kind": "webhook", "url": "https://hooks.exmaple.test/mac"}
+    response = staff_client.post(URL, body, format="json")
+
+    assert response.status_code == 400
+    [message] = response.json()["url"]
+    assert message.startswith("hooks.exmaple.test does not resolve (")
+    assert not NotificationChannel.objects.exists()
+
+
+def test_a_name_with_one_address_inside_is_refused(staff_client, no_allowlist, site_dns):
+    site_dns.point("hooks.example.test", "192.0.2.10", "127.0.0.1")
+    body = {"name": "two faced", "kind": "webhook", "url": "http://hooks.example.test/mac"}
+    response = staff_client.post(URL, body, format="json")
+
+    assert response.status_code == 400
+    [message] = response.json()["url"]
+    assert message.startswith("hooks.example.test (resolves to 127.0.0.1) is a loopback address")
+
+
+MAIL = {"name": "mail", "kind": "email", "email_to": "ops@example.test",
+        "smtp_from": "mac@example.test"}  # fmt: skip
+
+
+def test_an_smtp_server_inside_is_a_400_naming_smtp_host(staff_client, no_allowlist):
+    body = {**MAIL, "smtp_host": "127.0.0.1", "smtp_port": 6379}
+    response = staff_client.post(URL, body, format="json")
+
+    assert response.status_code == 400, response.content
+    [message] = response.json()["smtp_host"]
+    assert message.startswith("127.0.0.1 is a loopback address")
+    assert not NotificationChannel.objects.exists()
+
+
+def test_an_smtp_name_that_does_not_resolve_is_refused(staff_client, no_allowlist):
+    response = staff_client.post(URL, {**MAIL, "smtp_host": "mail.nowhere.test"}, format="json")
+
+    assert response.status_code == 400
+    assert "mail.nowhere.test does not resolve" in response.json()["smtp_host"][0]
+
+
+def test_the_allowlist_never_opens_the_masters_own_servers(staff_client, settings):
+    # conftest allows 127.0.0.0/8; Redis (MAC_REDIS_URL) stays closed all the same.
+    redis_port = urlsplit(settings.REDIS_URL).port
+    mail = {**MAIL, "smtp_host": "127.0.0.1", "smtp_port": redis_port}
+    hook = {"name": "prom", "kind": "webhook", "url": "http://127.0.0.1:29090/api/v1/admin"}
+
+    refused_mail = staff_client.post(URL, mail, format="json")
+    refused_hook = staff_client.post(URL, hook, format="json")
+
+    assert refused_mail.status_code == 400
+    assert (
+        f"127.0.0.1, port {redis_port}, is the master's own Redis"
+        in (refused_mail.json()["smtp_host"][0])
+    )
+    assert refused_hook.status_code == 400
+    assert "port 29090, is the master's own Prometheus" in refused_hook.json()["url"][0]
+
+
+def test_a_variable_aimed_inside_is_refused_naming_it(settings, no_allowlist):
+    from alerting.services import ChannelError, channels_from_env
+
+    settings.ALERT_EMAIL_TO, settings.SMTP_FROM = "ops@example.test", "mac@example.test"
+    settings.SMTP_HOST, settings.SMTP_PORT = "127.0.0.1", 6379
+    with pytest.raises(ChannelError, match=r"^MAC_SMTP_HOST: 127\.0\.0\.1 is a loopback"):
+        channels_from_env()
+
+
+def test_a_variable_whose_name_does_not_resolve_yet_is_saved_and_held_back(
+    settings, no_allowlist, site_dns
+):
+    from alerting.services import apply_channels, channels_from_env
+
+    settings.ALERT_WEBHOOK_URL = "http://hooks.later.test/mac"  # its DNS is not up yet
+    channels_from_env()  # the master's start goes on
+    apply_channels(reload=False)
+
+    channel = NotificationChannel.objects.get()
+    assert channel.pending_reason.startswith("hooks.later.test does not resolve any more")
+
+    site_dns.point("hooks.later.test", "192.0.2.30")
+    apply_channels(reload=False)
+    channel.refresh_from_db()
+    assert channel.pending_reason == ""

@@ -173,7 +173,8 @@ def test_a_dead_node_notifies_once_by_webhook_and_email_then_resolves(stack):
 
 def test_a_master_that_stops_posting_leaves_the_alert_to_the_backstop(stack):
     """Beat stopped (no sweep, no post) while the API still serves /metrics: the master's
-    alert would end at its endsAt (20 s here), but the backstop rule holds it."""
+    alert would end at its endsAt (2 minutes on), but the backstop rule fires and holds
+    it."""
     host = stack.host(0)
     stack.fleet.set_node_mode(0, "refuse")
     firing = stack.wait_notification(host, "firing", after=1)
@@ -186,7 +187,8 @@ def test_a_master_that_stops_posting_leaves_the_alert_to_the_backstop(stack):
             alerts = stack.master.get_json(f"{stack.master.am_url}/api/v2/alerts")
             return [a for a in alerts if a["labels"].get("hostname") == host]
 
-        # Past the last post's endsAt: the alert is the backstop's now, and never ended.
+        # The backstop fired (its `for:` is 10 s here): the alert is the backstop's now,
+        # and never ended.
         while time.time() - stopped < 30:
             assert held(), "the alert ended while the node was still Offline"
             time.sleep(1)

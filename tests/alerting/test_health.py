@@ -44,15 +44,44 @@ def test_a_running_alertmanager_and_good_channels_are_ok(client, alertmanager, w
 
 
 @needs_alertmanager
-def test_a_channel_left_out_is_named_in_health(client, alertmanager, webhook):
+def test_a_channel_left_out_is_named_in_health_to_a_logged_in_caller_only(
+    client, alertmanager, webhook, django_user_model
+):
     channel = NotificationChannel(
         name="broken", kind="webhook", url=webhook.url, matchers=['a=~"("']
     )
     services.save_channel(channel, actor="t")
-    body = client.get("/health").json()
+    anonymous = client.get("/health")
+    body = anonymous.json()
     assert body["status"] == "degraded" and "alert_channels" in body["degraded"]
     assert "alert_config" not in body["degraded"]  # the file has what the database has
-    assert (
-        "channel 'broken' left out: error parsing regexp"
-        in body["checks"]["alert_channels"]["detail"]
+    assert body["checks"]["alert_channels"]["detail"] == (
+        "1 channel(s) left out of alertmanager.yml (log in to see which and why)"
     )
+    assert "broken" not in anonymous.content.decode()
+
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    named = client.get("/health").json()["checks"]["alert_channels"]["detail"]
+    assert "channel 'broken' left out: error parsing regexp" in named
+
+
+def test_an_api_token_names_the_channels_too(client, am_settings, django_user_model):
+    from rest_framework.authtoken.models import Token
+
+    NotificationChannel.objects.create(
+        name="ops hook", kind="webhook", url="http://198.51.100.7/hook", config_error="refused"
+    )
+    token = Token.objects.create(user=django_user_model.objects.create_user("grafana"))
+    anonymous = client.get("/health", HTTP_AUTHORIZATION="Token not-a-token")
+    assert "ops hook" not in anonymous.content.decode()
+    named = client.get("/health", HTTP_AUTHORIZATION=f"Token {token.key}")
+    assert (
+        "channel 'ops hook' left out: refused" in named.json()["checks"]["alert_channels"]["detail"]
+    )
+
+
+def test_alertmanagers_credentials_never_show(client, am_settings):
+    am_settings.ALERTMANAGER_URL = "http://mac:am-basic-secret@127.0.0.1:9"
+    response = client.get("/health")
+    assert "am-basic-secret" not in response.content.decode()
+    assert "cannot reach http://127.0.0.1:9" in response.json()["checks"]["alertmanager"]["detail"]

@@ -129,7 +129,13 @@ def test_a_master_that_stops_posting_lets_the_alert_end_by_its_ends_at(
     assert held(alertmanager, "gpu-41") == []
 
 
-def test_a_failed_post_is_counted_shown_in_health_and_retried(alertmanager, am_settings):
+def test_a_failed_post_is_counted_shown_in_health_and_retried(
+    alertmanager, am_settings, monkeypatch
+):
+    from healthcheck import health
+
+    # A master just started: its sweeps are not late, however long the session has run.
+    monkeypatch.setattr(health, "PROCESS_STARTED", time.time())
     node = offline_node("gpu-51", "10.0.0.51")
     reachable = am_settings.ALERTMANAGER_URL
     am_settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"  # nobody listens
@@ -153,8 +159,9 @@ def test_a_failed_post_is_counted_shown_in_health_and_retried(alertmanager, am_s
 
 
 def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, am_settings):
-    """Down, up, down, up within group_interval: one firing notification, then one resolved."""
-    am_settings.ALERT_GROUP_INTERVAL = "12s"
+    """Down, up, down, up within the node route's group_interval: one firing notification,
+    then one resolved."""
+    am_settings.ALERT_NODE_GROUP_INTERVAL = "12s"
     am_settings.ALERT_NODE_GROUP_WAIT = "1s"
     from alerting import services
 
@@ -171,6 +178,24 @@ def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, 
     assert resolved is not None
     assert len(node_alert_hook.matching(about("gpu-61", "firing"))) == 1
     assert len(node_alert_hook.matching(about("gpu-61", "resolved"))) == 1
+
+
+def test_another_installations_records_are_never_posted(alertmanager, node_alert_hook):
+    """A master that used this Redis before left its post record under its own prefix."""
+    from django.conf import settings
+    from django.core.cache.backends.redis import RedisCache
+
+    other = RedisCache(settings.REDIS_URL, {"KEY_PREFIX": "mac-0123456789abcdef"})
+    other.set(nodealerts.POSTED_KEY, {1: "gpu-of-another-master"}, 60)
+    node = offline_node("gpu-81", "10.0.0.81")
+    try:
+        post = nodealerts.post_node_alerts()
+    finally:
+        other.delete(nodealerts.POSTED_KEY)
+
+    assert post.resolved == [] and post.firing == [node.pk]
+    assert node_alert_hook.wait_for(about("gpu-81", "firing"), timeout=30)
+    assert not node_alert_hook.matching(about("gpu-of-another-master", "resolved"))
 
 
 @pytest.fixture

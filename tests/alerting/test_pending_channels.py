@@ -15,9 +15,8 @@ import pytest
 import yaml
 from django.core.cache import cache
 
-from alerting import services, tasks
+from alerting import bulkheads, services, tasks
 from alerting.models import NotificationChannel
-from inventory import bulkheads
 from testkit.alerting import AlertmanagerServer
 from tests.alerting.conftest import needs_alertmanager
 
@@ -73,7 +72,7 @@ def running_alertmanager(folder, am_settings, tmp_path) -> Iterator[Alertmanager
 
 @needs_alertmanager
 def test_the_api_answers_503_with_the_reason_and_the_poll_applies_it_later(
-    staff_client, running_alertmanager, folder, webhook, client
+    staff_client, running_alertmanager, folder, webhook, client, staff
 ):
     folder.block()
     response = staff_client.post(
@@ -88,6 +87,9 @@ def test_the_api_answers_503_with_the_reason_and_the_poll_applies_it_later(
     assert "could not be written" in channel.pending_reason
     health = client.get("/health").json()
     assert "alert_config" in health["degraded"]
+    assert "1 channel(s) saved but pending" in health["checks"]["alert_config"]["detail"]
+    client.force_login(staff)  # the channel's name, to those logged in only
+    health = client.get("/health").json()
     assert "channel 'hook' is saved but pending" in health["checks"]["alert_config"]["detail"]
 
     folder.free()

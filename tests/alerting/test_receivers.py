@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inventory import bulkheads
+from alerting import bulkheads
 
 # Each change commits for real, as in production: its on-commit announcement then runs
 # before the view answers.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 
 import pytest
@@ -14,6 +13,7 @@ from alerting import tasks
 from alerting.client import Alertmanager
 from inventory import live
 from macweb.celery import app
+from testkit.channel_layer import receive_within
 from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def dashboard():
 
     def receive() -> dict:
         async def one() -> dict:
-            return await asyncio.wait_for(layer.receive(name), timeout=10)
+            return await receive_within(layer, name, 10)
 
         return async_to_sync(one)()
 

@@ -366,3 +366,40 @@ async def test_cancelling_a_probe_with_a_second_connection_in_flight_leaves_no_t
         await probe
     await asyncio.sleep(0)
     assert asyncio.all_tasks() - before == set()
+
+
+async def test_a_gpu_exporters_probe_asks_for_the_verdicts_and_keeps_the_answer():
+    from contract.verdicts import VERDICT_QUERY, VERDICT_READ_CAP
+
+    asked: list[bytes] = []
+    body = b'mac_gpu_health{gpu="0",state="healthy",action="none"} 0\n' * 300  # ~17 KiB
+
+    async def handle(reader, writer):
+        asked.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    gpu = Service("dcgm-exporter", port, "bridge", "/metrics", "", VERDICT_QUERY, "nvidia")
+    plain = Service("sys-exporter", port, "bridge", "/metrics", "")
+    async with server:
+        verdicts = await probe_url(gpu, "127.0.0.1", 1.0)
+        liveness = await probe_url(plain, "127.0.0.1", 1.0)
+    assert asked[0].startswith(b"GET /metrics?name%5B%5D=mac_gpu_health&name%5B%5D=")
+    assert verdicts.ok and verdicts.answer == body and not verdicts.cut
+    assert READ_CAP < len(body) < VERDICT_READ_CAP  # more than a liveness probe reads
+    assert asked[1].startswith(b"GET /metrics HTTP/1.1") and liveness.answer is None
+
+
+def test_an_empty_answer_to_the_verdict_query_is_an_exporter_with_nothing_to_judge():
+    """A GPU exporter without GPUs (or without its library) has no verdict lines: the
+    filtered page is empty, and the exporter is still up. A plain /metrics must not be."""
+    from contract.httpwire import judge_answer
+    from contract.services import BY_NAME
+
+    empty = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\r\n"
+    assert judge_answer(BY_NAME["dcgm-exporter"], empty, False)[0] is Outcome.OK
+    assert judge_answer(BY_NAME["rocm-exporter"], empty, False)[0] is Outcome.OK
+    assert judge_answer(BY_NAME["sys-exporter"], empty, False)[0] is Outcome.BAD_BODY

@@ -34,7 +34,9 @@ def engine() -> Iterator[DockerEngine]:
     reason = why_unavailable()
     if reason:
         pytest.skip(reason)
-    started = DockerEngine(tag=f"h{os.getpid() % 100000}").start()
+    # On a machine where other engines ran before: MAC's isolation must not depend on
+    # what they left (testkit.docker_engine, issue 31).
+    started = DockerEngine(tag=f"h{os.getpid() % 100000}", leftovers=True).start()
     try:
         yield started
     finally:
@@ -87,6 +89,12 @@ class Node:
         """What the master says of this node (GET /api/v1/nodes/self, with its key)."""
         done = self.mac("status", "--json")
         return json.loads(done.stdout).get("master") or {}
+
+    def ca(self) -> bytes:
+        """The master's CA, as kept in the mac-tls volume."""
+        done = self.engine.docker("exec", "mac-proxy", "cat", "/var/lib/mac-tls/ca.pem")
+        assert done.returncode == 0, done.stderr
+        return done.stdout.encode()
 
     def containers(self) -> dict[str, dict]:
         ids = self.engine.docker("ps", "-aq", "--filter", "name=^/mac-").stdout.split()

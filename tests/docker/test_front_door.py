@@ -2,16 +2,19 @@
 
 The master runs in the engine's namespace (198.18.250.2); this host, beside it on the
 veth, is the other host. One test checks every point, since a Docker master is slow to
-start: Prometheus, Alertmanager, Redis and the api-server's own port do not answer;
+start: Prometheus, Alertmanager, Redis and the api-server's own port do not answer, even
+routed through the master on a machine where other engines ran before (issue 31);
 /prometheus/ and /alertmanager/ at the front door need a login or an API token and then
 give the servers' own answers; `/-/quit` never reaches Prometheus; /metrics needs its
 token; on the master itself `curl localhost:29090/api/v1/targets` still works; and the
 servers' links point at the front door (MAC_PUBLIC_URL derived as the process runtime
-derives it).
+derives it). And (issue 31) people's pages go to HTTPS while /health stays on HTTP, and
+a Host the master does not answer to is a 400.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import subprocess
@@ -25,6 +28,15 @@ from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
 DOOR = f"http://{NS_IP}:28080"
+# The links people follow: the pages are served over HTTPS (issue 31).
+PUBLIC = f"https://{NS_IP}:28443"
+# Each container of the master network and the port it listens on there.
+OWN_PORTS = {
+    "mac-api-server": 28080,
+    "mac-redis": 6379,
+    "mac-prometheus": 29090,
+    "mac-alertmanager": 29093,
+}
 
 
 def _connects(host: str, port: int) -> bool:
@@ -54,16 +66,25 @@ def test_from_another_host_only_the_front_door_answers(docker_master):
     assert _connects(NS_IP, 28080)
     for port in (29090, 29093, 6379, 28081):
         assert not _connects(NS_IP, port), f"{NS_IP}:{port} answers another host"
-    # The api-server's own port, even for a host that routes the master's container
-    # network through the master (as a neighbour on its LAN could).
-    api = json.loads(engine.docker("inspect", "mac-api-server").stdout)[0]
-    api_ip = next(iter(api["NetworkSettings"]["Networks"].values()))["IPAddress"]
-    route = ("ip", "route", "add", f"{api_ip}/32", "via", NS_IP)
-    subprocess.run(route, check=True, capture_output=True)
-    try:
-        assert not _connects(api_ip, 28080), "the api-server's own port answers another host"
-    finally:
-        subprocess.run(("ip", "route", "del", f"{api_ip}/32"), check=False, capture_output=True)
+    # The containers' own ports (the api-server's first), even for a host that routes the
+    # master's container network through the master (as a neighbour on its LAN could), on
+    # a machine where other engines ran before (the session's engine, leftovers=True):
+    # forwarding was on before dockerd started, so Docker's FORWARD policy stays ACCEPT,
+    # beside another engine's docker0 rules and legacy tables that accept everything.
+    assert engine.forward_policies() == {"iptables-nft": "ACCEPT", "iptables-legacy": "ACCEPT"}
+    for container, port in OWN_PORTS.items():
+        inspected = json.loads(engine.docker("inspect", container).stdout)[0]
+        address = next(iter(inspected["NetworkSettings"]["Networks"].values()))["IPAddress"]
+        route = ("ip", "route", "add", f"{address}/32", "via", NS_IP)
+        subprocess.run(route, check=True, capture_output=True)
+        try:
+            assert not _connects(address, port), f"{container}'s own port answers another host"
+        finally:
+            subprocess.run(("ip", "route", "del", f"{address}/32"), check=False)
+    # What keeps them out is MAC's, in DOCKER-USER, once however often the master started.
+    rules = docker_master.sh("iptables-nft", "-w", "-S", "DOCKER-USER").stdout
+    assert rules.count("mac-master-isolation") == 4, rules
+    assert _connects(NS_IP, 28080)  # and the front door still answers
 
     # On the master itself, the guide's command keeps working.
     targets = docker_master.on_loopback("http://localhost:29090/api/v1/targets")
@@ -101,6 +122,18 @@ def test_from_another_host_only_the_front_door_answers(docker_master):
 
     # The servers' links point at the front door, at the master's derived address.
     flags = docker_master.on_loopback("http://127.0.0.1:29090/api/v1/status/flags")
-    assert flags["data"]["web.external-url"] == f"{DOOR}/prometheus/"
+    assert flags["data"]["web.external-url"] == f"{PUBLIC}/prometheus/"
     env = engine.docker("exec", "mac-api-server", "printenv", "MAC_PUBLIC_URL")
-    assert env.stdout.strip() == DOOR
+    assert env.stdout.strip() == PUBLIC
+
+    # People's pages go to the published HTTPS port, the agents' endpoints stay on HTTP,
+    # and the master answers only to its own names (issue 31).
+    login = http.client.HTTPConnection(NS_IP, 28080, timeout=10)
+    login.request("GET", "/accounts/login/")
+    moved = login.getresponse()
+    assert moved.status == 301
+    assert moved.getheader("Location") == f"{PUBLIC}/accounts/login/"
+    assert _get(f"{DOOR}/health")[0] == 200
+    forged = http.client.HTTPConnection(NS_IP, 28080, timeout=10)
+    forged.request("GET", "/health", headers={"Host": "evil.example"})
+    assert forged.getresponse().status == 400

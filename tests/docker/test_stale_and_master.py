@@ -1,5 +1,6 @@
 """Leftovers of a raw `docker compose up` (project deploy), and the master's inventory
-surviving `mac restart master` and `docker rm -f`, on the real engine."""
+and its CA (what the agents' pins name) surviving `mac restart master` and
+`docker rm -f`, on the real engine."""
 
 from __future__ import annotations
 
@@ -48,14 +49,16 @@ def _agent(node) -> list[dict]:
     return [r for name, r in node.containers().items() if name not in MASTER_CONTAINERS]
 
 
-def test_the_inventory_survives_restart_master_and_docker_rm(docker_master, node):
+def test_the_inventory_and_the_ca_survive_restart_master_and_docker_rm(docker_master, node):
     started = node.mac("start", "agent")
     assert started.returncode == 0, started.stdout + started.stderr
     name = node.env["NODE_NAME"]
     assert node.master_node().get("hostname") == name
+    ca = docker_master.ca()
 
     restarted = docker_master.mac("restart", "master")
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert docker_master.ca() == ca
     wait_for(
         lambda: node.master_node(),
         timeout=120,
@@ -75,5 +78,7 @@ def test_the_inventory_survives_restart_master_and_docker_rm(docker_master, node
         interval=1.0,
     )
     assert node.master_node()["hostname"] == name
+    # The CA lives in the mac-tls volume: the pins agents hold stay valid.
+    assert docker_master.ca() == ca
     log = node.engine.docker("logs", "mac-api-server")
     assert "/api/v1/register" not in log.stdout + log.stderr  # a new container: no re-registration

@@ -48,8 +48,13 @@ def backend_available(registry, backend: str, reason: str = "") -> float | None:
     return registry.get_sample_value("mac_exporter_backend_available", labels)
 
 
+# Evidence is valued by the moment it was seen: the golden files keep the line, not the time.
+SEEN_AT = re.compile(r"^(mac_gpu_health_evidence\{.*\}) \S+$")
+
+
 def normalise(text: str) -> str:
-    return "".join(line + "\n" for line in text.splitlines() if not VOLATILE.match(line))
+    lines = (SEEN_AT.sub(r"\1 <time>", line) for line in text.splitlines())
+    return "".join(line + "\n" for line in lines if not VOLATILE.match(line))
 
 
 def assert_golden(name: str, text: str) -> None:

@@ -32,8 +32,12 @@ SMI0 = {
 }
 
 
+SEEN_AT = 1_781_000_000.0  # the evidence's time in the golden file
+
+
 def registry_for(roots: Roots, amdsmi=False):
-    return Exporter("rocm-exporter", [AmdGpuSource(roots, amdsmi=amdsmi)]).registry
+    source = AmdGpuSource(roots, amdsmi=amdsmi, wall=lambda: SEEN_AT)
+    return Exporter("rocm-exporter", [source]).registry
 
 
 def test_parse_modules_lists_loaded_modules():

@@ -11,6 +11,7 @@ from exporters.bmc import (
     BmcSource,
     IpmiClient,
     RedfishClient,
+    client_from_settings,
     parse_chassis_power,
     parse_dcmi_power,
     parse_redfish_power,
@@ -18,6 +19,8 @@ from exporters.bmc import (
     parse_sdr_elist,
 )
 from exporters.runtime import Exporter
+from node.config import NodeConfig
+from node.host import Roots
 from testkit.fakehttp import JsonHandler, serving
 from tests.exporters.conftest import FIXTURES, assert_golden, fixture_roots_args, scrape_text
 
@@ -136,3 +139,36 @@ def test_bmc_agent_without_any_bmc_keeps_serving(start_exporter, tmp_path):
     assert f'reason="no BMC: MAC_BMC_REDFISH_URL is not set and {tmp_path}/ipmi0 is missing' in (
         metrics
     )
+
+
+def test_the_redfish_settings_are_read_from_the_root_only_per_node_file(
+    fake_bmc, start_exporter, tmp_path
+):
+    """Where `sudo mac env set --node MAC_BMC_REDFISH_...` puts them: the password never
+    travels in the service's environment."""
+    node_file = tmp_path / "env"
+    node_file.write_text(
+        f"MAC_BMC_REDFISH_URL={fake_bmc}\n"
+        f"MAC_BMC_REDFISH_USER={USER}\n"
+        f"MAC_BMC_REDFISH_PASSWORD={PASSWORD}\n"
+    )
+    agent = start_exporter(
+        "bmc-agent", *fixture_roots_args(), env={"MAC_NODE_ENV_FILE": str(node_file)}
+    )
+    assert agent.json("/health")["bmc"] == {"protocol": "redfish", "answers": True, "reason": ""}
+
+
+def test_a_bad_redfish_setting_is_ipmi_up_0_naming_it_not_a_crash(tmp_path):
+    cfg = NodeConfig.load(
+        {
+            "MAC_NODE_ENV_FILE": str(tmp_path / "n"),
+            "MAC_USER_ENV_FILE": str(tmp_path / "u"),
+            "MAC_BMC_REDFISH_URL": "bmc.example.org",
+            "MAC_BMC_REDFISH_VERIFY_TLS": "1",
+        }
+    )
+    client, reason = client_from_settings(cfg, Roots(dev_root=str(tmp_path)))
+    assert client is None
+    assert reason.startswith("no BMC: MAC_BMC_REDFISH_URL='bmc.example.org' is not a usable URL")
+    registry = Exporter("bmc-agent", [BmcSource(client, reason)]).registry
+    assert registry.get_sample_value("ipmi_up", {"collector": "none"}) == 0

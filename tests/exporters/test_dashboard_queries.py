@@ -26,7 +26,7 @@ from tests.exporters.test_prometheus import prometheus  # noqa: F401 (the fixtur
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
-# MAC's file-SD target labels for the node (healthcheck.targets writes the same keys;
+# MAC's file-SD target labels for the node (scraping.targets writes the same keys;
 # cluster_name is MAC_CLUSTER_NAME, which AMD's dashboards start from).
 TARGET_LABELS = {
     "node": "17",

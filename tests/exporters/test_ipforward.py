@@ -23,6 +23,7 @@ from exporters.ipforward_report import ResetReporter
 from exporters.runtime import Exporter
 from exporters.sysmanager import reassert_problem
 from node.commands import CommandResult
+from node.host import Roots
 
 JOURNAL = Path(__file__).parents[1] / "fixtures/journal/networkd-carrier.json"
 # The two "host0: Gained carrier" entries of the recording, in unix seconds.
@@ -50,7 +51,7 @@ def _journal(argv):
 
 def _watch(tmp_path, *, reassert=False, run=None, seen=None) -> IpForwardWatch:
     return IpForwardWatch(
-        str(tmp_path / "proc"),
+        Roots(proc_root=str(tmp_path / "proc")),
         reassert=reassert,
         run=run or (lambda argv: CommandResult(1, "", "No journal files were found.")),
         on_reset=(seen.append if seen is not None else lambda reset: None),
@@ -126,7 +127,9 @@ def test_reassert_sets_it_back_at_once_and_counts_that_too(tmp_path, flag):
 def test_in_bridge_mode_the_watch_does_not_reassert_and_says_why(tmp_path, flag):
     problem = reassert_problem(flag, "bridge")
     assert "bridge mode" in problem and "--network host" in problem
-    watch = IpForwardWatch(str(tmp_path / "proc"), reassert=True, reassert_problem=problem)
+    watch = IpForwardWatch(
+        Roots(proc_root=str(tmp_path / "proc")), reassert=True, reassert_problem=problem
+    )
     watch.poll()
     flag.write_text("0\n")
     reset = watch.poll()
@@ -146,7 +149,9 @@ def test_a_flag_sys_manager_cannot_write_is_named_with_what_to_do(tmp_path):
 def test_where_the_flag_is_writable_nothing_stands_in_the_way(flag):
     assert reassert_problem(flag, "host") == reassert_problem(flag, None) == ""
     # Without a reassert asked for, the watch reports no reassert backend at all.
-    assert [b.name for b in IpForwardWatch(str(flag.parents[3])).backends()] == ["ip_forward"]
+    assert [b.name for b in IpForwardWatch(Roots(proc_root=str(flag.parents[3]))).backends()] == [
+        "ip_forward"
+    ]
 
 
 def test_an_unreadable_flag_is_a_backend_with_its_reason(tmp_path):
@@ -167,7 +172,7 @@ def test_an_unreadable_flag_is_a_backend_with_its_reason(tmp_path):
 def test_the_thread_polls_and_stops_with_the_exporter(tmp_path, flag):
     import time
 
-    watch = IpForwardWatch(str(tmp_path / "proc"), interval=0.05)
+    watch = IpForwardWatch(Roots(proc_root=str(tmp_path / "proc")), interval=0.05)
     exporter = Exporter("sys-manager", [watch.start()])
     flag.write_text("0\n")
     deadline = time.monotonic() + 5

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.promconfig import ALERT_RULES, render_prometheus_config
-from healthcheck.targets import write_targets
 from inventory.choices import EventKind, NodeStatus
 from inventory.models import Node, NodeEvent
+from scraping.promconfig import ALERT_RULES, render_prometheus_config
+from scraping.targets import write_targets
 from testkit.hostcut import cut_lab
 from testkit.netns import REPO, sh
 from testkit.ports import free_port

@@ -19,7 +19,7 @@ from maccli.agent.specs import agent_specs
 from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
 from node.config import NodeConfig
-from node.host import PROGRAMS, find_node_exporter
+from node.host import PROGRAMS, Roots, find_node_exporter
 from testkit.macenv import own_files
 from testkit.ports import free_port
 from tests.exporters.conftest import ROOT
@@ -60,9 +60,9 @@ def test_it_turns_systemd_on_only_where_systemd_answers(tmp_path):
     assert "--collector.systemd" in argv(textfile_dir="/t", systemd=True)
     (tmp_path / "run" / "systemd" / "system").mkdir(parents=True)
     socket = tmp_path / "private"
-    assert not node_exporter.host_runs_systemd(str(tmp_path), sockets=(str(socket),))
+    assert not node_exporter.host_runs_systemd(Roots(rootfs=str(tmp_path)), sockets=(str(socket),))
     socket.touch()
-    assert node_exporter.host_runs_systemd(str(tmp_path), sockets=(str(socket),))
+    assert node_exporter.host_runs_systemd(Roots(rootfs=str(tmp_path)), sockets=(str(socket),))
 
 
 def test_debian_node_exporter_accepts_every_flag_mac_passes(tmp_path):

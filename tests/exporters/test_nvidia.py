@@ -8,10 +8,13 @@ import pynvml
 
 from exporters.nvidia import NvmlSource, generate_dcgm_latest
 from exporters.runtime import Exporter
+from node.host import Roots
 from testkit.fakes.nvml import FakeNvml, two_h200s
-from tests.exporters.conftest import assert_golden, backend_available
+from tests.exporters.conftest import FIXTURES, assert_golden, backend_available
 from tests.exporters.dashboards import HERE, load
 
+FIXTURE_ROOTS = Roots(proc_root=str(FIXTURES / "proc"))  # the boot_id of the golden file
+SEEN_AT = 1_781_000_000.0  # when the golden file's evidence was seen
 UUID0 = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
 UUID1 = "GPU-a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
 DEFAULT_COUNTERS = load(HERE / "dcgm-exporter-default-counters.yml")
@@ -50,7 +53,9 @@ class Clock:
 
 
 def exporter_for(nvml: FakeNvml, clock: Clock | None = None) -> Exporter:
-    source = NvmlSource("gpu-node-17", nvml=nvml, clock=clock or Clock())
+    source = NvmlSource(
+        "gpu-node-17", nvml=nvml, clock=clock or Clock(), roots=FIXTURE_ROOTS, wall=lambda: SEEN_AT
+    )
     return Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
 
 

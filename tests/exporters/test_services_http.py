@@ -110,3 +110,26 @@ def test_the_real_process_serves_the_golden_output(start_exporter):
     )
     _, metrics, _ = process.get("/metrics")
     assert normalise(metrics) == (GOLDEN / "rocm-exporter.prom").read_text()
+
+
+def test_a_gpu_exporter_answers_the_sweeps_verdict_query_with_those_lines_only(start_exporter):
+    from contract.liveness import check_url
+    from contract.services import BY_NAME
+    from contract.verdicts import parse_verdicts
+
+    rocm = BY_NAME["rocm-exporter"]
+    process = start_exporter(
+        "rocm-exporter", *fixture_roots_args("sysfs-amd"), env={"NODE_NAME": "gpu-node-17"}
+    )
+    status, page, _ = process.get(rocm.probe_target)
+    assert status == 200
+    names = {line.split("{")[0].split(" ")[0] for line in page.splitlines() if line[:1] != "#"}
+    assert names == {"mac_gpu_health", "mac_gpu_health_evidence", "mac_node_boot_info"}
+    found = parse_verdicts(page.encode(), "amd")
+    assert [(gpu.index, gpu.state, gpu.action) for gpu in found.gpus] == [
+        ("0", "healthy", "none"),
+        ("1", "unhealthy", "reset_gpu"),  # the fixture's card 1 counts uncorrectable errors
+    ]
+    assert found.boot_id == "0f6c1b52-5d5e-4c1e-9a7d-4b1e2f3a6c80"
+    # The liveness judgement is unchanged: the answer is a valid exposition.
+    assert check_url("127.0.0.1", process.port, rocm.probe_target).ok

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from exporters.runtime import Exporter
 from exporters.sysmanager import ChecksSource, check_context, diagnosis, diagnostics_answer
 from node.checks import CheckContext, CheckResult, CheckStatus
@@ -16,8 +18,11 @@ RESULTS = [
 
 def test_check_context_follows_the_roots():
     ctx = check_context(Roots("/host/sys", "/host/proc", "/host/dev", "/host/root"))
-    assert (ctx.sys_root, ctx.proc_root, ctx.dev_root) == ("/host/sys", "/host/proc", "/host/dev")
-    assert ctx.etc_root == "/host/root/etc"
+    assert ctx.local("/sys/class/net") == Path("/host/sys/class/net")
+    assert ctx.local("/proc/sys/net/ipv4/ip_forward") == Path("/host/proc/sys/net/ipv4/ip_forward")
+    assert ctx.local("/dev/kfd") == Path("/host/dev/kfd")
+    assert ctx.local("/etc/sysctl.conf") == Path("/host/root/etc/sysctl.conf")
+    assert ctx.local("/usr/lib/systemd") == Path("/host/root/usr/lib/systemd")
 
 
 def test_diagnosis_is_not_ok_when_a_check_fails_but_warnings_are_fine():

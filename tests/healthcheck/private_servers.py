@@ -25,21 +25,25 @@ from testkit.ports import free_port
 
 
 class PrivateRedis:
-    """redis-server on a free loopback port, without persistence (a restart loses all)."""
+    """redis-server on a free loopback port, without persistence (a restart loses all);
+    with `password`, it wants it (requirepass) and `url` carries it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, password: str = "") -> None:
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server is not installed")
         self.directory = directory
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        login = f":{password}@" if password else ""
+        self.url = f"redis://{login}127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - owned by the process
+        auth = ["--requirepass", self.password] if self.password else []
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+             "--save", "", "--appendonly", "no", "--dir", str(self.directory), *auth],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         client = self.client()

@@ -135,3 +135,21 @@ def test_posts_of_the_node_alerts_are_counted_by_outcome(client, sweep_redis):
     }
     assert posts["ok"] >= 1 and posts["failed"] >= 1
     assert not any(name == "mac_diagnosis_info" for name, _labels in got)
+
+
+def test_nodes_are_counted_by_gpu_verdict_and_by_the_action_they_need(
+    client, make_node, sweep_redis
+):
+    make_node(health_state="unhealthy", health_action="reboot")
+    make_node(health_state="unhealthy", health_action="inspect_hardware")
+    make_node(health_state="degraded", health_action="none")
+    make_node(health_state="healthy", health_action="restart_app")
+
+    got = samples(client.get("/metrics"))
+
+    assert got[("mac_nodes_health", (("state", "unhealthy"),))] == 2
+    assert got[("mac_nodes_health", (("state", "degraded"),))] == 1
+    assert got[("mac_nodes_health", (("state", "healthy"),))] == 1
+    assert got[("mac_nodes_needing_action", (("action", "reboot"),))] == 1
+    assert got[("mac_nodes_needing_action", (("action", "inspect_hardware"),))] == 1
+    assert got[("mac_nodes_needing_action", (("action", "reset_gpu"),))] == 0

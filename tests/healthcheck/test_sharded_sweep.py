@@ -30,6 +30,7 @@ from healthcheck.sweep import judge, load_nodes, probe_nodes, run_sweep, save_ch
 from inventory.choices import NodeStatus
 from inventory.live import join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
+from testkit.channel_layer import receive_within
 from testkit.simfleet import Mode
 
 pytestmark = pytest.mark.django_db
@@ -184,13 +185,10 @@ def test_a_chunk_whose_sweep_was_superseded_writes_nothing(seven_nodes, sweep_re
 
 def receive_all(layer, channel) -> list[dict]:
     async def drain() -> list[dict]:
-        import asyncio
-
         messages = []
         while True:
             try:
-                async with asyncio.timeout(0.5):
-                    messages.append(await layer.receive(channel))
+                messages.append(await receive_within(layer, channel, 0.5))
             except TimeoutError:
                 return messages
 

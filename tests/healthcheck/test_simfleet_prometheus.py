@@ -21,10 +21,10 @@ import yaml
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 
-from healthcheck.promconfig import ALERT_RULES, render_prometheus_config
 from healthcheck.sweep import run_sweep
-from healthcheck.targets import SCRAPED_SERVICES, write_targets
 from inventory.models import Node
+from scraping.promconfig import ALERT_RULES, render_prometheus_config
+from scraping.targets import SCRAPED_SERVICES, write_targets
 from testkit.ports import free_port
 from testkit.simfleet import register_fleet
 from tests.healthcheck.conftest import wait_for
@@ -144,7 +144,8 @@ def test_a_mixed_fleet_shows_its_gpus_and_rdma_through_master_and_prometheus(
         wait_for(lambda node=node: charts_drawn(node), timeout=60, interval=1)
 
     simulated.inject(by_profile["nvidia"].ip, "gpu_lost", 4)
-    simulated.inject(by_profile["nvidia"].ip, "xid", 2, 31)
+    simulated.inject(by_profile["nvidia"].ip, "xid", 2, 95)  # uncontained: reset the GPU
+    simulated.inject(by_profile["nvidia"].ip, "xid", 1, 31)  # the job's page fault: no alert
     simulated.inject(by_profile["amd"].ip, "ecc", 6)
 
     def firing() -> dict[str, set[tuple[str, str]]]:
@@ -161,6 +162,7 @@ def test_a_mixed_fleet_shows_its_gpus_and_rdma_through_master_and_prometheus(
     fired = wait_for(lambda: wanted <= set(firing()) and firing(), timeout=30, interval=0.5)
     assert fired["GpuFellOffTheBus"] == {(str(nvidia.pk), "4")}
     assert (str(nvidia.pk), "2") in fired["GpuXidError"]
+    assert (str(nvidia.pk), "1") not in fired["GpuXidError"]
     assert fired["GpuEccUncorrectableErrors"] == {(str(amd.pk), "6")}
 
 
@@ -200,7 +202,7 @@ def alerting_prometheus(tmp_path, processes, sd_dir, live_server, settings) -> d
     """A real Alertmanager, and Prometheus with every MAC rule's `for:` cut to 2 s (as
     MAC_ALERT_FOR renders them), sending to it."""
     from alerting import services
-    from healthcheck.promconfig import render_alert_rules, shipped_rule_names
+    from scraping.promconfig import render_alert_rules, shipped_rule_names
     from testkit.alerting import AlertmanagerServer
 
     settings.ALERTMANAGER_DIR = tmp_path / "alertmanager"
@@ -303,30 +305,32 @@ def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_no
         [offline] = [a for a in in_alertmanager() if a["alertname"] == "MacNodeOffline"]
         assert set(offline) == {"alertname", "node", "hostname", "cluster_name", "severity"}
 
-        # The node page's Exporters panel: Prometheus' own word beside MAC's probe.
+        # The node page's Exporters panel: Prometheus' own word beside MAC's probe
+        # (the page asks scrapes.json once drawn).
         client = Client()
         client.force_login(user)
 
         def exporter_row(node: Node, service: str) -> str:
-            with override_settings(PROMETHEUS_URL=prometheus):
-                page = client.get(f"/nodes/{node.pk}/").content.decode()
+            page = client.get(f"/nodes/{node.pk}/").content.decode()
             return page.split(f'data-service="{service}"', 1)[1].split("</tr>", 1)[0]
 
-        def scrape_cell(node: Node, service: str) -> str:
-            return exporter_row(node, service).split('class="exp-scrape"', 1)[1]
+        def scrape(node: Node, service: str) -> dict:
+            with override_settings(PROMETHEUS_URL=prometheus, TARGETS_URL=prometheus):
+                answer = client.get(f"/nodes/{node.pk}/scrapes.json").json()
+            return answer["jobs"].get(service) or {}
 
         amd_ip = by_profile["amd"].ip
         amd = Node.objects.get(ip=amd_ip)
-        assert ">up<" in scrape_cell(amd, "sys-manager")
+        assert scrape(amd, "sys-manager")["health"] == "up"
         # A sys-manager that answers MAC's probe (/health) but not Prometheus' scrape,
         # as the simulated one did before it served /metrics.
         port = simulated.fleet.node(amd_ip).ports["sys-manager"]
         simulated.loop_call(port.others.pop, b"/metrics")
         down = wait_for(
-            lambda: ">down<" in (cell := scrape_cell(amd, "sys-manager")) and cell,
+            lambda: (job := scrape(amd, "sys-manager")).get("health") == "down" and job,
             timeout=30, interval=0.5,
         )  # fmt: skip
-        assert "404" in down
+        assert "404" in down["error"]
         assert "badge-exp-up exp-probe" in exporter_row(amd, "sys-manager")  # MAC's probe
     finally:
         sweeper.close()

@@ -15,6 +15,7 @@ from healthcheck.sweep import run_sweep
 from inventory.choices import Diagnosis, EventKind, NodeStatus, StatusReason
 from inventory.live import join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
+from testkit.channel_layer import receive_within
 from testkit.simfleet import Mode
 
 pytestmark = pytest.mark.django_db
@@ -131,7 +132,7 @@ def test_one_broadcast_carries_every_change(six_nodes):
     async_to_sync(join_dashboard)(layer, channel)
     try:
         run_sweep()
-        message = async_to_sync(layer.receive)(channel)
+        message = async_to_sync(receive_within)(layer, channel, 10)
     finally:
         async_to_sync(leave_dashboard)(layer, channel)
     assert message["type"] == "nodes.changed"
@@ -150,16 +151,8 @@ def test_no_change_no_broadcast(six_nodes):
     try:
         run_sweep()
 
-        async def nothing_arrives():
-            import asyncio
-
-            try:
-                async with asyncio.timeout(0.5):
-                    return await layer.receive(channel)
-            except TimeoutError:
-                return None
-
-        assert async_to_sync(nothing_arrives)() is None
+        with pytest.raises(TimeoutError):
+            async_to_sync(receive_within)(layer, channel, 0.5)
     finally:
         async_to_sync(leave_dashboard)(layer, channel)
 

@@ -213,3 +213,19 @@ def test_change_form_shows_the_latest_fifty_events_and_still_saves(admin_client,
     node.refresh_from_db()
     assert node.maintenance is True
     assert NodeEvent.objects.filter(node=node, kind=EventKind.ONLINE).count() == 60
+
+
+def test_gpu_verdicts_and_fault_history_are_shown_read_only(admin_client, make_node):
+    from inventory.models import GpuFault, GpuHealth
+
+    node = make_node("gpu-sick", health_state="unhealthy", health_action="reboot")
+    GpuHealth.objects.create(node=node, index=3, uuid="GPU-d", serial="1650", state="unhealthy")
+    GpuFault.objects.create(gpu="1650", fault="xid:79", boot_id="b-1", node=node,
+                            hostname="gpu-sick")  # fmt: skip
+
+    page = admin_client.get(f"/admin/inventory/node/{node.pk}/change/").content.decode()
+    assert "GPU verdict (set by the probe)" in page
+    gpus = admin_client.get("/admin/inventory/gpuhealth/").content.decode()
+    faults = admin_client.get("/admin/inventory/gpufault/").content.decode()
+    assert "GPU-d" in gpus and "xid:79" in faults
+    assert admin_client.get("/admin/inventory/gpuhealth/add/").status_code == 403

@@ -19,6 +19,7 @@ from django.db import transaction
 from inventory import services
 from inventory.live import join_dashboard, leave_dashboard
 from inventory.models import Node
+from testkit.channel_layer import receive_within
 from tests.inventory.test_admin import form_fields
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -43,7 +44,7 @@ class Dashboard:
         self.runner.run(join_dashboard(self.layer, self.channel))
 
     def receive(self, timeout: float = 5) -> dict:
-        return self.runner.run(asyncio.wait_for(self.layer.receive(self.channel), timeout))
+        return self.runner.run(receive_within(self.layer, self.channel, timeout))
 
     def nothing(self) -> bool:
         """True when no push arrives within QUIET seconds."""
@@ -311,7 +312,10 @@ def _mentions(word: str) -> set[str]:
     """Runtime modules (not tests, benchmarks or test tooling) whose code names `word`,
     as a name, an attribute, an import or a string."""
     found = set()
-    for package in ("contract", "exporters", "healthcheck", "inventory", "maccli", "macweb"):
+    packages = (
+        "contract", "exporters", "healthcheck", "scraping", "inventory", "maccli", "macweb",
+    )  # fmt: skip
+    for package in packages:
         for path in sorted((REPO / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 named = (

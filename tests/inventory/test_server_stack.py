@@ -103,8 +103,8 @@ def test_it_believes_forwarded_for_from_a_trusted_proxy(server):
     "sent",
     [
         b"",
-        b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\nContent-Ty",
-        b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\nContent-Type: application/json\r\n"
+        b"POST /api/v1/register HTTP/1.1\r\nHost: localhost\r\nContent-Ty",
+        b"POST /api/v1/register HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b'Content-Length: 100\r\n\r\n{"hostname": ',
     ],
     ids=["silent", "half-headers", "half-body"],
@@ -123,7 +123,7 @@ def test_it_closes_a_half_sent_request_within_the_request_timeout(server, sent):
 
 def test_it_refuses_oversized_headers(server):
     with server.connect(source="127.0.3.2") as sock:
-        sock.sendall(b"GET /health HTTP/1.1\r\nHost: master\r\n")
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
         sock.sendall(b"X-Pad: " + b"a" * 40_000 + b"\r\n")
         received, _ = read_until_closed(sock, 10)
 
@@ -136,7 +136,7 @@ def test_it_still_answers_health_while_200_slow_clients_hang(server):
     try:
         for _ in range(200):
             sock = server.connect(source="127.0.3.3")
-            sock.sendall(b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\n")
+            sock.sendall(b"POST /api/v1/register HTTP/1.1\r\nHost: localhost\r\n")
             hanging.append(sock)
         started = time.monotonic()
         status, body = request(server, "GET", "/health", source="127.0.3.4")
@@ -158,7 +158,7 @@ def test_a_request_sent_in_time_is_served_normally(server):
     with server.connect(source="127.0.3.5") as sock:
         body = b'{"hostname": "slow-but-ok"}'
         sock.sendall(
-            b"POST /api/v1/register HTTP/1.1\r\nHost: master\r\nConnection: close\r\n"
+            b"POST /api/v1/register HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
         )
         time.sleep(REQUEST_TIMEOUT / 3)
@@ -174,7 +174,7 @@ def test_a_request_sent_in_time_is_served_normally(server):
 def _flood(server, count, make_call) -> tuple[list[int], int]:
     """The answers, and how many requests the limit may let through meanwhile.
 
-    nginx's limit_req (macweb.proxy) lets RATE through at once, then one every 60/RATE s:
+    nginx's limit_req (macweb.nginxconf) lets RATE through at once, then one every 60/RATE s:
     the bound counts those that leaked in during the flood, whose length was measured.
     """
     started = time.monotonic()

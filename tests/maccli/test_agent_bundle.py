@@ -16,7 +16,7 @@ from maccli.agent.specs import ROLE, runtime_and_specs
 from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import Supervisor
-from node.config import NodeConfig
+from node.config import ConfigError, NodeConfig
 from testkit.ports import free_port
 from tests.exporters.conftest import FIXTURES, ROOT
 
@@ -140,6 +140,6 @@ def test_mac_agent_bundle_0_runs_one_process_per_service(tmp_path):
 
 
 def test_a_wrong_mac_agent_bundle_names_the_setting(tmp_path):
-    with pytest.raises(CliError) as caught:
+    with pytest.raises(ConfigError) as caught:
         runtime_and_specs(_config(tmp_path, MAC_AGENT_BUNDLE="maybe"), "process")
-    assert "MAC_AGENT_BUNDLE='maybe'" in caught.value.message
+    assert "MAC_AGENT_BUNDLE='maybe' is not on or off: use 1 or 0" in str(caught.value)

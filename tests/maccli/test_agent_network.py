@@ -263,17 +263,22 @@ def test_sys_exporter_gets_rslave_where_docker_allows_it_else_plain_read_only(
     proc.mkdir(parents=True)
     monkeypatch.delenv(network.ROOTFS_KEY, raising=False)
     (proc / "mountinfo").write_text(SHARED_ROOT)
-    network.prepare_rootfs_mount(_config(mac_env))
-    assert network.ROOTFS_KEY not in os.environ  # the overlay's default: ro,rslave
+    runtime = DockerRuntime()
+    network.prepare_rootfs_mount(_config(mac_env), runtime)
+    assert network.ROOTFS_KEY not in runtime.values  # the overlay's default: ro,rslave
 
     (proc / "mountinfo").write_text(PRIVATE_ROOT)
-    network.prepare_rootfs_mount(_config(mac_env))
-    assert os.environ[network.ROOTFS_KEY] == "ro"
+    network.prepare_rootfs_mount(_config(mac_env), runtime)
+    # Handed to Compose's process alone, never to mac's own environment.
+    assert runtime.values[network.ROOTFS_KEY] == "ro"
+    assert network.ROOTFS_KEY not in os.environ
     assert "sudo mount --make-rshared /" in capsys.readouterr().err
 
     # An operator's own value is never replaced.
+    runtime = DockerRuntime()
     monkeypatch.setenv(network.ROOTFS_KEY, "ro,rshared")
-    network.prepare_rootfs_mount(_config(mac_env, MAC_ROOTFS_OPTIONS="ro,rshared"))
+    network.prepare_rootfs_mount(_config(mac_env, MAC_ROOTFS_OPTIONS="ro,rshared"), runtime)
+    assert network.ROOTFS_KEY not in runtime.values
     assert os.environ[network.ROOTFS_KEY] == "ro,rshared"
 
 

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from maccli.master import PORT_SETTINGS
+from maccli.master.preflight import PORT_SETTINGS
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.select import choose_runtime
@@ -91,11 +91,11 @@ def test_a_conflict_from_compose_itself_gets_the_same_advice(docker, monkeypatch
     original = runtime.run
     seen = {"ps": 0}
 
-    def racing(argv):
+    def racing(argv, **options):
         if argv[:2] == ["docker", "ps"] and not seen["ps"]:
             seen["ps"] += 1
             return run_command(["true"])  # the check saw nothing
-        return original(argv)
+        return original(argv, **options)
 
     runtime.run = racing
     from maccli.output import CliError
@@ -215,5 +215,6 @@ def test_start_master_gives_compose_the_public_url_the_process_runtime_derives(m
 
     assert started.returncode == 0, started.stdout + started.stderr
     seen = json.loads((docker / "compose-env.json").read_text())
-    assert seen["MAC_PUBLIC_URL"] == f"http://mac.example.test:{port}"
-    assert f"Prometheus:  http://mac.example.test:{port}/prometheus/targets" in started.stdout
+    assert seen["MAC_PUBLIC_URL"] == f"https://mac.example.test:{port}"  # MAC_TLS_PORT
+    assert f"Prometheus:  https://mac.example.test:{port}/prometheus/targets" in started.stdout
+    assert f"Health:      curl http://mac.example.test:{port}/health" in started.stdout

@@ -26,6 +26,7 @@ EXPECTED = {
     "amd_devices",
     "amdgpu_module",
     "rdma_counters",
+    "slurm",
 }
 
 

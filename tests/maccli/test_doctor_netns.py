@@ -33,6 +33,7 @@ def doctor_in(ns: str, mac_env) -> tuple[int, dict[str, dict]]:
         ["ip", "netns", "exec", ns, sys.executable, "-m", "maccli.main", "doctor", "--json"],
         capture_output=True, text=True, env=mac_env.env, cwd=REPO, timeout=120, check=False,
     )  # fmt: skip
+    assert done.stdout.strip(), done.stderr[-3000:]
     payload = json.loads(done.stdout)
     return done.returncode, {check["id"]: check for check in payload["checks"]}
 
@@ -44,7 +45,7 @@ def test_doctor_finds_forwarding_off_and_its_fix_brings_the_exporters_back(lab, 
             "MAC_BIND": AGENT_IP,
             "MAC_AGENT_SERVICES": "sys-exporter,nic-exporter",
             "MAC_ETC_ROOT": str(mac_env.root / "etc"),
-            "MAC_RDMA_INTERVAL": "0",
+            "MAC_RDMA_INTERVAL": "0.05",  # the shortest the setting allows
         }
     )
     # The master's view: the host-network exporter answers, the bridge one does not.

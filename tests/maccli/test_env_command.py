@@ -56,12 +56,21 @@ def test_unset_removes_the_key(mac_env):
 def test_bad_values_are_refused_with_the_key_named(mac_env):
     result = mac_env.run("env", "set", "MASTER_IP=10.0.0.5 && rm")
     assert result.returncode == 1
-    assert "Error: MASTER_IP='10.0.0.5 && rm' is neither an IP address nor a host name." in (
+    assert "Error: MASTER_IP='10.0.0.5 && rm' is neither an IP address nor a host name: " in (
         result.stderr
     )
     assert "Traceback" not in result.stderr
     assert mac_env.run("env", "set", "NOEQUALS").returncode == 1
+    drain = mac_env.run("env", "set", "MAC_SLURM_DRAIN=yes")
+    assert drain.returncode == 1
+    assert "MAC_SLURM_DRAIN='yes': use off (the default), dry-run" in drain.stderr
+    window = mac_env.run("env", "set", "MAC_GPU_EVIDENCE_WINDOW=soon")
+    assert window.returncode == 1
+    assert "MAC_GPU_EVIDENCE_WINDOW='soon' is not a number: use a number of seconds from 1 " in (
+        window.stderr
+    )
     assert not mac_env.user_file.exists()
+    assert mac_env.run("env", "set", "MAC_GPU_EVIDENCE_WINDOW=600").returncode == 0
 
 
 def test_node_name_in_a_shared_home_is_refused_naming_the_per_node_file(mac_env):
@@ -90,3 +99,19 @@ def test_master_ip_in_a_shared_home_is_refused_unless_forced(mac_env):
 
 def test_per_node_keys_are_accepted_in_a_local_home(mac_env):
     assert mac_env.run("env", "set", "NODE_NAME=gpu-1").returncode == 0
+
+
+def test_a_misspelt_setting_is_refused_with_the_one_meant(mac_env):
+    refused = mac_env.run("env", "set", "MAC_PROBE_INTERVALL=10")
+    assert refused.returncode == 1
+    assert "MAC_PROBE_INTERVALL is not a setting of MAC. Did you mean MAC_PROBE_INTERVAL?" in (
+        refused.stderr
+    )
+    assert "mac env set MAC_PROBE_INTERVAL=10" in refused.stderr
+    assert not mac_env.user_file.exists()
+
+
+def test_every_declared_secret_is_masked(mac_env):
+    mac_env.run("env", "set", "--node", "MAC_BMC_REDFISH_PASSWORD=hunter2-and-more")
+    shown = mac_env.run("env", "list").stdout
+    assert "****more" in shown and "hunter2" not in shown

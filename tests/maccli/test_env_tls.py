@@ -10,10 +10,14 @@ import pytest
     [
         (
             "MASTER_URL=10.0.0.5:28443",
-            "MASTER_URL='10.0.0.5:28443' is not http(s)://<master>:<port>",
+            "MASTER_URL='10.0.0.5:28443' is not a usable URL: give http:// or https://"
+            "<host>:<port> and no path (e.g. https://10.0.0.5:28443, from the join line",
         ),
-        ("MASTER_URL=https://10.0.0.5:28443/api", "must have no path"),
-        ("MAC_MASTER_CA_SHA256=sha256:abc", "MAC_MASTER_CA_SHA256: 'sha256:abc' is not a CA pin"),
+        ("MASTER_URL=https://10.0.0.5:28443/api", "'https://10.0.0.5:28443/api' has a path"),
+        (
+            "MAC_MASTER_CA_SHA256=sha256:abc",
+            "MAC_MASTER_CA_SHA256='sha256:abc' is not a CA pin: give the 64 hex digits",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_key(mac_env, assignment, message):

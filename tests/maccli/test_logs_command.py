@@ -1,7 +1,7 @@
 """`mac logs <service>`: real services under the process runtime, the stand-in docker otherwise.
 
 Under the process runtime an agent's sw-exporter and the master's api-server (its real
-command line from maccli/master.py) run as `mac` runs them, so what `mac logs` prints
+command line from maccli/master/specs.py) run as `mac` runs them, so what `mac logs` prints
 is what those processes wrote: the api-server's access log shows an agent's
 registration, as the troubleshooting guide's `docker logs mac-api-server | grep` does.
 """
@@ -38,7 +38,7 @@ def _agent_env(mac_env, address: str = "127.0.0.1") -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
-    from maccli.master import master_specs
+    from maccli.master.specs import master_specs
     from maccli.runtimes.process import ProcessRuntime
     from node.config import NodeConfig
     from tests.conftest import live_database_url
@@ -121,7 +121,7 @@ def test_follow_prints_new_lines_until_ctrl_c(mac_env):
         assert again.returncode == 0, again.stderr
         time.sleep(1)
         follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=10)
+        out, err = follower.communicate(timeout=30)
         log = (mac_env.state_dir / "agent" / "logs" / "sw-exporter.log").read_text()
     finally:
         if follower.poll() is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from maccli.master import master_specs
+from maccli.master.specs import master_specs
 from node.config import NodeConfig
 
 
@@ -47,7 +47,7 @@ def test_only_the_proxy_listens_beyond_the_loopback(tmp_path):
     assert "--web.listen-address=127.0.0.1:29090" in prometheus
     assert "--web.listen-address=127.0.0.1:29093" in alertmanager
     assert not any("lifecycle" in arg for arg in prometheus)
-    public = "http://mac.example.test:28080"
+    public = "https://mac.example.test:28443"  # people's pages are served over HTTPS
     assert specs["api-server"].env["MAC_PUBLIC_URL"] == public
     assert f"--web.external-url={public}/prometheus/" in prometheus
     assert f"--web.external-url={public}/alertmanager/" in alertmanager

@@ -1,11 +1,14 @@
 """The master's services as `mac start master` prepares them for TLS: the proxy's
 prestart makes or checks the material before its nginx.conf gets HTTPS, Prometheus
-trusts the CA, and MAC_HTTP is checked before anything starts."""
+trusts the CA, and MAC_HTTP (and the drain's settings) are checked before anything
+starts."""
 
 from __future__ import annotations
 
-from maccli.master import master_specs
-from node.config import NodeConfig
+import pytest
+
+from maccli.master.specs import master_specs
+from node.config import ConfigError, NodeConfig
 
 
 def _specs(tmp_path, **extra: str) -> dict:
@@ -44,3 +47,8 @@ def test_a_bad_mac_http_stops_the_start_naming_it(mac_env):
     assert done.returncode == 1
     assert "Error: MAC_HTTP='sometimes': use on, off or redirect" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_bad_drain_setting_stops_the_master_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"MAC_DRAIN_BUDGET='lots': give a share"):
+        _specs(tmp_path, MAC_SLURM_DRAIN="on", MAC_DRAIN_BUDGET="lots")

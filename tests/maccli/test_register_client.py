@@ -9,10 +9,9 @@ import pytest
 
 from contract.master_api import MasterClient, route_address
 from maccli.agent.hardware import nics
-from maccli.agent.payload import build_payload, parse_labels
+from maccli.agent.payload import build_payload
 from maccli.agent.registration import register_with_retry
-from maccli.output import CliError
-from node.config import NodeConfig
+from node.config import ConfigError, NodeConfig
 from testkit.fakehttp import JsonHandler, serving
 
 
@@ -168,6 +167,12 @@ def test_a_node_without_sysfs_reports_no_nics_and_no_machine_id(tmp_path: Path):
     assert (payload["nics"], payload["machine_id"], payload["gpu_vendor"]) == ([], "", "none")
 
 
-def test_bad_labels_name_the_item():
-    with pytest.raises(CliError, match="'rack' is not key=value"):
-        parse_labels("rack")
+def test_labels_go_with_the_registration_and_a_bad_one_names_the_item(tmp_path: Path):
+    cfg = _node_config(tmp_path, tmp_path / "nothing", MAC_LABELS="rack=a1, role=gpu")
+    assert build_payload(cfg, "vm-01", "10.0.0.18", [], "host")["labels"] == {
+        "rack": "a1",
+        "role": "gpu",
+    }
+    bad = _node_config(tmp_path, tmp_path / "nothing", MAC_LABELS="rack=a1,gpu")
+    with pytest.raises(ConfigError, match="MAC_LABELS='rack=a1,gpu' has 'gpu': write key=value"):
+        build_payload(bad, "vm-01", "10.0.0.18", [], "host")

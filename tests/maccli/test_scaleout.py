@@ -4,6 +4,10 @@
 store and vmalert from Debian's victoria-metrics package, with gunicorn, Celery, nginx
 and Alertmanager, all on free loopback ports; the nodes are testkit.simfleet's, and
 notifications go to a webhook receiver. Short intervals through MAC's own settings.
+
+The same master, behind its real front door and gate, holds against a plain reader
+who tries every write and maintenance endpoint of the store in every spelling
+(testkit.metrics_writes), and serves what Grafana asks.
 """
 
 from __future__ import annotations
@@ -15,22 +19,30 @@ import shutil
 import signal
 import socket
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from healthcheck.httpsd import shard_of
+from scraping.engines import SCRAPER_JOB
+from scraping.httpsd import shard_of
 from testkit.alerting import WebhookReceiver
-from testkit.alertstack import AlertStack
+from testkit.alertstack import ADMIN_PASSWORD, AlertStack
+from testkit.browser import CHROMIUM, chromium_page, dead_links
+from testkit.metrics_writes import PROBE, datasource_reads, send, spelled_writes
 from testkit.ports import free_port
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
 from testkit.waiting import wait_for
 
 NODES = 40
 SHARDS = 2
+# Series written straight into the store: only a deletion could take them away.
+CANARIES = 20
+WRITES = spelled_writes()
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,11 +96,22 @@ class ScaleOut:
     def health(self) -> dict:
         return self.master.get_json(f"{self.master.url}/health", timeout=10)
 
+    def series(self, metric: str) -> int:
+        """How many series of `metric` the store holds (asked on its loopback)."""
+        query = urllib.parse.urlencode({"match[]": metric})
+        return len(self.master.get_json(f"{self.store}/api/v1/series?{query}")["data"])
+
+    def store_key(self, flag: str) -> str:
+        keys = self.master.root / "data" / "scaleout" / "store-keys"
+        return (keys / flag).read_text().strip()
+
 
 @pytest.fixture(scope="module")
 def scale(tmp_path_factory) -> Iterator[ScaleOut]:
     webhook = WebhookReceiver()
-    fleet = FleetThread(NODES, base=loopback_base()).start()
+    # sys-manager too: a target whose scrape can fail while MAC's probe (/health) answers.
+    services = ("sys-exporter", "nic-exporter", "sys-manager")
+    fleet = FleetThread(NODES, base=loopback_base(), services=services).start()
     master = AlertStack(
         Path(tmp_path_factory.mktemp("scale-out")),
         {
@@ -108,7 +131,7 @@ def scale(tmp_path_factory) -> Iterator[ScaleOut]:
         },
     )
     try:
-        master.start()
+        master.started = master.start()
         registered, errors = asyncio.run(register_fleet(fleet.fleet, master.url))
         assert registered == NODES and not errors
         stack = ScaleOut(master, fleet, webhook)
@@ -179,6 +202,125 @@ def test_a_node_chart_has_data_for_a_node_of_each_shard(scale):
         )
         assert chart["empty_reason"] is None
         assert any(v is not None for s in chart["series"] for v in s["values"])
+
+
+@pytest.fixture(scope="module")
+def reader(scale) -> str:
+    """The API token of a plain user: no staff flag, no permission."""
+    return scale.master.api_token("reader")
+
+
+@pytest.fixture(scope="module")
+def canaries(scale) -> int:
+    lines = "".join(f'mac_gate_canary{{i="{i}"}} 1\n' for i in range(CANARIES)).encode()
+    request = urllib.request.Request(
+        f"{scale.store}/api/v1/import/prometheus", data=lines, method="POST"
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    wait_for(lambda: scale.series("mac_gate_canary") == CANARIES, what="the canary series")
+    return CANARIES
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+@pytest.mark.parametrize(("name", "attempt", "uri"), WRITES, ids=[w[0] for w in WRITES])
+def test_a_reader_writes_nothing_to_the_store_in_any_spelling(
+    scale, reader, canaries, name, attempt, uri, method
+):
+    status, body = send(scale.master.url, reader, method, uri, attempt.body, attempt.content_type)
+    # The gate's refusal, with its reason: the store never saw the request.
+    assert status == 403, (status, body[:300])
+    assert body.strip()
+    assert scale.series("mac_gate_canary") == canaries
+
+
+def test_nothing_a_reader_tried_reached_the_store(scale, canaries):
+    assert scale.series("mac_gate_canary") == canaries
+    assert scale.series(PROBE) == 0  # no import, write or tag registration got through
+    key = scale.store_key("snapshotAuthKey")
+    snapshots = scale.master.get_json(f"{scale.store}/snapshot/list?authKey={key}")
+    assert snapshots["snapshots"] == []
+
+
+def test_the_store_itself_refuses_deletion_without_its_key(scale, canaries):
+    """Whoever reaches the store's loopback port still needs the key MAC keeps."""
+    delete = f"{scale.store}/api/v1/admin/tsdb/delete_series?match[]=mac_gate_canary"
+    for wrong in ("", "&authKey=guess"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(delete + wrong, timeout=10)
+        assert b"authKey" in refused.value.read()
+    assert scale.series("mac_gate_canary") == canaries
+    key = scale.store_key("deleteAuthKey")
+    nothing = f"{scale.store}/api/v1/admin/tsdb/delete_series?match[]=mac_no_such&authKey={key}"
+    with urllib.request.urlopen(nothing, timeout=10) as answer:
+        assert answer.status == 204
+
+
+@pytest.mark.parametrize("read", datasource_reads(), ids=lambda read: read.name)
+def test_a_reader_gets_what_grafana_asks(scale, reader, read):
+    status, body = send(
+        scale.master.url, reader, read.method, f"/prometheus{read.target}", read.body
+    )
+    assert status == 200, body[:300]
+    assert json.loads(body)["status"] == "success"
+
+
+def test_prometheus_targets_shows_the_fleets_targets(scale, reader):
+    """The page `mac start master` prints and the navigation bar links: every node's
+    targets from both scrapers, not the store's own scrape of the scrapers."""
+    status, body = send(scale.master.url, reader, "GET", "/prometheus/targets")
+    page = body.decode()
+    assert status == 200 and "<title>Targets" in page
+    for node in scale.scraper_nodes(0) | scale.scraper_nodes(1):
+        assert f'node="{node}"' in page
+    assert ">0/2<" in page and ">1/2<" in page
+    assert f'job="{SCRAPER_JOB}"' not in page
+    # Rules come from vmalert, as Grafana and the Rules page read them.
+    status, body = send(scale.master.url, reader, "GET", "/prometheus/api/v1/rules")
+    names = [r["name"] for g in json.loads(body)["data"]["groups"] for r in g["rules"]]
+    assert status == 200 and "MacNodeOffline" in names
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")
+def test_every_link_people_follow_lands_on_a_useful_page(scale):
+    """In Chromium: what `mac start master` printed, the navigation bar, and the pages
+    people open at /prometheus/ (the targets view's) and /alertmanager/."""
+    with chromium_page() as page:
+        started = scale.master.started.stdout
+        dead = dead_links(page, started, "admin", ADMIN_PASSWORD, scale.master.prom_port)
+        page.goto(f"{scale.master.url}/prometheus/targets")
+        node = sorted(scale.scraper_nodes(1))[0]
+        assert f'node="{node}"' in page.inner_text("main")
+    assert dead == {}, "\n".join(dead.values())
+
+
+def test_the_node_page_names_a_scrape_error_of_a_scraper(scale):
+    """Scrape health: `up` from the store, the last error from the scrapers' targets view
+    (MAC_TARGETS_URL): the store knows no targets."""
+    # A node's sys-manager answers MAC's probe (/health) but its /metrics is a 404.
+    node = next(n for n in scale.fleet.nodes if "sys-manager" in n.ports)
+    node_id = scale.nodes[node.hostname]["id"]
+    port = node.ports["sys-manager"]
+    page = scale.fleet.loop_call(port.others.pop, b"/metrics")
+    try:
+
+        def sys_manager() -> dict:
+            answer = scale.admin.get_json(f"/nodes/{node_id}/scrapes.json")
+            return answer["jobs"].get("sys-manager") or {}
+
+        job = wait_for(
+            lambda: (found := sys_manager()).get("health") == "down" and found,
+            timeout=60,
+            interval=1,
+            what="the scrape error on the node page",
+        )
+        assert "404" in job["error"], job
+        assert scale.admin.get_json(f"/nodes/{node_id}/scrapes.json")["jobs"]["sys-exporter"] == {
+            "health": "up",
+            "error": "",
+        }
+    finally:
+        scale.fleet.loop_call(port.others.__setitem__, b"/metrics", page)
 
 
 def test_one_killed_node_notifies_exactly_once(scale):

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from maccli import scaleout
-from maccli.master import master_specs
+from maccli.master import scaleout
+from maccli.master.layout import docker_layout
+from maccli.master.specs import master_specs
 from maccli.output import CliError
 from maccli.runtimes.docker import DockerRuntime
 from node.commands import CommandResult
-from node.config import NodeConfig
+from node.config import ConfigError, NodeConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,13 +51,40 @@ def test_it_runs_scrapers_a_store_and_rules_instead_of_prometheus(tmp_path):
         assert "-remoteWrite.url=http://127.0.0.1:39428/api/v1/write" in specs[f"scraper-{k}"].argv
     assert "-datasource.url=http://127.0.0.1:39428" in specs["rules"].argv
     # 29090 stays the guide's port: the merged targets view.
-    assert specs["prometheus"].argv[1:3] == ["-m", "healthcheck.targetsview"]
+    assert specs["prometheus"].argv[1:3] == ["-m", "scraping.targetsview"]
     assert specs["prometheus"].port == 29090
     env = specs["api-server"].env
     assert env["MAC_PROMETHEUS_URL"] == "http://127.0.0.1:39428"  # charts read the store
     assert env["MAC_TARGETS_URL"] == "http://127.0.0.1:29090"  # the merged targets view
+    assert env["MAC_RULES_URL"] == "http://127.0.0.1:29480"  # vmalert, which /health watches
     assert env["MAC_SCRAPER_URLS"].split(",") == [f"http://127.0.0.1:{29430 + k}" for k in range(3)]
-    assert all(spec.env is env for spec in specs.values())  # every process agrees
+    # Every process agrees; the store alone holds its keys besides.
+    assert all(spec.env is env for name, spec in specs.items() if name != "store")
+    assert {k: v for k, v in specs["store"].env.items() if k in env} == env
+
+
+def test_the_store_gets_its_keys_from_its_environment_never_its_command_line(tmp_path):
+    cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="1")
+    store = {spec.name: spec for spec in master_specs(cfg)}["store"]
+    again = {spec.name: spec for spec in master_specs(cfg)}["store"]
+    assert "-envflag.enable" in store.argv and "-envflag.prefix=MAC_VM_" in store.argv
+    keys = {k: v for k, v in store.env.items() if k.startswith("MAC_VM_")}
+    assert set(keys) == {
+        "MAC_VM_deleteAuthKey", "MAC_VM_snapshotAuthKey", "MAC_VM_forceMergeAuthKey",
+        "MAC_VM_forceFlushAuthKey", "MAC_VM_search_resetCacheAuthKey", "MAC_VM_configAuthKey",
+        "MAC_VM_flagsAuthKey", "MAC_VM_pprofAuthKey",
+    }  # fmt: skip
+    assert {k: again.env[k] for k in keys} == keys  # made once, kept across restarts
+    assert not any(key in " ".join(store.argv) for key in keys.values())
+    folder = tmp_path / "data" / "scaleout" / "store-keys"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    for flag in scaleout.STORE_KEY_FLAGS:
+        kept = folder / flag
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+        assert kept.read_text() == keys[scaleout.envflag_variable(flag)]
+    # Nothing else holds them.
+    others = [spec for spec in master_specs(cfg) if spec.name != "store"]
+    assert not any(k in spec.env for spec in others for k in keys)
 
 
 def test_it_makes_the_sd_token_once_and_keeps_it_private(tmp_path):
@@ -69,6 +97,22 @@ def test_it_makes_the_sd_token_once_and_keeps_it_private(tmp_path):
     assert given[0].env["MAC_SD_TOKEN"] == "site-token"
 
 
+def test_each_scraper_buffers_on_a_bounded_disk_while_the_store_is_away(tmp_path):
+    specs = {spec.name: spec for spec in master_specs(_config(tmp_path, MAC_SCRAPE_SHARDS="2"))}
+    for k in range(2):
+        argv = specs[f"scraper-{k}"].argv
+        buffer = tmp_path / "data" / "scaleout" / f"scraper-{k}-buffer"
+        assert f"-remoteWrite.tmpDataPath={buffer}" in argv
+        assert "-remoteWrite.maxDiskUsagePerURL=2GiB" in argv
+    sized = master_specs(
+        _config(tmp_path, MAC_SCRAPE_SHARDS="1", MAC_SCRAPER_BUFFER_BYTES="600MiB")
+    )
+    [scraper] = [spec for spec in sized if spec.name == "scraper-0"]
+    assert "-remoteWrite.maxDiskUsagePerURL=600MiB" in scraper.argv
+    with pytest.raises(CliError, match="MAC_SCRAPER_BUFFER_BYTES=lots is not a size"):
+        master_specs(_config(tmp_path, MAC_SCRAPE_SHARDS="1", MAC_SCRAPER_BUFFER_BYTES="lots"))
+
+
 def test_a_site_store_replaces_macs_own(tmp_path):
     cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="1", MAC_METRICS_STORE_URL="http://vm.site:8428/")
     specs = {spec.name: spec for spec in master_specs(cfg)}
@@ -79,14 +123,14 @@ def test_a_site_store_replaces_macs_own(tmp_path):
 
 @pytest.mark.parametrize("value", ["-1", "65"])
 def test_it_refuses_a_shard_count_out_of_range(tmp_path, value):
-    with pytest.raises(CliError, match="MAC_SCRAPE_SHARDS"):
+    with pytest.raises(ConfigError, match=f"MAC_SCRAPE_SHARDS='{value}' is out of range"):
         master_specs(_config(tmp_path, MAC_SCRAPE_SHARDS=value))
 
 
 def _docker_engines(cfg: NodeConfig) -> tuple[dict, dict]:
-    specs = master_specs(cfg, docker=True)
+    layout = docker_layout(cfg)
+    specs = master_specs(cfg, layout)
     engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
-    layout = scaleout.docker_layout(cfg)
     overrides = scaleout.env_overrides(cfg, layout)
     return {s.name: s for s in specs}, scaleout.compose_overlay(engines, overrides)
 
@@ -102,13 +146,17 @@ def test_under_docker_the_engines_reach_each_other_by_service_name(tmp_path):
     assert "-notifier.url=http://mac-alertmanager:29093" in specs["rules"].argv
     assert "--scraper" in specs["prometheus"].argv
     assert "http://scraper-1:29431" in specs["prometheus"].argv
+    # Rules and alerts come from vmalert, as Prometheus answers them.
+    assert "http://rules:29480" in specs["prometheus"].argv
     # Probed from the host, on the ports published on its loopback.
     assert specs["scraper-1"].liveness_url == "http://127.0.0.1:29431/health"
 
     services = overlay["services"]
     assert set(services) == {
-        "store", "scraper-0", "scraper-1", "rules", "prometheus", "api-server", "worker", "beat"
+        "store", "scraper-0", "scraper-1", "rules", "prometheus", "api-server", "worker", "beat",
+        "proxy",
     }  # fmt: skip
+    assert services["proxy"]["environment"]["MAC_SCRAPE_SHARDS"] == "2"  # its own pages
     scraper = services["scraper-1"]
     assert scraper["container_name"] == "mac-scraper-1"
     assert scraper["restart"] == "unless-stopped"  # Docker brings a dead scraper back
@@ -116,14 +164,22 @@ def test_under_docker_the_engines_reach_each_other_by_service_name(tmp_path):
     script = scraper["command"][2]
     assert "scaleout_config --scraper 1 --of 2" in script and "exec /usr/bin/vmagent" in script
     assert "mac-metrics:/var/lib/mac-metrics" in services["store"]["volumes"]
-    assert services["prometheus"]["command"][1:3] == ["-m", "healthcheck.targetsview"]
+    assert services["prometheus"]["command"][1:3] == ["-m", "scraping.targetsview"]
     master_env = services["api-server"]["environment"]
     assert master_env["MAC_PROMETHEUS_URL"] == "http://store:29428"
     assert master_env["MAC_SCRAPER_URLS"] == "http://scraper-0:29430,http://scraper-1:29431"
     assert master_env["MAC_TARGETS_URL"] == "http://prometheus:29090"
+    assert master_env["MAC_RULES_URL"] == "http://rules:29480"
     # The http_sd token is passed through from mac's environment, never written down.
     assert "MAC_SD_TOKEN" not in master_env
     assert scraper["environment"]["MAC_SD_TOKEN"] is None
+    # So are the store's keys, to the store alone.
+    store = services["store"]
+    assert "-envflag.enable" in store["command"][2]
+    assert '[ -n "$$MAC_VM_deleteAuthKey" ]' in store["command"][2]  # none: it stops
+    for flag in scaleout.STORE_KEY_FLAGS:
+        assert store["environment"][scaleout.envflag_variable(flag)] is None
+        assert scaleout.envflag_variable(flag) not in scraper["environment"]
 
 
 @pytest.mark.skipif(not shutil.which("docker-compose"), reason="docker-compose 1.29 is needed")
@@ -134,15 +190,18 @@ def test_compose_reads_the_overlay_over_the_master_file(tmp_path):
         ["docker-compose", "-p", "mac", "-f", str(REPO / "docker" / "docker-compose.master.yml"),
          "-f", str(path), "config"],
         capture_output=True, text=True, check=False, timeout=60,
-        env={"PATH": os.environ["PATH"], "MAC_SD_TOKEN": "passed-through"},
+        env={"PATH": os.environ["PATH"], "MAC_SD_TOKEN": "passed-through",
+             "MAC_VM_deleteAuthKey": "delete-key-passed-through"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert "passed-through" not in path.read_text()  # secrets stay out of the file
     merged = yaml.safe_load(done.stdout)["services"]
     assert merged["prometheus"]["entrypoint"] in ([], None)
-    assert merged["prometheus"]["command"][:3] == ["python", "-m", "healthcheck.targetsview"]
+    assert merged["prometheus"]["command"][:3] == ["python", "-m", "scraping.targetsview"]
     assert merged["api-server"]["environment"]["MAC_PROMETHEUS_URL"] == "http://store:29428"
     assert merged["api-server"]["environment"]["MAC_SD_TOKEN"] == "passed-through"
     assert merged["scraper-0"]["environment"]["MAC_SD_TOKEN"] == "passed-through"
+    assert merged["store"]["environment"]["MAC_VM_deleteAuthKey"] == "delete-key-passed-through"
     assert set(merged["store"]["networks"]) == {"master"}
 
 
@@ -159,3 +218,17 @@ def test_prune_removes_only_the_unwanted_services_containers():
     removed = runtime.prune(lambda s: scaleout.is_engine(s) and s not in wanted)
     assert removed == ["mac-scraper-2"]
     assert calls[-1] == ["docker", "rm", "-f", "mac-scraper-2"]
+
+
+def test_a_store_container_without_its_keys_stops_and_says_why():
+    """`docker compose up` by hand, without mac's environment: empty keys would leave
+    the store's endpoints open, so its container stops first."""
+    script = scaleout._keys_given() + " && echo starting"
+    base = {"PATH": os.environ["PATH"]}
+    bare = subprocess.run(["sh", "-c", script], env=base, capture_output=True, text=True)
+    assert bare.returncode == 1 and "mac start master" in bare.stderr and not bare.stdout
+    keys = {scaleout.envflag_variable(flag): "k" for flag in scaleout.STORE_KEY_FLAGS}
+    given = subprocess.run(
+        ["sh", "-c", script], env={**base, **keys}, capture_output=True, text=True
+    )
+    assert given.returncode == 0 and given.stdout == "starting\n"

@@ -84,7 +84,7 @@ def test_it_restarts_an_exporter_killed_with_sigkill(runtime):
 
 
 def _api_server_spec(tmp_path) -> ServiceSpec:
-    from maccli.master import master_specs
+    from maccli.master.specs import master_specs
     from node.config import NodeConfig
 
     port = free_port()

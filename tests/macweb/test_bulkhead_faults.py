@@ -87,13 +87,17 @@ def test_prometheus_frozen_charts_fail_fast_and_the_front_door_stays_open(tmp_pa
     prometheus = _empty_prometheus(tmp_path)
     stack = start_stack(tmp_path / "master", {"MAC_PROMETHEUS_URL": prometheus.url})
     try:
-        chart = f"{stack.url}/nodes/{_node(stack)}/charts/cpu.json"
+        node = _node(stack)
+        chart = f"{stack.url}/nodes/{node}/charts/cpu.json"
         cookie = {"Cookie": stack.session()}
         with Stopped(prometheus.proc.pid):
             with Burst(chart, BURST, cookie) as burst:
                 time.sleep(0.3)  # all of them sent
                 door = sample_front_door(stack.url, CHART_DEADLINE + 1, prefix="prom")
             health = call(f"{stack.url}/health").body
+            # The node page never asks Prometheus; its scrape health does, within 2 s.
+            page = call(f"{stack.url}/nodes/{node}/", headers=cookie)
+            scrapes = call(f"{stack.url}/nodes/{node}/scrapes.json", headers=cookie)
     finally:
         stack.stop()
         prometheus.stop()
@@ -107,6 +111,9 @@ def test_prometheus_frozen_charts_fail_fast_and_the_front_door_stays_open(tmp_pa
     _front_door_kept_open(door)
     assert "prometheus" in health["degraded"], health
     assert "did not answer within" in health["checks"]["prometheus"]["detail"]
+    assert page.status == 200 and page.seconds < FRONT_DOOR_P99, page
+    assert scrapes.status == 503 and scrapes.seconds < 2.0 + SLACK, scrapes
+    assert "did not answer within 2 s" in scrapes.body["error"], scrapes
 
 
 def test_alertmanager_frozen_alerts_fail_fast_and_the_front_door_stays_open(tmp_path):
@@ -235,12 +242,13 @@ def test_a_full_config_folder_leaves_the_channel_pending_until_space_is_freed(tm
         filler = folder / "filler"
         _fill(filler)
 
+        staff = {"Authorization": f"Token {stack.staff_token()}"}
         saved = call(
             f"{stack.url}/api/v1/alert-channels/",
             {"name": "ops-hook", "kind": "webhook", "url": "http://127.0.0.1:9/hook"},
-            headers={"Authorization": f"Token {stack.staff_token()}"},
+            headers=staff,
         )
-        health = call(f"{stack.url}/health").body
+        health = call(f"{stack.url}/health", headers=staff).body  # the names: logged in only
         filler.unlink()
 
         receiver = f"mac-channel-{saved.body['detail'].split('(id ')[1].split(')')[0]}"

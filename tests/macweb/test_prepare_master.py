@@ -26,6 +26,7 @@ UNSET = (
     "MAC_STATIC_ROOT",
     "MAC_METRICS_TOKEN",
     "MAC_SD_TOKEN",
+    "MAC_CACHE_PREFIX",
 )
 
 
@@ -107,7 +108,8 @@ def test_a_second_run_keeps_the_key(tmp_path):
     assert again.returncode == 0, again.stderr
     assert (data / "secret_key").read_text() == first
     assert "kept" in again.stdout
-    assert tree(data) == ["metrics_token", "secret_key", "static"]  # no temporary files
+    # No temporary files.
+    assert tree(data) == ["installation_id", "metrics_token", "secret_key", "static"]
 
 
 def test_a_key_readable_by_others_is_kept_and_made_private(tmp_path):
@@ -234,3 +236,25 @@ def test_the_check_warns_when_metrics_is_open_by_accident(settings, tmp_path):
     assert warning.id == "macweb.W001"
     assert str(tmp_path / "metrics_token") in warning.msg
     assert "MAC_METRICS_TOKEN=off" in warning.hint
+
+
+def cache_prefix(data: Path, **extra: str) -> str:
+    return setting_of_a_new_process(data, "CACHES", **extra)["default"]["KEY_PREFIX"]
+
+
+def test_each_installation_keeps_its_cache_records_under_its_own_id(tmp_path):
+    """A new master on a Redis another master used never reads (and posts) its records."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert cache_prefix(first) == "mac"  # not prepared yet
+
+    made = manage(first, "prepare_master")
+    manage(second, "prepare_master")
+
+    installation = (first / "installation_id").read_text().strip()
+    assert f"Installation id: created {first / 'installation_id'}" in made.stdout
+    assert len(installation) == 16
+    assert cache_prefix(first) == cache_prefix(first) == f"mac-{installation}"
+    assert cache_prefix(second) not in (cache_prefix(first), "mac")
+    manage(first, "prepare_master")
+    assert cache_prefix(first) == f"mac-{installation}"  # kept across restarts
+    assert cache_prefix(first, MAC_CACHE_PREFIX="site-mac") == "site-mac"

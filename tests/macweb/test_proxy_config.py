@@ -9,15 +9,20 @@ import json
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from macweb.proxy import ProxyLimits, render_nginx_conf
+from macweb.monitoring_gate import normalise
+from macweb.nginxconf import PROMETHEUS_PAGES, ProxyLimits, render_nginx_conf
 from testkit.fakehttp import JsonHandler, serving
+from testkit.metrics_writes import spelled_writes
 from testkit.ports import free_port
 from testkit.waiting import wait_for
 
@@ -184,16 +189,23 @@ class _GateAndServer(JsonHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if self.path.startswith("/redirect"):
+            # As Prometheus answers /graph (a path without the prefix) and / (its
+            # external URL, on the host MAC_PUBLIC_URL names).
+            to = "/graph/" if self.path == "/redirect" else "http://elsewhere:1/prometheus/x"
+            self.send_response(301)
+            self.send_header("Location", to)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_json(200, {"path": self.path, "method": self.command})
 
     do_GET = do_POST = do_DELETE = _answer
 
 
-@pytest.mark.parametrize("resolver", ["", "127.0.0.11"])
-def test_monitoring_servers_pass_only_what_the_gate_allows(tmp_path, resolver):
-    """Through the real nginx: the gate sees the normalised path with its prefix and the
-    client's method; the server gets the path without the prefix, with its query; a
-    refusal is a 403 with the gate's reason. Both ways of naming the upstreams."""
+@contextmanager
+def _front_door(tmp_path: Path, resolver: str = "", classic_ui: bool = True) -> Iterator[str]:
+    """Real nginx with _GateAndServer as the API (the gate) and both monitoring servers."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(nginx).exists():
         pytest.skip("Debian's nginx is not installed")
@@ -204,8 +216,9 @@ def test_monitoring_servers_pass_only_what_the_gate_allows(tmp_path, resolver):
         text = render_nginx_conf(
             LIMITS, listen=f"127.0.0.1:{port}", upstream=backend, prefix=str(tmp_path),
             resolver=resolver, monitoring={"prometheus": backend, "alertmanager": backend},
+            classic_ui=classic_ui,
         )  # fmt: skip
-        (tmp_path / "tmp").mkdir()
+        (tmp_path / "tmp").mkdir(exist_ok=True)
         (tmp_path / "nginx.conf").write_text(text)
         proc = subprocess.Popen(
             [nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", "stderr"],
@@ -215,18 +228,26 @@ def test_monitoring_servers_pass_only_what_the_gate_allows(tmp_path, resolver):
             door = f"http://127.0.0.1:{port}"
             wait_for(lambda: _call(f"{door}/prometheus/-/ready")[0] == 200, timeout=20)
             _GateAndServer.seen = []
-
-            answer = json.loads(_call(f"{door}/prometheus/api/v1/query?query=up")[1])
-            deleted, _ = _call(f"{door}/alertmanager/api/v2/silence/x%2Fy", method="DELETE")
-            refused = urllib.request.Request(
-                f"{door}/prometheus/api/%2E%2E/-/quit", method="POST", data=b"",
-                headers={"X-Client": "no"},
-            )  # fmt: skip
-            with pytest.raises(urllib.error.HTTPError) as error:
-                urllib.request.urlopen(refused, timeout=5)
+            yield door
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+@pytest.mark.parametrize("resolver", ["", "127.0.0.11"])
+def test_monitoring_servers_pass_only_what_the_gate_allows(tmp_path, resolver):
+    """Through the real nginx: the gate sees the normalised path with its prefix and the
+    client's method; the server gets the path without the prefix, with its query; a
+    refusal is a 403 with the gate's reason. Both ways of naming the upstreams."""
+    with _front_door(tmp_path, resolver) as door:
+        answer = json.loads(_call(f"{door}/prometheus/api/v1/query?query=up")[1])
+        deleted, _ = _call(f"{door}/alertmanager/api/v2/silence/x%2Fy", method="DELETE")
+        refused = urllib.request.Request(
+            f"{door}/prometheus/api/%2E%2E/-/quit", method="POST", data=b"",
+            headers={"X-Client": "no"},
+        )  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as error:
+            urllib.request.urlopen(refused, timeout=5)
 
     assert answer == {"path": "/api/v1/query?query=up", "method": "GET"}
     assert deleted == 200
@@ -241,3 +262,61 @@ def test_monitoring_servers_pass_only_what_the_gate_allows(tmp_path, resolver):
     passed = [r for r in _GateAndServer.seen if r["path"] != "/auth/monitoring"]
     assert [r["path"] for r in passed] == ["/api/v1/query?query=up", "/api/v2/silence/x/y"]
     assert all("Authorization" not in r and "Cookie" not in r for r in passed)
+
+
+def test_the_server_reads_the_very_path_the_gate_decided_on(tmp_path):
+    """Every spelling of the store's writes (testkit.metrics_writes), by real nginx: the
+    path the server gets, decoded once as a server does, is the gate's path normalised
+    (macweb.monitoring_gate.normalise) without the prefix. So a gate that refuses the
+    normalised path refuses what the server would have read."""
+    writes = spelled_writes()
+    with _front_door(tmp_path) as door:
+        for _name, _attempt, uri in writes:
+            _GateAndServer.seen = []
+            status, _ = _call(door + uri)
+            gate = [r for r in _GateAndServer.seen if r["path"] == "/auth/monitoring"]
+            passed = [r for r in _GateAndServer.seen if r["path"] != "/auth/monitoring"]
+            assert status == 200 and len(gate) == len(passed) == 1, uri
+            decided = normalise(gate[0]["X-Original-URI"])
+            served = urllib.parse.unquote(passed[0]["path"].partition("?")[0])
+            if decided is None:  # refused whatever it means: an escape left over
+                assert "%" in gate[0]["X-Original-URI"], uri
+                continue
+            assert decided == "/prometheus" + served, uri
+
+
+def test_peoples_pages_lead_to_prometheuss_classic_ui_and_the_dashboards_alerts(tmp_path):
+    with _front_door(tmp_path) as door:
+        for page, classic in PROMETHEUS_PAGES.items():
+            answer = _no_redirect(f"{door}/prometheus/{page}?g0.expr=up")
+            assert answer.status == 302, page
+            assert answer.headers["Location"] == f"/prometheus/{classic}?g0.expr=up"
+        browser = _no_redirect(f"{door}/alertmanager/", Accept="text/html,*/*")
+        assert (browser.status, browser.headers["Location"]) == (302, "/alerts/")
+        amtool = _no_redirect(f"{door}/alertmanager/")
+        assert amtool.status == 404 and b"/alertmanager/api/v2/" in amtool.read()
+        # A server's own redirects stay under its prefix, on this host.
+        moved = _no_redirect(f"{door}/prometheus/redirect")
+        assert moved.headers["Location"] == "/prometheus/graph/"
+        external = _no_redirect(f"{door}/prometheus/redirect-external")
+        assert external.headers["Location"] == "/prometheus/x"
+    assert not [r for r in _GateAndServer.seen if r["path"] == "/graph"]
+
+
+def test_the_targets_view_serves_its_own_pages(tmp_path):
+    with _front_door(tmp_path, classic_ui=False) as door:
+        status, body = _call(f"{door}/prometheus/targets")
+    assert status == 200 and json.loads(body)["path"] == "/targets"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _no_redirect(url: str, **headers: str):
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        return opener.open(urllib.request.Request(url, headers=headers), timeout=5)
+    except urllib.error.HTTPError as exc:
+        return exc

@@ -1,6 +1,8 @@
 """The proxy's HTTPS (28443) beside HTTP, with Debian's nginx on the material prepare_tls
 made: the chain verifies against the pinned CA, the CA is served to agents, and MAC_HTTP
-turns plain HTTP off (loopback only) or into a redirect (but /health)."""
+turns plain HTTP off (loopback only) or into a redirect (but /health). By default plain
+HTTP sends people's pages from other hosts to HTTPS, and the API learns the scheme the
+client used, from nginx or a trusted proxy, never from the client itself."""
 
 from __future__ import annotations
 
@@ -32,12 +34,14 @@ class Upstream(JsonHandler):
         self.send_json(200, {"path": self.path, "proto": self.headers["X-Forwarded-Proto"]})
 
 
-def _get(host: str, port: int, path: str, context=None) -> http.client.HTTPResponse:
+def _get(
+    host: str, port: int, path: str, context=None, headers: dict | None = None
+) -> http.client.HTTPResponse:
     if context is None:
         conn = http.client.HTTPConnection(host, port, timeout=5)
     else:
         conn = http.client.HTTPSConnection(host, port, timeout=5, context=context)
-    conn.request("GET", path)
+    conn.request("GET", path, headers=headers or {})
     response = conn.getresponse()
     response.body = response.read()
     conn.close()
@@ -59,7 +63,10 @@ def test_https_serves_the_chain_of_the_pinned_ca_beside_http(tmp_path, master_en
             served_ca = _get("127.0.0.1", tls_port, CA_PATH, context=pinned_context(ca_pem))
             secure = _get("127.0.0.1", tls_port, "/api/v1/self", context=pinned_context(ca_pem))
             by_name = _get("localhost", tls_port, "/health", context=pinned_context(ca_pem))
-            plain = _get("127.0.0.1", http_port, "/api/v1/self")
+            # A client's own word on its scheme is never believed (no trusted proxy here).
+            plain = _get(
+                "127.0.0.1", http_port, "/api/v1/self", headers={"X-Forwarded-Proto": "https"}
+            )
         finally:
             stop_process(proxy)
 
@@ -72,11 +79,13 @@ def test_https_serves_the_chain_of_the_pinned_ca_beside_http(tmp_path, master_en
     assert plain.status == 200 and b'"proto": "http"' in plain.body
 
 
-def _nginx(tmp_path: Path, env: dict, listen: str, tls_listen: str) -> subprocess.Popen:
+def _nginx(
+    tmp_path: Path, env: dict, listen: str, tls_listen: str, upstream: int | None = None
+) -> subprocess.Popen:
     conf = tmp_path / "proxy" / "nginx.conf"
     subprocess.run(
         [sys.executable, "-m", "django", "proxy_config", "--out", str(conf), "--listen", listen,
-         "--upstream", f"127.0.0.1:{free_port()}", "--tls-listen", tls_listen],
+         "--upstream", f"127.0.0.1:{upstream or free_port()}", "--tls-listen", tls_listen],
         env=env, cwd=REPO, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     process = subprocess.Popen(
@@ -132,6 +141,48 @@ def test_http_redirect_sends_everything_but_health_to_https(tmp_path, master_env
     )
     assert health.status == 503  # passed on to the API server (down here), not redirected
     assert secure.status == 503  # HTTPS itself never redirects
+
+
+def test_people_pages_from_another_host_go_to_https_and_machines_stay(tmp_path, master_env):
+    # nginx believes X-Forwarded-For from loopback here (MAC_TRUSTED_PROXIES), so a
+    # request can come from another host's address (198.51.100.7) without leaving it.
+    master_env["MAC_TRUSTED_PROXIES"] = "127.0.0.0/8"
+    master_env["MAC_TLS_PORT"] = "28999"  # where other hosts reach HTTPS (Docker's published)
+    prepare_tls(master_env)
+    http_port, tls_port = free_port(), free_port()
+    other = {"X-Forwarded-For": "198.51.100.7"}
+    with serving(Upstream) as upstream:
+        proxy = _nginx(
+            tmp_path, master_env, f"127.0.0.1:{http_port}", f"127.0.0.1:{tls_port}",
+            upstream=urlsplit(upstream).port,
+        )  # fmt: skip
+        try:
+            pages = {
+                path: _get("127.0.0.1", http_port, path, headers=other)
+                for path in ("/", "/accounts/login/?next=/nodes/", "/admin/", "/nodes/3/")
+            }
+            machines = {
+                path: _get("127.0.0.1", http_port, path, headers=other)
+                for path in ("/health", "/metrics", "/api/v1/register", "/ws/live/",
+                             "/static/mac.css", "/prometheus/api/v1/query")
+            }  # fmt: skip
+            local = _get("127.0.0.1", http_port, "/accounts/login/")
+            ended_tls = _get(
+                "127.0.0.1", http_port, "/accounts/login/",
+                headers={**other, "X-Forwarded-Proto": "https"},
+            )  # fmt: skip
+        finally:
+            stop_process(proxy)
+
+    for path, answer in pages.items():
+        assert answer.status == 301, path
+        assert answer.headers["Location"] == f"https://127.0.0.1:28999{path}"
+    for path, answer in machines.items():
+        assert answer.status != 301, path
+    assert machines["/health"].status == 200 and b'"proto": "http"' in machines["/health"].body
+    assert local.status == 200  # the master's own loopback keeps its pages on HTTP
+    # A trusted proxy that ended TLS itself: the page is served, and Django hears https.
+    assert ended_tls.status == 200 and b'"proto": "https"' in ended_tls.body
 
 
 def test_http_off_without_https_is_refused_by_name(tmp_path, master_env):

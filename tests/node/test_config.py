@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from node.config import (
     filesystem_of,
 )
 from node.envfile import parse_env_text, write_env_file
+from node.host import Roots
 
 
 def _config(tmp_path, environ=None, node="", user=""):
@@ -85,8 +87,8 @@ def test_node_name_defaults_to_host_name_and_keeps_explicit_empty(tmp_path):
 
 def test_service_ports_follow_offset_and_per_service_override(tmp_path):
     cfg = _config(tmp_path, environ={"MAC_PORT_OFFSET": "1000", "MAC_NIC_EXPORTER_PORT": "40000"})
-    assert cfg.service_port("sys-exporter", 29101) == 30101
-    assert cfg.service_port("nic-exporter", 29500) == 40000
+    assert cfg.service_port("sys-exporter") == 30101
+    assert cfg.service_port("nic-exporter") == 40000
 
 
 @pytest.mark.parametrize(
@@ -97,7 +99,17 @@ def test_service_ports_follow_offset_and_per_service_override(tmp_path):
         ("NODE_NAME", "under_score", "not a valid host name"),
         ("lower", "x", "not a valid name"),
         ("MAC_MASTER_PORT", "70000", "not a TCP port"),
-        ("MAC_RUNTIME", "podman", "auto, docker or process"),
+        ("MAC_RUNTIME", "podman", "is not a runtime: use auto .*, docker .* or process"),
+        ("MAC_SCRAPE_SHARDS", "65", "out of range: use a whole number from 0 to 64"),
+        ("MAC_HTTP", "maybe", "is not an HTTP mode: use on .*, off .* or redirect"),
+        ("MAC_SCRAPE_SHARDS", "x", "not a whole number"),
+        ("MAC_PROBE_INTERVAL", "fast", "not a number: use a number of seconds from 0.5"),
+        ("MAC_ALERT_GROUP_WAIT", "30 s", "not a duration"),
+        ("MAC_NODE_NETWORKS", "10.0.0.0/8,lan", "MAC_NODE_NETWORKS='lan' is not a network"),
+        ("MAC_BMC_REDFISH_URL", "bmc.local", "not a usable URL: give http:// or https://"),
+        ("MAC_IPFORWARD_REASSERT", "sometimes", "not on or off: use 1 or 0"),
+        ("MAC_PROBE_INTERVL", "10", "not a setting of MAC. Did you mean MAC_PROBE_INTERVAL"),
+        ("MAC_NODE_ENV_FILE", "/tmp/n", "process environment only"),
         ("MASTER_IP", "", "mac env unset MASTER_IP"),
     ],
 )
@@ -138,8 +150,51 @@ def test_filesystem_of_picks_the_longest_mount_and_unescapes_spaces(tmp_path):
     (tmp_path / "mounts").write_text(
         "/dev/vda1 / ext4 rw 0 0\nfiler:/h /home nfs4 rw 0 0\nlocal /home/my\\040dir ext4 rw 0 0\n"
     )
-    from pathlib import Path
+    roots = Roots(proc_root=str(tmp_path))
+    assert filesystem_of(Path("/home/op"), roots) == ("/home", "nfs4")
+    assert filesystem_of(Path("/home/my dir/x"), roots) == ("/home/my dir", "ext4")
+    assert filesystem_of(Path("/var"), roots) == ("/", "ext4")
 
-    assert filesystem_of(Path("/home/op"), str(tmp_path)) == ("/home", "nfs4")
-    assert filesystem_of(Path("/home/my dir/x"), str(tmp_path)) == ("/home/my dir", "ext4")
-    assert filesystem_of(Path("/var"), str(tmp_path)) == ("/", "ext4")
+
+def test_value_reads_a_declared_setting_as_its_kind_by_precedence(tmp_path):
+    cfg = _config(
+        tmp_path,
+        environ={"MAC_PROBE_TIMEOUT": "4.5"},
+        node="MAC_LABELS=rack=a1\nMAC_IPFORWARD_REASSERT=yes\n",
+        user="MAC_IPFORWARD_REASSERT=0\nMAC_STATE_DIR=~/state\n",
+    )
+    assert cfg.value("MAC_PROBE_TIMEOUT") == 4.5
+    assert cfg.value("MAC_LABELS") == {"rack": "a1"}
+    assert cfg.value("MAC_IPFORWARD_REASSERT") is True
+    assert cfg.state_dir == Path("~/state").expanduser()
+    assert cfg.value("MAC_START_TIMEOUT") == 30.0  # the declared default
+    assert cfg.value("MAC_SYS_EXPORTER_PORT") == 29101
+
+
+def test_a_bad_value_names_the_setting_and_where_a_service_uses_the_default(tmp_path):
+    cfg = _config(tmp_path, user="MAC_IPFORWARD_INTERVAL=often\n")
+    with pytest.raises(ConfigError, match="MAC_IPFORWARD_INTERVAL='often' is not a number"):
+        cfg.value("MAC_IPFORWARD_INTERVAL")
+    said: list[str] = []
+    assert cfg.value_or_default("MAC_IPFORWARD_INTERVAL", said.append) == 1.0
+    assert said == [
+        "MAC_IPFORWARD_INTERVAL='often' is not a number: use a number of seconds from 0.05 "
+        "to 60. Using 1 instead."
+    ]
+
+
+def test_roots_come_from_the_mac_root_settings(tmp_path):
+    cfg = _config(tmp_path, environ={"MAC_SYS_ROOT": "/s", "MAC_ETC_ROOT": "/e"})
+    roots = cfg.roots()
+    assert (roots.sys_root, roots.proc_root, roots.dev_root) == (
+        "/s",
+        str(tmp_path / "proc"),
+        "/dev",
+    )
+    assert roots.host("/etc/machine-id") == Path("/e/machine-id")
+    assert roots.host("/usr/lib") == Path("/usr/lib")
+
+
+def test_a_bad_shared_home_override_is_refused_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match="MAC_SHARED_HOME='perhaps' is not on or off"):
+        _config(tmp_path, environ={"MAC_SHARED_HOME": "perhaps"}).shared_home()

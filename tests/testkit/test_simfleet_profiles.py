@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.simfleet import FleetThread, loopback_base
-from testkit.simfleet.hardware import BNXT_RE, MLX5, amd_gpus, nics, nvidia_gpus
+from testkit.simfleet.hardware import BNXT_RE, MLX5, TOKEN, amd_gpus, nics, nvidia_gpus
 from testkit.simfleet.model import Fault
 from testkit.simfleet.profiles import PROFILES, SimHardware, assign, parse_mix
 
@@ -62,14 +62,25 @@ def node(profile: str, clock: Clock, seed: int = 7, key: str = "127.9.0.1") -> S
     ],
 )
 def test_simulated_pages_have_the_real_exporters_names_types_and_labels(profile, service, real):
-    page = node(profile, Clock()).page(service, "sim-node").decode()
-    expected = real().replace("simfleet-template-host", "sim-node")
-    # XID count lines appear once a GPU had that XID: compare the rest exactly.
+    hardware = node(profile, Clock())
+    page = hardware.page(service, "sim-node").decode()
+    expected = real().replace("simfleet-template-host", "sim-node").replace(TOKEN, hardware.token)
+    # XID counts and the verdict's evidence appear once a GPU had a fault: compare the rest.
     assert {s for s in shape(page)} == {
-        s for s in shape(expected) if s[0] != "DCGM_EXP_XID_ERRORS_COUNT"
-    }
-    got_labels = {k[1] for k in samples(page)}
-    assert got_labels <= {k[1] for k in samples(expected)}
+        s for s in shape(expected)
+        if s[0] not in ("DCGM_EXP_XID_ERRORS_COUNT", "mac_gpu_health_evidence")
+    }  # fmt: skip
+
+    # Every series as the real exporter labels it (the boot is the simulated node's own, and
+    # the template's GPUs had every XID: only the verdict's identity labels compare).
+    def labels(text: str) -> set:
+        return {
+            tuple(item for item in k[1] if item[0] not in ("state", "action"))
+            for k in samples(text)
+            if k[0] != "mac_node_boot_info"
+        }
+
+    assert labels(page) <= labels(expected)
 
 
 def test_gpu_utilisation_moves_and_power_and_temperature_follow_it():

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from alerting import services
 from alerting.models import NotificationChannel
+from contract.redact import url_without_credentials
 
 
 class Command(BaseCommand):
@@ -27,9 +28,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         if not settings.ALERTMANAGER_MANAGED:
+            where = url_without_credentials(settings.ALERTMANAGER_URL)
             self.stdout.write(
-                "MAC_ALERTMANAGER_MANAGED=0: the Alertmanager at "
-                f"{settings.ALERTMANAGER_URL} keeps its own configuration; nothing written."
+                f"MAC_ALERTMANAGER_MANAGED=0: the Alertmanager at {where} keeps its own "
+                "configuration; nothing written."
             )
             return
         try:
@@ -56,4 +58,6 @@ class Command(BaseCommand):
         if applied.reload_error:
             raise CommandError(f"Alertmanager was not reloaded: {applied.reload_error}")
         if applied.reloaded:
-            self.stdout.write(f"Reloaded Alertmanager at {settings.ALERTMANAGER_URL}.")
+            self.stdout.write(
+                f"Reloaded Alertmanager at {url_without_credentials(settings.ALERTMANAGER_URL)}."
+            )

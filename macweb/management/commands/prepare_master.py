@@ -8,6 +8,10 @@ first. It is idempotent: a second run keeps the key, so the API, the worker and 
 The metrics token (issue 22) is made the same way: /metrics and http_sd need it from the
 first start, and MAC's Prometheus reads it from the file; MAC_METRICS_TOKEN in the
 environment (a site's own token, or `off`) replaces the file.
+
+Last, the installation id (issue 31): the master's records in the cache live under it
+(settings.CACHES), so that a master never reads those of another that used the same
+Redis before. Under Docker the worker and beat wait for this file, the last one made.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class Command(BaseCommand):
         self._secret(
             "Metrics token", Path(settings.METRICS_TOKEN_FILE), settings.METRICS_TOKEN_SOURCE, 32
         )
+        self._installation_id(Path(settings.INSTALLATION_ID_FILE))
 
     def _say(self, text: str) -> None:
         if self.verbosity:
@@ -53,6 +58,17 @@ class Command(BaseCommand):
                 f"Create it with write access for this user, or set {variable} elsewhere."
             ) from None
         self._say(f"{variable}: {path}")
+
+    def _installation_id(self, path: Path) -> None:
+        """A random id of this master's installation, kept once made (not a secret)."""
+        try:
+            if path.exists() and path.read_text().strip():
+                self._say(f"Installation id: kept {path}.")
+                return
+            write_atomically(path, secrets.token_hex(8).encode() + b"\n", mode=0o644)
+        except OSError as exc:
+            raise CommandError(f"The file {path} cannot be written: {exc}.") from None
+        self._say(f"Installation id: created {path}.")
 
     def _secret(self, what: str, path: Path, source: str, size: int) -> None:
         """A random secret in `path` (mode 0600), kept when there is one already."""

@@ -1,6 +1,6 @@
 """`manage.py proxy_config --out FILE --listen HOST:PORT --upstream HOST:PORT`: nginx.conf.
 
-Writes the configuration of the proxy in front of the API server (macweb.proxy) from
+Writes the configuration of the proxy in front of the API server (macweb.nginxconf) from
 the master's settings, and makes nginx's own folders under `--prefix` (default: the
 folder of FILE). `mac start master` runs it before each start of the `proxy`
 service, the Compose master's mac-proxy at each container start; then
@@ -9,7 +9,9 @@ service, the Compose master's mac-proxy at each container start; then
 `--tls-listen HOST:PORT` adds HTTPS (28443) with the material `manage.py prepare_tls`
 made or checked just before, and MAC_HTTP says what plain HTTP does then.
 `--prometheus HOST:PORT` and `--alertmanager HOST:PORT` serve those servers under
-/prometheus/ and /alertmanager/, behind the gate (macweb.monitoring_gate).
+/prometheus/ and /alertmanager/, behind the gate (macweb.monitoring_gate). In scale-out
+mode (MAC_SCRAPE_SHARDS) /prometheus/ is the targets view, which serves its own pages;
+otherwise the pages people open there lead to Debian's Prometheus's classic UI.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from contract.atomicfile import write_atomically
-from macweb.proxy import MONITORING_SERVERS, ProxyLimits, TlsServing, render_nginx_conf
+from macweb.nginxconf import MONITORING_SERVERS, ProxyLimits, TlsServing, render_nginx_conf
 from macweb.tls import material_paths
 
 
@@ -86,6 +88,8 @@ class Command(BaseCommand):
             tls=tls,
             http_mode=settings.HTTP_MODE,
             monitoring=monitoring,
+            classic_ui=not settings.SCRAPE_SHARDS,
+            https_port=settings.TLS_PORT or None,
         )
         try:
             (prefix / "tmp").mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ class ChartEnv:
     amd_id: int = 900002
 
     def labels(self, vendor: str) -> dict[str, str]:
-        """The labels healthcheck.targets gives a node's targets."""
+        """The labels scraping.targets gives a node's targets."""
         if vendor == "amd":
             return {"node": str(self.amd_id), "hostname": self.amd_host, "gpu_vendor": "amd"}
         return {"node": str(self.nvidia_id), "hostname": self.nvidia_host, "gpu_vendor": "nvidia"}

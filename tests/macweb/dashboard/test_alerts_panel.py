@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import connections
 from django.test import Client
 
-from inventory import bulkheads
+from alerting import bulkheads
 from inventory.live import broadcast_alerts
 from tests.macweb.dashboard.test_consumer import open_socket
 

@@ -20,25 +20,15 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
-from healthcheck.promconfig import render_prometheus_config
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
+from scraping.promconfig import render_prometheus_config
 from testkit import dashboard_servers as servers
-from testkit.browser import log_in
+from testkit.browser import CHROMIUM, CHROMIUM_ARGS, log_in
 from testkit.factories import online_gpu_node
 from testkit.ports import free_port
 from testkit.processes import stop_process
 from testkit.proxy import start_proxy
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 pytestmark = [
     pytest.mark.browser,
@@ -178,15 +168,15 @@ def test_the_fleet_page_follows_sweeps_live(page, asgi_server, operator, fleet, 
     sweep(tmp_path)
     log_in(page, asgi_server.url)
     victim = page.locator(f'tr[data-node-id="{ids[0]}"]')
-    expect(victim.locator(".badge")).to_have_text("Online")
-    expect(page.locator(f'tr[data-node-id="{ids[1]}"] .badge')).to_have_text("Online")
+    expect(victim.locator(".status .badge")).to_have_text("Online")
+    expect(page.locator(f'tr[data-node-id="{ids[1]}"] .status .badge')).to_have_text("Online")
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
     page.evaluate("window.__sameDocument = true")
 
     fleet.set_node_mode(0, "refuse")  # the agent was stopped
     sweep(tmp_path)
     pushed = time.monotonic()
-    expect(victim.locator(".badge")).to_have_text("Offline", timeout=3000)
+    expect(victim.locator(".status .badge")).to_have_text("Offline", timeout=3000)
     latency = time.monotonic() - pushed
     expect(victim.locator(".reason")).to_contain_text("connection refused")
     expect(victim.locator(".diagnosis")).not_to_be_empty()
@@ -195,7 +185,7 @@ def test_the_fleet_page_follows_sweeps_live(page, asgi_server, operator, fleet, 
 
     fleet.set_node_mode(0, "answer")  # started again
     sweep(tmp_path)
-    expect(victim.locator(".badge")).to_have_text("Online", timeout=3000)
+    expect(victim.locator(".status .badge")).to_have_text("Online", timeout=3000)
     expect(victim.locator(".reason")).to_have_count(0)
     expect(page.locator('[data-count="status.offline"]')).to_have_text("0")
     assert page.evaluate("window.__sameDocument") is True  # never reloaded
@@ -222,6 +212,35 @@ def test_a_deregistered_node_leaves_the_page_live(page, asgi_server, operator):
     assert page.evaluate("window.__sameDocument") is True
 
 
+def test_a_drain_in_slurm_shows_live_on_the_fleet_and_node_pages(page, asgi_server, operator):
+    from playwright.sync_api import expect
+
+    from inventory.services.scheduling import save_slurm_view
+
+    node = in_thread(online_gpu_node, hostname="gpu-drained")
+    reason = "MAC: GPU 3 (UUID GPU-d) XID 79: GPU has fallen off the bus at 14:02:11; reboot"
+    log_in(page, asgi_server.url)
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    row = page.locator(f'tr[data-node-id="{node.pk}"]')
+    expect(row.locator(".badge-slurm-mac")).to_have_count(0)
+    page.evaluate("window.__sameDocument = true")
+
+    in_thread(save_slurm_view, {node.pk: ("draining", "mac", reason)})  # what a pass writes
+    badge = row.locator(".badge-slurm-mac")
+    expect(badge).to_have_text("drained by MAC", timeout=3000)
+    expect(badge).to_have_attribute("title", f"draining: {reason}")
+    assert page.evaluate("window.__sameDocument") is True
+
+    page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(page.locator("#node-slurm-badge")).to_have_text("drained by MAC")
+    in_thread(save_slurm_view, {node.pk: ("idle", "", "")})  # resumed
+    expect(page.locator("#node-slurm-badge")).to_be_hidden(timeout=3000)
+    in_thread(save_slurm_view, {node.pk: ("drained", "admin", "PSU swap")})
+    expect(page.locator("#node-slurm-badge")).to_have_text("drained by admin", timeout=3000)
+    expect(page.locator("#node-slurm-badge")).to_have_attribute("title", "drained: PSU swap")
+
+
 def test_the_page_reconnects_after_a_restart_and_shows_what_it_missed(
     page, chart_env, operator, tmp_path
 ):
@@ -242,7 +261,7 @@ def test_the_page_reconnects_after_a_restart_and_shows_what_it_missed(
         server.start()
         expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=20_000)
         row = page.locator(f'tr[data-node-id="{node.pk}"]')
-        expect(row.locator(".badge")).to_have_text("Offline")
+        expect(row.locator(".status .badge")).to_have_text("Offline")
         assert page.evaluate("window.__sameDocument") is True
     finally:
         server.stop()
@@ -269,6 +288,53 @@ def test_the_node_page_draws_charts_from_prometheus(page, asgi_server, chart_env
     page.click('button[data-range="24h"]')
     expect(page.locator('button[data-range="24h"]')).to_have_attribute("aria-pressed", "true")
     expect(page.locator('figure[data-chart="gpu_temp"] canvas')).to_have_count(1)
+
+
+def running_job(node_id: int, user: str, indexes: tuple[int, ...], seconds: float) -> int:
+    """A Slurm job as job attribution records it, holding `indexes` of the node."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.models import Job, JobGpu
+
+    started = timezone.now() - timedelta(seconds=seconds)
+    job = Job.objects.create(
+        job_id=777001, user=user, partition="gpu", state="RUNNING", started=started,
+        gpu_count=len(indexes), nodes=["chart-nv"],
+    )  # fmt: skip
+    for index in indexes:
+        JobGpu.objects.create(
+            job=job, node_id=node_id, slurm_node="chart-nv", index=index, since=started
+        )
+    return job.job_id
+
+
+def test_the_job_page_draws_the_charts_of_its_gpus(page, asgi_server, chart_env, operator):
+    from playwright.sync_api import expect
+
+    in_thread(
+        online_gpu_node, id=chart_env.nvidia_id, hostname=chart_env.nvidia_host,
+        gpu_vendor=GpuVendor.NVIDIA, gpu_count=4,
+    )  # fmt: skip
+    job = in_thread(running_job, chart_env.nvidia_id, "operator", (1, 2), 60)
+    log_in(page, asgi_server.url)
+    page.goto(f"{asgi_server.url}/jobs/{job}/")
+    expect(page.locator("#job-summary")).to_contain_text("2 GPUs, mean utilisation")
+    for name in ("gpu_util", "gpu_memory", "gpu_power", "gpu_temp"):
+        figure = page.locator(f'figure[data-chart="{name}"]')
+        expect(figure.locator("canvas")).to_have_count(1)
+        expect(figure.locator(".u-legend .u-series")).to_have_count(3)  # time + GPU 1, 2
+    legend = page.locator('figure[data-chart="gpu_util"] .u-legend')
+    expect(legend).to_contain_text(f"{chart_env.nvidia_host} GPU 1")
+    expect(legend).to_contain_text(f"{chart_env.nvidia_host} GPU 2")
+    from inventory.models import GpuHealth
+
+    in_thread(GpuHealth.objects.bulk_create, [GpuHealth(node_id=chart_env.nvidia_id, index=1)])
+    page.goto(f"{asgi_server.url}/nodes/{chart_env.nvidia_id}/")
+    expect(page.locator('tr[data-gpu="1"] .gpu-job')).to_contain_text(f"job {job} operator")
+    page.click('tr[data-gpu="1"] .gpu-job a')
+    expect(page).to_have_url(f"{asgi_server.url}/jobs/{job}/")
 
 
 def test_an_empty_chart_says_why_in_the_page(page, asgi_server, operator):
@@ -353,9 +419,9 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
     sweep(tmp_path)
     log_in(page, asgi_server.url)
     row = page.locator(f'tr[data-node-id="{pk}"]')
-    expect(row.locator(".badge")).to_have_text("Online")
+    expect(row.locator(".status .badge")).to_have_text("Online")
     forwarding_off(fleet, 1, tmp_path)
-    expect(row.locator(".badge")).to_have_text("Offline", timeout=3000)
+    expect(row.locator(".status .badge")).to_have_text("Offline", timeout=3000)
     expect(row.locator(".reason")).to_contain_text("timed out")
     expect(row.locator(".diagnosis-label")).to_contain_text("IPv4 forwarding is off")
     expect(row.locator(".diagnosis")).to_be_hidden()  # one line; the paragraph on a click
@@ -451,6 +517,10 @@ def test_nvidia_and_amd_node_pages_draw_gpu_charts_of_a_simulated_fleet(
                 expect(figure.locator(".chart-empty")).to_be_hidden()
             rdma = page.locator('figure[data-chart="rdma"]')
             expect(rdma.locator(".u-legend .u-series")).to_have_count(17)  # 8 NICs, rx and tx
+            # Prometheus' own word on each target, filled in once the page is drawn.
+            scrape = page.locator('tr[data-service="sys-exporter"] .exp-scrape .badge')
+            expect(scrape).to_have_text("up")
+            expect(page.locator("#scrape-error")).to_be_hidden()
     finally:
         server.stop()
         prometheus.stop()

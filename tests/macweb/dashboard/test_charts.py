@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client, override_settings
 
-from inventory import bulkheads
+from alerting import bulkheads
 from inventory.choices import GpuVendor, NodeStatus, StatusReason
 from macweb.dashboard import charts
 from testkit.factories import online_gpu_node

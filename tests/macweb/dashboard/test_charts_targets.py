@@ -10,9 +10,9 @@ import pytest
 from django.test import override_settings
 
 from contract.services import SYS_EXPORTER
-from healthcheck.promconfig import render_prometheus_config
-from healthcheck.targets import write_targets
 from inventory.choices import GpuVendor
+from scraping.promconfig import render_prometheus_config
+from scraping.targets import write_targets
 from testkit import dashboard_servers as servers
 from testkit.factories import online_gpu_node
 from testkit.processes import stop_process

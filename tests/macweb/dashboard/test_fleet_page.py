@@ -36,10 +36,10 @@ def test_login_page_is_styled_and_logs_in(user):
     assert client.get("/").status_code == 200
 
 
-def test_it_counts_by_status_maintenance_and_vendor(client_user):
-    online_gpu_node(gpu_vendor=GpuVendor.NVIDIA)
-    online_gpu_node(gpu_vendor=GpuVendor.AMD, maintenance=True)
-    offline_node(gpu_vendor=GpuVendor.AMD)
+def test_it_counts_by_status_maintenance_vendor_and_gpu_verdict(client_user):
+    online_gpu_node(gpu_vendor=GpuVendor.NVIDIA, health_state="unhealthy", health_action="reboot")
+    online_gpu_node(gpu_vendor=GpuVendor.AMD, maintenance=True, health_state="degraded")
+    offline_node(gpu_vendor=GpuVendor.AMD, health_action="restart_app")
     online_gpu_node(status=NodeStatus.UNKNOWN, gpu_vendor=GpuVendor.NONE, gpu_count=0)
     counts = client_user.get("/fleet.json").json()["counts"]
     assert counts == {
@@ -47,10 +47,61 @@ def test_it_counts_by_status_maintenance_and_vendor(client_user):
         "maintenance": 1,
         "status": {"unknown": 1, "online": 2, "offline": 1},
         "vendor": {"none": 1, "nvidia": 1, "amd": 2},
+        "health": {"healthy": 2, "degraded": 1, "unhealthy": 1},
+        "needs_action": 1,
+        "drained": {"mac": 0, "admin": 0},
     }
     page = client_user.get("/").content.decode()
     assert 'data-count="status.offline">1<' in page
     assert 'data-count="vendor.amd">2<' in page
+    assert 'data-count="health.unhealthy">1<' in page
+    assert 'data-count="needs_action">1<' in page
+
+
+def test_the_needs_action_filter_and_the_verdict_in_each_row(client_user):
+    sick = online_gpu_node(
+        hostname="gpu-sick", health_state="unhealthy", health_action="reboot",
+        health_evidence="GPU 3 (UUID GPU-d) XID 79: GPU has fallen off the bus at 14:02:11; reboot",
+    )  # fmt: skip
+    online_gpu_node(hostname="gpu-app", health_action="restart_app")
+    online_gpu_node(hostname="gpu-fine")
+    page = client_user.get("/", {"needs_action": "true"})
+    html = page.content.decode()
+    assert page.status_code == 200 and "gpu-sick" in html and "gpu-app" not in html
+    assert 'class="badge badge-health-unhealthy" title="GPU 3 (UUID GPU-d) XID 79' in html
+    assert '<span class="health-action needs-action">reboot the node</span>' in html
+    rows = client_user.get("/fleet.json", {"health": "unhealthy"}).json()["nodes"]
+    assert [row["id"] for row in rows] == [sick.pk]
+    assert rows[0]["health_action_text"] == "reboot the node" and rows[0]["needs_action"]
+    assert client_user.get("/", {"needs_action": "maybe"}).status_code == 400
+
+
+def test_drained_nodes_show_who_drained_them_and_the_filter_finds_them(client_user, settings):
+    from contract.drainpolicy import DrainMode
+
+    settings.SLURM_DRAIN = DrainMode.ON
+    reason = "MAC: GPU 3 (UUID GPU-d) XID 79: GPU has fallen off the bus at 14:02:11; reboot"
+    by_mac = online_gpu_node(
+        hostname="gpu-mac", slurm_state="drained", slurm_hold="mac", slurm_reason=reason
+    )
+    online_gpu_node(
+        hostname="gpu-admin", slurm_state="down", slurm_hold="admin", slurm_reason="PSU swap"
+    )
+    online_gpu_node(hostname="gpu-busy", slurm_state="mixed")
+    html = client_user.get("/", {"drained": "mac"}).content.decode()
+    assert "gpu-mac" in html and "gpu-admin" not in html and "gpu-busy" not in html
+    assert f'class="badge badge-slurm-mac" title="drained: {reason}">drained by MAC<' in html
+    assert 'data-count="drained.mac">1<' in html and 'data-count="drained.admin">1<' in html
+    assert '<option value="admin">Drained by admin</option>' in html
+    rows = client_user.get("/fleet.json", {"drained": ["mac", "admin"]}).json()["nodes"]
+    assert {row["hostname"]: row["slurm_hold_text"] for row in rows} == {
+        "gpu-mac": "drained by MAC",
+        "gpu-admin": "drained by admin",
+    }
+    assert rows[0]["slurm_reason"] == reason or rows[1]["slurm_reason"] == reason
+    assert client_user.get("/", {"drained": "someone"}).status_code == 400
+    api = client_user.get("/api/v1/nodes/", {"drained": "mac"}).json()["results"]
+    assert [node["id"] for node in api] == [by_mac.pk] and api[0]["slurm_reason"] == reason
 
 
 def test_offline_rows_say_the_reason_and_the_diagnosis_with_its_fix(client_user):
@@ -207,15 +258,11 @@ def test_rows_carry_the_agent_s_network_mode_in_the_address_tooltip(client_user)
     assert 'title="Agent network: bridge (published ports)">' in html
 
 
-def test_the_header_links_to_prometheus_and_alertmanager_through_the_front_door(
-    client_user, settings
-):
+def test_the_header_links_to_prometheus_through_the_front_door_and_to_the_alerts(client_user):
     page = client_user.get("/").content.decode()
     assert 'href="/prometheus/targets"' in page
-    assert 'href="/alertmanager/"' in page
-
-    settings.ALERTMANAGER_MANAGED = False  # a site's own Alertmanager: not served here
-    assert 'href="/alertmanager/"' not in client_user.get("/").content.decode()
+    # Debian's Alertmanager has no web UI: people read its alerts on the dashboard.
+    assert 'href="/alerts/"' in page and 'href="/alertmanager/"' not in page
 
 
 def test_it_filters_the_nodes_by_a_firing_alert(client_user, settings, tmp_path):

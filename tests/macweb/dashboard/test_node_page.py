@@ -121,3 +121,60 @@ def test_it_shows_the_agent_s_network_mode(client_user):
     assert ">host network</dd>" in shown
     unknown = client_user.get(f"/nodes/{older.pk}/").content.decode()
     assert ">unknown (an agent older than the mode: judged as bridge)</dd>" in unknown
+
+
+def test_it_shows_each_gpus_verdict_its_evidence_and_the_fix(client_user):
+    from django.utils.html import escape
+
+    from contract.verdicts import Evidence, HealthAction, HealthState
+    from inventory.models import GpuHealth
+
+    lost = Evidence(
+        "xid", "79", "XID 79: GPU has fallen off the bus", HealthState.UNHEALTHY,
+        HealthAction.REBOOT, 1_781_000_000.0, "3", "GPU-d", "1650924060123",
+    )  # fmt: skip
+    node = online_gpu_node(
+        health_state="unhealthy", health_action="reboot", health_streak=2,
+        health_evidence=lost.words() + "; reboot",
+    )  # fmt: skip
+    GpuHealth.objects.create(
+        node=node, index=3, uuid="GPU-d", serial="1650924060123", state="unhealthy",
+        action="reboot", evidence=[lost.as_dict()],
+    )  # fmt: skip
+    GpuHealth.objects.create(node=node, index=0, uuid="GPU-a")
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    assert f'<p id="node-health-evidence">{escape(lost.words())}; reboot</p>' in html
+    assert 'id="node-health">Unhealthy</span>' in html and "read in 2 sweeps in a row" in html
+    assert "Drain the node and reboot it" in html
+    assert '<tr class="gpu-unhealthy" data-gpu="3">' in html
+    assert f"<li>{escape(lost.words(gpu=False))}</li>" in html
+    assert '<td class="mono">1650924060123</td>' in html
+
+
+def test_a_node_without_gpus_has_no_gpu_health_panel(client_user):
+    node = online_gpu_node(gpu_vendor=GpuVendor.NONE, gpu_count=0)
+    assert 'id="gpu-health"' not in client_user.get(f"/nodes/{node.pk}/").content.decode()
+
+
+def test_it_says_who_drained_the_node_in_slurm_and_the_reason(client_user, settings):
+    from contract.drainpolicy import DrainMode
+
+    reason = "MAC: GPU 3 (UUID GPU-d) XID 79: GPU has fallen off the bus at 14:02:11; reboot"
+    node = online_gpu_node(
+        health_state="unhealthy", health_action="reboot", health_evidence=reason[5:],
+        slurm_state="draining", slurm_hold="mac", slurm_reason=reason,
+    )  # fmt: skip
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    assert 'id="node-slurm"' not in html  # the drain is off: no Slurm line
+    settings.SLURM_DRAIN = DrainMode.ON
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    assert (
+        'In Slurm: <span id="node-slurm-state">drained by MAC (draining)</span>, reason '
+        f'<q class="mono" id="node-slurm-reason">{reason}</q>'
+    ) in html
+    assert f'id="node-slurm-badge" title="draining: {reason}">drained by MAC</span>' in html
+    admin = online_gpu_node(slurm_state="drained", slurm_hold="admin", slurm_reason="PSU swap")
+    html = client_user.get(f"/nodes/{admin.pk}/").content.decode()
+    assert "drained by admin (drained)</span>, reason <q" in html and ">PSU swap</q>" in html
+    idle = online_gpu_node(slurm_state="idle")
+    assert "idle, in service" in client_user.get(f"/nodes/{idle.pk}/").content.decode()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from node.checks import CheckContext
 from node.commands import CommandResult
+from node.host import Roots
 
 
 def scratch_context(
@@ -16,17 +17,14 @@ def scratch_context(
 ) -> CheckContext:
     """Every root a network check reads under tmp_path; `version` is systemd's (None:
     the check finds it out), `run` answers the commands the check runs."""
-    extra = {
-        "run": run,
-        "run_root": str(tmp_path / "run"),
-        "usr_root": str(tmp_path / "usr"),
-        "lib_root": str(tmp_path / "lib"),
-    }
+    extra: dict = {"run": run}
     if version is not None:
         extra["systemd_version"] = version
-    return CheckContext(
-        proc_root=str(tmp_path / "proc"), etc_root=str(tmp_path / "etc"), extra=extra
+    roots = Roots(
+        proc_root=str(tmp_path / "proc"),
+        **{f"{tree}_root": str(tmp_path / tree) for tree in ("etc", "run", "usr", "lib")},
     )
+    return CheckContext(roots=roots, extra=extra)
 
 
 def write(path: Path, text: str) -> None:

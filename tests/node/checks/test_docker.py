@@ -9,16 +9,19 @@ from node.checks import CheckContext, CheckStatus
 from node.checks.docker import check_docker_enabled, check_stale_containers
 from node.checks.fixes import Run
 from node.commands import CommandResult
+from node.host import Roots
 
 
 def _ctx(tmp_path: Path, answers: dict) -> CheckContext:
     def run(argv):
         return answers.get(tuple(argv[:2]), CommandResult(127, "", f"{argv[0]}: not found"))
 
-    return CheckContext(
+    roots = Roots(
         etc_root=str(tmp_path / "etc"),
-        extra={"run": run, "usr_root": str(tmp_path / "usr"), "lib_root": str(tmp_path / "lib")},
+        usr_root=str(tmp_path / "usr"),
+        lib_root=str(tmp_path / "lib"),
     )
+    return CheckContext(roots=roots, extra={"run": run})
 
 
 def _install_unit(tmp_path: Path) -> Path:

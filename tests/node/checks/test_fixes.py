@@ -18,6 +18,7 @@ from node.checks.fixes import (
     needs_root,
     render,
 )
+from node.host import Roots
 
 
 def _shell(line: str, cwd) -> None:
@@ -28,7 +29,9 @@ def _shell(line: str, cwd) -> None:
 
 
 def _ctx(tmp_path) -> CheckContext:
-    return CheckContext(proc_root=str(tmp_path / "proc"), etc_root=str(tmp_path / "etc"))
+    return CheckContext(
+        roots=Roots(proc_root=str(tmp_path / "proc"), etc_root=str(tmp_path / "etc"))
+    )
 
 
 def _no_mac(args):
@@ -116,7 +119,7 @@ def test_a_results_fix_text_is_rendered_from_its_steps():
 
 
 def test_host_paths_map_to_the_roots_and_back(tmp_path):
-    ctx = CheckContext(etc_root="/host/root/etc", proc_root="/host/proc")
+    ctx = CheckContext(roots=Roots(proc_root="/host/proc", etc_root="/host/root/etc"))
     assert str(ctx.local("/etc/sysctl.d/a.conf")) == "/host/root/etc/sysctl.d/a.conf"
     assert str(ctx.local("/proc/sys/net/ipv4/ip_forward")) == "/host/proc/sys/net/ipv4/ip_forward"
     assert str(ctx.local("/etcetera")) == "/etcetera"

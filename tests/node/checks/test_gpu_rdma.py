@@ -10,16 +10,20 @@ from node.checks import CheckContext, CheckStatus
 from node.checks.gpu import check_amd_devices, check_amdgpu_module, check_nvidia_toolkit
 from node.checks.rdma import check_rdma_counters
 from node.hardware import detect_gpus
+from node.host import Roots
 from tests.node.checks.scratch import write
 
 
 def _ctx(tmp_path: Path, **extra) -> CheckContext:
-    return CheckContext(
-        proc_root=str(tmp_path / "proc"),
+    return CheckContext(roots=_roots(tmp_path), extra=extra)
+
+
+def _roots(tmp_path: Path) -> Roots:
+    return Roots(
         sys_root=str(tmp_path / "sys"),
+        proc_root=str(tmp_path / "proc"),
         dev_root=str(tmp_path / "dev"),
         etc_root=str(tmp_path / "etc"),
-        extra=extra,
     )
 
 
@@ -83,7 +87,7 @@ def test_amd_gpu_with_devices_and_module_passes(tmp_path):
     write(tmp_path / "proc/modules", "amdgpu 12345678 0 - Live 0x0\next4 1 1 - Live 0x0\n")
     assert check_amd_devices(_ctx(tmp_path)).status == CheckStatus.PASS
     assert check_amdgpu_module(_ctx(tmp_path)).status == CheckStatus.PASS
-    assert detect_gpus(str(tmp_path / "proc"), str(tmp_path / "sys"), str(tmp_path / "dev")) == (
+    assert detect_gpus(_roots(tmp_path)) == (
         "amd",
         1,
     )

@@ -57,7 +57,8 @@ function groupItem(group) {
   line.append(el("span", "alert-name", group.alertname));
   line.append(el("span", "group-count", `× ${group.count}`));
   const hosts = group.nodes.slice(0, HOSTS_SHOWN).map((n) => n.hostname || `node ${n.node}`);
-  const rest = group.count - hosts.length;
+  const nodeCount = group.node_count ?? group.count;
+  const rest = nodeCount - hosts.length;
   line.append(el("span", "group-hosts mono", hosts.join(", ") + (rest > 0 ? ` and ${rest} more` : "")));
   box.append(line);
   const nodes = el("ul", "group-nodes");
@@ -67,7 +68,7 @@ function groupItem(group) {
     nodes.append(item);
   }
   box.append(nodes);
-  const show = el("a", "group-filter", `show ${group.count === 1 ? "this node" : `all ${group.count} nodes`} in the table`);
+  const show = el("a", "group-filter", `show ${nodeCount === 1 ? "this node" : `all ${nodeCount} nodes`} in the table`);
   show.href = filterUrl(group.alertname);
   box.append(show);
   li.append(box);

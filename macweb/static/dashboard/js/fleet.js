@@ -27,6 +27,10 @@ function withWords(node) {
     diagnosis_info: node.diagnosis_info || vocab.diagnosis[node.diagnosis] || { label: "", text: "", fix: "" },
     agent_network_text:
       node.agent_network_text ?? (vocab.network[node.agent_network || ""] || "unknown"),
+    health_state_text: node.health_state_text || vocab.health[node.health_state] || node.health_state,
+    health_action_text: node.health_action_text || vocab.action[node.health_action] || node.health_action,
+    needs_action: node.needs_action ?? vocab.operator_actions.includes(node.health_action),
+    slurm_hold_text: node.slurm_hold_text ?? (node.slurm_hold ? vocab.slurm_hold[node.slurm_hold] : ""),
   };
 }
 
@@ -49,10 +53,34 @@ function buildRow(raw) {
   const status = el("td", "status");
   status.append(el("span", `badge badge-${node.status}`, node.status_text));
   if (node.maintenance) status.append(" ", el("span", "badge badge-maintenance", "Maintenance"));
+  if (node.slurm_hold) {
+    const drained = el("span", `badge badge-slurm-${node.slurm_hold}`, node.slurm_hold_text);
+    drained.title = `${node.slurm_state}: ${node.slurm_reason}`;
+    status.append(" ", drained);
+  }
 
   const gpus = el("td", "gpus");
   if (node.gpu_count) gpus.textContent = `${node.gpu_count} × ${vendorWord(node.gpu_vendor)}`;
   else gpus.append(el("span", "muted", "none"));
+
+  // The GPU verdict: its state, and the action when there is one; the evidence on hover.
+  const health = el("td", "health");
+  if (!node.gpu_count && node.health_state === "healthy") {
+    const none = el("span", "muted", "-");
+    none.title = "No GPU registered";
+    health.append(none);
+  } else if (!node.health_streak && !node.health_evidence) {
+    const unread = el("span", "muted", "not read yet");
+    unread.title = "No GPU verdict read yet";
+    health.append(unread);
+  } else {
+    const verdict = el("span", `badge badge-health-${node.health_state}`, node.health_state_text);
+    if (node.health_evidence) verdict.title = node.health_evidence;
+    health.append(verdict);
+    if (node.health_action && node.health_action !== "none") {
+      health.append(" ", el("span", `health-action${node.needs_action ? " needs-action" : ""}`, node.health_action_text));
+    }
+  }
 
   const seen = el("td", "seen");
   if (node.last_seen) {
@@ -90,7 +118,7 @@ function buildRow(raw) {
 
   const ip = el("td", "ip mono", node.ip);
   ip.title = `Agent network: ${node.agent_network_text}`;
-  tr.append(host, status, ip, gpus, seen, why);
+  tr.append(host, status, ip, gpus, health, seen, why);
   refreshTimes(tr);
   return tr;
 }
@@ -137,7 +165,7 @@ function renderPage(data) {
   } else {
     const tr = el("tr", "empty-row");
     const td = el("td", null, "No node matches these filters.");
-    td.colSpan = 6;
+    td.colSpan = 7;
     tr.append(td);
     tbody.replaceChildren(tr);
   }

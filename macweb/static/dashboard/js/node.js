@@ -1,8 +1,9 @@
 // The node page: draw each chart from /nodes/<id>/charts/<name>.json with uPlot, redraw
 // on range, size or theme change, say why a chart is empty, and keep the status badge live.
 /* global uPlot */
-import { connectLive, readJson, refreshTimes } from "./live.js";
-import { formatValue, tickLabels, yScale } from "./units.js";
+import { connectLive, el, readJson, refreshTimes } from "./live.js";
+import { axes, lineSeries } from "./chartstyle.js";
+import { yScale } from "./units.js";
 
 const node = readJson("mac-node");
 const vocab = readJson("mac-vocabulary");
@@ -10,14 +11,6 @@ const figures = [...document.querySelectorAll("figure.chart")];
 const plots = new Map();
 const lastData = new Map();
 let range = document.querySelector("button.range.active")?.dataset.range || "1h";
-
-function cssVar(name) {
-  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
-}
-
-function palette() {
-  return [1, 2, 3, 4, 5, 6, 7, 8].map((i) => cssVar(`--series-${i}`));
-}
 
 function showEmpty(figure, reason) {
   const empty = figure.querySelector(".chart-empty");
@@ -33,6 +26,17 @@ function lastFilledIndex(data) {
   return data.timestamps.length - 1;
 }
 
+// The y axis as wide as its longest label ("828Gi" needs more than "80"): uPlot asks
+// again after laying the labels out, and a fixed width clipped the long ones.
+function axisWidth(u, values, axisIdx, cycleNum) {
+  const axis = u.axes[axisIdx];
+  if (cycleNum > 1) return axis._size;
+  const longest = (values || []).reduce((a, b) => (String(b).length > a.length ? String(b) : a), "");
+  u.ctx.font = axis.font[0];
+  const text = longest ? u.ctx.measureText(longest).width / devicePixelRatio : 0;
+  return Math.ceil(axis.ticks.size + axis.gap + text + 8);
+}
+
 function draw(figure, data) {
   const body = figure.querySelector(".chart-body");
   plots.get(figure)?.destroy();
@@ -44,31 +48,19 @@ function draw(figure, data) {
     showEmpty(figure, data.empty_reason || "No data.");
     return;
   }
-  const colors = palette();
   const lastIndex = lastFilledIndex(data);
-  const axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--grid") }, ticks: { stroke: cssVar("--grid") } };
   const opts = {
     width: Math.max(240, body.clientWidth),
     height: 200,
     legend: { show: true, live: true },
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: true }, y: yScale(data.unit) },
-    axes: [axis, { ...axis, size: 56, values: (u, ticks) => tickLabels(ticks, data.unit) }],
+    axes: axes(data.unit, { size: axisWidth }),
     hooks: {
       // With no cursor on the chart, the legend shows the latest values.
       setCursor: [(u) => { if (u.cursor.idx == null) u.setLegend({ idx: lastIndex }); }],
     },
-    series: [
-      { label: "Time", value: "{YYYY}-{MM}-{DD} {HH}:{mm}" },
-      ...data.series.map((s, i) => ({
-        label: s.label,
-        stroke: colors[i % colors.length],
-        width: 1.5,
-        points: { show: false },
-        spanGaps: false,
-        value: (u, v) => formatValue(v, data.unit),
-      })),
-    ],
+    series: lineSeries(data),
   };
   const plot = new uPlot(opts, [data.timestamps, ...data.series.map((s) => s.values)], body);
   plot.setLegend({ idx: lastIndex });
@@ -131,7 +123,7 @@ window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", red
 const PROBE_WORDS = { up: "answered the last probe", down: "did not answer the last probe" };
 
 // The exporters table follows each push: last probe per service, and whether it is
-// a Prometheus target (the rule of healthcheck/targets.py: sys-exporter while the node
+// a Prometheus target (the rule of scraping/targets.py: sys-exporter while the node
 // is Online, any other exporter while its own probe answers).
 function applyExporters(change) {
   for (const row of document.querySelectorAll("table.exporters tr[data-service]")) {
@@ -150,6 +142,48 @@ function applyExporters(change) {
     target.className = `badge badge-exp-${scraped ? "up" : "down"} exp-target`;
     target.textContent = scraped ? "scraped" : "missing";
     target.title = `${scraped ? "listed in" : "left out of"} ${name}.json`;
+  }
+}
+
+// Prometheus' own health of each target (scrapes.json, asked after the page is drawn):
+// "up", or "down" with its last scrape error; "-" for a service it does not scrape.
+function showScrapes(data) {
+  const table = document.querySelector("table.exporters");
+  for (const row of table.querySelectorAll("tr[data-service]")) {
+    const cell = row.querySelector(".exp-scrape");
+    const job = data.jobs?.[row.dataset.service];
+    if (!job) {
+      const none = document.createElement("span");
+      none.className = "muted";
+      none.textContent = data.error ? "?" : "-";
+      cell.replaceChildren(none);
+      continue;
+    }
+    const badge = document.createElement("span");
+    badge.className = `badge badge-exp-${job.health}`;
+    badge.title = "Prometheus' last scrape";
+    badge.textContent = job.health;
+    const parts = [badge];
+    if (job.error) {
+      const error = document.createElement("span");
+      error.className = "scrape-error mono";
+      error.textContent = job.error;
+      parts.push(" ", error);
+    }
+    cell.replaceChildren(...parts);
+  }
+  const note = document.getElementById("scrape-error");
+  note.textContent = data.error ? `Scrape health unknown: ${data.error}` : "";
+  note.hidden = !data.error;
+}
+
+async function loadScrapes() {
+  const url = document.querySelector("table.exporters").dataset.scrapesUrl;
+  try {
+    const response = await fetch(url, { credentials: "same-origin" });
+    showScrapes(await response.json());
+  } catch (e) {
+    showScrapes({ jobs: {}, error: "the master did not answer; asking again shortly." });
   }
 }
 
@@ -174,9 +208,64 @@ function applyChanges(changes, removed = []) {
     ? `${diagnosis.text}${diagnosis.fix ? ` Fix: ${diagnosis.fix}` : ""}`
     : mine.status === "online" ? "Nothing to diagnose: the sys-exporter answered the last probe." : "";
   applyExporters(mine);
+  applyHealth(mine);
+  applySlurm(mine);
+}
+
+// Who holds the node out of service in Slurm (drained by MAC, with its reason, or by an
+// administrator), as the last drain pass read it.
+function applySlurm(change) {
+  if (change.slurm_hold === undefined) return;
+  const words = vocab.slurm_hold[change.slurm_hold] || change.slurm_hold;
+  const badge = document.getElementById("node-slurm-badge");
+  if (badge) {
+    badge.className = `badge badge-slurm-${change.slurm_hold || "none"}`;
+    badge.textContent = change.slurm_hold ? words : "";
+    badge.title = `${change.slurm_state}: ${change.slurm_reason}`;
+    badge.hidden = !change.slurm_hold;
+  }
+  const line = document.getElementById("node-slurm");
+  if (!line) return;
+  const state = el("span", null, "");
+  state.id = "node-slurm-state";
+  if (change.slurm_hold) state.textContent = `${words} (${change.slurm_state})`;
+  else if (change.slurm_state) state.textContent = `${change.slurm_state}, in service`;
+  else state.textContent = "not a Slurm node";
+  line.replaceChildren("In Slurm: ", state);
+  if (change.slurm_hold) {
+    const reason = el("q", "mono", change.slurm_reason);
+    reason.id = "node-slurm-reason";
+    line.append(", reason ", reason);
+  }
+}
+
+// The GPU verdict follows each push: its state, action and evidence line (the table of
+// each GPU's evidence is as the page was loaded; a reload shows the new one).
+function applyHealth(change) {
+  if (change.health_state === undefined) return;
+  const words = vocab.health[change.health_state] || change.health_state;
+  for (const [id, text] of [["node-health", words], ["node-health-badge", `GPU ${words.toLowerCase()}`]]) {
+    const badge = document.getElementById(id);
+    if (!badge) continue;
+    badge.className = `badge badge-health-${change.health_state}`;
+    badge.textContent = text;
+  }
+  const action = document.getElementById("node-health-action");
+  if (action) {
+    action.replaceChildren();
+    if (change.health_action && change.health_action !== "none") {
+      const strong = document.createElement("strong");
+      strong.textContent = vocab.action[change.health_action] || change.health_action;
+      action.append("Action: ", strong);
+    }
+  }
+  const evidence = document.getElementById("node-health-evidence");
+  if (evidence && change.health_evidence) evidence.textContent = change.health_evidence;
 }
 
 refreshTimes();
 loadAll();
+loadScrapes();
 connectLive({ path: "/ws/fleet/", onChanges: applyChanges, onOpen: () => {}, authUrl: "/fleet.json?page=1" });
 setInterval(loadAll, 60000);
+setInterval(loadScrapes, 30000);

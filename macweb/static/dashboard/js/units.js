@@ -53,3 +53,12 @@ export function yScale(unit) {
   if (unit === "MiB") return { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] };
   return { auto: true };
 }
+
+// The steps between ticks: for memory (MiB) whole binary units (512 MiB, 1, 2, 5, 10...
+// GiB), so that ticks read 50Gi, 100Gi rather than 48.828Gi; elsewhere uPlot's own.
+const MIB_STEPS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+  .concat([1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000].map((g) => g * 1024));
+
+export function tickSteps(unit) {
+  return unit === "MiB" ? MIB_STEPS : undefined;
+}

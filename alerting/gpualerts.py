@@ -1,0 +1,159 @@
+"""The master's GPU verdict alerts, posted to Alertmanager beside its node alerts.
+
+Every GPU whose verdict is not healthy (inventory.models.GpuHealth, written by the sweep)
+on a node not in maintenance is one alert, in the same post as MacNodeOffline
+(alerting.nodealerts), with the same lifetime rules: ``endsAt`` a few probe intervals
+ahead while it lasts, ``endsAt`` now once the GPU is healthy again, its node in
+maintenance or gone.
+
+- ``MacGpuUnhealthy``, severity critical: it pages;
+- ``MacGpuDegraded``, severity warning: thermal or power slowdown, rising correctable
+  errors, a row remap pending.
+
+A GPU that goes from degraded to unhealthy ends the one alert and fires the other. An
+application's own XID (13: restart_app, healthy) is no alert at all.
+
+Labels hold identities only (alertname, node, hostname, cluster_name, severity, gpu):
+a maintenance silence (node, cluster_name) covers them. The words are annotations, the
+very words the node page and the API show: ``gpu`` (index, UUID, serial), ``evidence``
+(each item in one line, contract.verdicts.Evidence.words), ``action`` and its ``fix``;
+``jobs``: the Slurm jobs that held the GPU when the fault happened (job id and user).
+
+The jobs come from job attribution (scheduler.jobread), a layer above this one: it
+answers the `gpu_jobs` signal (connected in scheduler.apps), so this module names the
+jobs without importing the scheduler.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.dispatch import Signal
+
+from contract.verdicts import ACTION_FIXES, ACTION_LABELS, Evidence, HealthAction, HealthState
+from inventory.models import GpuHealth
+
+ALERTNAMES = {HealthState.UNHEALTHY: "MacGpuUnhealthy", HealthState.DEGRADED: "MacGpuDegraded"}
+SEVERITIES = {HealthState.UNHEALTHY: "critical", HealthState.DEGRADED: "warning"}
+POSTED_KEY = "alerting:gpu-alerts:posted"
+RUNBOOK = "docs/gpu-health.md#what-to-do"
+# Sent with `rows` (firing_rows' dicts, each with "fault_at"); a receiver answers
+# {(node id, GPU index): "job 4242 (alice), ..."} for the GPUs it knows jobs of.
+gpu_jobs = Signal()
+
+
+def alert_key(row: dict) -> str:
+    """What identifies one posted GPU alert: node, GPU and alert name."""
+    return f"{row['node']}/{row['gpu']}/{row['alertname']}"
+
+
+def firing_rows() -> list[dict]:
+    """GPUs that should alert: not healthy, on a node not in maintenance."""
+    rows = (
+        GpuHealth.objects.exclude(state=HealthState.HEALTHY)
+        .filter(node__maintenance=False)
+        .order_by("node_id", "index")
+        .values(
+            "node_id", "node__hostname", "index", "uuid", "serial", "state", "action", "evidence",
+            "since",
+        )
+    )  # fmt: skip
+    firing = [
+        {
+            "node": row["node_id"],
+            "hostname": row["node__hostname"],
+            "gpu": row["index"],
+            "alertname": ALERTNAMES[HealthState(row["state"])],
+            "severity": SEVERITIES[HealthState(row["state"])],
+            "fault_at": fault_time(row),
+            **row,
+        }
+        for row in rows
+    ]
+    if firing:
+        for _, answer in gpu_jobs.send(sender=None, rows=firing):
+            for row in firing:
+                row["jobs"] = (answer or {}).get((row["node"], row["gpu"]), "")
+    return firing
+
+
+def fault_time(row: dict) -> datetime:
+    """When the GPU's fault happened: its earliest dated evidence, else when the verdict turned."""
+    moments = [item.get("at") or 0 for item in row["evidence"] or []]
+    earliest = min((at for at in moments if at), default=0)
+    return datetime.fromtimestamp(earliest, UTC) if earliest else row["since"]
+
+
+def labels(row: dict) -> dict[str, str]:
+    return {
+        "alertname": row["alertname"],
+        "node": str(row["node"]),
+        "hostname": row["hostname"],
+        "cluster_name": settings.CLUSTER_NAME,
+        "severity": row["severity"],
+        "gpu": str(row["gpu"]),
+    }
+
+
+def gpu_words(row: dict) -> str:
+    """ "GPU 3 (UUID GPU-..., serial 1650...)", as the evidence names it."""
+    probe = Evidence("", "", "", HealthState.HEALTHY, HealthAction.NONE, 0.0, str(row["gpu"]),
+                     row["uuid"], row["serial"])  # fmt: skip
+    return probe.gpu_words()
+
+
+def firing_alert(row: dict, ends_at: str, node_url: str, runbook: str) -> dict:
+    action = HealthAction(row["action"])
+    state = HealthState(row["state"])
+    evidence = [Evidence.from_dict(item) for item in row["evidence"] or []]
+    jobs = row.get("jobs", "")
+    annotations = {
+        "summary": f"{gpu_words(row)} on {row['hostname']} is {state}: {ACTION_LABELS[action]}"
+        + (f"; it held {jobs}" if jobs else ""),
+        "gpu": gpu_words(row),
+        "jobs": jobs,
+        "evidence": "\n".join(item.words() for item in evidence),
+        "action": str(action),
+        "fix": ACTION_FIXES[action],
+        "node_url": node_url,
+        "runbook_url": runbook,
+        "source": "mac-master",
+    }
+    return {
+        "labels": labels(row),
+        "annotations": {key: value for key, value in annotations.items() if value},
+        "startsAt": row["since"].astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "endsAt": ends_at,
+        "generatorURL": node_url,
+    }
+
+
+def resolved_alert(key: str, hostname: str, ends_at: str, node_url: str) -> dict:
+    node, gpu, alertname = key.split("/")
+    row = {"node": node, "hostname": hostname, "gpu": gpu, "alertname": alertname}
+    row["severity"] = next(
+        SEVERITIES[state] for state, name in ALERTNAMES.items() if name == alertname
+    )
+    return {
+        "labels": labels(row),
+        "annotations": {
+            "summary": f"GPU {gpu} on {hostname} is healthy again",
+            "source": "mac-master",
+        },
+        "endsAt": ends_at,
+        "generatorURL": node_url,
+    }
+
+
+def build(
+    rows: list[dict], posted: dict[str, str], ends_at: str, now_iso: str, node_url, runbook: str
+) -> tuple[list[dict], dict[str, str], list[str]]:
+    """The GPU alerts of one post: (alerts, what now fires {key: hostname}, keys ended)."""
+    firing = {alert_key(row): row["hostname"] for row in rows}
+    alerts = [firing_alert(row, ends_at, node_url(row["node"]), runbook) for row in rows]
+    ended = sorted(key for key in posted if key not in firing)
+    alerts += [
+        resolved_alert(key, posted[key], now_iso, node_url(int(key.split("/")[0]))) for key in ended
+    ]
+    return alerts, firing, ended

@@ -1,0 +1,414 @@
+"""The GPU verdicts on the master: from what the sweep read to the node's row and history.
+
+The sweep reads each GPU node's verdict answers (healthcheck.verdicts) and hands them
+here as ``Observation``s; ``judge_health`` decides, ``save_health`` writes inside the
+sweep's fenced transaction. Costs at 10,000 nodes: an answer whose fingerprint did not
+change since the last sweep is neither parsed nor written (only the node's streak grows,
+one ``UPDATE ... WHERE id IN (...)`` per 5,000 nodes); the GPU rows and the fault history
+are read for the few nodes whose answer changed.
+
+What a node's verdict is (docs/gpu-health.md):
+
+- each GPU's verdict as its exporter judged it (node.gpu.health), plus two judgements
+  only the master can make:
+  - **missing**: the inventory (the registration's ``gpu_count``) has more GPUs than the
+    exporter reports: each GPU index left out is unhealthy, reboot;
+  - **repeat**: a fault that a reset or a reboot should cure (its action is reset_gpu or
+    reboot), seen on the same GPU (serial, else UUID) in more boots than
+    MAC_GPU_FAULT_REBOOTS allows within MAC_GPU_FAULT_DAYS, is escalated to
+    inspect_hardware. The history (GpuFault) is kept by the GPU, not the node, so it
+    survives the node's re-registration;
+- the node's state and action are the worst of its GPUs'; its evidence is the most severe
+  item in one line (contract.verdicts.verdict_line), since when the state holds, and the
+  streak: consecutive sweeps that read the verdict and found the state unchanged (a node
+  whose GPU exporter did not answer keeps its verdict and its streak).
+
+Every change of state, action or evidence line is a NodeEvent (health_*). The drain of
+the scheduler link reads ``node_verdicts()`` after each sweep.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F
+
+from contract.verdicts import (
+    Evidence,
+    EvidenceSource,
+    GpuVerdict,
+    HealthAction,
+    HealthState,
+    ReportedHealth,
+    parse_verdicts,
+    ranked,
+    verdict_line,
+    worst_action,
+    worst_state,
+)
+from inventory.choices import EventKind
+from inventory.models import GpuFault, GpuHealth, Node, NodeEvent
+
+ID_CHUNK = 5000
+QUIET_BATCH = 1000
+ACTOR = "probe"
+# Faults a reset or a reboot should cure: the ones whose return after a reboot escalates.
+CURABLE = frozenset({HealthAction.RESET_GPU, HealthAction.REBOOT})
+EVENT_KINDS = {
+    HealthState.HEALTHY: EventKind.HEALTH_HEALTHY,
+    HealthState.DEGRADED: EventKind.HEALTH_DEGRADED,
+    HealthState.UNHEALTHY: EventKind.HEALTH_UNHEALTHY,
+}
+
+
+@dataclass
+class Observation:
+    """What one sweep read of one node's GPU verdicts."""
+
+    node_id: int
+    observed: bool  # the verdict was read (changed or not); False keeps the last one
+    digest: str = ""
+    # (vendor, body, cut) of each GPU exporter, only when the digest changed.
+    answers: list[tuple[str, bytes, bool]] = field(default_factory=list)
+
+
+@dataclass
+class HealthChanges:
+    """What judge_health decided; save_health writes it."""
+
+    streak_ids: list[int] = field(default_factory=list)  # observed, verdict unchanged
+    nodes: dict[int, dict] = field(default_factory=dict)  # node id -> fields to write
+    gpus: dict[int, list[GpuVerdict]] = field(default_factory=dict)  # node -> every GPU
+    events: list[NodeEvent] = field(default_factory=list)
+    faults: list[tuple[str, str, str, int, str]] = field(default_factory=list)
+
+    @property
+    def changed_ids(self) -> list[int]:
+        """Nodes whose verdict (state, action or evidence line) changed."""
+        return [node_id for node_id, values in self.nodes.items() if "health_state" in values]
+
+    @property
+    def written_ids(self) -> list[int]:
+        """Nodes whose row this sweep writes beyond the streak (a new answer, read for the
+        first time or changed): the dashboards see them again."""
+        return list(self.nodes)
+
+
+def judge_health(
+    rows: list[dict], observations: dict[int, Observation], now: datetime
+) -> HealthChanges:
+    """Decide every node's verdict from this sweep's observations; nothing is written."""
+    changes = HealthChanges()
+    fresh: dict[int, list[ReportedHealth]] = {}
+    by_id = {row["id"]: row for row in rows}
+    for node_id, seen in observations.items():
+        row = by_id.get(node_id)
+        if row is None or not seen.observed:
+            continue
+        if seen.digest == row.get("health_digest") or not seen.answers:
+            changes.streak_ids.append(node_id)
+            continue
+        reports = [parse_verdicts(body, vendor, cut) for vendor, body, cut in seen.answers]
+        if any(report is None for report in reports):
+            continue  # no verdict in an answer after all: keep the last one
+        fresh[node_id] = [report for report in reports if report is not None]
+        changes.nodes[node_id] = {"health_digest": seen.digest}
+    if fresh:
+        _judge_changed(changes, by_id, fresh, now)
+    return changes
+
+
+def _judge_changed(
+    changes: HealthChanges, rows: dict[int, dict], fresh: dict[int, list], now: datetime
+) -> None:
+    known = _known_gpus(list(fresh))
+    verdicts: dict[int, list[GpuVerdict]] = {}
+    boots: dict[int, str] = {}
+    for node_id, reports in fresh.items():
+        boots[node_id] = next((report.boot_id for report in reports if report.boot_id), "")
+        verdicts[node_id] = _with_missing(rows[node_id], reports, known.get(node_id, {}), now)
+    _escalate(changes, verdicts, boots, now)
+    for node_id, gpus in verdicts.items():
+        row = rows[node_id]
+        changes.gpus[node_id] = gpus
+        values = changes.nodes[node_id]
+        values["boot_id"] = boots[node_id]
+        evidence = [item for gpu in gpus for item in gpu.evidence]
+        state = worst_state(gpu.state for gpu in gpus)
+        action = worst_action(gpu.action for gpu in gpus)
+        line = verdict_line(evidence)[:500]
+        if (state, action, line) == (
+            row["health_state"], row["health_action"], row["health_evidence"]
+        ):  # fmt: skip
+            values["health_streak"] = F("health_streak") + 1
+            continue
+        values.update(health_state=state, health_action=action, health_evidence=line)
+        if state != row["health_state"]:
+            values.update(health_since=now, health_streak=1)
+        else:
+            values["health_streak"] = F("health_streak") + 1
+        changes.events.append(_event(row, state, action, line, gpus, now))
+
+
+def _known_gpus(node_ids: list[int]) -> dict[int, dict[int, GpuHealth]]:
+    known: dict[int, dict[int, GpuHealth]] = defaultdict(dict)
+    for start in range(0, len(node_ids), ID_CHUNK):
+        for gpu in GpuHealth.objects.filter(node_id__in=node_ids[start : start + ID_CHUNK]):
+            known[gpu.node_id][gpu.index] = gpu
+    return known
+
+
+def _with_missing(
+    row: dict, reports: list[ReportedHealth], known: dict[int, GpuHealth], now: datetime
+) -> list[GpuVerdict]:
+    """Every GPU the exporters reported, plus one verdict per inventory GPU they left out."""
+    gpus: dict[int, GpuVerdict] = {}
+    for report in reports:
+        for gpu in report.gpus:
+            if gpu.index.isdigit():
+                gpus[int(gpu.index)] = gpu
+    complete = all(report.complete for report in reports)
+    expected = row.get("gpu_count") or 0
+    if complete and len(gpus) < expected:
+        vendor = row.get("gpu_vendor", "")
+        words = f"missing: the exporter reports {len(gpus)} of the {expected} GPUs registered"
+        for index in (i for i in range(max(expected, max(gpus, default=0) + 1)) if i not in gpus):
+            if len(gpus) >= expected:
+                break
+            seen = known.get(index)
+            at = _missing_since(seen) or now.timestamp()
+            uuid, serial = (seen.uuid, seen.serial) if seen else ("", "")
+            item = Evidence(
+                EvidenceSource.MISSING,
+                "missing",
+                words,
+                HealthState.UNHEALTHY,
+                HealthAction.REBOOT,
+                at,
+                str(index),
+                uuid,
+                serial,
+            )
+            gpus[index] = GpuVerdict(str(index), uuid, serial, vendor, (item,))
+    return [gpus[index] for index in sorted(gpus)]
+
+
+def _missing_since(gpu: GpuHealth | None) -> float:
+    """When a GPU was first found missing, so that its evidence keeps one time."""
+    for item in (gpu.evidence if gpu else []) or []:
+        if item.get("source") == EvidenceSource.MISSING:
+            return float(item.get("at") or 0.0)
+    return 0.0
+
+
+def _escalate(
+    changes: HealthChanges,
+    verdicts: dict[int, list[GpuVerdict]],
+    boots: dict[int, str],
+    now: datetime,
+) -> None:
+    """Record this boot's curable faults; escalate those seen in too many boots."""
+    curable = [
+        (node_id, index, gpu, item)
+        for node_id, gpus in verdicts.items()
+        if boots[node_id]
+        for index, gpu in enumerate(gpus)
+        if gpu.identity
+        for item in gpu.evidence
+        if item.action in CURABLE
+    ]
+    if not curable:
+        return
+    since = now - timedelta(days=settings.GPU_FAULT_DAYS)
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    identities = sorted({gpu.identity for _, _, gpu, _ in curable})
+    history = GpuFault.objects.filter(gpu__in=identities, last_seen__gte=since)
+    for gpu_key, fault, boot_id in history.values_list("gpu", "fault", "boot_id"):
+        seen[(gpu_key, fault)].add(boot_id)
+    repeats: dict[tuple[int, int], list[Evidence]] = defaultdict(list)
+    for node_id, index, gpu, item in curable:
+        boots_seen = seen[(gpu.identity, item.fault_key)] | {boots[node_id]}
+        changes.faults.append((gpu.identity, item.fault_key, boots[node_id], node_id, item.detail))
+        if len(boots_seen) - 1 >= settings.GPU_FAULT_REBOOTS:
+            reboots = len(boots_seen) - 1
+            words = f"{item.detail}, back after {reboots} reboot(s)"
+            repeats[(node_id, index)].append(
+                Evidence(
+                    EvidenceSource.REPEAT,
+                    item.fault_key,
+                    words,
+                    HealthState.UNHEALTHY,
+                    HealthAction.INSPECT_HARDWARE,
+                    item.at,
+                    gpu.index,
+                    gpu.uuid,
+                    gpu.serial,
+                )
+            )
+    for (node_id, index), extra in repeats.items():
+        gpu = verdicts[node_id][index]
+        verdicts[node_id][index] = GpuVerdict(
+            gpu.index, gpu.uuid, gpu.serial, gpu.vendor, tuple(ranked([*extra, *gpu.evidence]))
+        )
+
+
+def _event(row: dict, state, action, line: str, gpus: list[GpuVerdict], now: datetime) -> NodeEvent:
+    state, action = HealthState(state), HealthAction(action)
+    message = f"GPU verdict {state}: {line}" if line else f"GPU verdict {state}"
+    return NodeEvent(
+        node_id=row["id"],
+        hostname=row["hostname"],
+        kind=EVENT_KINDS[state],
+        message=message[:500],
+        data={
+            "state": str(state),
+            "action": str(action),
+            "previous": {"state": row["health_state"], "action": row["health_action"]},
+            "gpus": [
+                {
+                    "index": gpu.index,
+                    "uuid": gpu.uuid,
+                    "serial": gpu.serial,
+                    "state": str(gpu.state),
+                    "action": str(gpu.action),
+                    "evidence": [e.words() for e in gpu.evidence],
+                }
+                for gpu in gpus
+                if gpu.evidence
+            ],
+        },
+        actor=ACTOR,
+        created_at=now,
+    )
+
+
+def save_health(changes: HealthChanges, now: datetime) -> None:
+    """Write the decided changes; call inside the sweep's transaction.
+
+    ``streak_ids`` are left to the caller: the sweep adds them to its last_seen update.
+    """
+    alive = set(Node.objects.filter(id__in=list(changes.nodes)).values_list("id", flat=True))
+    quiet = []  # a new answer, the same verdict: only the fingerprint and the boot move
+    for node_id, values in changes.nodes.items():
+        if node_id not in alive:
+            continue
+        if "health_state" in values:
+            Node.objects.filter(id=node_id).update(**values)
+        else:
+            quiet.append(Node(id=node_id, health_digest=values["health_digest"],
+                              boot_id=values["boot_id"]))  # fmt: skip
+    # The first sweep after an upgrade, or after a fleet-wide reboot, has 10,000 of these:
+    # one bulk UPDATE per QUIET_BATCH nodes, not one per node (docs/probing.md).
+    Node.objects.bulk_update(quiet, ["health_digest", "boot_id"], batch_size=QUIET_BATCH)
+    ids = [node.id for node in quiet]
+    for start in range(0, len(ids), ID_CHUNK):
+        Node.objects.filter(id__in=ids[start : start + ID_CHUNK]).update(
+            health_streak=F("health_streak") + 1
+        )
+    _save_gpus({k: v for k, v in changes.gpus.items() if k in alive}, now)
+    _save_faults([f for f in changes.faults if f[3] in alive], now)
+    events = [event for event in changes.events if event.node_id in alive]
+    NodeEvent.objects.bulk_create(events, batch_size=1000)
+
+
+def _save_gpus(gpus: dict[int, list[GpuVerdict]], now: datetime) -> None:
+    if not gpus:
+        return
+    known = _known_gpus(list(gpus))
+    create, update, keep = [], [], defaultdict(set)
+    for node_id, verdicts in gpus.items():
+        for verdict in verdicts:
+            index = int(verdict.index)
+            keep[node_id].add(index)
+            evidence = [item.as_dict() for item in verdict.evidence]
+            row = known.get(node_id, {}).get(index)
+            if row is None:
+                create.append(
+                    GpuHealth(
+                        node_id=node_id,
+                        index=index,
+                        uuid=verdict.uuid,
+                        serial=verdict.serial,
+                        vendor=verdict.vendor or "none",
+                        state=verdict.state,
+                        action=verdict.action,
+                        evidence=evidence,
+                        since=now,
+                        updated=now,
+                    )
+                )
+                continue
+            fields = (verdict.uuid, verdict.serial, str(verdict.state), str(verdict.action))
+            if fields == (row.uuid, row.serial, row.state, row.action) and row.evidence == evidence:
+                continue
+            if row.state != verdict.state:
+                row.since = now
+            row.uuid, row.serial, row.state, row.action = fields
+            row.evidence, row.updated = evidence, now
+            if verdict.vendor:
+                row.vendor = verdict.vendor
+            update.append(row)
+    GpuHealth.objects.bulk_create(create, batch_size=1000)
+    GpuHealth.objects.bulk_update(
+        update,
+        ["uuid", "serial", "vendor", "state", "action", "evidence", "since", "updated"],
+        batch_size=500,
+    )
+    for node_id, rows in known.items():
+        gone = [index for index in rows if index not in keep[node_id]]
+        if gone:
+            GpuHealth.objects.filter(node_id=node_id, index__in=gone).delete()
+
+
+def _save_faults(faults: list[tuple[str, str, str, int, str]], now: datetime) -> None:
+    if not faults:
+        return
+    hostnames = dict(
+        Node.objects.filter(id__in={f[3] for f in faults}).values_list("id", "hostname")
+    )
+    rows = [
+        GpuFault(
+            gpu=gpu, fault=fault, boot_id=boot_id, node_id=node_id, hostname=hostnames[node_id],
+            detail=detail[:300], first_seen=now, last_seen=now,
+        )
+        for gpu, fault, boot_id, node_id, detail in faults
+    ]  # fmt: skip
+    GpuFault.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["gpu", "fault", "boot_id"],
+        update_fields=["last_seen", "node", "hostname", "detail"],
+    )
+
+
+def node_verdicts(ids: list[int] | None = None) -> list[dict]:
+    """Every node's verdict (or these nodes'), for the scheduler link after each sweep.
+
+    [{"id", "hostname", "state", "action", "evidence", "since", "streak",
+      "maintenance", "boot_id"}, ...] in id order; ``state`` and ``action`` are
+    contract.verdicts.HealthState and HealthAction values; ``boot_id`` the boot the
+    verdict was read from (the drain reboots a node at most once per boot).
+    """
+    nodes = Node.objects.order_by("id")
+    if ids is not None:
+        nodes = nodes.filter(id__in=ids)
+    return [
+        {
+            "id": row["id"],
+            "hostname": row["hostname"],
+            "state": HealthState(row["health_state"]),
+            "action": HealthAction(row["health_action"]),
+            "evidence": row["health_evidence"],
+            "since": row["health_since"],
+            "streak": row["health_streak"],
+            "maintenance": row["maintenance"],
+            "boot_id": row["boot_id"],
+        }
+        for row in nodes.values(
+            "id", "hostname", "health_state", "health_action", "health_evidence", "health_since",
+            "health_streak", "maintenance", "boot_id",
+        ).iterator(chunk_size=ID_CHUNK)
+    ]  # fmt: skip

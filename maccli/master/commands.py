@@ -1,0 +1,159 @@
+"""`mac start|stop|restart|status master`: the master's services under the runtime that
+runs them here, and what `mac start master` prints (where to go, how agents join).
+
+These commands run on the master, but they still start Django only in child
+processes: `mac` itself never loads the settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from maccli import output
+from maccli.master import compose, scaleout
+from maccli.master.access import create_admin, join_lines
+from maccli.master.layout import Layout, master_layout
+from maccli.master.preflight import (
+    ROLE,
+    data_dir,
+    health_url,
+    prometheus_port,
+    public_host,
+    public_url,
+    require_redis,
+    tls_names,
+)
+from maccli.master.specs import master_specs
+from maccli.output import CliError, print_states
+from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
+from node.config import NodeConfig
+from node.host import host_addresses
+
+
+def _prepared(cfg: NodeConfig, runtime: Runtime) -> tuple[Layout, list[ServiceSpec]]:
+    """Where the master's services run under this runtime, and their specs; what the
+    runtime's own service definitions take from `mac` is handed to it (the Compose
+    files written from the specs; this host's names, addresses and the derived public
+    URL, which the containers cannot see)."""
+    layout = master_layout(cfg, own_network=runtime.own_network)
+    specs = master_specs(cfg, layout)
+    # The proxy's certificate and the API's allowed hosts (macweb.hosts), and the links.
+    runtime.pass_values(
+        {
+            "MAC_TLS_HOST_NAMES": ",".join(tls_names(cfg)),
+            "MAC_HOST_ADDRESSES": ",".join(host_addresses()),
+            "MAC_PUBLIC_URL": public_url(cfg),
+        }
+    )
+    wanted = {spec.name for spec in specs}
+    # The engines of another setting (fewer scrapers, or none) go, and MAC's
+    # Alertmanager where the site's replaces it.
+    runtime.prune(
+        lambda service: (
+            (scaleout.is_engine(service) or service == "alertmanager") and service not in wanted
+        )
+    )
+    if layout.docker:
+        written = compose.write(cfg, data_dir(cfg))
+        runtime.use_files([written, *_scaleout_overlay(cfg, runtime, layout, specs)])
+    return layout, specs
+
+
+def _scaleout_overlay(
+    cfg: NodeConfig, runtime: Runtime, layout: Layout, specs: list[ServiceSpec]
+) -> list[Path]:
+    """On the Compose network, scale-out mode is one more Compose file, written from the
+    engines' specs."""
+    if not scaleout.shards(cfg):
+        return []
+    data = data_dir(cfg)
+    engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
+    overlay = scaleout.compose_overlay(engines, scaleout.env_overrides(cfg, layout))
+    path = scaleout.write_overlay(data, overlay)
+    # The token and the store's keys reach the containers through Compose's
+    # environment, never the file.
+    runtime.pass_values({"MAC_SD_TOKEN": scaleout.sd_token(cfg, data)})
+    if not cfg.get("MAC_METRICS_STORE_URL"):
+        runtime.pass_values(scaleout.store_keys(scaleout.folder(data)))
+    return [path]
+
+
+def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    layout, specs = _prepared(cfg, runtime)
+    if not layout.docker:
+        require_redis(cfg)  # the host's; the Compose master runs its own
+    states = runtime.start(ROLE, specs)
+    # The admin user: made here on this host, by the api-server's container under Compose.
+    admin = "" if layout.docker else create_admin(specs)
+    print_states(states, f"Master services ({runtime.name} runtime)")
+    api = public_url(cfg)
+    lines = [
+        f"Dashboard:   {api}/",
+        f"API docs:    {api}/api/v1/docs/",
+        f"Health:      curl {health_url(cfg)}",
+        f"Prometheus:  {api}/prometheus/targets (log in first; on this host also "
+        f"curl http://127.0.0.1:{prometheus_port(cfg)}/api/v1/targets)",
+        f"Alerts:      {api}/alerts/ "
+        + (
+            f"(channels: {api}/admin/alerting/; Alertmanager for amtool and Grafana: "
+            f"{api}/alertmanager/)"
+            if not cfg.get("MAC_ALERTMANAGER_URL")
+            else f"(the site's Alertmanager: {cfg.get('MAC_ALERTMANAGER_URL')})"
+        ),
+    ]
+    if scaleout.shards(cfg):
+        # Scale-out mode: where the metrics are, and who scrapes them.
+        lines.append(
+            f"Metrics:     store {scaleout.store_url(cfg)}, {scaleout.shards(cfg)} scrapers "
+            "(mac status master), merged targets on the Prometheus URL"
+        )
+        if layout.docker:
+            overlay = scaleout.folder(data_dir(cfg)) / scaleout.OVERLAY_NAME
+            lines.append(f"             Compose file: {overlay}")
+    if admin:
+        lines.append(f"Admin:       {admin}")
+    elif layout.docker:
+        lines.append("Admin:       docker logs mac-api-server 2>&1 | grep -i 'admin user'")
+    lines += join_lines(cfg, runtime, layout, public_host(cfg))
+    for line in lines:
+        output.say(line)
+    output.ok("Master started.")
+    return 0
+
+
+def stop(runtime_name: str | None = None) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name)
+    _, specs = _prepared(cfg, runtime)
+    states = runtime.stop(ROLE, specs)
+    still = [s.name for s in states if s.running]
+    if still:
+        raise CliError(f"still running: {', '.join(still)}", commands=["mac status master"])
+    output.ok(f"Stopped the master ({runtime.name} runtime).")
+    return 0
+
+
+def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
+    _, specs = _prepared(cfg, runtime)
+    states = runtime.restart(ROLE, specs)
+    print_states(states, f"Master services ({runtime.name} runtime)")
+    return 0
+
+
+def status(runtime_name: str | None = None) -> int:
+    cfg = NodeConfig.load()
+    runtime = choose_runtime(cfg, ROLE, runtime_name)
+    layout = master_layout(cfg, own_network=runtime.own_network)
+    states = runtime.status(ROLE, master_specs(cfg, layout))
+    print_states(states, f"Master services ({runtime.name} runtime)")
+    if scaleout.shards(cfg):
+        # Each scraper's share, from its own targets (MAC_SCRAPE_SHARDS).
+        output.say("Scrapers (share of the fleet, from each scraper's /api/v1/targets):")
+        for name, share in scaleout.scraper_shares(cfg):
+            output.say(f"  {name}: {share}")
+    healthy = all(s.running and s.health in ("ok", "-") for s in states)
+    return 0 if healthy else 1

@@ -1,0 +1,311 @@
+"""docker/docker-compose.master.yml, written from the master's specs.
+
+`mac start master` under Docker writes the master's Compose file from master_specs on
+the Compose network (layout.docker_layout) with this master's settings, and Compose
+runs that file; docker/docker-compose.master.yml is the same writer's output for the
+default settings, committed so that people can read it (and `docker compose -p mac -f
+docker/docker-compose.master.yml up -d` works without `mac`). Regenerate it with
+
+    python -m maccli.master.compose --write
+
+and tests/maccli/test_compose_files.py fails while it is stale.
+
+From the specs: each service's command line and the commands that prepare it, run in
+its container in order before it; its published port. Written here, as they have no
+process equivalent: the images, volumes and networks, the waits that order the
+containers (the process runtime starts them one after another), mac-redis (the host's
+Redis serves the process runtime), the containers' health checks, and the environment:
+every setting the master's services may read passes through by name (its value from
+`mac`'s environment and env files at `up`; secrets are never written into the file),
+and the folders and addresses of the Compose network are pinned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+from contract.atomicfile import write_atomically
+from contract.settings import CATALOG, Applies, SetWith, Side
+from maccli.master.layout import (
+    DOCKER_ALERTMANAGER,
+    DOCKER_DATA,
+    DOCKER_TARGETS,
+    DOCKER_TLS,
+    docker_layout,
+)
+from maccli.master.preflight import REPO_ROOT, tls_port
+from maccli.master.specs import master_specs
+from maccli.output import CliError
+from maccli.runtimes import ServiceSpec
+from node.config import NodeConfig
+
+NAME = "docker-compose.master.yml"
+COMMITTED = REPO_ROOT / "docker" / NAME
+IMAGE = "${MAC_IMAGE:-mac:latest}"
+HEALTHCHECK_INTERVAL = "${MAC_HEALTHCHECK_INTERVAL:-30s}"
+# What Compose itself substitutes in the file (every other `$` is written `$$`).
+COMPOSE_REFERENCES = (
+    IMAGE,
+    HEALTHCHECK_INTERVAL,
+    "${MAC_PUBLIC_URL:-http://localhost:28080}",
+    "${MAC_TLS_HOST_NAMES:-}",
+)
+HEADER = """\
+# The MAC master under Docker Compose, WRITTEN from the master's specs by
+# maccli/master/compose.py: edit the specs, then run
+#   python -m maccli.master.compose --write
+# `mac start master` writes this master's own copy into its data folder (MAC_DATA_DIR)
+# with its settings; this one has the defaults:
+#   docker compose -p mac -f docker/docker-compose.master.yml up -d
+# Every container runs MAC's one image (Debian's packages, built offline), and each
+# runs the commands that prepare it before its server, as the process runtime does.
+# Only mac-proxy is published to other hosts; mac-prometheus and mac-alertmanager on
+# the master's 127.0.0.1 only (docs/security.md).
+"""
+# Pinned in the containers: the Compose network's folders and addresses.
+PINNED = {
+    "DJANGO_SETTINGS_MODULE": "macweb.settings",
+    "MAC_DATA_DIR": str(DOCKER_DATA),
+    "MAC_SD_DIR": str(DOCKER_TARGETS),
+    "MAC_TLS_DIR": str(DOCKER_TLS),
+    "MAC_REDIS_URL": "redis://redis:6379/0",
+    "MAC_PROMETHEUS_URL": "http://prometheus:29090",
+    "MAC_ALERTMANAGER_DIR": str(DOCKER_ALERTMANAGER),
+    # The API server believes the client address mac-proxy sends (X-Forwarded-For).
+    "FORWARDED_ALLOW_IPS": "*",
+}
+# Written from this master's own settings at each start (a site's Alertmanager).
+FROM_SETTINGS = ("MAC_ALERTMANAGER_URL", "MAC_ALERTMANAGER_MANAGED")
+# Set by `mac` at each start from this host (the containers cannot see its names and
+# addresses): the certificate's names, the allowed hosts, the links' front door.
+FROM_MAC = ("MAC_TLS_HOST_NAMES", "MAC_HOST_ADDRESSES", "MAC_PUBLIC_URL")
+# The volumes each service mounts.
+DATA_VOLUMES = [
+    f"mac-data:{DOCKER_DATA}",
+    f"mac-targets:{DOCKER_TARGETS}",
+    # alertmanager.yml and mac.tmpl, written by the api-server and beat's worker.
+    f"mac-alertmanager-config:{DOCKER_ALERTMANAGER}",
+]
+VOLUMES = {
+    "api-server": DATA_VOLUMES,
+    "worker": DATA_VOLUMES,
+    "beat": DATA_VOLUMES,
+    "proxy": [f"mac-tls:{DOCKER_TLS}", f"mac-data:{DOCKER_DATA}"],
+    "prometheus": [
+        f"mac-data:{DOCKER_DATA}",
+        f"mac-targets:{DOCKER_TARGETS}",
+        f"mac-tls:{DOCKER_TLS}:ro",
+        "mac-prometheus:/prometheus",
+    ],
+    "alertmanager": [
+        f"mac-alertmanager-config:{DOCKER_ALERTMANAGER}:ro",
+        "mac-alertmanager:/alertmanager",
+    ],
+}
+# What each container waits for, where the process runtime starts one after another:
+# the api-server's prepare_master makes the secret key and the installation id (last);
+# the proxy's prepare_tls the CA; the api-server writes alertmanager.yml.
+WAITS = {
+    "worker": [DOCKER_DATA / "installation_id"],
+    "beat": [DOCKER_DATA / "installation_id"],
+    # Its configuration's writer reads the settings, the metrics token among them.
+    "prometheus": [DOCKER_DATA / "installation_id", DOCKER_TLS / "ca.pem"],
+    "alertmanager": [DOCKER_ALERTMANAGER / "alertmanager.yml"],
+}
+DEPENDS_ON = {
+    "api-server": ["redis"],
+    "worker": ["redis"],
+    "beat": ["redis"],
+    "proxy": ["api-server"],
+}
+# The containers' own health: /health through the API server and through the proxy.
+HEALTHCHECK = {
+    "test": ["CMD", "curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:28080/health"],
+    "interval": HEALTHCHECK_INTERVAL,
+    "timeout": "5s",
+    "retries": 3,
+}
+HEALTHCHECKS = {"api-server": HEALTHCHECK, "proxy": HEALTHCHECK}
+REDIS = {
+    "image": IMAGE,
+    "container_name": "mac-redis",
+    "restart": "unless-stopped",
+    "networks": ["master"],
+    "entrypoint": [],
+    # Reached only on the master's own bridge network, hence no protected mode.
+    "command": ["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+}
+
+
+def passed_through() -> list[str]:
+    """The settings the master's containers take from `mac` by name: each declared for
+    the master that works under Docker and can be set with `mac env set` (or is set by
+    mac), but those the Compose network pins."""
+    names = {
+        name
+        for name, item in CATALOG.items()
+        if item.side in (Side.MASTER, Side.BOTH)
+        and item.applies is not Applies.PROCESS
+        and item.set_with is not SetWith.ENVIRONMENT
+    }
+    return sorted((names | {"DATABASE_URL", *FROM_MAC}) - set(PINNED))
+
+
+def _environment(cfg: NodeConfig) -> dict[str, str | None]:
+    site_alertmanager = cfg.get("MAC_ALERTMANAGER_URL")
+    pinned = {
+        **PINNED,
+        "MAC_ALERTMANAGER_URL": docker_layout(cfg).alertmanager_url,
+        "MAC_ALERTMANAGER_MANAGED": cfg.get("MAC_ALERTMANAGER_MANAGED")
+        or ("0" if site_alertmanager else "1"),
+    }
+    passed = {name: None for name in passed_through() if name not in pinned}
+    return {**pinned, **passed}
+
+
+def _script(spec: ServiceSpec) -> str:
+    """The container's command: its waits, its preparing commands, then its server."""
+    steps = [f"until [ -s {path} ]; do sleep 1; done" for path in WAITS.get(spec.name, [])]
+    steps += [shlex.join(step) for step in spec.prestart]
+    steps.append(f"exec {shlex.join(spec.argv)}")
+    return " &&\n".join(steps)
+
+
+def _service(spec: ServiceSpec, environment: dict, cfg: NodeConfig) -> dict:
+    service: dict = {
+        "image": IMAGE,
+        "container_name": f"mac-{spec.name}",
+        "restart": "unless-stopped",
+        "networks": ["master"],
+        "entrypoint": [],
+    }
+    if spec.name in DEPENDS_ON:
+        service["depends_on"] = DEPENDS_ON[spec.name]
+    service["command"] = ["sh", "-c", _escaped(_script(spec))]
+    service["environment"] = environment
+    ports = _ports(spec, cfg)
+    if ports:
+        service["ports"] = ports
+    service["volumes"] = VOLUMES[spec.name]
+    if spec.name in HEALTHCHECKS:
+        service["healthcheck"] = HEALTHCHECKS[spec.name]
+    return service
+
+
+def _ports(spec: ServiceSpec, cfg: NodeConfig) -> list[str]:
+    """The published ports: the front door's to every host, the servers' on the
+    master's loopback only; the API server none (only mac-proxy reaches it)."""
+    layout = docker_layout(cfg)
+    if spec.name == "proxy":
+        return [f"{spec.port}:{layout.http_port}", f"{tls_port(cfg)}:{layout.https_port}"]
+    inside = {"prometheus": layout.prometheus_port, "alertmanager": layout.alertmanager_port}
+    if spec.name in inside:
+        return [f"127.0.0.1:{spec.port}:{inside[spec.name]}"]
+    return []
+
+
+def document(cfg: NodeConfig) -> dict:
+    """The Compose document of the master's services with `cfg`'s settings (scale-out
+    mode's engines come in a file of their own, scaleout.compose_overlay)."""
+    specs = master_specs(cfg, docker_layout(cfg))
+    environment = _environment(cfg)
+    services = {"redis": REDIS}
+    for spec in specs:
+        if spec.name in VOLUMES:
+            services[spec.name] = _service(spec, environment, cfg)
+    volumes = sorted({v.split(":")[0] for s in services.values() for v in s.get("volumes", [])})
+    return {
+        "services": services,
+        "networks": {"master": {"driver": "bridge"}},
+        "volumes": {volume: {} for volume in volumes},
+    }
+
+
+def _escaped(text: str) -> str:
+    """Compose substitutes `$`: a literal one is `$$`, but for COMPOSE_REFERENCES."""
+    escaped = text.replace("$", "$$")
+    for reference in COMPOSE_REFERENCES:
+        escaped = escaped.replace(reference.replace("$", "$$"), reference)
+    return escaped
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style; the one environment every service shares, written once under a
+    name people can read, and referred to by it."""
+
+    shared: object = None
+
+    def ignore_aliases(self, data) -> bool:
+        return data is not self.shared
+
+    def generate_anchor(self, node) -> str:
+        return "master-environment"
+
+
+def _literal(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _passed(dumper: yaml.SafeDumper, value: None):
+    """A name without a value: Compose passes it through from its environment."""
+    return dumper.represent_scalar("tag:yaml.org,2002:null", "")
+
+
+_Dumper.add_representer(str, _literal)
+_Dumper.add_representer(type(None), _passed)
+
+
+def render(cfg: NodeConfig) -> str:
+    written = document(cfg)
+    shared = written["services"]["api-server"]["environment"]
+    dumper = type("Dumper", (_Dumper,), {"shared": shared})
+    body = yaml.dump(written, Dumper=dumper, sort_keys=False, default_flow_style=False, width=100)
+    return HEADER + body
+
+
+def default_config() -> NodeConfig:
+    """The defaults alone: no environment and no env files (the committed file)."""
+    return NodeConfig(
+        environ={}, node_values={}, user_values={}, node_file=Path("/nonexistent/node/env"),
+        user_file=Path("/nonexistent/user/env"),
+    )  # fmt: skip
+
+
+def write(cfg: NodeConfig, folder: Path) -> Path:
+    """This master's Compose file in `folder` (its data folder)."""
+    path = folder / NAME
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, render(cfg).encode())
+    except OSError as exc:
+        raise CliError(
+            f"cannot write {path}: {exc}",
+            hint="MAC_DATA_DIR must be writable by whoever runs mac:",
+            commands=[f"ls -ld {folder}"],
+        ) from None
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help=f"rewrite {COMMITTED}")
+    args = ap.parse_args(argv)
+    text = render(default_config())
+    if args.write:
+        COMMITTED.write_text(text)
+        print(f"Wrote {COMMITTED}.")
+        return 0
+    if COMMITTED.read_text() != text:
+        print(f"{COMMITTED} is stale: python -m maccli.master.compose --write", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

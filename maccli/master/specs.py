@@ -1,0 +1,322 @@
+"""The master's services as specs, once for both runtimes: api-server, proxy, worker,
+beat, Prometheus and Alertmanager (or scale-out mode's engines in Prometheus's place,
+scaleout.py), each with the commands that prepare it.
+
+A Layout (layout.py) says where they run: the process runtime runs the specs of this
+host's loopback as they are; docker/docker-compose.master.yml is written from the specs
+of the master's Compose network (compose.py). A flag of Prometheus changed here
+changes both. `mac` itself never loads Django's settings: the commands here run in
+the services' own processes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from maccli.master import scaleout
+from maccli.master.layout import Layout, master_layout
+from maccli.master.preflight import (
+    LOOPBACK,
+    REPO_ROOT,
+    alertmanager_port,
+    bind,
+    check_drain_settings,
+    file_settings,
+    has_command,
+    http_mode,
+    probe_host,
+    prometheus_port,
+    tls_names,
+    worker_name,
+)
+from maccli.runtimes import ServiceSpec
+from node.config import NodeConfig
+
+__all__ = ["Layout", "master_layout", "master_specs"]
+
+# Prometheus's flags beside its files and addresses. No --web.enable-lifecycle: nothing
+# of MAC's reloads or stops it over HTTP (a changed config comes with a restart), so
+# /-/quit stays closed. Its links point at the front door; its routes stay at the root.
+PROMETHEUS_FLAGS = ["--web.route-prefix=/"]
+# Alertmanager's: its routes at the root, and no gossip port (9094 by default) to
+# collide with a site's: there is one Alertmanager.
+ALERTMANAGER_FLAGS = ["--web.route-prefix=/", "--cluster.listen-address="]
+
+
+def project_spec(
+    name: str,
+    argv: list[str],
+    port: int,
+    env: dict[str, str],
+    prestart: list[list[str]],
+) -> ServiceSpec:
+    """A Prometheus-project server on the loopback: ready when its /-/ready answers,
+    which can take a while on a first start (the TSDB or the notification log is set up)."""
+    return ServiceSpec(
+        name,
+        argv,
+        port=port,
+        liveness_path="/-/ready",
+        env=env,
+        prestart=prestart,
+        ready_timeout=60,
+        host=LOOPBACK,
+        bind=LOOPBACK,
+    )
+
+
+def _program(cfg: NodeConfig, layout: Layout, setting: str, path: str) -> str:
+    """A server's program: Debian's in MAC's image, or MAC_*_BIN on this host."""
+    return path if layout.docker else (cfg.get(setting) or path)
+
+
+def _environment(cfg: NodeConfig, layout: Layout) -> dict[str, str]:
+    """What every master process must agree on. Under Compose the containers' own
+    environment (compose.py) says it instead: the settings pass through by name."""
+    if layout.docker:
+        return {}
+    site_alertmanager = cfg.get("MAC_ALERTMANAGER_URL")
+    return {
+        # The env files' settings (`mac env set MAC_PROBE_INTERVAL=10` on the master), as
+        # under Docker; the process environment still wins, and the values below, which
+        # the services must agree on, are set from the same configuration.
+        **file_settings(cfg),
+        "DJANGO_SETTINGS_MODULE": "macweb.settings",
+        "MAC_DATA_DIR": str(layout.data),
+        "MAC_PROMETHEUS_URL": cfg.get("MAC_PROMETHEUS_URL")
+        or f"http://{LOOPBACK}:{layout.prometheus_port}",
+        "MAC_ALERTMANAGER_URL": layout.alertmanager_url,
+        "MAC_ALERTMANAGER_DIR": str(layout.alertmanager_dir),
+        "MAC_ALERTMANAGER_MANAGED": cfg.get("MAC_ALERTMANAGER_MANAGED")
+        or ("0" if site_alertmanager else "1"),
+        "MAC_PUBLIC_URL": layout.public_url,
+        # What agents call the master: its allowed hosts (macweb.hosts), as on the certificate.
+        "MAC_TLS_HOST_NAMES": ",".join(tls_names(cfg)),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceSpec]:
+    """The master's services, where `layout` says (this host's loopback by default).
+
+    A spec's port, host and liveness say how this host reaches the service (under
+    Compose: the port published on its loopback; the API server has none, only
+    mac-proxy faces other hosts); its command line, how the service runs where the
+    layout puts it. The containers' health checks stand in for the commands that
+    `mac` runs itself under the process runtime (the worker's ping, createadmin).
+    """
+    layout = layout or master_layout(cfg)
+    docker = layout.docker
+    check_drain_settings(cfg)
+    py = layout.python
+    data = layout.data
+    # A site's own Alertmanager (MAC_ALERTMANAGER_URL) replaces MAC's: none runs here.
+    own_alertmanager = not cfg.get("MAC_ALERTMANAGER_URL")
+    env = _environment(cfg, layout)
+    django = [py, "-m", "django"]
+    api_prestart = [
+        # First: the data folder and the secret key every master process reads.
+        [*django, "prepare_master"],
+        # Without the statement timeout of the serving processes: a migration of a
+        # large table may take longer (macweb.db_deadline).
+        ["env", "MAC_DB_STATEMENT_TIMEOUT=0", *django, "migrate", "--noinput"],
+        [*django, "collectstatic", "--noinput"],
+    ]
+    alertmanager_prestart = []
+    if has_command("alerting.management.commands.alertmanager_config"):
+        alertmanager_prestart = [
+            [*django, "alert_channels_from_env"],
+            [*django, "alertmanager_config"],
+        ]
+    if docker:
+        # In the api-server's container: the admin user (mac makes it on this host), and
+        # alertmanager.yml from the channels, which mac-alertmanager waits for.
+        api_prestart.append([*django, "createadmin"])
+        api_prestart += alertmanager_prestart if own_alertmanager else []
+        alertmanager_prestart = []
+    prom_dir = Path("/tmp/mac-prometheus") if docker else data / "prometheus"
+    prom_config = prom_dir / "prometheus.yml"
+    prom_prestart = []
+    if has_command("scraping.management.commands.prometheus_config"):
+        # The configuration and rules MAC writes from its settings (MAC_SCRAPE_INTERVAL,
+        # MAC_ALERT_FOR, MAC_RUNBOOK_BASE_URL, MAC_METRICS_TOKEN), under both runtimes.
+        prom_prestart.append(
+            [
+                *django, "prometheus_config", "--out", str(prom_config),
+                # Over the proxy's HTTPS, trusting the master's CA (or the site's top).
+                "--master", f"{layout.front}:{layout.https_port}",
+                "--ca-file", str(layout.tls / "ca.pem"),
+            ]
+        )  # fmt: skip
+    proxy_dir = Path("/tmp/mac-proxy") if docker else data / "proxy"
+    proxy_conf = proxy_dir / "nginx.conf"
+    # The CA (first start) and server certificate, then nginx.conf with HTTPS beside HTTP.
+    tls_prestart = [*django, "prepare_tls"]
+    # Under Compose the names come from `mac` at each start (MAC_TLS_HOST_NAMES).
+    names = ["mac-proxy", "${MAC_TLS_HOST_NAMES:-}"] if docker else tls_names(cfg)
+    for name in names:
+        tls_prestart += ["--name", name]
+    listen = layout.listen if docker else bind(cfg)
+    proxy_prestart = [
+        *django, "proxy_config", "--out", str(proxy_conf),
+        "--listen", f"{listen}:{layout.http_port}",
+        "--upstream", f"{layout.host('api-server')}:{layout.api_port}",
+        "--tls-listen", f"{listen}:{layout.https_port}",
+        "--prometheus", f"{layout.host('prometheus')}:{layout.prometheus_port}",
+    ]  # fmt: skip
+    if own_alertmanager:
+        alertmanager = f"{layout.host('alertmanager')}:{layout.alertmanager_port}"
+        proxy_prestart += ["--alertmanager", alertmanager]
+    if docker:
+        # Docker's DNS, asked as nginx goes: a recreated container is found.
+        proxy_prestart += ["--resolver", "127.0.0.11"]
+    # MAC_HTTP=off keeps HTTP on loopback only, where the health check asks.
+    proxy_host = LOOPBACK if http_mode(cfg) == "off" else probe_host(cfg)
+    specs = [
+        ServiceSpec(
+            "api-server",
+            [
+                py,
+                "-m",
+                "gunicorn",
+                "macweb.asgi:application",
+                # Worker class and timeouts: one file for every runtime.
+                "-c",
+                "python:macweb.gunicorn_conf",
+                # Loopback only on the host: clients reach it through the proxy.
+                "--bind",
+                f"{layout.listen}:{layout.api_port}",
+                "--workers",
+                cfg.get("MAC_API_WORKERS") or "2",
+                "--access-logfile",
+                "-",
+            ],
+            port=None if docker else layout.api_port,
+            liveness_path="/health",
+            env=env,
+            prestart=api_prestart,
+            ready_timeout=90,
+            host=LOOPBACK,
+            bind=LOOPBACK,
+        ),
+        # nginx in front of the API server: slow clients, header and body sizes,
+        # connection caps, client addresses (macweb/proxy.py, docs/security.md).
+        ServiceSpec(
+            "proxy",
+            [
+                _program(cfg, layout, "MAC_NGINX_BIN", "/usr/sbin/nginx"),
+                "-p",
+                str(proxy_dir),
+                "-c",
+                str(proxy_conf),
+                "-e",
+                "stderr",
+            ],
+            port=cfg.master_port,
+            liveness_path="/health",
+            env=env,
+            prestart=[tls_prestart, proxy_prestart],
+            ready_timeout=90,
+            host=proxy_host,
+            bind=bind(cfg),
+        ),
+        ServiceSpec(
+            "worker",
+            # No -Q: the worker consumes every queue of the settings' CELERY_TASK_QUEUES,
+            # Celery's default and MAC_PROBE_QUEUE, so chunk tasks are never left unconsumed.
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "macweb",
+                "worker",
+                "-l",
+                "INFO",
+                "--concurrency",
+                cfg.get("MAC_WORKER_CONCURRENCY") or "2",
+                # The container's host name is its own: Celery's %h says it.
+                "-n",
+                "mac-worker@%h" if docker else worker_name(),
+            ],
+            env=env,
+            # Its own answer: a ping through the broker, without loading Django.
+            health_command=None if docker else _worker_ping(cfg, py),
+        ),
+        ServiceSpec(
+            "beat",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "macweb",
+                "beat",
+                "-l",
+                "INFO",
+                "-s",
+                str(data / "celerybeat-schedule"),
+                "--pidfile=",
+            ],
+            env=env,
+        ),
+        project_spec(
+            "prometheus",
+            [
+                _program(cfg, layout, "MAC_PROMETHEUS_BIN", "/usr/bin/prometheus"),
+                f"--config.file={prom_config}",
+                f"--web.listen-address={layout.listen}:{layout.prometheus_port}",
+                f"--storage.tsdb.path={Path('/prometheus') if docker else prom_dir / 'data'}",
+                f"--web.external-url={layout.public_url}/prometheus/",
+                *PROMETHEUS_FLAGS,
+            ],
+            _host_port(cfg, layout, "prometheus"),
+            env,
+            prom_prestart,
+        ),
+    ]
+    if own_alertmanager:
+        specs.append(
+            project_spec(
+                "alertmanager",
+                [
+                    _program(
+                        cfg, layout, "MAC_ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager"
+                    ),
+                    f"--config.file={layout.alertmanager_dir / 'alertmanager.yml'}",
+                    f"--storage.path={Path('/alertmanager') if docker else data / 'alertmanager-data'}",  # noqa: E501
+                    f"--web.listen-address={layout.listen}:{layout.alertmanager_port}",
+                    f"--web.external-url={layout.public_url}/alertmanager/",
+                    *ALERTMANAGER_FLAGS,
+                ],
+                _host_port(cfg, layout, "alertmanager"),
+                env,
+                alertmanager_prestart,
+            )
+        )
+    if scaleout.shards(cfg):
+        # Scale-out mode (MAC_SCRAPE_SHARDS, docs/scaling.md): scrapers, store and rules
+        # replace mac-prometheus, and every process reads metrics from the store.
+        if not docker:
+            env.update(scaleout.env_overrides(cfg, layout))
+            env["MAC_SD_TOKEN"] = scaleout.sd_token(cfg, data)
+        specs = [spec for spec in specs if spec.name != "prometheus"]
+        specs += scaleout.specs(
+            cfg, layout, env, views_port=_host_port(cfg, layout, "prometheus"),
+            project_spec=project_spec,
+        )  # fmt: skip
+    return specs
+
+
+def _host_port(cfg: NodeConfig, layout: Layout, service: str) -> int:
+    """Where this host reaches `service`: its own port, or the one its container
+    publishes on the loopback (MAC_PROMETHEUS_PORT, MAC_ALERTMANAGER_PORT)."""
+    return prometheus_port(cfg) if service == "prometheus" else alertmanager_port(cfg)
+
+
+def _worker_ping(cfg: NodeConfig, py: str) -> list[str]:
+    broker = (
+        cfg.get("MAC_CELERY_BROKER_URL") or cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
+    )
+    return [py, "-m", "celery", "-b", broker, "inspect", "ping", "-d", worker_name(), "-t", "2"]

@@ -1,0 +1,105 @@
+"""Whether this master can talk to slurmctld, for MAC's drain in Slurm (MAC_SLURM_DRAIN).
+
+`mac doctor` on the master runs it like the other checks; elsewhere (an agent, a master
+with the drain off) it is skipped. It runs Slurm's own `scontrol ping` and `scontrol
+show config` with the master's SLURM_CONF, as the drain does, and says what is missing:
+the drain's settings, slurm.conf, the client tools, munge, the controller, and whether
+this user may change nodes (SlurmUser, root, or an operator account).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+from contract.drainpolicy import DEFAULT_SLURM_CONF, DrainMode, check_settings
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner, which
+
+CHECK_ID = "slurm"
+TITLE = "the master reaches slurmctld (MAC_SLURM_DRAIN)"
+INSTALL_FIX = (
+    "# on the master: Slurm's client tools and munge, with the cluster's munge key\n"
+    "sudo apt-get install slurm-client munge\n"
+    "sudo install -o munge -g munge -m 0400 <the cluster's munge.key> /etc/munge/munge.key\n"
+    "sudo systemctl restart munge"
+)
+
+
+def _result(status: CheckStatus, detail: str, fix: str = "") -> CheckResult:
+    return CheckResult(CHECK_ID, TITLE, status, detail, fix)
+
+
+def _config_value(text: str, key: str) -> str:
+    """One value of `scontrol show config` ("SlurmUser = slurm(64030)" -> "slurm(64030)")."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return ""
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def check_slurm(ctx: CheckContext) -> CheckResult:
+    cfg = config(ctx)
+    try:
+        mode = cfg.value("MAC_SLURM_DRAIN")
+        check_settings(cfg.get)
+        conf = cfg.value("SLURM_CONF")
+    except ValueError as exc:
+        return _result(
+            CheckStatus.FAIL, str(exc), "mac env set MAC_SLURM_DRAIN=dry-run   # or off, or on"
+        )
+    if mode is DrainMode.OFF:
+        return _result(
+            CheckStatus.SKIP,
+            "MAC_SLURM_DRAIN is off: this master does not drain nodes in Slurm.",
+        )
+    if not conf.is_file():
+        return _result(
+            CheckStatus.FAIL,
+            f"MAC_SLURM_DRAIN={mode}, but there is no slurm.conf at {conf}.",
+            "# the cluster's own slurm.conf, the same file as on its nodes:\n"
+            f"sudo install -m 0644 <the cluster's slurm.conf> {DEFAULT_SLURM_CONF}\n"
+            "# or point the master at it, then restart the master:\n"
+            "mac env set SLURM_CONF=/path/to/slurm.conf && mac restart master",
+        )
+    if not which(ctx, "scontrol"):
+        return _result(CheckStatus.FAIL, "scontrol is not installed on this master.", INSTALL_FIX)
+    run = runner(ctx)
+    ping = run(["env", f"SLURM_CONF={conf}", "scontrol", "ping"])
+    said = " ".join(f"{ping.stdout} {ping.stderr}".split())
+    if ping.returncode != 0 or " is UP" not in ping.stdout:
+        munge = "munge" in said.lower() or "authentication" in said.lower()
+        return _result(
+            CheckStatus.FAIL,
+            f"slurmctld does not answer (SLURM_CONF={conf}): {said[:300] or 'no answer'}",
+            INSTALL_FIX
+            if munge
+            else (
+                f"SLURM_CONF={conf} scontrol ping   # which controller, and is it UP?\n"
+                "# slurmctld must run, and its port (SlurmctldPort) be open to this master"
+            ),
+        )
+    controller = next((line for line in ping.stdout.splitlines() if " is UP" in line), "")
+    shown = run(["env", f"SLURM_CONF={conf}", "scontrol", "show", "config"])
+    slurm_user = _config_value(shown.stdout, "SlurmUser").split("(", 1)[0]
+    user = _user()
+    detail = f"{controller.strip()} (SLURM_CONF={conf}); MAC_SLURM_DRAIN={mode}"
+    if os.geteuid() != 0 and slurm_user and user != slurm_user:
+        return _result(
+            CheckStatus.WARN,
+            f"{detail}, but this master runs as {user}, neither root nor SlurmUser "
+            f"{slurm_user}: Slurm refuses its drains unless {user} is an operator.",
+            f"sudo sacctmgr -i modify user {user} set adminlevel=Operator\n"
+            "# (or run the master as root or as the SlurmUser)",
+        )
+    return _result(CheckStatus.PASS, detail)
+
+
+CHECKS = (check_slurm,)

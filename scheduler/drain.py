@@ -1,0 +1,260 @@
+"""The drain's decision: from the GPU verdicts and Slurm's view, what MAC does to each node.
+
+Pure (no Django, no Slurm call): scheduler.drainpass reads both sides, asks `plan()`, acts
+on Slurm and records what happened. The rules, as LBNL NHC and Kubernetes' eviction
+budgets taught them (docs/slurm.md, "Draining unhealthy nodes"):
+
+- **Drain** a node whose verdict is unhealthy and that is in service, with the reason
+  ``MAC: <evidence>; <action>``: the verdict's own line (contract.verdicts.verdict_line),
+  the very words of the node page and the notification. Running jobs finish.
+- **Reboot** instead (``scontrol reboot ASAP nextstate=RESUME``) when the action is
+  ``reboot`` and the site allows it (MAC_SLURM_REBOOT), once per boot of the node: a
+  verdict still read from the boot MAC asked to end is drained, never rebooted again,
+  and the same fault back after the reboot is ``inspect_hardware`` (the verdicts
+  escalate it), which is drained. MAC cannot reboot-loop a node.
+- **Bring the reason up to date** on a node MAC drained whose evidence changed (an
+  escalation to inspect_hardware shows in Slurm).
+- **Resume** only a node MAC drained (its reason starts with ``MAC:``) whose verdict has
+  been healthy for MAC_SLURM_RESUME_SWEEPS sweeps in a row. Degraded is not healthy.
+- **Hands off:** a node that anyone else drained, downed or reserved is never drained
+  again, resumed, or given another reason (``held``), and neither is one in MAC's
+  maintenance. A reservation counts from ``scontrol show reservation``, which lists it
+  at once, not only from the node's RESERVED flag, which slurmctld sets up to 5 s later.
+- **Budget:** MAC's drains in effect (nodes whose MAC reason Slurm keeps) plus the new
+  ones never exceed MAC_DRAIN_BUDGET of the nodes MAC monitors in Slurm; the oldest
+  verdicts go first, the rest are ``over_budget``.
+- A MAC node whose NodeName Slurm does not know is ``unknown`` (fix MAC_SLURM_NODE_MAP).
+
+The same plan serves dry-run: the pass then records what it would have done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from contract.drainpolicy import DrainBudget, DrainMode
+from contract.verdicts import HealthAction, HealthState
+from scheduler.slurm import MAC_REASON_PREFIX, SlurmNode
+
+# Slurm keeps a reason of any length, but sinfo and people read the start of it.
+REASON_LIMIT = 500
+
+
+class Decision(StrEnum):
+    DRAIN = "drain"
+    REBOOT = "reboot"
+    REASON = "reason"  # MAC's own drain, its reason brought up to date
+    RESUME = "resume"
+    OVER_BUDGET = "over_budget"  # would drain; the budget is spent
+    HELD = "held"  # someone else drained, downed or reserved it: hands off
+    UNKNOWN = "unknown"  # Slurm has no node of that name
+    REFUSED = "refused"  # Slurm answered no (set by the pass when it acts)
+
+
+# Decisions that change Slurm (in mode on).
+ACTIONS = frozenset({Decision.DRAIN, Decision.REBOOT, Decision.REASON, Decision.RESUME})
+# Decisions that take a node out of service (they spend the budget).
+TAKES_OUT = frozenset({Decision.DRAIN, Decision.REBOOT})
+
+
+class Hold(StrEnum):
+    """Who keeps a Slurm node out of service (inventory.choices.SlurmHold, value for value)."""
+
+    NONE = ""
+    MAC = "mac"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The drain's settings (contract.drainpolicy; macweb.settings reads them)."""
+
+    mode: DrainMode
+    budget: DrainBudget
+    reboot: bool = False
+    resume_sweeps: int = 3
+
+
+@dataclass(frozen=True)
+class MacNode:
+    """One node as MAC sees it: its verdict, and what MAC last asked of Slurm for it."""
+
+    id: int
+    hostname: str
+    slurm_name: str  # the NodeName it maps to (scheduler.config.NodeNameMap)
+    state: HealthState
+    action: HealthAction
+    evidence: str  # the verdict's line, "GPU 3 (...) XID 79: ... at 14:02:11; reboot"
+    streak: int  # sweeps in a row that read this state
+    since: float  # Unix time the state began
+    maintenance: bool = False
+    boot_id: str = ""
+    rebooted_boot: str = ""  # the boot MAC asked Slurm to reboot ("?" when unknown)
+
+    @property
+    def unhealthy(self) -> bool:
+        return self.state is HealthState.UNHEALTHY
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decision about one node: what MAC does (or would do), and the words for it."""
+
+    node: MacNode
+    decision: Decision
+    reason: str = ""  # the reason MAC writes; for HELD, the holder's own reason
+    why: str = ""  # what the node's history says
+
+
+@dataclass
+class Plan:
+    """Every decision of one pass, and the budget's figures."""
+
+    steps: list[Step] = field(default_factory=list)
+    fleet: int = 0  # MAC's nodes that are Slurm nodes
+    limit: int = 0  # the most of them MAC may keep drained
+    drained: int = 0  # MAC's drains in effect, this plan's new ones included
+
+    @property
+    def over_budget(self) -> list[Step]:
+        return [step for step in self.steps if step.decision is Decision.OVER_BUDGET]
+
+    @property
+    def taken_out(self) -> list[Step]:
+        return [step for step in self.steps if step.decision in TAKES_OUT]
+
+
+def mac_reason(node: MacNode) -> str:
+    """``MAC: <evidence>; <action>``: the verdict's line (it ends with its action)."""
+    line = " ".join(node.evidence.split())  # one line, whatever the evidence held
+    if not line:
+        line = f"GPU {node.state}; {node.action}"
+    return f"{MAC_REASON_PREFIX} {line}"[:REASON_LIMIT]
+
+
+def hold_of(node: SlurmNode) -> Hold:
+    """Who keeps this Slurm node out of service: MAC (its reason), someone else, or nobody."""
+    if not (node.drain or node.down or node.reboot_pending):
+        return Hold.NONE
+    return Hold.MAC if node.reason_is_mac else Hold.ADMIN
+
+
+def state_words(node: SlurmNode, reserved: bool = False) -> str:
+    """The node's state as sinfo's %T says it, in one word or two."""
+    if node.reboot_pending:
+        return "reboot pending"
+    if node.drain:
+        return "drained" if node.drained else "draining"
+    if node.down:
+        return "down"
+    if reserved or node.reserved:
+        return "reserved"
+    return node.state
+
+
+def _held_words(node: SlurmNode, reserved: bool) -> str:
+    what = "reserved" if reserved or node.reserved else "drained" if node.drain else "down"
+    who = f" by {node.reason_user}" if node.reason_user else ""
+    said = f": {node.reason}" if node.reason else ""
+    return f"{node.name} is {what}{who}{said}"
+
+
+def plan(
+    nodes: Iterable[MacNode],
+    slurm: Mapping[str, SlurmNode],
+    reserved: Iterable[str],
+    policy: Policy,
+) -> Plan:
+    """Decide what to do with every node (see the module docstring); nothing is done here."""
+    reserved = set(reserved)
+    result = Plan()
+    candidates: list[MacNode] = []
+    mapped = [node for node in nodes if node.slurm_name in slurm]
+    result.fleet = len(mapped)
+    result.limit = policy.budget.limit(result.fleet)
+    # Every drain of MAC's in effect counts, also on Slurm nodes MAC no longer monitors.
+    result.drained = sum(
+        hold_of(node) is Hold.MAC and node.name not in reserved for node in slurm.values()
+    )
+    for node in nodes:
+        found = slurm.get(node.slurm_name)
+        if found is None:
+            if node.unhealthy and not node.maintenance:
+                result.steps.append(
+                    Step(
+                        node, Decision.UNKNOWN, mac_reason(node),
+                        f"Not drained: Slurm has no node named {node.slurm_name} (MAC's host "
+                        f"{node.hostname}); set MAC_SLURM_NODE_MAP where the names differ",
+                    )
+                )  # fmt: skip
+            continue
+        in_reservation = found.name in reserved
+        if found.held_by_others or in_reservation:
+            if node.unhealthy and not node.maintenance:
+                result.steps.append(
+                    Step(
+                        node, Decision.HELD, found.reason,
+                        f"Not drained: {_held_words(found, in_reservation)}; MAC leaves a "
+                        "node that someone else holds as it is",
+                    )
+                )  # fmt: skip
+            continue
+        if node.maintenance:
+            continue
+        if hold_of(found) is Hold.MAC:
+            step = _mac_drained(node, found, policy)
+            if step:
+                result.steps.append(step)
+            continue
+        if node.unhealthy:
+            candidates.append(node)
+    room = max(0, result.limit - result.drained)
+    for node in sorted(candidates, key=lambda n: (n.since, n.id)):
+        reason = mac_reason(node)
+        if room <= 0:
+            result.steps.append(
+                Step(
+                    node, Decision.OVER_BUDGET, reason,
+                    f"Not drained: the drain budget is spent (MAC keeps {result.drained} of "
+                    f"the {result.limit} nodes MAC_DRAIN_BUDGET={policy.budget} allows of "
+                    f"{result.fleet} drained); would have drained with: {reason}",
+                )
+            )  # fmt: skip
+            continue
+        room -= 1
+        result.drained += 1
+        if _may_reboot(node, policy):
+            result.steps.append(Step(node, Decision.REBOOT, reason, reason))
+        else:
+            result.steps.append(Step(node, Decision.DRAIN, reason, reason))
+    return result
+
+
+def _may_reboot(node: MacNode, policy: Policy) -> bool:
+    """Reboot only for a reboot verdict, where allowed, and once per boot of the node."""
+    if not (policy.reboot and node.action is HealthAction.REBOOT):
+        return False
+    if not node.rebooted_boot:
+        return True
+    return bool(node.boot_id) and node.rebooted_boot != node.boot_id
+
+
+def _mac_drained(node: MacNode, found: SlurmNode, policy: Policy) -> Step | None:
+    """A node MAC holds: a newer reason while unhealthy, a resume once healthy long enough."""
+    if found.reboot_pending:
+        return None  # Slurm is rebooting it for MAC; it resumes by itself
+    if node.unhealthy:
+        reason = mac_reason(node)
+        if found.reason != reason:
+            return Step(node, Decision.REASON, reason, reason)
+        return None
+    if node.state is HealthState.HEALTHY and node.streak >= policy.resume_sweeps:
+        return Step(
+            node, Decision.RESUME, found.reason,
+            f"GPU verdict healthy for {node.streak} sweeps in a row "
+            f"(MAC_SLURM_RESUME_SWEEPS={policy.resume_sweeps}); MAC drained it with: "
+            f"{found.reason}",
+        )  # fmt: skip
+    return None

@@ -1,0 +1,389 @@
+"""One drain pass, after every sweep: read Slurm and the verdicts, decide, act, record.
+
+    due? -> ping -> read Slurm (nodes, reservations) -> plan (scheduler.drain) -> act
+         -> record (history, counters, DrainRecord) -> the nodes' Slurm view -> budget alert
+
+The sweep queues it (scheduler.tasks.queue_drain_pass) once its write is published, so
+a verdict that turned unhealthy in this sweep is drained a moment later. Nothing here
+waits on a dead controller: `scontrol ping` answers within 2 s (at once when slurmctld is
+down), and while it fails the passes back off (scheduler.link). Slurm's tools are run
+through scheduler.slurm.SlurmClient, never a shell.
+
+MAC_SLURM_DRAIN=dry-run runs the same pass up to the plan and records what it would have
+done (``slurm_dry_run`` events, the counters' ``dry_run="true"``), changing nothing in
+Slurm. Every decision reaches the node's history once: a refusal that holds sweep after
+sweep (the budget, someone else's drain, an unknown name) is written when it starts and
+again only when it changes (DrainRecord). Between the read and the command a person can
+still drain a node by hand; the pass reads Slurm a fraction of a second before it acts,
+which is as close as Slurm's tools allow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import IntegrityError
+from django.utils import timezone
+
+from alerting import drainalert
+from contract.drainpolicy import DrainMode
+from contract.verdicts import HealthState
+from inventory.choices import EventKind
+from inventory.models import NodeEvent
+from inventory.services import node_verdicts
+from inventory.services.scheduling import clear_slurm_view, save_slurm_view
+from scheduler import link
+from scheduler.config import NodeNameMap, slurm_client, slurm_configured
+from scheduler.drain import ACTIONS, Decision, MacNode, Plan, Policy, Step, hold_of, plan
+from scheduler.drain import state_words as slurm_state_words
+from scheduler.models import DrainRecord
+from scheduler.slurm import (
+    SlurmClient,
+    SlurmCommandRefused,
+    SlurmError,
+    SlurmNode,
+    SlurmUnknownNode,
+    SlurmUnreachable,
+)
+
+log = logging.getLogger(__name__)
+
+ACTOR = "mac-drain"
+BUDGET_KEY = "scheduler:drain:budget"
+# Set once a pass wrote the nodes' Slurm view: turning the drain off then clears it.
+VIEW_KEY = "scheduler:drain:view"
+COUNTER_PREFIX = "scheduler:drain:decisions:"
+EVENT_KINDS = {
+    Decision.DRAIN: EventKind.SLURM_DRAIN,
+    Decision.REBOOT: EventKind.SLURM_REBOOT,
+    Decision.REASON: EventKind.SLURM_REASON,
+    Decision.RESUME: EventKind.SLURM_RESUME,
+    Decision.OVER_BUDGET: EventKind.SLURM_NOT_DRAINED,
+    Decision.HELD: EventKind.SLURM_NOT_DRAINED,
+    Decision.UNKNOWN: EventKind.SLURM_NOT_DRAINED,
+    Decision.REFUSED: EventKind.SLURM_NOT_DRAINED,
+}
+# What a dry run says it would have done.
+WOULD = {
+    Decision.DRAIN: "would drain",
+    Decision.REBOOT: "would reboot (scontrol reboot ASAP nextstate=RESUME)",
+    Decision.REASON: "would update the drain reason to",
+    Decision.RESUME: "would resume",
+    Decision.OVER_BUDGET: "would not drain",
+}
+VERBS = {Decision.RESUME: "resume", Decision.REBOOT: "reboot"}
+NOT_RECORDED = ""  # DrainRecord.decision once an incident is over
+
+
+def policy_from_settings() -> Policy:
+    return Policy(
+        mode=DrainMode(settings.SLURM_DRAIN),
+        budget=settings.DRAIN_BUDGET,
+        reboot=settings.SLURM_REBOOT,
+        resume_sweeps=settings.SLURM_RESUME_SWEEPS,
+    )
+
+
+@dataclass
+class PassResult:
+    """What one pass did: skipped (and why), or its decisions and their outcomes."""
+
+    skipped: str = ""
+    plan: Plan | None = None
+    done: list[Step] = field(default_factory=list)  # changed Slurm (mode on)
+    recorded: list[Step] = field(default_factory=list)  # reached the nodes' histories
+    error: str = ""
+
+
+def run_drain_pass(client: SlurmClient | None = None, now: float | None = None) -> PassResult:
+    """One pass over the whole fleet (see the module docstring)."""
+    policy = policy_from_settings()
+    if policy.mode is DrainMode.OFF:
+        turn_off()
+        return PassResult(skipped="MAC_SLURM_DRAIN=off")
+    if not slurm_configured():
+        link.failed(
+            f"no slurm.conf at {settings.SLURM_CONF}: install it on the master, or point "
+            "SLURM_CONF at it",
+            now,
+            unreachable=False,
+        )
+        return PassResult(skipped="no slurm.conf")
+    state = link.load()
+    if state and not state.due(now):
+        wait = state.retry_at - (now or time.time())
+        return PassResult(skipped=f"slurmctld unreachable, next try in {wait:.0f} s")
+    client = client or slurm_client()
+    try:
+        controller = client.ping()
+        slurm = {node.name: node for node in client.nodes()}
+        reserved = {
+            name for reservation in client.reservations() if reservation.active
+            for name in reservation.nodes
+        }  # fmt: skip
+    except SlurmError as exc:
+        link.failed(_words(exc), now, unreachable=isinstance(exc, SlurmUnreachable))
+        log.warning("drain: Slurm not read, retrying later: %s", exc)
+        return PassResult(skipped="slurm unreachable", error=str(exc))
+    link.answered(f"slurmctld ({controller.role}) at {controller.host} answers", now)
+    names = NodeNameMap.from_settings()
+    records = {record.node_id: record for record in DrainRecord.objects.all()}
+    nodes = load_nodes(names, records)
+    decided = plan(nodes, slurm, reserved, policy)
+    result = PassResult(plan=decided)
+    steps = act(decided, client, policy, result) if policy.mode is DrainMode.ON else decided.steps
+    if policy.mode is DrainMode.ON and result.done:
+        try:
+            slurm = {node.name: node for node in client.nodes()}  # as it is now
+        except SlurmError as exc:
+            log.warning("drain: Slurm not read again after acting: %s", exc)
+    events = record(steps, records, nodes, policy, result)
+    save_slurm_view(views(nodes, slurm, reserved), events)
+    cache.set(VIEW_KEY, True, None)
+    budget_state(decided, policy)
+    return result
+
+
+def turn_off() -> None:
+    """After MAC_SLURM_DRAIN went back to off: forget the Slurm view, end the budget alert."""
+    if not cache.get(VIEW_KEY):
+        return
+    clear_slurm_view()
+    link.forget()
+    cache.delete(BUDGET_KEY)
+    drainalert.post_budget_alert({"mode": str(DrainMode.OFF), "held_back": []})
+    cache.delete(VIEW_KEY)
+
+
+def needs_pass() -> bool:
+    """Whether a pass has anything to do: the drain is on (or dry-run), or was until lately."""
+    return settings.SLURM_DRAIN != DrainMode.OFF or bool(cache.get(VIEW_KEY))
+
+
+def _words(exc: SlurmError) -> str:
+    return f"{' '.join(exc.command)}: {exc.detail}" if exc.detail else str(exc)
+
+
+def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacNode]:
+    """Every MAC node with its verdict (inventory.services.node_verdicts), for the plan."""
+    nodes = []
+    for row in node_verdicts():
+        record = records.get(row["id"])
+        nodes.append(
+            MacNode(
+                id=row["id"],
+                hostname=row["hostname"],
+                slurm_name=names.to_slurm(row["hostname"]),
+                state=row["state"],
+                action=row["action"],
+                evidence=row["evidence"],
+                streak=row["streak"],
+                since=row["since"].timestamp() if row["since"] else 0.0,
+                maintenance=row["maintenance"],
+                boot_id=row["boot_id"],
+                rebooted_boot=record.rebooted_boot if record else "",
+            )
+        )
+    return nodes
+
+
+def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) -> list[Step]:
+    """Carry out the plan's actions; the steps as they turned out (a refusal replaces its step).
+
+    An unreachable controller stops the pass: what is left waits for the next one.
+    """
+    outcome: list[Step] = []
+    for index, step in enumerate(plan_.steps):
+        if step.decision not in ACTIONS:
+            outcome.append(step)
+            continue
+        name = step.node.slurm_name
+        try:
+            if step.decision in (Decision.DRAIN, Decision.REASON):
+                client.drain(name, step.reason)
+            elif step.decision is Decision.REBOOT:
+                client.reboot_asap(name, step.reason)
+            else:
+                client.resume(name)
+        except SlurmUnreachable as exc:
+            link.failed(_words(exc))
+            result.error = str(exc)
+            log.warning("drain: slurmctld stopped answering: %s", exc)
+            outcome.extend(s for s in plan_.steps[index:] if s.decision not in ACTIONS)
+            return outcome
+        except SlurmUnknownNode:
+            outcome.append(
+                Step(step.node, Decision.UNKNOWN, step.reason,
+                     f"Not drained: Slurm has no node named {name}; set MAC_SLURM_NODE_MAP "
+                     "where the names differ")
+            )  # fmt: skip
+            continue
+        except SlurmCommandRefused as exc:
+            verb = VERBS.get(step.decision, "drain")
+            outcome.append(
+                Step(step.node, Decision.REFUSED, step.reason,
+                     f"Slurm refused to {verb} {name}: {exc.detail}")
+            )  # fmt: skip
+            continue
+        log.info("drain: %s %s (%s)", step.decision, name, step.reason)
+        result.done.append(step)
+        outcome.append(step)
+    return outcome
+
+
+def _message(step: Step, dry_run: bool) -> str:
+    name = step.node.slurm_name
+    if dry_run and step.decision in WOULD:
+        if step.decision is Decision.OVER_BUDGET:
+            return f"Dry run: {step.why}"
+        target = step.reason if step.decision is not Decision.RESUME else step.why
+        return f"Dry run (MAC_SLURM_DRAIN=dry-run): {WOULD[step.decision]} {name}: {target}"
+    if step.decision is Decision.DRAIN:
+        return f"Drained {name} in Slurm (running jobs finish): {step.reason}"
+    if step.decision is Decision.REBOOT:
+        return f"Asked Slurm to reboot {name} once empty, then resume it: {step.reason}"
+    if step.decision is Decision.REASON:
+        return f"Drain reason of {name} updated in Slurm: {step.reason}"
+    if step.decision is Decision.RESUME:
+        return f"Resumed {name} in Slurm: {step.why}"
+    return step.why
+
+
+def record(
+    steps: list[Step],
+    records: dict[int, DrainRecord],
+    nodes: list[MacNode],
+    policy: Policy,
+    result: PassResult,
+) -> list[NodeEvent]:
+    """The steps as events, each decision once per incident; the records and counters kept."""
+    dry_run = policy.mode is DrainMode.DRY_RUN
+    now = timezone.now()
+    events: list[NodeEvent] = []
+    decided: set[int] = set()
+    for step in steps:
+        node = step.node
+        decided.add(node.id)
+        record_ = records.get(node.id)
+        key = (str(step.decision), step.reason, dry_run)
+        acted = step.decision in ACTIONS and not dry_run
+        if not acted and record_ and (record_.decision, record_.reason, record_.dry_run) == key:
+            continue  # the same refusal or dry-run decision as last time: said once already
+        if record_ is None:
+            record_ = records[node.id] = DrainRecord(node_id=node.id)
+        record_.decision, record_.reason, record_.dry_run = key
+        record_.decided_at = now
+        if step.decision is Decision.REBOOT and not dry_run:
+            record_.rebooted_boot, record_.rebooted_at = node.boot_id or "?", now
+        try:
+            record_.save()
+        except IntegrityError:  # the node deregistered during the pass: nothing to record
+            records.pop(node.id, None)
+            continue
+        kind = (
+            EventKind.SLURM_DRY_RUN
+            if dry_run and step.decision in WOULD
+            else EVENT_KINDS[step.decision]
+        )
+        events.append(
+            NodeEvent(
+                node_id=node.id,
+                hostname=node.hostname,
+                kind=kind,
+                message=_message(step, dry_run)[:500],
+                data={
+                    "decision": str(step.decision),
+                    "dry_run": dry_run,
+                    "slurm_node": node.slurm_name,
+                    "reason": step.reason,
+                    "why": step.why,
+                    "verdict": {"state": str(node.state), "action": str(node.action)},
+                },
+                actor=ACTOR,
+                created_at=now,
+            )
+        )
+        count(step.decision, dry_run)
+        result.recorded.append(step)
+    # An incident is over when a node needs nothing: its next refusal is news again.
+    # The boot MAC asked to reboot is kept until the node is healthy long enough.
+    for node in nodes:
+        record_ = records.get(node.id)
+        if record_ is None or node.id in decided or node.state is HealthState.UNHEALTHY:
+            continue
+        over = {"decision": NOT_RECORDED, "reason": "", "dry_run": False}
+        if node.state is HealthState.HEALTHY and node.streak >= policy.resume_sweeps:
+            over |= {"rebooted_boot": "", "rebooted_at": None}
+        if any(getattr(record_, name) != value for name, value in over.items()):
+            DrainRecord.objects.filter(pk=record_.pk).update(**over)
+    return events
+
+
+def views(
+    nodes: list[MacNode], slurm: dict[str, SlurmNode], reserved: set[str]
+) -> dict[int, tuple[str, str, str]]:
+    """Each MAC node's (state, hold, reason) in Slurm, for its row and the dashboards."""
+    found = {}
+    for node in nodes:
+        slurm_node = slurm.get(node.slurm_name)
+        if slurm_node is None:
+            continue
+        in_reservation = slurm_node.name in reserved
+        found[node.id] = (
+            slurm_state_words(slurm_node, in_reservation),
+            str(hold_of(slurm_node)),
+            slurm_node.reason,
+        )
+    return found
+
+
+# --- the master's figures: counters for /metrics, the budget for /health and the alert ------
+
+
+def counter_key(decision: Decision | str, dry_run: bool) -> str:
+    return f"{COUNTER_PREFIX}{decision}:{'dry-run' if dry_run else 'on'}"
+
+
+def count(decision: Decision, dry_run: bool) -> None:
+    key = counter_key(decision, dry_run)
+    cache.add(key, 0, None)
+    try:
+        cache.incr(key)
+    except ValueError:  # evicted between add and incr
+        cache.set(key, 1, None)
+
+
+def decision_counts() -> dict[tuple[str, bool], int]:
+    """{(decision, dry_run): decisions recorded since the counters began}, every pair."""
+    keys = {
+        counter_key(decision, dry): (str(decision), dry)
+        for decision in Decision
+        for dry in (False, True)
+    }
+    found = cache.get_many(list(keys))
+    return {pair: int(found.get(key) or 0) for key, pair in keys.items()}
+
+
+def budget_state(decided: Plan, policy: Policy) -> dict:
+    """Keep the budget's figures for /health and /metrics, and post or end the alert."""
+    held_back = [step.node.hostname for step in decided.over_budget]
+    state = {
+        "at": time.time(),
+        "mode": str(policy.mode),
+        "budget": str(policy.budget),
+        "fleet": decided.fleet,
+        "limit": decided.limit,
+        "drained": decided.drained,
+        "held_back": held_back,
+    }
+    cache.set(BUDGET_KEY, state, None)
+    drainalert.post_budget_alert(state)
+    return state
+
+
+def last_budget() -> dict | None:
+    return cache.get(BUDGET_KEY)

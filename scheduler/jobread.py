@@ -1,0 +1,221 @@
+"""Job attribution: which Slurm job holds which GPU of which node, read centrally from Slurm.
+
+One read (`read_jobs`, run by the task scheduler.tasks.read_slurm_jobs every
+MAC_PROBE_INTERVAL whenever slurm.conf exists, whatever MAC_SLURM_DRAIN says):
+
+1. `squeue --json`: every job slurmctld remembers; a running one with each node's GRES
+   indexes (`gres_detail`), which are the same for NVIDIA and AMD;
+2. `sacct` since the last read (where the cluster has slurmdbd): jobs that started and
+   ended between two reads, even once slurmctld forgot them (MinJobAge);
+3. the database: a `Job` per job that started, a `JobGpu` per GPU index it held, open
+   (`until` empty) while squeue says it holds it, closed at its end (or at the read that
+   no longer lists it).
+
+A job never seen running has its nodes and GPU count, not its indexes: neither squeue
+after the end nor sacct keeps them. Jobs are pruned MAC_METRICS_RETENTION after they
+ended, as the metrics they are joined with. docs/jobs.md says why central reading.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from inventory.models import Node
+from scheduler.config import NodeNameMap
+from scheduler.models import Job, JobGpu
+from scheduler.slurm import SlurmClient, SlurmError, SlurmJob
+
+log = logging.getLogger(__name__)
+
+LAST_READ_KEY = "scheduler:jobs:last-read"
+# sacct's window reaches back past the last read by this much: clocks of the master and
+# slurmdbd differ a little, and a job's record lands a fraction of a second after its end.
+SACCT_OVERLAP = timedelta(seconds=60)
+# The first read (or one after a long outage) asks sacct no further back than this.
+SACCT_FIRST_WINDOW = timedelta(hours=1)
+JOB_FIELDS = (
+    "name", "user", "account", "partition", "state", "nodes", "gpu_count", "submitted",
+    "started", "ended", "seen",
+)  # fmt: skip
+
+
+@dataclass
+class ReadResult:
+    """What one read saw and changed."""
+
+    jobs: int = 0  # jobs written (seen running or finished)
+    opened: int = 0  # GPU allocations that began
+    closed: int = 0  # GPU allocations that ended
+    pruned: int = 0  # jobs older than the retention, removed
+    accounting: bool = False  # sacct answered
+    errors: list[str] = field(default_factory=list)
+
+
+def read_jobs(client: SlurmClient, now: datetime | None = None) -> ReadResult:
+    """Read Slurm once and bring the database's jobs and GPU allocations up to date."""
+    now = now or timezone.now()
+    result = ReadResult()
+    # A controller that is down makes squeue retry for ~9 s; its ping answers within 2 s.
+    client.ping()
+    live = client.jobs()  # SlurmError propagates: nothing to record without slurmctld
+    accounted: list[SlurmJob] = []
+    last = cache.get(LAST_READ_KEY)
+    since = now - SACCT_FIRST_WINDOW
+    if last:
+        since = max(last - SACCT_OVERLAP, since)
+    try:
+        accounted = client.accounting_jobs(since)
+        result.accounting = True
+    except SlurmError as exc:  # no slurmdbd on this cluster, or it is down: squeue alone
+        result.errors.append(f"sacct: {exc}")
+    record(live, accounted, now, result)
+    result.pruned = prune(now)
+    cache.set(LAST_READ_KEY, now, None)
+    return result
+
+
+def merge(live: list[SlurmJob], accounted: list[SlurmJob]) -> dict[int, SlurmJob]:
+    """One record per job that started: slurmctld's (it has the indexes) over sacct's."""
+    jobs = {job.job_id: job for job in accounted if job.started}
+    jobs.update({job.job_id: job for job in live if job.started})
+    return jobs
+
+
+def held_gpus(jobs: dict[int, SlurmJob]) -> set[tuple[int, str, int]]:
+    """(job id, NodeName, GPU index) of every GPU that a job holds now."""
+    return {
+        (job.job_id, allocation.node, index)
+        for job in jobs.values()
+        if job.holds_gpus
+        for allocation in job.gpus
+        for index in allocation.indexes
+    }
+
+
+@transaction.atomic
+def record(
+    live: list[SlurmJob], accounted: list[SlurmJob], now: datetime, result: ReadResult
+) -> None:
+    """Write the jobs and open or close their GPU allocations."""
+    jobs = merge(live, accounted)
+    if jobs:
+        Job.objects.bulk_create(
+            [_job_row(job, now) for job in jobs.values()],
+            update_conflicts=True,
+            unique_fields=["job_id"],
+            update_fields=list(JOB_FIELDS),
+        )
+    result.jobs = len(jobs)
+    ids = dict(Job.objects.filter(job_id__in=jobs).values_list("job_id", "id"))
+    held = held_gpus(jobs)
+    open_rows = {
+        (row.job.job_id, row.slurm_node, row.index): row
+        for row in JobGpu.objects.filter(until__isnull=True).select_related("job")
+    }
+    # Ended: no longer held by a job slurmctld or sacct still lists (its end), or by a
+    # job neither lists any more (this read).
+    closing = []
+    for key, row in open_rows.items():
+        if key in held:
+            continue
+        job = jobs.get(key[0])
+        row.until = job.ended if job and job.ended else now
+        closing.append(row)
+    JobGpu.objects.bulk_update(closing, ["until"], batch_size=500)
+    result.closed = len(closing)
+    # A job neither source lists any more, whose end MAC missed (no slurmdbd, and the master
+    # away for longer than MinJobAge): ended when last seen, so the retention prunes it.
+    Job.objects.filter(ended__isnull=True, started__isnull=False).exclude(job_id__in=jobs).update(
+        ended=models.F("seen")
+    )
+    # Begun: held now, not open yet (or closed by an earlier read that missed it).
+    known = set(
+        JobGpu.objects.filter(job__job_id__in={key[0] for key in held}).values_list(
+            "job__job_id", "slurm_node", "index"
+        )
+    )
+    names = NodeNameMap.from_settings()
+    hosts = dict(Node.objects.values_list("hostname", "id"))
+    node_ids = {name: hosts.get(names.to_mac(name, list(hosts)) or "") for _, name, _ in held}
+    opening = [
+        JobGpu(
+            job_id=ids[job_id], node_id=node_ids[name], slurm_node=name, index=index,
+            since=jobs[job_id].started or now,
+        )
+        for job_id, name, index in sorted(held - known)
+    ]  # fmt: skip
+    JobGpu.objects.bulk_create(opening, batch_size=500)
+    result.opened = len(opening)
+
+
+def _job_row(job: SlurmJob, now: datetime) -> Job:
+    return Job(
+        job_id=job.job_id, name=job.name[:200], user=job.user[:100], account=job.account[:100],
+        partition=job.partition[:100], state=job.state[:32], nodes=list(job.nodes),
+        gpu_count=job.gpu_count, submitted=job.submitted, started=job.started, ended=job.ended,
+        seen=now,
+    )  # fmt: skip
+
+
+def prune(now: datetime) -> int:
+    """Remove jobs that ended longer ago than the metrics are kept (MAC_METRICS_RETENTION)."""
+    cutoff = now - timedelta(seconds=settings.METRICS_RETENTION_SECONDS)
+    deleted, _ = Job.objects.filter(ended__lt=cutoff).delete()
+    return deleted
+
+
+# ---------------------------------------------------------------- reading what was recorded
+
+
+def jobs_on_gpu(node_id: int, index: int, at: datetime) -> list[Job]:
+    """The jobs that held GPU `index` of MAC's node `node_id` at the moment `at`."""
+    held = JobGpu.objects.filter(node_id=node_id, index=index, since__lte=at).filter(
+        Q(until__isnull=True) | Q(until__gte=at)
+    )
+    return list(Job.objects.filter(gpus__in=held).distinct().order_by("job_id"))
+
+
+def current_jobs(node_ids: list[int] | None = None) -> dict[tuple[int, int], JobGpu]:
+    """{(node id, GPU index): its open allocation, with the job} for the nodes (default all)."""
+    rows = JobGpu.objects.filter(until__isnull=True, node__isnull=False).select_related(
+        "job", "node"
+    )
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=node_ids)
+    return {(row.node_id, row.index): row for row in rows.order_by("since")}
+
+
+def job_words(job: Job) -> str:
+    """ "job 4242 (alice)": how a notification names a job."""
+    return f"job {job.job_id} ({job.user or 'unknown user'})"
+
+
+def alert_jobs(sender: object = None, rows: list[dict] = (), **kwargs) -> dict:
+    """The GPU alerts' answer (alerting.gpualerts.gpu_jobs): for each faulty GPU, the jobs
+    that held it when the fault happened, in words."""
+    return {
+        (row["node"], row["gpu"]): ", ".join(
+            job_words(job) for job in jobs_on_gpu(row["node"], row["gpu"], row["fault_at"])
+        )
+        for row in rows
+    }
+
+
+def held_gpu_rows():
+    """(node id, GPU index, hostname, job id, user, partition) of every GPU held now, on
+    nodes MAC monitors, in node and index order."""
+    return (
+        JobGpu.objects.filter(until__isnull=True, node__isnull=False)
+        .order_by("node_id", "index", "job__job_id")
+        .values_list(
+            "node_id", "index", "node__hostname", "job__job_id", "job__user", "job__partition"
+        )
+    )

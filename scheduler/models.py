@@ -1,0 +1,95 @@
+"""What the drain remembers of each node between passes (scheduler.drainpass).
+
+Slurm itself keeps which nodes MAC drained (their reason starts with ``MAC:``); what it
+cannot keep is what MAC last *decided* about a node and the boot it asked Slurm to
+reboot. The first lets a refusal (budget, someone else's drain, an unknown name) or a
+dry-run decision reach the node's history once, not every sweep; the second keeps MAC
+from rebooting the same boot twice.
+
+The jobs (`Job`, `JobGpu`) are what job attribution (scheduler.jobread) keeps of
+Slurm's allocations: which job held which GPU of which node, from when to when.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+from inventory.models import Node
+from scheduler.drain import Decision
+
+
+class DrainRecord(models.Model):
+    """The drain's last recorded decision about one node, and its last reboot request."""
+
+    node = models.OneToOneField(Node, on_delete=models.CASCADE, related_name="drain_record")
+    decision = models.CharField(
+        max_length=16,
+        choices=[(decision.value, decision.value) for decision in Decision],
+        blank=True,
+        default="",
+    )
+    dry_run = models.BooleanField(default=False)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    decided_at = models.DateTimeField(default=timezone.now)
+    # The boot (Node.boot_id; "?" when the agent reports none) MAC asked Slurm to reboot.
+    rebooted_boot = models.CharField(max_length=64, blank=True, default="")
+    rebooted_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.decision or 'nothing'}"
+
+
+class Job(models.Model):
+    """A Slurm job MAC read from slurmctld (`squeue`) or accounting (`sacct`), kept for the
+    job pages and the notifications until MAC_METRICS_RETENTION after it ended
+    (scheduler.jobread writes and prunes it)."""
+
+    job_id = models.PositiveBigIntegerField(unique=True)
+    name = models.CharField(max_length=200, blank=True, default="")
+    user = models.CharField(max_length=100, blank=True, default="")
+    account = models.CharField(max_length=100, blank=True, default="")
+    partition = models.CharField(max_length=100, blank=True, default="")
+    state = models.CharField(max_length=32)  # Slurm's word: RUNNING, COMPLETED, FAILED, ...
+    nodes = models.JSONField(default=list, blank=True)  # Slurm NodeNames
+    gpu_count = models.PositiveIntegerField(default=0)
+    submitted = models.DateTimeField(null=True, blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    ended = models.DateTimeField(null=True, blank=True)
+    seen = models.DateTimeField(default=timezone.now)  # the last read that listed it
+
+    class Meta:
+        ordering = ["-job_id"]
+        indexes = [models.Index(fields=["user", "-job_id"]), models.Index(fields=["ended"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} ({self.user}, {self.state})"
+
+
+class JobGpu(models.Model):
+    """One GPU a job held, from Slurm's GRES index on one node, and from when to when.
+
+    `until` is empty while the job holds it. `node` is MAC's node of that Slurm NodeName
+    (MAC_SLURM_NODE_MAP), empty when MAC does not monitor it.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpus")
+    node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="job_gpus"
+    )
+    slurm_node = models.CharField(max_length=200)
+    index = models.PositiveIntegerField()
+    since = models.DateTimeField()
+    until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "slurm_node", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "slurm_node", "index"], name="one_row_per_job_gpu"
+            )
+        ]
+        indexes = [models.Index(fields=["node", "index", "until"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.slurm_node} GPU {self.index}"

@@ -1,0 +1,228 @@
+"""The master's client of Slurm: scontrol, sinfo, squeue and sacct, run with a deadline each.
+
+The tools find slurmctld as they do for a person at a shell: SLURM_CONF (the client's
+`slurm_conf`, else the process's environment, else Slurm's default path or DNS SRV
+record) and munge's default socket, or the one slurm.conf names. No shell is involved:
+a node name or a reason reaches scontrol as one argument, whatever it holds.
+
+Every failure is one of the types of `scheduler.slurm.errors`, carrying the command and
+Slurm's own words. A controller that is down makes 22.05's tools retry for about 9 s
+before they give up (`scontrol ping` alone answers at once), so callers that must not
+wait (/health, the sweep) call `ping()` first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from scheduler.slurm.errors import (
+    SlurmCommandRefused,
+    SlurmToolMissing,
+    SlurmUnknownNode,
+    SlurmUnreachable,
+    classify_failure,
+)
+from scheduler.slurm.records import (
+    SACCT_DELIMITER,
+    SACCT_FORMAT,
+    Controller,
+    Reservation,
+    SlurmJob,
+    SlurmNode,
+    load_json,
+    parse_nodes,
+    parse_ping,
+    parse_reservations,
+    parse_sacct,
+    parse_squeue_jobs,
+)
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_PING_TIMEOUT = 2.0
+NEXT_STATES = ("RESUME", "DOWN", "DRAIN")  # what `scontrol reboot nextstate=` accepts
+# One NodeName: no hostlist, no spaces, nothing scontrol would read as another field.
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class SlurmClient:
+    """Slurm's client tools on this host, aimed at one cluster."""
+
+    def __init__(
+        self,
+        slurm_conf: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        ping_timeout: float = DEFAULT_PING_TIMEOUT,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.env = dict(os.environ if environ is None else environ)
+        if slurm_conf:
+            self.env["SLURM_CONF"] = str(Path(slurm_conf))
+        self.timeout = timeout
+        self.ping_timeout = ping_timeout
+
+    # ---------------------------------------------------------------- the controller
+
+    def ping(self) -> Controller:
+        """The slurmctld that answers, within `ping_timeout`; SlurmUnreachable when none does."""
+        argv = ("scontrol", "ping")
+        out = self._run(argv, timeout=self.ping_timeout, check=False)
+        controllers = parse_ping(out)
+        for controller in controllers:
+            if controller.up:
+                return controller
+        said = "; ".join(f"{c.role} at {c.host} is DOWN" for c in controllers)
+        raise SlurmUnreachable(argv, said or out or "no slurmctld answered")
+
+    # ---------------------------------------------------------------- nodes
+
+    def nodes(self) -> list[SlurmNode]:
+        """Every node of the cluster, with its state, flags and reason."""
+        return parse_nodes(self._json(("sinfo", "--json")))
+
+    def node(self, name: str) -> SlurmNode:
+        """One node; SlurmUnknownNode when Slurm has no node of that name."""
+        _check_node_name(name)
+        for node in self.nodes():
+            if node.name == name:
+                return node
+        raise SlurmUnknownNode(("sinfo", "--json"), f"Slurm has no node named {name!r}")
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain `node` with `reason`: running jobs finish, no new job starts there."""
+        _check_node_name(node)
+        self._update(node, "State=DRAIN", f"Reason={_check_reason(reason)}")
+
+    def resume(self, node: str) -> None:
+        """Return a drained or down node to service (SlurmCommandRefused if it is neither)."""
+        _check_node_name(node)
+        self._update(node, "State=RESUME")
+
+    def reboot_asap(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        """`scontrol reboot ASAP`: drain `node`, reboot it once empty, then `nextstate`.
+
+        Slurm runs its RebootProgram on the node and waits for the node to register
+        with a new boot time; the node is `DRAIN+REBOOT_REQUESTED` until it is empty.
+        """
+        _check_node_name(node)
+        if nextstate.upper() not in NEXT_STATES:
+            raise ValueError(
+                f"nextstate must be one of {', '.join(NEXT_STATES)}, not {nextstate!r}"
+            )
+        self._run(
+            (
+                "scontrol", "reboot", "ASAP", f"nextstate={nextstate.upper()}",
+                f"reason={_check_reason(reason)}", node,
+            )
+        )  # fmt: skip
+
+    def reservations(self) -> list[Reservation]:
+        """Every reservation, active or still to come."""
+        return parse_reservations(self._run(("scontrol", "show", "reservation", "-o")))
+
+    # ---------------------------------------------------------------- jobs
+
+    def jobs(self) -> list[SlurmJob]:
+        """Every job slurmctld knows: pending, running, and finished within MinJobAge.
+
+        Running jobs carry each node's GPU indexes; finished ones only their count.
+        """
+        return parse_squeue_jobs(self._json(("squeue", "--json")))
+
+    def accounting_jobs(
+        self,
+        start: datetime,
+        end: datetime | None = None,
+        *,
+        job_ids: Iterable[int] = (),
+    ) -> list[SlurmJob]:
+        """Jobs that ran between `start` and `end` (default now), from slurmdbd, all users.
+
+        Needs accounting (AccountingStorageType=accounting_storage/slurmdbd); GPU counts
+        only (AccountingStorageTRES=gres/gpu), no indexes.
+        """
+        argv = [
+            "sacct", "--allusers", "--allocations", "--noheader", "--parsable2",
+            f"--delimiter={SACCT_DELIMITER}", f"--format={','.join(SACCT_FORMAT)}",
+            f"--starttime={_sacct_time(start)}", f"--endtime={_sacct_time(end) if end else 'now'}",
+        ]  # fmt: skip
+        ids = [str(int(job_id)) for job_id in job_ids]
+        if ids:
+            argv.append(f"--jobs={','.join(ids)}")
+        return parse_sacct(self._run(argv, env={"SLURM_TIME_FORMAT": "%s"}))
+
+    # ---------------------------------------------------------------- running tools
+
+    def _update(self, node: str, *fields: str) -> None:
+        self._run(("scontrol", "update", f"NodeName={node}", *fields))
+
+    def _json(self, argv: Sequence[str]) -> dict[str, Any]:
+        """A --json tool's document. Its errors do not say why, so a failed read asks
+        slurmctld for a ping to tell an outage (SlurmUnreachable) from a refusal."""
+        out = self._run(argv)
+        try:
+            return load_json(argv, out)
+        except SlurmCommandRefused as exc:
+            try:
+                self.ping()
+            except SlurmUnreachable as down:
+                raise SlurmUnreachable(argv, f"{exc.detail} ({down.detail})") from exc
+            raise
+
+    def _run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
+        """Run one tool; its standard output, or the typed error."""
+        limit = self.timeout if timeout is None else timeout
+        try:
+            done = subprocess.run(
+                list(argv),
+                env={**self.env, **(env or {})},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=limit,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise SlurmToolMissing(
+                argv, f"{argv[0]} is not installed on this host (Debian: slurm-client)"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(argv, f"no answer within {limit:g} s") from None
+        if check and done.returncode != 0:
+            raise classify_failure(argv, done.returncode, f"{done.stderr}\n{done.stdout}")
+        return done.stdout
+
+
+def _check_node_name(name: str) -> None:
+    if not isinstance(name, str) or not _NODE_NAME.match(name):
+        raise ValueError(
+            f"node name {name!r} is not one Slurm NodeName (letters, digits, '.', '_', '-')"
+        )
+
+
+def _check_reason(reason: str) -> str:
+    text = (reason or "").strip()
+    if not text:
+        raise ValueError("reason is empty: Slurm needs a reason to drain or reboot a node")
+    if any(char in text for char in "\r\n\0"):
+        raise ValueError(f"reason {text!r} holds a line break; Slurm keeps one line")
+    return text
+
+
+def _sacct_time(moment: datetime) -> str:
+    """sacct reads local time without a zone: "2026-12-03T18:47:39"."""
+    local = moment.astimezone() if moment.tzinfo else moment
+    return local.strftime("%Y-%m-%dT%H:%M:%S")

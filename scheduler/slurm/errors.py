@@ -1,0 +1,68 @@
+"""What can go wrong when MAC talks to Slurm, as types a caller can act on.
+
+- `SlurmUnreachable`: slurmctld (or slurmdbd for sacct) does not answer, or this host
+  cannot authenticate to it (munge): retry later, say so on /health.
+- `SlurmUnknownNode`: the NodeName is not in Slurm's configuration: a name-mapping problem.
+- `SlurmCommandRefused`: slurmctld answered and said no (a state change it does not
+  allow, a permission): the command's own words are in the message.
+- `SlurmToolMissing`: the client tools are not installed on the master.
+- `SlurmOutputError`: the tool answered with something MAC cannot read (another version).
+
+Each carries the command line and what the tool printed, so logs and the node's
+history can quote Slurm itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# What the tools print when they cannot reach or authenticate to the daemon (22.05).
+UNREACHABLE_MARKERS = (
+    "Unable to contact slurm controller",
+    "Unable to connect to database",
+    "Connection refused",
+    "Munge encode failed",
+    "Protocol authentication error",
+    "Zero Bytes were transmitted or received",
+    "Socket timed out",
+)
+UNKNOWN_NODE_MARKERS = ("Invalid node name specified",)
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; `command` is its argv, `detail` what it printed."""
+
+    def __init__(self, command: Sequence[str], detail: str) -> None:
+        self.command = tuple(command)
+        self.detail = detail.strip()
+        super().__init__(f"{' '.join(self.command)}: {self.detail or 'failed, printing nothing'}")
+
+
+class SlurmUnreachable(SlurmError):
+    """slurmctld or slurmdbd did not answer (down, a network problem, munge)."""
+
+
+class SlurmCommandRefused(SlurmError):
+    """Slurm answered and refused the command."""
+
+
+class SlurmUnknownNode(SlurmCommandRefused):
+    """The node is not one of Slurm's NodeNames."""
+
+
+class SlurmToolMissing(SlurmError):
+    """A Slurm client program is not installed (Debian: slurm-client)."""
+
+
+class SlurmOutputError(SlurmError):
+    """A tool's output could not be read."""
+
+
+def classify_failure(command: Sequence[str], returncode: int, output: str) -> SlurmError:
+    """The error for a command that exited with `returncode`, having printed `output`."""
+    detail = output.strip() or f"exited with status {returncode}"
+    if any(marker in output for marker in UNKNOWN_NODE_MARKERS):
+        return SlurmUnknownNode(command, detail)
+    if any(marker in output for marker in UNREACHABLE_MARKERS):
+        return SlurmUnreachable(command, detail)
+    return SlurmCommandRefused(command, detail)

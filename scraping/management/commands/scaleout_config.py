@@ -1,0 +1,97 @@
+"""`manage.py scaleout_config`: the files of scale-out mode's engines (MAC_SCRAPE_SHARDS).
+
+    --scraper K --of N --master HOST:PORT --out FILE   shard K's vmagent configuration
+    --store-scrape FILE --scrapers A,B,...             what the store scrapes (the scrapers)
+    --rules DIR                                        the rule files vmalert loads
+
+Each service of `mac start master` runs the one it needs before it starts, so the
+files are always written from the settings in effect (MAC_SCRAPE_INTERVAL,
+MAC_ALERT_FOR, MAC_RUNBOOK_BASE_URL, MAC_SD_TOKEN, MAC_METRICS_TOKEN).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from contract.atomicfile import write_atomically
+from scraping.engines import SCALEOUT_RULES, dump, scraper_config, store_scrape_config
+from scraping.httpsd import ShardError, parse_shard
+from scraping.management.commands.prometheus_config import write_secret
+from scraping.promconfig import (
+    RulesError,
+    parse_rule_for,
+    render_alert_rules,
+    shipped_rule_names,
+)
+
+
+class Command(BaseCommand):
+    help = "Write the scrape, store and rule files of scale-out mode (MAC_SCRAPE_SHARDS)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--scraper", help="this scraper's shard K (0..N-1)")
+        parser.add_argument("--of", help="the number N of scrapers")
+        parser.add_argument("--master", help="HOST:PORT of the master's http_sd (its front door)")
+        parser.add_argument("--out", help="file to write the scraper's configuration to")
+        parser.add_argument("--store-scrape", help="file to write the store's own scrape to")
+        parser.add_argument("--scrapers", help="HOST:PORT of each scraper, comma-separated")
+        parser.add_argument("--rules", help="folder to write the rule files vmalert loads to")
+
+    def handle(self, *args, **options):
+        if options["scraper"] is not None:
+            self._scraper(options)
+        elif options["store_scrape"]:
+            scrapers = [s.strip() for s in (options["scrapers"] or "").split(",") if s.strip()]
+            if not scrapers:
+                raise CommandError("--store-scrape needs --scrapers HOST:PORT,...")
+            self._write(Path(options["store_scrape"]), dump(store_scrape_config(scrapers)))
+        elif options["rules"]:
+            self._rules(Path(options["rules"]))
+        else:
+            raise CommandError("give --scraper K --of N, --store-scrape FILE or --rules DIR")
+
+    def _scraper(self, options: dict) -> None:
+        try:
+            shard, of = parse_shard({"shard": options["scraper"], "of": options["of"] or ""})
+        except ShardError as exc:
+            name = "scraper" if exc.parameter == "shard" else exc.parameter
+            raise CommandError(f"--{name}: {exc}") from None
+        if not options["master"] or not options["out"]:
+            raise CommandError("--scraper needs --master HOST:PORT and --out FILE")
+        if not settings.SD_TOKEN:
+            raise CommandError(
+                "scrapers discover their nodes through http_sd, which needs MAC_SD_TOKEN: "
+                "`mac start master` makes one; elsewhere set MAC_SD_TOKEN and run this again."
+            )
+        out = Path(options["out"])
+        token = write_secret(out.parent / "sd_token", settings.SD_TOKEN)
+        metrics = (
+            write_secret(out.parent / "metrics_token", settings.METRICS_TOKEN)
+            if settings.METRICS_TOKEN
+            else None
+        )
+        self._write(out, dump(scraper_config(shard, of, options["master"], token, metrics)))
+
+    def _rules(self, folder: Path) -> None:
+        try:
+            overrides = parse_rule_for(settings.ALERT_FOR, shipped_rule_names())
+        except RulesError as exc:
+            raise CommandError(f"MAC_ALERT_FOR: {exc}") from None
+        self._write(folder / "alerts.yml", render_alert_rules(overrides, settings.RUNBOOK_BASE_URL))
+        try:
+            shutil.copyfile(SCALEOUT_RULES, folder / "scaleout.yml")
+        except OSError as exc:
+            raise CommandError(f"cannot write {folder / 'scaleout.yml'}: {exc}") from None
+        self.stdout.write(f"Wrote {folder / 'scaleout.yml'}.")
+
+    def _write(self, path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, text.encode())
+        except OSError as exc:
+            raise CommandError(f"cannot write {path}: {exc}") from None
+        self.stdout.write(f"Wrote {path}.")

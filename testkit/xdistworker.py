@@ -1,0 +1,82 @@
+"""Each pytest-xdist worker gets its own Redis database, data folder and loopback block.
+
+Loaded with `-p testkit.xdistworker` (pyproject's addopts), so it is imported while
+pytest reads its options: before pytest-env and pytest-django set up Django, whose
+settings read MAC_REDIS_URL once. pytest-django already gives each worker its own test
+database (`<name>_gw0`, `<name>_gw1`); the rest of what the tests share is here:
+
+- MAC_REDIS_URL: database N + worker number, so Celery queues, sweep locks and the
+  channel layer of one worker's masters never meet another's.
+- MAC_DATA_DIR: a folder per worker under the given one (prepare_master fills it).
+
+The heavy tests run on one worker, one after another, as they did without xdist: those
+that own something of the whole host (network namespaces, iptables, the private Docker
+engine, systemd-nspawn, the Slurm lab) and the slow ones that run whole masters against
+deadlines (`slow`). `pytest_collection_modifyitems` puts them in one xdist group, which
+`--dist loadgroup` keeps together; the other worker runs the quick tests beside them, at
+a lower CPU priority (as root), so a heavy test's deadlines see the cores it saw alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+HEAVY_MARKS = ("slow", "netns", "docker", "nspawn", "slurm")
+HEAVY_GROUP = "heavy"
+QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
+
+
+def worker_number() -> int | None:
+    """0 for gw0, 1 for gw1...; None outside xdist (one process runs everything)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker.removeprefix("gw")) if worker.startswith("gw") else None
+
+
+def _own_redis_database(url: str, number: int) -> str:
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(base + number) % 16}"))
+
+
+def _apply() -> None:
+    number = worker_number()
+    if number is None:
+        return
+    if url := os.environ.get("MAC_REDIS_URL"):
+        os.environ["MAC_REDIS_URL"] = _own_redis_database(url, number)
+    if data := os.environ.get("MAC_DATA_DIR"):
+        own = Path(data) / f"gw{number}"
+        own.mkdir(parents=True, exist_ok=True)
+        os.environ["MAC_DATA_DIR"] = str(own)
+
+
+_apply()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Known even where xdist is off (-p no:xdist), for --strict-markers.
+    config.addinivalue_line("markers", "xdist_group(name): run with its group on one worker")
+
+
+def is_heavy(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
+
+
+# First: xdist's own hook (on each worker) turns the mark into the `@heavy` suffix of the
+# node ids that `--dist loadgroup` schedules by; a mark added after it is ignored.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_heavy(item):
+            item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # Only root may raise a priority again (a worker runs both kinds, in any order).
+    if worker_number() is None or os.geteuid() != 0:
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, 0 if is_heavy(item) else QUICK_NICENESS)

@@ -1,0 +1,110 @@
+"""The GPU verdict on the exporters' pages: one series per GPU, evidence, the boot."""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.verdicts import VERDICT_METRICS, HealthAction, HealthState, parse_verdicts
+from exporters.gpu_health import WINDOW_SETTING, evidence_window
+from exporters.nvidia import NvmlSource, generate_dcgm_latest
+from exporters.runtime import Exporter, Options
+from node.host import Roots
+from testkit.fakes.nvml import two_h200s
+from tests.exporters.conftest import FIXTURES
+
+ROOTS = Roots(proc_root=str(FIXTURES / "proc"))
+
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = 1_781_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def dcgm(nvml, wall: Wall, window: float = 60.0) -> Exporter:
+    source = NvmlSource("gpu-node-17", nvml=nvml, roots=ROOTS, window=window, wall=wall)
+    return Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
+
+
+def verdicts(exporter: Exporter):
+    return parse_verdicts(exporter.page(VERDICT_METRICS), "nvidia")
+
+
+def test_every_gpu_has_one_health_series_labelled_like_dcgm():
+    page = dcgm(two_h200s(), Wall()).page(VERDICT_METRICS).decode()
+    health = [line for line in page.splitlines() if line.startswith("mac_gpu_health{")]
+    assert len(health) == 2
+    for label in ("gpu=", "UUID=", "pci_bus_id=", "modelName=", "Hostname=", "serial="):
+        assert all(label in line for line in health)
+    assert 'serial="1650924060123"' in health[0] and 'state="healthy"' in health[0]
+
+
+def test_xid_79_on_a_gpu_makes_it_unhealthy_with_a_reboot():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    nvml.pending_xids = [(0, 79)]
+    gpu0, gpu1 = verdicts(exporter).gpus
+    assert (gpu0.state, gpu0.action) == (HealthState.UNHEALTHY, HealthAction.REBOOT)
+    assert gpu0.evidence[0].at == wall.now and gpu0.serial == "1650924060123"
+    assert gpu1.state is HealthState.HEALTHY
+
+
+def test_xid_13_asks_the_job_to_restart_and_clears_after_the_window():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall, window=60)
+    nvml.pending_xids = [(1, 13)]
+    gpu1 = verdicts(exporter).gpus[1]
+    assert (gpu1.state, gpu1.action) == (HealthState.HEALTHY, HealthAction.RESTART_APP)
+    wall.now += 61
+    assert verdicts(exporter).gpus[1].evidence == ()
+
+
+def test_a_gpu_lost_from_the_bus_keeps_its_name_and_needs_a_reboot():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    verdicts(exporter)  # seen once: its identity is known
+    nvml.gpus[0].lost = True
+    gpu0 = verdicts(exporter).gpus[0]
+    assert (gpu0.state, gpu0.action, gpu0.uuid) == (
+        HealthState.UNHEALTHY, HealthAction.REBOOT, nvml.gpus[0].uuid
+    )  # fmt: skip
+    assert [e.source for e in gpu0.evidence] == ["lost"]
+
+
+def test_nvml_fields_feed_the_verdict():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    verdicts(exporter)
+    nvml.gpus[0].recovery_action = 2  # NODE_REBOOT
+    nvml.gpus[0].remapped_rows = (1, 0, 1, 0)  # a remap pending
+    nvml.gpus[0].throttle = 0x40  # hardware thermal slowdown
+    nvml.gpus[0].ecc_dbe = 3
+    sources = {e.source: (e.state, e.action) for e in verdicts(exporter).gpus[0].evidence}
+    assert sources == {
+        "recovery_action": (HealthState.UNHEALTHY, HealthAction.REBOOT),
+        "row_remap": (HealthState.DEGRADED, HealthAction.RESET_GPU),
+        "throttle": (HealthState.DEGRADED, HealthAction.NONE),
+        "ecc": (HealthState.UNHEALTHY, HealthAction.RESET_GPU),
+    }
+
+
+def test_without_nvml_there_is_no_verdict():
+    nvml = two_h200s()
+    nvml.init_error = nvml.NVML_ERROR_LIBRARY_NOT_FOUND
+    assert verdicts(dcgm(nvml, Wall())) is None
+
+
+def test_the_window_comes_from_the_nodes_settings(monkeypatch):
+    monkeypatch.setenv(WINDOW_SETTING, "30")
+    assert evidence_window(Options(roots=ROOTS)) == 30.0
+    monkeypatch.setenv(WINDOW_SETTING, "soon")
+    assert evidence_window(Options(roots=ROOTS)) == 3600.0
+
+
+@pytest.mark.parametrize("names", [("DCGM_FI_DEV_PCIE_REPLAY_COUNTER",)])
+def test_the_name_filter_keeps_dcgm_counters_exact(names):
+    page = dcgm(two_h200s(), Wall()).page(names).decode()
+    assert "# TYPE DCGM_FI_DEV_PCIE_REPLAY_COUNTER counter" in page
+    assert "mac_gpu_health" not in page and "DCGM_FI_DEV_GPU_TEMP" not in page

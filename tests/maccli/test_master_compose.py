@@ -1,0 +1,154 @@
+"""docker/docker-compose.master.yml is written from the master's specs (maccli.master.compose):
+the committed file is what they write, Compose reads it as written, a flag changed in
+the specs changes both runtimes, and the settings reach the containers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from contract.settings import CATALOG, Applies, SetWith, Side
+from maccli.master import compose, specs
+from maccli.master.layout import docker_layout, process_layout
+from node.config import NodeConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(**values: str) -> NodeConfig:
+    return NodeConfig(
+        environ=values, node_values={}, user_values={}, node_file=Path("/nonexistent/node"),
+        user_file=Path("/nonexistent/user"),
+    )  # fmt: skip
+
+
+def _compose_config(path: Path, env: dict[str, str] | None = None) -> str:
+    """`docker-compose config` (1.29, no engine needed): the file as Compose reads it."""
+    done = subprocess.run(
+        ["docker-compose", "-p", "mac", "-f", str(path), "config"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_committed_master_file_is_what_the_specs_write():
+    assert compose.COMMITTED.read_text() == compose.render(compose.default_config()), (
+        "docker/docker-compose.master.yml is stale: python -m maccli.master.compose --write"
+    )
+    assert compose.main([]) == 0  # the command that says so
+
+
+def test_compose_reads_the_written_file_as_the_committed_one(tmp_path):
+    written = compose.write(compose.default_config(), tmp_path)
+    assert _compose_config(written) == _compose_config(compose.COMMITTED)
+
+
+def test_one_prometheus_flag_changed_in_the_specs_changes_both_runtimes(monkeypatch, tmp_path):
+    flag = "--query.timeout=1m"
+    cfg = _config(MAC_DATA_DIR=str(tmp_path))
+    monkeypatch.setattr(specs, "PROMETHEUS_FLAGS", [*specs.PROMETHEUS_FLAGS, flag])
+
+    process = {s.name: s for s in specs.master_specs(cfg, process_layout(cfg))}
+    assert flag in process["prometheus"].argv
+
+    written = compose.write(cfg, tmp_path)
+    command = yaml.safe_load(_compose_config(written))["services"]["prometheus"]["command"]
+    assert command[:2] == ["sh", "-c"] and f" {flag}" in command[2]
+    assert f" {flag}" not in compose.COMMITTED.read_text()
+
+
+def test_both_runtimes_run_the_same_prestart_and_servers():
+    """The same commands, each where its runtime puts it: only the paths, addresses and
+    interpreter differ (the Layout), and Compose adds the admin user and channels."""
+    cfg = _config()
+    here = {s.name: s for s in specs.master_specs(cfg, process_layout(cfg))}
+    there = {s.name: s for s in specs.master_specs(cfg, docker_layout(cfg))}
+    assert set(here) == set(there)
+    for name, spec in here.items():
+        assert len(spec.argv) == len(there[name].argv), name
+        commands = {step[step.index("django") + 1] for step in spec.prestart if "django" in step}
+        assert commands <= {
+            step[step.index("django") + 1] for s in there.values() for step in s.prestart
+        }, name
+
+
+def _readme_settings_for_docker() -> list[str]:
+    """Settings the README lists for the master that its tables say work under Docker,
+    but those read by `mac` alone before the files (the process environment's)."""
+    return sorted(
+        name
+        for name, item in CATALOG.items()
+        if item.readme
+        and item.side in (Side.MASTER, Side.BOTH)
+        and item.applies is not Applies.PROCESS
+        and item.set_with is not SetWith.ENVIRONMENT
+    )
+
+
+def test_each_setting_the_readme_lists_reaches_the_containers_or_says_its_runtime(tmp_path):
+    listed = _readme_settings_for_docker()
+    assert "MAC_PROBE_INTERVAL" in listed and "MAC_SCRAPE_INTERVAL" in listed
+    # As `mac start master` hands them to Compose: from its environment and env files.
+    given = {name: f"value-of-{name.lower()}" for name in listed}
+    resolved = yaml.safe_load(_compose_config(compose.COMMITTED, given))["services"]
+    reached = {
+        name
+        for service in resolved.values()
+        for name, value in (service.get("environment") or {}).items()
+        if value == given.get(name)
+    }
+    missing = sorted(set(listed) - reached - {"MAC_ALERTMANAGER_URL"})
+    assert not missing, f"listed for Docker but not in the containers: {missing}"
+    # The rest says its runtime in the tables, which come from the same declaration.
+    readme = (REPO / "README.md").read_text()
+    for name, item in CATALOG.items():
+        if item.readme and item.applies is Applies.PROCESS:
+            row = next(line for line in readme.splitlines() if f"`{name}`" in line)
+            assert "process only" in row, name
+
+
+def test_a_site_s_alertmanager_replaces_mac_s_own_under_docker(tmp_path):
+    site = "http://alertmanager.site.example:9093"
+    document = compose.document(_config(MAC_ALERTMANAGER_URL=site))
+    services = document["services"]
+    assert "alertmanager" not in services
+    assert "mac-alertmanager:29093" not in str(document)
+    assert "mac-alertmanager" not in document["volumes"]  # its silences' volume
+    environment = services["api-server"]["environment"]
+    assert environment["MAC_ALERTMANAGER_URL"] == site
+    assert environment["MAC_ALERTMANAGER_MANAGED"] == "0"
+    api = services["api-server"]["command"][2]
+    assert "alertmanager_config" not in api and "--alertmanager" not in str(services["proxy"])
+
+
+def test_mac_prometheus_loads_what_mac_writes_from_its_settings():
+    """MAC_SCRAPE_INTERVAL, MAC_ALERT_FOR and MAC_RUNBOOK_BASE_URL reach the container that
+    writes mac-prometheus's configuration and rules (issue 34: the static file did not)."""
+    prometheus = compose.document(_config())["services"]["prometheus"]
+    script = prometheus["command"][2]
+    write = script.index("python -m django prometheus_config --out /tmp/mac-prometheus/")
+    assert write < script.index("exec /usr/bin/prometheus --config.file=/tmp/mac-prometheus/")
+    names = ("MAC_SCRAPE_INTERVAL", "MAC_ALERT_FOR", "MAC_RUNBOOK_BASE_URL", "MAC_METRICS_TOKEN")
+    for name in names:
+        assert name in prometheus["environment"] and prometheus["environment"][name] is None
+
+
+def test_secrets_are_passed_through_never_written(tmp_path):
+    secret = "s3cret-token-value"
+    cfg = _config(MAC_METRICS_TOKEN=secret, MAC_JOIN_TOKEN=secret, MAC_SMTP_PASSWORD=secret)
+    assert secret not in compose.write(cfg, tmp_path).read_text()
+
+
+@pytest.mark.parametrize("value", ["4", "7"])
+def test_a_setting_mac_reads_is_written_into_the_file(tmp_path, value):
+    document = compose.document(_config(MAC_API_WORKERS=value, MAC_MASTER_PORT="28123"))
+    assert f"--workers {value} " in document["services"]["api-server"]["command"][2]
+    assert document["services"]["proxy"]["ports"][0] == "28123:28080"

@@ -1,0 +1,82 @@
+"""`mac doctor` on the master: can it talk to slurmctld for the drain (MAC_SLURM_DRAIN)?"""
+
+from __future__ import annotations
+
+import pytest
+
+from node.checks import CheckContext, CheckStatus
+from node.checks.slurm import check_slurm
+from node.commands import CommandResult, run_command
+from node.config import NodeConfig
+from testkit.slurmlab import SlurmLab, SlurmLabUnavailable, lab_folder
+
+
+def _ctx(tmp_path, run=run_command, **settings: str) -> CheckContext:
+    environ = {
+        "MAC_NODE_ENV_FILE": str(tmp_path / "node.env"),
+        "MAC_USER_ENV_FILE": str(tmp_path / "user.env"),
+        **settings,
+    }
+    return CheckContext(extra={"config": NodeConfig.load(environ=environ), "run": run})
+
+
+@pytest.fixture(scope="module")
+def lab():
+    try:
+        with lab_folder() as root, SlurmLab.start(root, ["node-1"], 0) as running:
+            yield running
+    except SlurmLabUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def test_skipped_while_the_drain_is_off(tmp_path):
+    result = check_slurm(_ctx(tmp_path))
+    assert result.status == CheckStatus.SKIP
+    assert result.detail == "MAC_SLURM_DRAIN is off: this master does not drain nodes in Slurm."
+
+
+def test_a_bad_setting_fails_naming_it(tmp_path):
+    result = check_slurm(_ctx(tmp_path, MAC_SLURM_DRAIN="on", MAC_DRAIN_BUDGET="all of them"))
+    assert result.status == CheckStatus.FAIL
+    assert result.detail.startswith("MAC_DRAIN_BUDGET='all of them': give a share of the fleet")
+
+
+def test_no_slurm_conf_says_where_it_looked_and_how_to_point_at_it(tmp_path):
+    missing = tmp_path / "slurm.conf"
+    result = check_slurm(_ctx(tmp_path, MAC_SLURM_DRAIN="dry-run", SLURM_CONF=str(missing)))
+    assert result.status == CheckStatus.FAIL
+    assert result.detail == f"MAC_SLURM_DRAIN=dry-run, but there is no slurm.conf at {missing}."
+    assert "mac env set SLURM_CONF=/path/to/slurm.conf" in result.fix
+
+
+@pytest.mark.slurm
+def test_a_live_controller_passes_and_a_stopped_one_fails(tmp_path, lab):
+    ctx = _ctx(tmp_path, MAC_SLURM_DRAIN="on", SLURM_CONF=str(lab.conf))
+    result = check_slurm(ctx)
+    assert result.status == CheckStatus.PASS, result.detail
+    assert " is UP (SLURM_CONF=" in result.detail and result.detail.endswith("MAC_SLURM_DRAIN=on")
+    lab.stop_controller()
+    try:
+        down = check_slurm(ctx)
+    finally:
+        lab.start_controller()
+    assert down.status == CheckStatus.FAIL
+    assert down.detail.startswith(f"slurmctld does not answer (SLURM_CONF={lab.conf}): ")
+    assert "is DOWN" in down.detail and "scontrol ping" in down.fix
+
+
+def test_a_user_slurm_would_refuse_is_told_to_become_an_operator(tmp_path, monkeypatch):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=c\n")
+    answers = {
+        "ping": CommandResult(0, "Slurmctld(primary) at head is UP\n"),
+        "show": CommandResult(0, "SlurmUser               = slurm(64030)\n"),
+    }
+    monkeypatch.setattr("node.checks.slurm.os.geteuid", lambda: 1000)
+    monkeypatch.setattr("node.checks.slurm._user", lambda: "mac")
+    monkeypatch.setattr("node.checks.slurm.which", lambda ctx, name: "/usr/bin/scontrol")
+    ctx = _ctx(tmp_path, lambda argv: answers[argv[3]], MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf))
+    result = check_slurm(ctx)
+    assert result.status == CheckStatus.WARN
+    assert "this master runs as mac, neither root nor SlurmUser slurm" in result.detail
+    assert result.fix.startswith("sudo sacctmgr -i modify user mac set adminlevel=Operator")

@@ -1,0 +1,50 @@
+"""Each failure Slurm's tools print (captured in tests/fixtures/slurm/errors.json) gets its type."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduler.slurm.errors import (
+    SlurmCommandRefused,
+    SlurmUnknownNode,
+    SlurmUnreachable,
+    classify_failure,
+)
+
+CAPTURED = json.loads(
+    (Path(__file__).resolve().parents[2] / "fixtures" / "slurm" / "errors.json").read_text()
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "words"),
+    [
+        ("unknown_node", SlurmUnknownNode, "Invalid node name specified"),
+        ("resume_idle_node", SlurmCommandRefused, "Invalid node state specified"),
+        ("drain_without_reason", SlurmCommandRefused, "You must specify a reason"),
+        ("update_controller_down", SlurmUnreachable, "Unable to contact slurm controller"),
+        ("sacct_slurmdbd_down", SlurmUnreachable, "Problem talking to the database"),
+    ],
+)
+def test_each_captured_failure_gets_its_type_and_keeps_slurms_words(case, kind, words):
+    run = CAPTURED[case]
+    error = classify_failure(run["argv"], run["returncode"], run["stderr"] + run["stdout"])
+    assert type(error) is kind
+    assert words in str(error)
+    assert str(error).startswith(" ".join(run["argv"]))
+    assert error.command == tuple(run["argv"])
+
+
+def test_an_unknown_node_is_also_a_refusal():
+    """Callers that only tell refused from unreachable still catch it."""
+    run = CAPTURED["unknown_node"]
+    error = classify_failure(run["argv"], run["returncode"], run["stderr"])
+    assert isinstance(error, SlurmCommandRefused)
+
+
+def test_a_failure_that_prints_nothing_says_its_status():
+    error = classify_failure(("scontrol", "update"), 3, "")
+    assert "exited with status 3" in str(error)

@@ -1,0 +1,204 @@
+"""The drain's decision (scheduler.drain.plan) over hand-made verdicts and Slurm nodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from contract.drainpolicy import DrainBudget, DrainMode, parse_drain_budget
+from contract.verdicts import HealthAction, HealthState
+from scheduler.drain import Decision, Hold, MacNode, Policy, hold_of, mac_reason, plan, state_words
+from scheduler.slurm import SlurmNode
+
+XID79 = "GPU 3 (UUID GPU-1, serial 165) XID 79: GPU has fallen off the bus at 14:02:11; reboot"
+ON = Policy(DrainMode.ON, DrainBudget(share=0.1), reboot=False, resume_sweeps=3)
+
+
+def mac(
+    index: int,
+    state: HealthState = HealthState.HEALTHY,
+    action: HealthAction = HealthAction.NONE,
+    evidence: str = "",
+    **fields,
+) -> MacNode:
+    values = {
+        "id": index,
+        "hostname": f"gpu-{index:02d}.dc",
+        "slurm_name": f"gpu-{index:02d}",
+        "state": state,
+        "action": action,
+        "evidence": evidence,
+        "streak": 1,
+        "since": 1000.0 + index,
+        "boot_id": "boot-a",
+        **fields,
+    }
+    return MacNode(**values)
+
+
+def sick(index: int, action: HealthAction = HealthAction.REBOOT, **fields) -> MacNode:
+    fields.setdefault("evidence", XID79)
+    return mac(index, HealthState.UNHEALTHY, action, **fields)
+
+
+def slurm(
+    index: int, state: str = "idle", flags: tuple[str, ...] = (), reason: str = "", user=None
+) -> SlurmNode:
+    return SlurmNode(
+        name=f"gpu-{index:02d}",
+        state=state,
+        flags=frozenset(flags),
+        reason=reason,
+        reason_user=user,
+        reason_time=datetime(2026, 1, 1, tzinfo=UTC) if reason else None,
+        gpus=8,
+        boot_time=None,
+        partitions=("gpu",),
+    )
+
+
+def cluster(count: int, **changed: SlurmNode) -> dict[str, SlurmNode]:
+    nodes = {f"gpu-{i:02d}": slurm(i) for i in range(count)}
+    nodes.update({node.name: node for node in changed.values()})
+    return nodes
+
+
+def decisions(result) -> dict[str, Decision]:
+    return {step.node.slurm_name: step.decision for step in result.steps}
+
+
+def test_an_unhealthy_node_in_service_is_drained_with_macs_reason():
+    result = plan([sick(1), mac(2)], cluster(3), set(), ON)
+    [step] = result.steps
+    assert step.decision is Decision.DRAIN
+    assert step.reason == f"MAC: {XID79}"
+    assert (result.fleet, result.limit, result.drained) == (2, 1, 1)  # MAC monitors 2
+
+
+def test_the_reason_is_one_line_and_names_the_state_when_evidence_is_missing():
+    assert mac_reason(sick(1, evidence="GPU 3 lost\n(again)")) == "MAC: GPU 3 lost (again)"
+    assert mac_reason(sick(1, evidence="")) == "MAC: GPU unhealthy; reboot"
+
+
+def test_healthy_degraded_and_an_applications_xid_are_left_in_service():
+    nodes = [
+        mac(1),
+        mac(2, HealthState.DEGRADED, HealthAction.NONE, "GPU 1 thermal slowdown; none"),
+        mac(3, HealthState.HEALTHY, HealthAction.RESTART_APP, "GPU 0 XID 13; restart_app"),
+    ]
+    assert plan(nodes, cluster(4), set(), ON).steps == []
+
+
+@pytest.mark.parametrize(
+    ("node", "held"),
+    [
+        (slurm(1, "idle", ("DRAIN",), "disk swap", "alice"), "drained by alice: disk swap"),
+        (slurm(1, "down", (), "cable", "root"), "down by root: cable"),
+        (slurm(1, "idle", ("RESERVED",)), "reserved"),
+        (slurm(1, "down", ("NOT_RESPONDING",), "Not responding", "slurm"), "down by slurm"),
+    ],
+)
+def test_a_node_someone_else_holds_is_never_touched(node, held):
+    result = plan([sick(1)], cluster(3, n=node), set(), ON)
+    [step] = result.steps
+    assert step.decision is Decision.HELD
+    assert f"gpu-01 is {held}" in step.why and "MAC leaves" in step.why
+    healed = plan([mac(1, streak=99)], cluster(3, n=node), set(), ON)
+    assert healed.steps == []  # never resumed either
+
+
+def test_a_reservation_counts_before_slurmctld_flags_the_node():
+    result = plan([sick(1)], cluster(3), {"gpu-01"}, ON)
+    assert decisions(result) == {"gpu-01": Decision.HELD}
+    assert "gpu-01 is reserved" in result.steps[0].why
+
+
+def test_resume_only_macs_own_drain_after_n_healthy_sweeps():
+    drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    assert plan([mac(1, streak=2)], cluster(3, n=drained), set(), ON).steps == []
+    [step] = plan([mac(1, streak=3)], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.RESUME and "healthy for 3 sweeps" in step.why
+    degraded = mac(1, HealthState.DEGRADED, streak=50)
+    assert plan([degraded], cluster(3, n=drained), set(), ON).steps == []
+
+
+def test_an_escalated_verdict_rewrites_only_macs_own_reason():
+    drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    worse = "GPU 3 XID 79: GPU has fallen off the bus, back after 1 reboot(s); inspect_hardware"
+    node = sick(1, action=HealthAction.INSPECT_HARDWARE, evidence=worse)
+    [step] = plan([node], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.REASON and step.reason == f"MAC: {worse}"
+    assert plan([sick(1)], cluster(3, n=drained), set(), ON).steps == []  # same words: nothing
+
+
+def test_the_budget_counts_macs_drains_in_effect_and_drains_the_oldest_first():
+    nodes = [sick(i, since=2000.0 - i) for i in range(5)] + [mac(i) for i in range(5, 20)]
+    result = plan(nodes, cluster(20), set(), ON)
+    assert result.limit == 2
+    drained = [s.node.slurm_name for s in result.steps if s.decision is Decision.DRAIN]
+    assert drained == ["gpu-04", "gpu-03"]  # the oldest verdicts
+    over = result.over_budget
+    assert [s.node.slurm_name for s in over] == ["gpu-02", "gpu-01", "gpu-00"]
+    assert "the drain budget is spent (MAC keeps 2 of the 2 nodes" in over[0].why
+    assert "MAC_DRAIN_BUDGET=10% allows of 20 drained" in over[0].why
+    # One drain of MAC's already in effect leaves room for one more.
+    held = slurm(19, "idle", ("DRAIN",), "MAC: GPU 0 lost; reboot", "root")
+    again = plan(nodes, cluster(20, n=held), set(), ON)
+    assert [s.node.slurm_name for s in again.taken_out] == ["gpu-04"]
+
+
+@pytest.mark.parametrize(("fleet", "budget", "limit"), [
+    (20, "10%", 2), (5, "10%", 1), (19, "10%", 1), (20, "3", 3), (2, "3", 2), (0, "10%", 0),
+])  # fmt: skip
+def test_the_budgets_limit(fleet, budget, limit):
+    assert parse_drain_budget(budget).limit(fleet) == limit
+
+
+def test_reboot_only_where_allowed_for_a_reboot_verdict_and_once_per_boot():
+    rebooting = Policy(DrainMode.ON, DrainBudget(count=5), reboot=True)
+    assert decisions(plan([sick(1)], cluster(3), set(), ON)) == {"gpu-01": Decision.DRAIN}
+    assert decisions(plan([sick(1)], cluster(3), set(), rebooting)) == {"gpu-01": Decision.REBOOT}
+    reset = sick(1, action=HealthAction.RESET_GPU)
+    assert decisions(plan([reset], cluster(3), set(), rebooting)) == {"gpu-01": Decision.DRAIN}
+    # The boot MAC asked Slurm to end still reports the fault: drained, not rebooted again.
+    same_boot = sick(1, rebooted_boot="boot-a")
+    assert decisions(plan([same_boot], cluster(3), set(), rebooting)) == {"gpu-01": Decision.DRAIN}
+    new_boot = sick(1, rebooted_boot="boot-a", boot_id="boot-b")
+    assert decisions(plan([new_boot], cluster(3), set(), rebooting)) == {"gpu-01": Decision.REBOOT}
+    unknown_boots = sick(1, rebooted_boot="?", boot_id="")
+    assert decisions(plan([unknown_boots], cluster(3), set(), rebooting)) == {
+        "gpu-01": Decision.DRAIN
+    }
+
+
+def test_a_reboot_under_way_is_left_to_slurm():
+    rebooting = slurm(1, "idle", ("DRAIN", "REBOOT_REQUESTED"), f"MAC: {XID79}", "root")
+    assert plan([sick(1, evidence="other words")], cluster(3, n=rebooting), set(), ON).steps == []
+    assert plan([mac(1, streak=9)], cluster(3, n=rebooting), set(), ON).steps == []
+    assert state_words(rebooting) == "reboot pending" and hold_of(rebooting) is Hold.MAC
+
+
+def test_a_node_slurm_does_not_know_is_unknown_and_does_not_count_in_the_fleet():
+    result = plan([sick(7)], cluster(3), set(), ON)
+    [step] = result.steps
+    assert step.decision is Decision.UNKNOWN and "Slurm has no node named gpu-07" in step.why
+    assert "MAC_SLURM_NODE_MAP" in step.why and result.fleet == 0
+
+
+def test_maintenance_is_left_alone():
+    assert plan([sick(1, maintenance=True)], cluster(3), set(), ON).steps == []
+    drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    assert plan([mac(1, maintenance=True, streak=9)], cluster(3, n=drained), set(), ON).steps == []
+
+
+@pytest.mark.parametrize(("node", "words", "hold"), [
+    (slurm(1), "idle", Hold.NONE),
+    (slurm(1, "mixed", ("DRAIN",), "MAC: x"), "draining", Hold.MAC),
+    (slurm(1, "idle", ("DRAIN",), "MAC: x"), "drained", Hold.MAC),
+    (slurm(1, "idle", ("DRAIN",), "swap"), "drained", Hold.ADMIN),
+    (slurm(1, "down", (), "cable"), "down", Hold.ADMIN),
+    (slurm(1, "idle", ("RESERVED",)), "reserved", Hold.NONE),
+])  # fmt: skip
+def test_what_the_dashboard_shows_of_a_slurm_node(node, words, hold):
+    assert (state_words(node), hold_of(node)) == (words, hold)

@@ -1,0 +1,170 @@
+"""Job attribution without Slurm: pruning, the task's switch, the report's summary, the API's
+answers to people who may not see a job (the lab tests are in test_jobs_lab.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from inventory.models import GpuFault
+from macweb.dashboard.jobreport import build_report
+from scheduler.jobread import ReadResult, jobs_on_gpu, prune, record
+from scheduler.models import Job, JobGpu
+from scheduler.tasks import read_slurm_jobs
+from testkit.factories import online_gpu_node
+from testkit.ports import free_port
+
+pytestmark = pytest.mark.django_db
+NOW = datetime(2026, 12, 3, 15, 0, tzinfo=UTC)
+
+
+def failed_job(node, **fields) -> Job:
+    job = Job.objects.create(
+        job_id=4242, user="alice", partition="gpu", state="FAILED", nodes=[node.hostname],
+        gpu_count=2, started=NOW - timedelta(hours=2), ended=NOW - timedelta(minutes=18),
+        **fields,
+    )  # fmt: skip
+    for index in (2, 3):
+        JobGpu.objects.create(
+            job=job, node=node, slurm_node=node.hostname, index=index, since=job.started,
+            until=job.ended,
+        )  # fmt: skip
+    return job
+
+
+def test_it_prunes_jobs_that_ended_before_the_retention(settings):
+    settings.METRICS_RETENTION_SECONDS = 15 * 86400
+    old = Job.objects.create(job_id=1, state="COMPLETED", ended=NOW - timedelta(days=16))
+    Job.objects.create(job_id=2, state="COMPLETED", ended=NOW - timedelta(days=14))
+    Job.objects.create(job_id=3, state="RUNNING")
+
+    assert prune(NOW) == 1
+
+    assert sorted(Job.objects.values_list("job_id", flat=True)) == [2, 3]
+    assert not Job.objects.filter(pk=old.pk).exists()
+
+
+def test_the_read_does_nothing_where_the_master_has_no_slurm_conf(settings, tmp_path):
+    settings.SLURM_CONF = tmp_path / "absent" / "slurm.conf"
+
+    assert read_slurm_jobs() == {"ran": False, "reason": f"no slurm.conf at {settings.SLURM_CONF}"}
+
+
+def test_the_jobs_on_a_gpu_are_those_that_held_it_at_that_moment():
+    node = online_gpu_node("node-12")
+    job = failed_job(node)
+
+    assert jobs_on_gpu(node.pk, 3, NOW - timedelta(hours=1)) == [job]
+    assert jobs_on_gpu(node.pk, 1, NOW - timedelta(hours=1)) == []  # not its GPU
+    assert jobs_on_gpu(node.pk, 3, NOW - timedelta(minutes=5)) == []  # it had ended
+
+
+def test_the_summary_names_the_fault_and_how_long_before_the_job_failed(settings):
+    settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    node = online_gpu_node("node-12")
+    job = failed_job(node)
+    GpuFault.objects.create(
+        gpu="1650924060123", fault="xid:48", boot_id="b1", node=node, hostname=node.hostname,
+        gpu_index=3, detail="XID 48: double-bit ECC error",
+        first_seen=datetime(2026, 12, 3, 14, 2, tzinfo=UTC),
+        last_seen=datetime(2026, 12, 3, 14, 2, tzinfo=UTC),
+    )  # fmt: skip
+
+    report = build_report(job, now=NOW)
+
+    assert (
+        report.summary == "GPU 3 of node-12 had XID 48 at 14:02, 40 minutes before the job failed"
+    )
+    assert [(f["gpu"], f["detail"]) for f in report.faults] == [(3, "XID 48: double-bit ECC error")]
+    # the metrics store is down: every chart says so, none pretends to be empty data
+    assert all(
+        chart["series"] == [] and "did not answer" in chart["empty_reason"]
+        for chart in report.charts
+    )
+
+
+def test_a_fault_before_the_job_is_not_its_fault(settings):
+    settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    node = online_gpu_node("node-12")
+    job = failed_job(node)
+    GpuFault.objects.create(
+        gpu="1650924060123", fault="xid:79", boot_id="b0", node=node, hostname=node.hostname,
+        gpu_index=3, detail="XID 79: GPU has fallen off the bus",
+        first_seen=NOW - timedelta(hours=5), last_seen=NOW - timedelta(hours=4),
+    )  # fmt: skip
+
+    report = build_report(job, now=NOW)
+
+    assert report.faults == []
+    assert report.summary == "2 GPUs, no hardware fault"
+
+
+def test_the_api_answers_404_for_a_job_that_is_not_yours_or_not_there(
+    api_client, django_user_model
+):
+    node = online_gpu_node("node-12")
+    failed_job(node)
+    bob = django_user_model.objects.create_user("bob", password="x")
+    api_client.force_authenticate(bob)
+
+    assert api_client.get("/api/v1/jobs/4242/").status_code == 404
+    assert api_client.get("/api/v1/jobs/999/").status_code == 404
+    assert api_client.get("/api/v1/jobs/abc/").json() == {"detail": "Not found."}
+
+
+def test_the_api_needs_a_login(api_client):
+    assert api_client.get("/api/v1/jobs/4242/").status_code in (401, 403)
+
+
+def test_the_job_api_is_in_the_schema(api_client, staff):
+    api_client.force_authenticate(staff)
+    schema = api_client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    operation = schema["paths"]["/api/v1/jobs/{job_id}/"]["get"]
+    assert operation["operationId"] == "jobs_retrieve"
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/JobReport"
+    }
+    report = schema["components"]["schemas"]["JobReport"]["properties"]
+    assert {"summary", "gpus", "faults", "charts"} <= set(report)
+
+
+def test_a_job_that_vanished_unseen_ends_when_it_was_last_seen():
+    seen = NOW - timedelta(hours=1)
+    Job.objects.create(job_id=7, state="RUNNING", started=NOW - timedelta(hours=3), seen=seen)
+
+    record([], [], NOW, ReadResult())
+
+    assert Job.objects.get(job_id=7).ended == seen
+
+
+def test_the_read_reports_a_slurmctld_that_does_not_answer(settings, tmp_path):
+    conf = tmp_path / "slurm.conf"
+    port = free_port()
+    conf.write_text(
+        f"ClusterName=gone\nSlurmctldHost=127.0.0.1\nSlurmctldPort={port}\n"
+        "AuthType=auth/munge\nNodeName=n1\nPartitionName=p Nodes=n1\n"
+    )
+    settings.SLURM_CONF = conf
+
+    answer = read_slurm_jobs()
+
+    assert answer == {"ran": False, "reason": "scontrol ping: primary at 127.0.0.1 is DOWN"}
+    assert not Job.objects.exists()
+
+
+def test_a_job_seen_only_after_its_end_says_its_gpus_are_not_known(settings):
+    settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    job = Job.objects.create(
+        job_id=9, user="bob", state="COMPLETED", nodes=["node-3"], gpu_count=2,
+        started=NOW - timedelta(seconds=5), ended=NOW,
+    )  # fmt: skip
+
+    report = build_report(job, now=NOW)
+
+    assert report.summary == (
+        "2 GPUs on node-3; which ones is not known (it started and ended between two reads "
+        "of Slurm)"
+    )
+    assert report.charts[0]["empty_reason"] == "No GPU of this job is on a node MAC monitors."

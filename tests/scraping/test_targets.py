@@ -1,0 +1,180 @@
+"""The file-SD targets: who is listed, atomic, rewritten only on change, `[]` when empty,
+never deleted."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from scraping.targets import (
+    SCRAPED_SERVICES,
+    ensure_target_files,
+    node_targets,
+    render_targets,
+    write_targets,
+)
+
+EXPORTERS = {"sys-exporter": 29101, "dcgm-exporter": 29150, "nic-exporter": 29500}
+
+
+def row(node_id: int, ip: str, **extra) -> dict:
+    base = {
+        "id": node_id,
+        "hostname": f"gpu-{node_id:02d}",
+        "ip": ip,
+        "gpu_vendor": "nvidia",
+        "maintenance": False,
+        "status": "online",
+        "exporters": EXPORTERS,
+        "exporter_health": {name: True for name in EXPORTERS},
+    }
+    base.update(extra)
+    return base
+
+
+def forwarding_off(node_id: int, ip: str) -> dict:
+    """Offline under ip_forward=0: the bridge exporters time out, nic-exporter answers."""
+    health = {"sys-exporter": False, "dcgm-exporter": False, "nic-exporter": True}
+    return row(node_id, ip, status="offline", exporter_health=health)
+
+
+def listed(content: bytes) -> list[str]:
+    return [address for group in json.loads(content) for address in group["targets"]]
+
+
+def test_an_online_node_is_listed_in_every_job_that_answered():
+    assert node_targets(row(1, "10.0.0.1")) == ["sys-exporter", "dcgm-exporter", "nic-exporter"]
+
+
+def test_an_offline_node_keeps_only_the_exporters_that_answered():
+    files = render_targets([forwarding_off(1, "10.0.0.1"), row(2, "10.0.0.2")])
+
+    assert listed(files["nic-exporter"]) == ["10.0.0.1:29500", "10.0.0.2:29500"]
+    assert listed(files["sys-exporter"]) == ["10.0.0.2:29101"]
+    assert listed(files["dcgm-exporter"]) == ["10.0.0.2:29150"]
+    nic = json.loads(files["nic-exporter"])[0]
+    assert nic["labels"] == {
+        "cluster_name": "mac",
+        "node": "1",
+        "hostname": "gpu-01",
+        "gpu_vendor": "nvidia",
+        "maintenance": "false",
+    }
+
+
+def test_sys_exporter_follows_the_node_status_not_its_own_probe():
+    # Online with a stale health map still scrapes the heartbeat; Offline never does.
+    assert "sys-exporter" in node_targets(row(1, "10.0.0.1", exporter_health={}))
+    offline = row(1, "10.0.0.1", status="offline")
+    assert "sys-exporter" not in node_targets(offline)
+    assert node_targets(offline) == ["dcgm-exporter", "nic-exporter"]
+
+
+def test_an_exporter_whose_probe_failed_leaves_its_file_while_the_node_is_online():
+    health = {"sys-exporter": True, "dcgm-exporter": False, "nic-exporter": True}
+    assert node_targets(row(1, "10.0.0.1", exporter_health=health)) == [
+        "sys-exporter",
+        "nic-exporter",
+    ]
+
+
+def test_an_exporter_the_node_did_not_report_is_never_listed():
+    node = row(1, "10.0.0.1", exporters={"sys-exporter": 29101})
+    node["exporter_health"] = {"sys-exporter": True, "nic-exporter": True}
+    assert node_targets(node) == ["sys-exporter"]
+
+
+def test_a_node_not_probed_yet_is_not_listed():
+    assert node_targets(row(1, "10.0.0.1", status="unknown", exporter_health={})) == []
+
+
+def test_going_offline_with_forwarding_off_rewrites_only_the_jobs_it_left(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path)
+    nic_inode = os.stat(tmp_path / "nic-exporter.json").st_ino
+
+    changed = write_targets([forwarding_off(1, "10.0.0.1")], tmp_path)
+
+    assert sorted(changed) == ["dcgm-exporter", "sys-exporter"]
+    assert os.stat(tmp_path / "nic-exporter.json").st_ino == nic_inode
+    assert listed((tmp_path / "nic-exporter.json").read_bytes()) == ["10.0.0.1:29500"]
+    assert json.loads((tmp_path / "sys-exporter.json").read_text()) == []
+
+
+def test_one_group_per_node_and_job_with_its_labels(tmp_path):
+    write_targets([row(2, "10.0.0.2", maintenance=True), row(1, "10.0.0.1")], tmp_path)
+
+    dcgm = json.loads((tmp_path / "dcgm-exporter.json").read_text())
+    assert dcgm == [
+        {
+            "targets": ["10.0.0.1:29150"],
+            "labels": {
+                "cluster_name": "mac",
+                "node": "1",
+                "hostname": "gpu-01",
+                "gpu_vendor": "nvidia",
+                "maintenance": "false",
+            },
+        },
+        {
+            "targets": ["10.0.0.2:29150"],
+            "labels": {
+                "cluster_name": "mac",
+                "node": "2",
+                "hostname": "gpu-02",
+                "gpu_vendor": "nvidia",
+                "maintenance": "true",
+            },
+        },
+    ]
+    assert json.loads((tmp_path / "rocm-exporter.json").read_text()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{name}.json" for name in SCRAPED_SERVICES
+    )
+
+
+def test_ipv6_targets_are_bracketed():
+    content = render_targets([row(1, "fd00::7")])["sys-exporter"]
+    assert json.loads(content)[0]["targets"] == ["[fd00::7]:29101"]
+
+
+def test_unchanged_content_is_not_rewritten(tmp_path):
+    nodes = [row(1, "10.0.0.1")]
+    assert set(write_targets(nodes, tmp_path)) == set(SCRAPED_SERVICES)
+    before = {p.name: os.stat(p).st_ino for p in tmp_path.iterdir()}
+
+    assert write_targets(nodes, tmp_path) == []
+    assert {p.name: os.stat(p).st_ino for p in tmp_path.iterdir()} == before
+
+
+def test_only_the_jobs_that_changed_are_rewritten(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path)
+    changed = write_targets(
+        [row(1, "10.0.0.1"), row(2, "10.0.0.2", exporters={}, exporter_health={})], tmp_path
+    )
+    assert changed == ["sys-exporter"]  # node 2 reported nothing else
+
+
+def test_no_targets_means_empty_lists_never_deleted_files(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path)
+    write_targets([], tmp_path)
+    for name in SCRAPED_SERVICES:
+        assert (tmp_path / f"{name}.json").read_text() == "[]\n"
+
+
+def test_ensure_creates_missing_files_and_keeps_existing_ones(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path)
+    (tmp_path / "bmc-agent.json").unlink()
+    assert ensure_target_files(tmp_path) == ["bmc-agent"]
+    assert json.loads((tmp_path / "sys-exporter.json").read_text()) != []
+
+
+def test_files_are_readable_by_another_user(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path)
+    assert (os.stat(tmp_path / "sys-exporter.json").st_mode & 0o777) == 0o644
+
+
+def test_the_cluster_name_labels_every_group(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path, cluster_name="train-a")
+    for service in ("sys-exporter", "nic-exporter"):
+        groups = json.loads((tmp_path / f"{service}.json").read_text())
+        assert {group["labels"]["cluster_name"] for group in groups} == {"train-a"}
