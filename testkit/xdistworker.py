@@ -26,6 +26,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 HEAVY_MARKS = ("slow", "netns", "docker", "nspawn", "slurm")
+# Slow, but with no deadline to miss and nothing of the host's to own: beside the others.
+NO_DEADLINE = "no_deadline"
 HEAVY_GROUP = "heavy"
 QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
 
@@ -60,9 +62,14 @@ _apply()
 def pytest_configure(config: pytest.Config) -> None:
     # Known even where xdist is off (-p no:xdist), for --strict-markers.
     config.addinivalue_line("markers", "xdist_group(name): run with its group on one worker")
+    config.addinivalue_line(
+        "markers", f"{NO_DEADLINE}: slow, but may run beside the heavy tests (no deadline)"
+    )
 
 
 def is_heavy(item: pytest.Item) -> bool:
+    if item.get_closest_marker(NO_DEADLINE):
+        return False
     return any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
 
 

@@ -20,7 +20,9 @@ import pytest
 
 from tests.inventory.liveserver import ApiServer, start_api_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# Long, but it waits on no clock and owns nothing of the host: it runs beside the heavy
+# tests on the quick xdist worker (testkit.xdistworker).
+pytestmark = [pytest.mark.slow, pytest.mark.no_deadline, pytest.mark.timeout(600)]
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))

@@ -12,7 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PASSED = re.compile(r"\[(gw\d)\] \[\s*\d+%\] PASSED test_suite\.py::(\w+)")
+# "[gw1] [ 50%] PASSED test_suite.py::test_slow[0]@heavy": the worker, the test, its group.
+PASSED = re.compile(r"\[(gw\d)\] \[\s*\d+%\] PASSED test_suite\.py::(\w+)(?:\[\d+\])?(@\w+)?")
 
 SUITE = """
 import pytest
@@ -30,10 +31,16 @@ def test_docker(i):
 @pytest.mark.parametrize("i", range(12))
 def test_quick(i):
     pass
+
+@pytest.mark.slow
+@pytest.mark.no_deadline
+def test_long_without_deadline():
+    pass
 """
 
 
-def _workers_by_test(tmp_path: Path) -> dict[str, set[str]]:
+def _run_suite(tmp_path: Path) -> list[tuple[str, str, str]]:
+    """(worker, test, "@group" or "") for each test the suite ran."""
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: s\n    docker: d\n")
     (tmp_path / "test_suite.py").write_text(SUITE)
     ran = subprocess.run(
@@ -43,14 +50,22 @@ def _workers_by_test(tmp_path: Path) -> dict[str, set[str]]:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    workers: dict[str, set[str]] = defaultdict(set)
-    for worker, test in PASSED.findall(ran.stdout):
-        workers[test].add(worker)
-    return workers
+    return PASSED.findall(ran.stdout)
 
 
 def test_heavy_tests_run_on_one_worker_and_quick_ones_beside_them(tmp_path: Path) -> None:
-    workers = _workers_by_test(tmp_path)
+    ran = _run_suite(tmp_path)
+    workers: dict[str, set[str]] = defaultdict(set)
+    groups: dict[str, set[str]] = defaultdict(set)
+    for worker, test, group in ran:
+        workers[test].add(worker)
+        groups[test].add(group)
+    assert groups == {
+        "test_slow": {"@heavy"},
+        "test_docker": {"@heavy"},
+        "test_quick": {""},
+        "test_long_without_deadline": {""},
+    }
     heavy = workers["test_slow"] | workers["test_docker"]
     assert len(heavy) == 1, f"heavy tests ran on {sorted(heavy)}"
-    assert workers["test_quick"], "the quick tests did not run"
+    assert len(ran) == 25
