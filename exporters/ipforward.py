@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporters.runtime import BackendStatus
-from node.commands import Runner, run_command
 from node.host import Roots
+from node.runner import Runner, run_command
 
 log = logging.getLogger("exporters")
 

@@ -2,7 +2,7 @@
 
 Each step does what its printed line says, through the CheckContext's roots: a sysctl
 is the write to /proc/sys that `sysctl -w` makes, a file goes where `tee` would put it,
-commands run through the one command runner (node.commands), and `mac restart agent`
+commands run through the one command runner (node.runner), and `mac restart agent`
 through mac's own command, so under either runtime it is the path operators use.
 """
 
@@ -24,7 +24,7 @@ from node.checks.fixes import (
     Step,
     WriteFile,
 )
-from node.commands import run_command
+from node.runner import run_command
 
 # Enabling and starting a service, or a networkd reload, can take a while on a busy host.
 COMMAND_TIMEOUT = 120.0

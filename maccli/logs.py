@@ -17,7 +17,7 @@ import re
 import sys
 
 from contract.services import SERVICES, SYS_EXPORTER
-from maccli.agent.bundle import BUNDLE_NAME
+from maccli.agent.bundled import BUNDLE_NAME
 from maccli.output import CliError
 from maccli.runtimes import choose_runtime
 from node.config import NodeConfig
@@ -72,7 +72,7 @@ def logs(
     name, role = role_of(service, role)
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, role, runtime_name)
-    # The agent's Python services share one process and its log (maccli.agent.bundle).
+    # The agent's Python services share one process and its log (maccli.agent.bundled).
     shared = (BUNDLE_NAME,) if role == "agent" and name != SYS_EXPORTER.name else ()
     try:
         return runtime.logs(role, name, lines, follow, shared=shared)

@@ -30,7 +30,7 @@ from pathlib import Path
 from contract import settings
 from contract.atomicfile import write_atomically
 from maccli.output import CliError
-from node.commands import Runner, run_command
+from node.runner import Runner, run_command
 
 UNIT_DIR: Path = settings.setting("MAC_SYSTEMD_UNIT_DIR").default
 # `enable --now` waits for the start job; supervisord's start is quick, a loaded host not.

@@ -32,7 +32,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.commands import CommandResult
+from node.runner import CommandResult
 
 PACKAGES = ("systemd", "systemd-sysv", "dbus", "iproute2", "procps", "python3")
 LOCK = Path("/tmp/mac-nspawn.lock")
@@ -194,7 +194,7 @@ class Machine:
         )
 
     def runner(self, argv: Sequence[str]) -> CommandResult:
-        """node.commands' Runner shape, for code that takes one (SystemdUnits, checks)."""
+        """node.runner' Runner shape, for code that takes one (SystemdUnits, checks)."""
         done = self.run(*argv)
         return CommandResult(done.returncode, done.stdout, done.stderr)
 

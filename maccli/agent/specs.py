@@ -8,7 +8,7 @@ with the install command, where node_exporter is missing.
 
 Under the process runtime the Python services run as one process, `exporters`
 (exporters.bundle), unless MAC_AGENT_BUNDLE=0: the commands still see one spec per
-service, and maccli.agent.bundle folds them into that process for the runtime and
+service, and maccli.agent.bundled folds them into that process for the runtime and
 unfolds its state into one row per service, each with its own health.
 """
 
@@ -19,7 +19,7 @@ import sys
 
 from contract.services import SERVICES, SYS_EXPORTER
 from exporters import node_exporter
-from maccli.agent.bundle import BUNDLE_NAME, BundledRuntime
+from maccli.agent.bundled import BUNDLE_NAME, BundledRuntime
 from maccli.agent.hardware import gpus
 from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
 from node.config import SECRET_KEYS, NodeConfig, Source

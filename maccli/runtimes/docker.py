@@ -49,8 +49,8 @@ from node.checks.docker import (
     describe_stale,
     stale_containers,
 )
-from node.commands import CommandResult, Runner, run_command
 from node.config import NodeConfig, Source
+from node.runner import CommandResult, Runner, run_command
 
 COMPOSE_FILES = {"agent": "docker-compose.agent.yml", "master": "docker-compose.master.yml"}
 # The agent's network modes, each an overlay of the agent's file (contract AgentNetwork).

@@ -32,7 +32,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from node.commands import Runner, run_command
+from node.runner import Runner, run_command
 
 CHAIN = "DOCKER-USER"
 COMMENT = "mac-master-isolation"

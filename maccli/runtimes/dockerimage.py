@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 
-from node.commands import Runner, run_command
+from node.runner import Runner, run_command
 
 DEFAULT_IMAGE = "mac:latest"
 DEBIAN_BASE = "mac-base:bookworm"

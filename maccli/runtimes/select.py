@@ -8,8 +8,8 @@ from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import LOG_BACKUPS, LOG_MAX_BYTES
 from maccli.systemd import systemd_units
-from node.commands import Runner, run_command
 from node.config import NodeConfig
+from node.runner import Runner, run_command
 
 
 def docker_answers(run: Runner = run_command) -> bool:

@@ -15,9 +15,9 @@ from enum import StrEnum
 from pathlib import Path
 
 from node.checks.fixes import Step, render
-from node.commands import Runner, run_command
 from node.config import NodeConfig
 from node.host import Roots
+from node.runner import Runner, run_command
 
 
 class CheckStatus(StrEnum):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from node.checks.base import CheckContext, CheckResult, CheckStatus, runner
 from node.checks.fixes import Run
-from node.commands import Runner
+from node.runner import Runner
 
 COMPOSE_PROJECT = "mac"
 ENABLE_DOCKER = Run(("systemctl", "enable", "--now", "docker"))

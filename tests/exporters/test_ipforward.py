@@ -22,8 +22,8 @@ from exporters.ipforward import (
 from exporters.ipforward_report import ResetReporter
 from exporters.runtime import Exporter
 from exporters.sysmanager import reassert_problem
-from node.commands import CommandResult
 from node.host import Roots
+from node.runner import CommandResult
 
 JOURNAL = Path(__file__).parents[1] / "fixtures/journal/networkd-carrier.json"
 # The two "host0: Gained carrier" entries of the recording, in unix seconds.

@@ -83,7 +83,7 @@ def test_start_agent_refuses_stale_containers_then_removes_them_on_request(
 
 def test_a_conflict_from_compose_itself_gets_the_same_advice(docker, monkeypatch, tmp_path):
     # Nothing stale at check time, but `up` hits a leftover (created in between).
-    from node.commands import run_command
+    from node.runner import run_command
 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from maccli.runtimes import dockerfence
-from node.commands import CommandResult, run_command
+from node.runner import CommandResult, run_command
 
 pytestmark = [
     pytest.mark.netns,

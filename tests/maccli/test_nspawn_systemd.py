@@ -134,7 +134,7 @@ def test_journald_names_the_link_that_gained_carrier(machine):
     subprocess.run(["ip", "link", "set", machine.host_veth, "up"], check=True)
     code = (
         "import time; from exporters.ipforward import last_carrier_gain; "
-        "from node.commands import run_command; "
+        "from node.runner import run_command; "
         "gain = last_carrier_gain(run_command, time.time()); print(gain.link if gain else '')"
     )
     link = wait_for(

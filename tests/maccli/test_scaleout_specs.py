@@ -16,8 +16,8 @@ from maccli.master.layout import docker_layout
 from maccli.master.specs import master_specs
 from maccli.output import CliError
 from maccli.runtimes.docker import DockerRuntime
-from node.commands import CommandResult
 from node.config import ConfigError, NodeConfig
+from node.runner import CommandResult
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ import pytest
 from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.process import ProcessRuntime
 from maccli.systemd import SystemdUnits, render_unit, systemd_units, unit_name
-from node.commands import CommandResult
+from node.runner import CommandResult
 from testkit.ports import free_port
 
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from node.checks import CheckContext
-from node.commands import CommandResult
 from node.host import Roots
+from node.runner import CommandResult
 
 
 def scratch_context(

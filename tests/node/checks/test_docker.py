@@ -8,8 +8,8 @@ from pathlib import Path
 from node.checks import CheckContext, CheckStatus
 from node.checks.docker import check_docker_enabled, check_stale_containers
 from node.checks.fixes import Run
-from node.commands import CommandResult
 from node.host import Roots
+from node.runner import CommandResult
 
 
 def _ctx(tmp_path: Path, answers: dict) -> CheckContext:

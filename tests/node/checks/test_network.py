@@ -7,7 +7,7 @@ from pathlib import Path
 from node.checks import CheckContext, CheckStatus
 from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
 from node.checks.network import check_ip_forward, check_ip_forward_persisted
-from node.commands import CommandResult
+from node.runner import CommandResult
 from testkit.macenv import own_files
 from tests.node.checks.scratch import scratch_context, write
 

@@ -16,7 +16,7 @@ from node.checks.networkd import (
     parse_networkctl_list,
     primary_interface,
 )
-from node.commands import CommandResult
+from node.runner import CommandResult
 from tests.node.checks.scratch import scratch_context, write
 
 ROUTE = (

@@ -6,8 +6,8 @@ import pytest
 
 from node.checks import CheckContext, CheckStatus
 from node.checks.slurm import check_slurm
-from node.commands import CommandResult, run_command
 from node.config import NodeConfig
+from node.runner import CommandResult, run_command
 from testkit.slurmlab import SlurmLab, SlurmLabUnavailable, lab_folder
 
 

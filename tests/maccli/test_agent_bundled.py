@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from contract.services import SERVICES, SYS_EXPORTER
-from maccli.agent.bundle import BUNDLE_NAME, BundledRuntime
+from maccli.agent.bundled import BUNDLE_NAME, BundledRuntime
 from maccli.agent.specs import ROLE, runtime_and_specs
 from maccli.output import CliError
 from maccli.runtimes.process import ProcessRuntime
