@@ -18,6 +18,7 @@ from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import Supervisor
 from node.config import ConfigError, NodeConfig
 from testkit.ports import free_port
+from testkit.processes import exited
 from tests.exporters.conftest import FIXTURES, ROOT
 
 PYTHON_SERVICES = [s.name for s in SERVICES if s.name != SYS_EXPORTER.name]
@@ -77,7 +78,7 @@ def test_it_runs_the_python_services_as_one_process_with_a_row_each(agent):
     stopped = runtime.stop(ROLE, specs)
     assert [s.name for s in stopped] == PYTHON_SERVICES
     assert not any(s.running for s in stopped)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert exited(pid)
 
 
 def test_mac_logs_of_a_service_reads_the_shared_process_log(agent, tmp_path):

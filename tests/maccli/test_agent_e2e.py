@@ -12,11 +12,11 @@ import json
 import socket
 import stat
 
-import psutil
 import pytest
 
 from contract.services import SERVICES
 from exporters.__main__ import BUILDERS
+from testkit.processes import exited
 from tests.maccli.conftest import loopback_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -117,8 +117,7 @@ def test_agent_joins_turns_online_restarts_moves_and_leaves(agent, tmp_path):
     assert "the node stays registered" in restarted.stdout
     new_pids = _pids(mac_env)
     assert set(new_pids) == set(pids) and not set(new_pids.values()) & set(pids.values())
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
-                   for pid in pids.values())  # fmt: skip
+    assert all(exited(pid) for pid in pids.values())
     assert Node.objects.get(hostname=hostname).pk == node.pk
 
     # The node's address changes: the same row follows it.
@@ -136,7 +135,7 @@ def test_agent_joins_turns_online_restarts_moves_and_leaves(agent, tmp_path):
     assert not Node.objects.filter(hostname=hostname).exists()
     assert _pids(mac_env) == {}
     for pid in new_pids.values():
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        assert exited(pid)
     assert "MAC_NODE_KEY" not in key_file.read_text()
 
 
@@ -166,4 +165,4 @@ def test_stop_with_the_master_down_stops_locally_and_keeps_the_node(agent, tmp_p
     assert "mac stop agent" in down.stderr
     assert Node.objects.filter(hostname=hostname).exists()
     assert _pids(mac_env) == {}
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+    assert exited(pid)

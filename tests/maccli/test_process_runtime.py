@@ -20,6 +20,7 @@ from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import Supervisor
 from testkit.ports import free_port
+from testkit.processes import exited
 
 SERVER = """
 import http.server, signal, sys
@@ -72,7 +73,7 @@ def test_start_status_stop_leaves_no_process(tmp_path, script):
     [stopped] = runtime.stop("agent", [spec])
     assert stopped.state == "stopped"
     assert not runtime.pid_file("agent", "svc").exists()
-    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
+    assert exited(state.pid)
 
 
 def test_a_service_ignoring_sigterm_is_killed_after_the_grace(tmp_path, script):
@@ -82,7 +83,7 @@ def test_a_service_ignoring_sigterm_is_killed_after_the_grace(tmp_path, script):
     started = time.monotonic()
     runtime.stop("agent", [spec])
     assert time.monotonic() - started < 5
-    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
+    assert exited(state.pid)
 
 
 def test_dead_pid_file_is_reported_exited_and_replaced_on_start(tmp_path, script):

@@ -25,7 +25,6 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from scraping.engines import SCRAPER_JOB
@@ -35,6 +34,7 @@ from testkit.alertstack import ADMIN_PASSWORD, AlertStack
 from testkit.browser import CHROMIUM, chromium_page, dead_links
 from testkit.metrics_writes import PROBE, datasource_reads, send, spelled_writes
 from testkit.ports import free_port
+from testkit.processes import exited
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
 from testkit.waiting import wait_for
 
@@ -400,10 +400,7 @@ def test_a_killed_scraper_is_reported_while_away_and_comes_back(scale):
         )
     finally:
         os.kill(pid, signal.SIGKILL)
-    wait_for(
-        lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie",
-        what="the stopped scraper gone",
-    )
+    wait_for(lambda: exited(pid), what="the stopped scraper gone")
     wait_for(
         lambda: _running_again(scale, pid) and scale.health()["checks"]["scrapers"]["ok"],
         timeout=90,

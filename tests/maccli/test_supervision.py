@@ -25,6 +25,7 @@ from maccli.output import CliError
 from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.process import ProcessRuntime
 from testkit.ports import free_port
+from testkit.processes import exited
 from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -80,7 +81,7 @@ def test_it_restarts_an_exporter_killed_with_sigkill(runtime):
     assert "exited: sw-exporter (terminated by SIGKILL" in log.read_text()
     [stopped] = runtime.stop("agent", [spec])
     assert stopped.state == "stopped"
-    assert not psutil.pid_exists(again.pid) or psutil.Process(again.pid).status() == "zombie"
+    assert exited(again.pid)
 
 
 def _api_server_spec(tmp_path) -> ServiceSpec:
@@ -250,5 +251,5 @@ def test_a_killed_supervisord_leaves_nothing_that_mac_stop_misses(runtime, tmp_p
     assert orphan.running and orphan.pid == state.pid
     assert "not supervised" in orphan.detail
     runtime.stop("agent", [spec])
-    assert not psutil.pid_exists(state.pid) or psutil.Process(state.pid).status() == "zombie"
+    assert exited(state.pid)
     assert not re.search(r"\.pid$", " ".join(os.listdir(runtime.role_dir("agent"))))
