@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import ssl
 import threading
 import time
@@ -18,6 +20,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+WITHIN = 1.0  # seconds: /health and the login page answer within it, all along a fault
 
 
 @dataclass
@@ -120,6 +124,14 @@ class FrontDoorWatch:
                 slowest[answer.page] = max(slowest.get(answer.page, 0.0), answer.seconds)
         return slowest
 
+    def kept_open(self, since: float, until: float) -> dict[str, float]:
+        """Assert both pages answered as expected and within WITHIN between the two
+        moments; {page: the longest answer}."""
+        slowest = self.slowest(since, until)
+        assert slowest["health"] < WITHIN and slowest["login"] < WITHIN, slowest
+        assert not self.failures(since, until), self.failures(since, until)[:3]
+        return slowest
+
     def failures(self, since: float, until: float) -> list[Answer]:
         """Answers that were not what a load balancer and a person expect."""
         return [
@@ -127,6 +139,42 @@ class FrontDoorWatch:
             for a in self.answers
             if since <= a.at <= until and a.status not in (200, 503 if a.page == "health" else 200)
         ]
+
+
+@dataclass
+class FreezeKill:
+    """The moments of one `freeze_then_kill`: the freeze, /health naming the engine, the
+    kill, /health well again."""
+
+    frozen: float
+    detected: Answer
+    killed: float
+    back: Answer
+
+    def figure(self, fault: str, watch: FrontDoorWatch) -> Figure:
+        """The fault's line, once the front door is shown to have stayed open."""
+        slowest = watch.kept_open(self.frozen, self.back.at)
+        return Figure(
+            fault, self.detected.at - self.frozen, self.back.at - self.killed,
+            slowest["health"], slowest["login"], 0, at=self.frozen,
+        )  # fmt: skip
+
+
+def freeze_then_kill(watch: FrontDoorWatch, pid: int, check: str, says: str) -> FreezeKill:
+    """SIGSTOP the engine until /health names it, then SIGKILL it and wait for /health to
+    call it well again. Frozen first because a supervisor or Docker restarts a killed
+    engine within a second or so, less than the checks' period."""
+    time.sleep(1)
+    frozen = time.time()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        detected = watch.wait(check, False, frozen, says)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    killed = time.time()
+    back = watch.wait(check, True, killed)
+    time.sleep(1)
+    return FreezeKill(frozen, detected, killed, back)
 
 
 def lost_samples(series: list[dict], start: float, end: float, interval: float) -> int:

@@ -30,7 +30,7 @@ import pytest
 from contract.pinning import pinned_context
 from scraping.httpsd import shard_of
 from testkit.docker_engine import NS_IP
-from testkit.enginefaults import Figure, FrontDoorWatch, lost_samples, raw_samples
+from testkit.enginefaults import Figure, FrontDoorWatch, freeze_then_kill, lost_samples, raw_samples
 from testkit.simfleet import FleetThread, register_fleet
 from testkit.waiting import http_status, wait_for
 
@@ -47,7 +47,6 @@ DOOR = f"http://{NS_IP}:28080"
 # People's pages from another host: over HTTPS, the front door redirects there (issue 31).
 PUBLIC = f"https://{NS_IP}:28443"
 SCRAPE = 3.0  # MAC_SCRAPE_INTERVAL here, seconds
-WITHIN = 1.0  # /health and the login page, all along a fault
 MIN_FREE = 64 * 2**20  # MAC_METRICS_MIN_FREE_BYTES here: the store's small disk
 STORE_DISK = "192m"
 FIGURES: list[Figure] = []
@@ -226,13 +225,6 @@ def _watch(master) -> FrontDoorWatch:
     return FrontDoorWatch(DOOR, people=PUBLIC, context=pinned_context(ca.stdout.encode()))
 
 
-def _front_door_kept_open(watch: FrontDoorWatch, since: float, until: float) -> dict:
-    slowest = watch.slowest(since, until)
-    assert slowest["health"] < WITHIN and slowest["login"] < WITHIN, slowest
-    assert not watch.failures(since, until), watch.failures(since, until)[:3]
-    return slowest
-
-
 def _kill(master, container: str, check: str, says: str, fault: str) -> Figure:
     """Freeze the engine's container until /health names it, then kill -9 its process:
     Docker's restart policy runs it again (`detected` from the freeze, `recovered` from
@@ -240,16 +232,7 @@ def _kill(master, container: str, check: str, says: str, fault: str) -> Figure:
     before = master.containers()[container]
     pid = before["State"]["Pid"]
     with _watch(master) as watch:
-        time.sleep(1)
-        frozen = time.time()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            detected = watch.wait(check, False, frozen, says)
-        finally:
-            os.kill(pid, signal.SIGKILL)
-        killed = time.time()
-        back = watch.wait(check, True, killed)
-        time.sleep(1)
+        run = freeze_then_kill(watch, pid, check, says)
     state = wait_for(
         lambda: (found := _running(master, container)) and found.get("Pid") != pid and found,
         timeout=60,
@@ -257,11 +240,7 @@ def _kill(master, container: str, check: str, says: str, fault: str) -> Figure:
     )
     assert state["Pid"] != pid
     assert master.containers()[container]["RestartCount"] > before["RestartCount"]
-    slowest = _front_door_kept_open(watch, frozen, back.at)
-    return Figure(
-        fault, detected.at - frozen, back.at - killed, slowest["health"], slowest["login"], 0,
-        at=frozen,
-    )  # fmt: skip
+    return run.figure(fault, watch)
 
 
 def test_a_killed_store_is_named_restarted_by_docker_and_nothing_scraped_meanwhile_is_lost(
@@ -290,7 +269,7 @@ def test_a_frozen_store_is_named_and_its_backlog_arrives(docker_master, scaled):
         thawed = time.time()
         back = watch.wait("metrics_store", True, thawed)
         time.sleep(1)
-    slowest = _front_door_kept_open(watch, frozen, back.at)
+    slowest = watch.kept_open(frozen, back.at)
     lost = _lost(docker_master, scaled, frozen - 4, back.at + 4)
     assert lost == 0
     FIGURES.append(
@@ -348,7 +327,7 @@ def test_a_full_store_disk_is_named_and_its_backlog_arrives_once_freed(
         freed = time.time()
         back = watch.wait("metrics_store", True, freed)
         time.sleep(1)
-    slowest = _front_door_kept_open(watch, filled, back.at)
+    slowest = watch.kept_open(filled, back.at)
     lost = _lost(docker_master, scaled, filled - 4, back.at + 4)
     assert lost == 0
     FIGURES.append(

@@ -30,7 +30,14 @@ import psutil
 import pytest
 
 from testkit.alertstack import AlertStack
-from testkit.enginefaults import Figure, FrontDoorWatch, ask, lost_samples, raw_samples
+from testkit.enginefaults import (
+    Figure,
+    FrontDoorWatch,
+    ask,
+    freeze_then_kill,
+    lost_samples,
+    raw_samples,
+)
 from testkit.ports import free_port
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
 from testkit.waiting import wait_for
@@ -39,7 +46,6 @@ from tests.maccli.test_scaleout import _free_pair
 NODES = 4
 SHARDS = 2
 SCRAPE = 2.0  # MAC_SCRAPE_INTERVAL, seconds
-WITHIN = 1.0  # /health and the login page, all along
 P99 = 0.5  # /health with a scraper frozen
 STORE_DISK = "192m"
 MIN_FREE = 64 * 2**20  # MAC_METRICS_MIN_FREE_BYTES: /health warns below it
@@ -154,13 +160,6 @@ def engines(tmp_path_factory) -> Iterator[Engines]:
             print(figure.row())
 
 
-def _front_door_kept_open(watch: FrontDoorWatch, since: float, until: float) -> dict:
-    slowest = watch.slowest(since, until)
-    assert slowest["health"] < WITHIN and slowest["login"] < WITHIN, slowest
-    assert not watch.failures(since, until), watch.failures(since, until)[:3]
-    return slowest
-
-
 def _kill(engines: Engines, service: str, check: str, says: str, fault: str) -> Figure:
     """kill -9 an engine; it is named, restarted by supervision, well again.
 
@@ -172,22 +171,9 @@ def _kill(engines: Engines, service: str, check: str, says: str, fault: str) -> 
     master = engines.master
     pid = engines.pid(service)
     with FrontDoorWatch(master.url) as watch:
-        time.sleep(1)
-        frozen = time.time()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            detected = watch.wait(check, False, frozen, says)
-        finally:
-            os.kill(pid, signal.SIGKILL)
-        killed = time.time()
-        back = watch.wait(check, True, killed)
-        time.sleep(1)
+        run = freeze_then_kill(watch, pid, check, says)
     wait_for(lambda: engines.restarted(service, pid), timeout=60, what=f"{service} restarted")
-    slowest = _front_door_kept_open(watch, frozen, back.at)
-    return Figure(
-        fault, detected.at - frozen, back.at - killed, slowest["health"], slowest["login"], 0,
-        at=frozen,
-    )  # fmt: skip
+    return run.figure(fault, watch)
 
 
 def test_a_frozen_scraper_is_named_and_health_answers_at_once(engines):
@@ -251,7 +237,7 @@ def test_a_frozen_store_is_named_and_its_backlog_arrives(engines):
         thawed = time.time()
         back = watch.wait("metrics_store", True, thawed)
         time.sleep(1)
-    slowest = _front_door_kept_open(watch, frozen, back.at)
+    slowest = watch.kept_open(frozen, back.at)
     lost = engines.lost(frozen - 4, back.at + 4)
     assert lost == 0
     FIGURES.append(
@@ -288,7 +274,7 @@ def test_a_full_store_disk_is_named_and_its_backlog_arrives_once_freed(engines):
         freed = time.time()
         back = watch.wait("metrics_store", True, freed)
         time.sleep(1)
-    slowest = _front_door_kept_open(watch, filled, back.at)
+    slowest = watch.kept_open(filled, back.at)
     lost = engines.lost(filled - 4, back.at + 4)
     assert lost == 0
     FIGURES.append(
