@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from alerting import services
+from alerting import queries, services
 from alerting.client import Alertmanager
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
+from inventory.live import broadcast_alerts
 from testkit.alerting import AlertmanagerServer, firing_alerts
 from testkit.browser import log_in
 from testkit.factories import bulk_nodes
@@ -98,6 +99,13 @@ def test_fifty_alerts_of_two_kinds_are_two_groups_above_a_table_in_view(
     # A group opens on a click to its nodes, and its link filters the table to them.
     groups.nth(1).locator("summary").click()
     expect(groups.nth(1).locator(".group-nodes li")).to_have_count(20)
+    # A push redraws the panel (one more node offline); the group opened stays open.
+    post_alerts(in_thread(bulk_nodes, 1, start=200), "MacNodeOffline", "critical")
+    snapshot = in_thread(queries.firing_alerts, Alertmanager.from_settings())
+    in_thread(broadcast_alerts, snapshot.as_dict())
+    expect(groups.nth(0)).to_contain_text("\u00d7 31")
+    expect(groups.nth(1).locator(".group-nodes")).to_be_visible()
+    expect(groups.nth(0).locator(".group-nodes")).to_be_hidden()
     groups.nth(1).locator("a.group-filter").click()
     page.wait_for_url("**/?alert=MacExporterDown")
     expect(page.locator("#node-rows tr")).to_have_count(20)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
-from inventory.choices import GpuVendor, NodeStatus
+from inventory.choices import Diagnosis, GpuVendor, NodeStatus, StatusReason
 from inventory.models import Node
 from scraping.promconfig import render_prometheus_config
 from testkit import dashboard_servers as servers
@@ -428,6 +428,56 @@ def test_the_ip_forward_case_shows_its_diagnosis_and_fix(
     row.locator("details.why-more > summary").click()
     expect(row.locator(".diagnosis")).to_contain_text("ip_forward")
     row.locator("details.fix summary").click()
+    expect(row.locator("details.fix pre")).to_contain_text("sudo sysctl -w net.ipv4.ip_forward=1")
+
+
+def test_an_opened_diagnosis_stays_open_while_pushes_and_resyncs_redraw_its_row(
+    page, asgi_server, operator
+):
+    """An operator reading the fix must not see it snap shut: a push redraws the row at
+    once and the resync after it redraws the whole table, and both keep it open."""
+    from playwright.sync_api import expect
+
+    from inventory.live import broadcast_node_changes
+
+    node = in_thread(
+        online_gpu_node, hostname="gpu-reading", status=NodeStatus.OFFLINE,
+        status_reason=StatusReason.TIMEOUT, status_detail="no answer within 3.0 s",
+        diagnosis=Diagnosis.IP_FORWARD_OFF,
+    )  # fmt: skip
+    log_in(page, asgi_server.url)
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    row = page.locator(f'tr[data-node-id="{node.pk}"]')
+    row.locator("details.why-more > summary").click()
+    row.locator("details.fix > summary").click()
+    expect(row.locator("details.fix pre")).to_be_visible()
+    # Each redraw of the row, with the reason it showed: the push's words, then the
+    # resync's (the database's).
+    page.evaluate(
+        """(id) => {
+          window.__redraws = [];
+          new MutationObserver((records) => {
+            for (const record of records) {
+              for (const added of record.addedNodes) {
+                if (added.dataset && added.dataset.nodeId === String(id)) {
+                  window.__redraws.push(added.querySelector(".reason").textContent);
+                }
+              }
+            }
+          }).observe(document.getElementById("node-rows"), { childList: true });
+        }""",
+        node.pk,
+    )
+    pushed = {**in_thread(Node.objects.get, pk=node.pk).summary(), "status_detail": "pushed"}
+    in_thread(broadcast_node_changes, [pushed])
+    page.wait_for_function(
+        """() => {
+          const seen = window.__redraws.findIndex((reason) => reason.includes("pushed"));
+          return seen >= 0 && window.__redraws.slice(seen + 1).some((r) => !r.includes("pushed"));
+        }"""
+    )
+    expect(row.locator(".reason")).to_contain_text("no answer within 3.0 s")
+    expect(row.locator(".diagnosis")).to_be_visible()
     expect(row.locator("details.fix pre")).to_contain_text("sudo sysctl -w net.ipv4.ip_forward=1")
 
 

@@ -6,7 +6,7 @@
 // group (count, the first few hosts), its nodes a click away, and past a handful of
 // groups the rest folded under one line, so the node table stays in view.
 // Data goes in with textContent only.
-import { el, refreshTimes } from "./live.js";
+import { el, openDetails, refreshTimes, reopenDetails } from "./live.js";
 
 const panel = document.getElementById("alerts-panel");
 const cfg = {
@@ -92,6 +92,13 @@ function groupItems(groups) {
   return items;
 }
 
+// A group opened by the reader stays open when the panel is redrawn (pushes, polls).
+function detailsKey(box) {
+  const group = box.closest("li.alert-group");
+  if (group) return `group/${group.dataset.alertname}/${group.dataset.severity}`;
+  return box.closest("li.alert-groups-more") ? "more" : null;
+}
+
 function silenceItem(silence) {
   const li = el("li");
   li.append(el("span", "sev", silence.state));
@@ -118,7 +125,9 @@ export function render(data) {
   count.textContent = String(total);
   state.textContent = total ? `${total} firing` : "no alert firing";
   if (!cfg.node_id && data.groups) {
+    const opened = openDetails(list, detailsKey);
     list.replaceChildren(...groupItems(data.groups));
+    reopenDetails(list, opened, detailsKey);
   } else {
     list.replaceChildren(...data.alerts.map(alertItem));
     if (data.count > data.alerts.length) {

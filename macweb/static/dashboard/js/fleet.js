@@ -1,7 +1,7 @@
 // The fleet page: apply pushed changes to the visible rows at once, then resync the
 // counts and the page from the JSON endpoint (debounced), so filters and counts stay
 // right for nodes that are not on this page. Data goes in with textContent only.
-import { connectLive, el, readJson, refreshTimes, setIndicator } from "./live.js";
+import { connectLive, el, openDetails, readJson, refreshTimes, reopenDetails, setIndicator } from "./live.js";
 
 const vocab = readJson("mac-vocabulary");
 const cfg = readJson("mac-live-config");
@@ -123,6 +123,9 @@ function buildRow(raw) {
   return tr;
 }
 
+// A row's open diagnosis and fix stay open when the row is rebuilt by a push or a resync.
+const detailsKey = (box) => `${box.closest("tr")?.dataset.nodeId}/${box.className}`;
+
 const FLASH_MS = 2500;
 const flashedAt = new Map();  // node id -> when its row last changed (kept across resyncs)
 
@@ -137,6 +140,7 @@ function applyChanges(changes, removed = []) {
     if (!old) continue;
     const fresh = buildRow(node);
     fresh.classList.add("changed");
+    reopenDetails(fresh, openDetails(old, detailsKey), detailsKey);
     old.replaceWith(fresh);
   }
   scheduleResync();
@@ -161,7 +165,9 @@ function renderPage(data) {
     return tr;
   });
   if (rows.length) {
+    const opened = openDetails(tbody, detailsKey);
     tbody.replaceChildren(...rows);
+    reopenDetails(tbody, opened, detailsKey);
   } else {
     const tr = el("tr", "empty-row");
     const td = el("td", null, "No node matches these filters.");

@@ -119,3 +119,23 @@ export function el(tag, className, text) {
   if (text !== undefined && text !== null) node.textContent = String(text);
   return node;
 }
+
+// A live redraw must not shut what the reader opened: before parts of a page are
+// rebuilt, note which <details> are open (keyOf names one by what it shows, e.g. the
+// node's id and the box's class; null for a box not worth keeping), and open the same
+// ones in the rebuilt parts.
+export function openDetails(scope, keyOf) {
+  const keys = new Set();
+  for (const box of scope.querySelectorAll("details[open]")) {
+    const key = keyOf(box);
+    if (key) keys.add(key);
+  }
+  return keys;
+}
+
+export function reopenDetails(scope, keys, keyOf) {
+  if (!keys.size) return;
+  for (const box of scope.querySelectorAll("details")) {
+    if (keys.has(keyOf(box))) box.open = true;
+  }
+}
