@@ -184,15 +184,34 @@ def parse_rule_for(text: str, known: Iterable[str]) -> dict[str, str]:
     return overrides
 
 
-def render_alert_rules(for_overrides: dict[str, str], runbook_base: str = "") -> str:
+# The functions whose MetricsQL meaning differs from PromQL's where it matters to MAC's
+# rules: on a series younger than the window, VictoriaMetrics counts its first value as
+# an increase (or change) from zero. In a fresh store every RDMA port with a few old
+# errors then fired RdmaPortErrorsRising (8,000 ports at 1,000 nodes), and a GPU with one
+# old uncorrectable ECC error GpuEccUncorrectableErrors, for ten minutes. The
+# `*_prometheus` forms are MetricsQL's own spelling of PromQL's meaning.
+_METRICSQL_DIFFERS = re.compile(r"\b(increase|changes|delta)\(")
+
+
+def with_promql_meaning(expr: str) -> str:
+    """`expr` for vmalert: the same answers as Prometheus gives it."""
+    return _METRICSQL_DIFFERS.sub(r"\1_prometheus(", expr)
+
+
+def render_alert_rules(
+    for_overrides: dict[str, str], runbook_base: str = "", *, metricsql: bool = False
+) -> str:
     """MAC's rules with `for:` overridden per rule and runbook_url prefixed by `runbook_base`.
 
     The shipped rules' runbook_url is a path into MAC's docs (docs/troubleshooting.md#...);
     a site that publishes the docs sets MAC_RUNBOOK_BASE_URL so the links open.
+    `metricsql`: the copy vmalert loads in scale-out mode (with_promql_meaning).
     """
     rules = yaml.safe_load(ALERT_RULES.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
+            if metricsql:
+                rule["expr"] = with_promql_meaning(rule["expr"])
             name = rule.get("alert")
             if name in for_overrides:
                 rule["for"] = for_overrides[name]
@@ -204,6 +223,13 @@ def render_alert_rules(for_overrides: dict[str, str], runbook_base: str = "") ->
         f"# {ALERT_RULES} by manage.py prometheus_config (MAC_ALERT_FOR,\n"
         "# MAC_RUNBOOK_BASE_URL). Edit those settings, not this file.\n"
     )
+    if metricsql:
+        header = (
+            "# MAC's alert rules as this master's vmalert loads them: rendered from\n"
+            f"# {ALERT_RULES} by manage.py scaleout_config --rules (MAC_ALERT_FOR,\n"
+            "# MAC_RUNBOOK_BASE_URL), increase/changes/delta in their PromQL meaning\n"
+            "# (increase_prometheus...). Edit those settings, not this file.\n"
+        )
     return header + yaml.safe_dump(rules, sort_keys=False, width=1000)
 
 

@@ -81,7 +81,8 @@ class Command(BaseCommand):
             overrides = parse_rule_for(settings.ALERT_FOR, shipped_rule_names())
         except RulesError as exc:
             raise CommandError(f"MAC_ALERT_FOR: {exc}") from None
-        self._write(folder / "alerts.yml", render_alert_rules(overrides, settings.RUNBOOK_BASE_URL))
+        rendered = render_alert_rules(overrides, settings.RUNBOOK_BASE_URL, metricsql=True)
+        self._write(folder / "alerts.yml", rendered)
         try:
             shutil.copyfile(SCALEOUT_RULES, folder / "scaleout.yml")
         except OSError as exc:
