@@ -18,9 +18,12 @@ writing their configuration, rules and keys), never from command lines of our ow
 - engine ``vm`` (MAC_SCRAPE_SHARDS=--shards): the store (victoria-metrics), the
   scraper(s) (vmagent), the rules (vmalert with MAC's rules) and the targets view.
 
-For each engine, tuning and fleet size: start fresh, wait WARMUP, then over WINDOW
-seconds measure every process's CPU (user+system per wall second, children included)
-and RSS, apart: each engine process, the fleet's two servers, and this process (the
+For each engine, tuning and fleet size: start fresh, wait WARMUP, then until the engine
+ingests at the scrape rate (series / interval, within SETTLE_SLACK, at most SETTLE_LIMIT
+seconds more: a fresh store registers the fleet's series while its scraper buffers, then
+takes the backlog at about twice the rate, and a window over that catch-up measured
+twice the work), then over WINDOW seconds measure every process's CPU (user+system per
+wall second, children included) and RSS, apart: each engine process, the fleet's two servers, and this process (the
 http_sd stand-in). The engine's figure is the sum of what MAC starts for it, the
 fleet's never counted in it. Also the engine's counters (active series, ingested
 samples per second), the machine's load average and busy share, the scrapes (the raw
@@ -80,6 +83,8 @@ BASE = "127.40.0.0"
 INTERVAL = 15
 WARMUP = 45.0
 WINDOW = 120.0
+SETTLE_SLACK = 1.15  # ingest at most this much above series / interval is settled
+SETTLE_LIMIT = 300.0
 QUERY_ROUNDS = 3
 PROJECTED_NODES = 12_500
 MEMORY_SHARE = 0.7  # of the available memory a size may take (the fleet needs the rest)
@@ -108,6 +113,7 @@ class Sample:
     chart_ms: list[float] = field(default_factory=list)
     view_call_cpu_s: float | None = None  # targets view: CPU s of one /api/v1/targets
     rules_round_s: float | None = None  # vmalert: seconds per evaluation round
+    settled_s: float = 0.0  # past the warm-up, until ingest ran at the scrape rate
 
     @property
     def held(self) -> bool:
@@ -540,6 +546,18 @@ def start_fleet(nodes: int, edits: list[Edit]) -> list[subprocess.Popen]:
     return fleet
 
 
+def settle(engine: Engine, limit: float = SETTLE_LIMIT) -> float:
+    """Seconds waited until the engine ingests at the scrape rate (`limit` if never)."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        before, at = engine.samples_total(), time.monotonic()
+        time.sleep(INTERVAL)
+        rate = (engine.samples_total() - before) / (time.monotonic() - at)
+        if rate <= SETTLE_SLACK * engine.series() / INTERVAL:
+            return time.monotonic() - start
+    return limit
+
+
 def stop_all(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
         proc.terminate()
@@ -610,6 +628,7 @@ def measure(
             zip(FLEET, [psutil.Process(p.pid) for p in fleet] + [psutil.Process()], strict=True)
         )
         time.sleep(warmup)
+        settled = settle(engine)
         cpu0 = {name: tree_cpu(p) for name, p in watched.items()}
         samples0, wall0 = engine.samples_total(), time.monotonic()
         psutil.cpu_percent()
@@ -633,7 +652,7 @@ def measure(
         latency = asyncio.run(chart_latency(engine.query_url, charts, QUERY_ROUNDS))
         return Sample(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
-            load, latency, view, rules,
+            load, latency, view, rules, settled,
         )  # fmt: skip
     finally:
         engine.stop()
@@ -669,7 +688,7 @@ def _median_sample(samples: list[Sample]) -> Sample:
         int(max(s.missed for s in samples)), int(max(s.failed for s in samples)),
         mid("series"), mid("samples_per_s"), procs, mid("machine_busy"),
         tuple(median([load[i] for load in loads]) for i in range(3)),  # type: ignore[arg-type]
-        [t for s in samples for t in s.chart_ms], **optional,
+        [t for s in samples for t in s.chart_ms], **optional, settled_s=mid("settled_s"),
     )  # fmt: skip
 
 
@@ -697,6 +716,8 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
             if args.from_json
             else f"{args.warmup:.0f} s warm-up, {args.window:.0f} s measured"
         )
+        + " once ingest ran at the scrape rate (the settled column: seconds past the "
+        "warm-up; runs saved before it was measured show 0)"
         + f", medians of up to {runs} run(s) per row (the runs column). The machine is "
         "shared (2 cores): its load average (1 / 5 / 15 min, at the window's end) and busy "
         "share are shown with each row. Engine CPU and RSS count every process MAC starts "
@@ -704,8 +725,8 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
         "",
         "| engine | tuning | nodes | runs | targets seen | missed | failed | active series | "
         "samples/s | engine RSS MiB | engine CPU cores | fleet CPU cores | machine busy | "
-        "load avg | node chart ms (median / p95) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "load avg | settled s | node chart ms (median / p95) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     medians: dict[tuple[str, str], list[Sample]] = {}
     for key, by_size in results.items():
@@ -716,7 +737,7 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                 f"{row.targets:,} | {row.missed} "
                 f"| {row.failed} | {row.series:,.0f} | {row.samples_per_s:,.0f} | "
                 f"{row.rss_bytes / 2**20:,.0f} | {row.cpu_cores:.2f} | {row.fleet_cores:.2f} | "
-                f"{row.machine_busy:.0%} | {_load(row)} | "
+                f"{row.machine_busy:.0%} | {_load(row)} | {row.settled_s:.0f} | "
                 f"{median(row.chart_ms):.0f} / {percentile(row.chart_ms, 95):.0f} |"
             )
     lines += ["", "Per process (medians; CPU cores over the window, RSS MiB at its end):", ""]
@@ -874,7 +895,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{sample.targets}, missed {sample.missed}, failed {sample.failed}, "
                         f"series {sample.series:,.0f}, {sample.samples_per_s:,.0f} samples/s, "
                         f"engine RSS {sample.rss_bytes / 2**20:.0f} MiB, engine CPU "
-                        f"{sample.cpu_cores:.2f}, fleet CPU {sample.fleet_cores:.2f}, busy "
+                        f"{sample.cpu_cores:.2f}, fleet CPU {sample.fleet_cores:.2f}, settled "
+                        f"after {sample.settled_s:.0f} s, busy "
                         f"{sample.machine_busy:.0%}, load {_load(sample)}; {per}",
                         flush=True,
                     )
