@@ -23,15 +23,15 @@ ingests at the scrape rate (series / interval, within SETTLE_SLACK, at most SETT
 seconds more: a fresh store registers the fleet's series while its scraper buffers, then
 takes the backlog at about twice the rate, and a window over that catch-up measured
 twice the work), then over WINDOW seconds measure every process's CPU (user+system per
-wall second, children included) and RSS, apart: each engine process, the fleet's two servers, and this process (the
-http_sd stand-in). The engine's figure is the sum of what MAC starts for it, the
-fleet's never counted in it. Also the engine's counters (active series, ingested
-samples per second), the machine's load average and busy share, the scrapes (the raw
-`up` samples of every exporter target over the window: a gap longer than 1.5 intervals
-is a missed scrape, up=0 a failed one; a size is *held* with none of either), the CPU
-seconds the targets view spends answering one merged /api/v1/targets, vmalert's own
-time per evaluation round, and the node chart latency (every query of every chart of
-macweb.dashboard.charts for one node over 1 h, QUERY_ROUNDS rounds).
+wall second, children included) and RSS, apart: each engine process, the fleet's two
+servers, and this process (the http_sd stand-in). The engine's figure is the sum of what
+MAC starts for it, the fleet's never counted in it. Also the engine's counters (active
+series, ingested samples per second), the machine's load average and busy share, the
+scrapes (the raw `up` samples of every exporter target over the window: a gap longer
+than 1.5 intervals is a missed scrape, up=0 a failed one; a size is *held* with none of
+either), the CPU seconds the targets view spends answering one merged /api/v1/targets,
+vmalert's own time per evaluation round, and the node chart latency (every query of
+every chart of macweb.dashboard.charts for one node over 1 h, QUERY_ROUNDS rounds).
 
 `--tuning NAME=EDIT ...` (repeatable) adds a flag set measured beside MAC's own
 ("mac", as the specs have it) in the same run; `defaults` is a built-in one: MAC's
