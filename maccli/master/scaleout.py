@@ -288,7 +288,8 @@ def specs(
             "rules",
             [
                 binary(cfg, layout, "MAC_VMALERT_BIN", "vmalert"),
-                # MAC's rules as Prometheus would load them, and scale-out mode's own.
+                # MAC's rules as Prometheus would load them (increase() and the like in
+                # PromQL's meaning, not MetricsQL's), and scale-out mode's own.
                 f"-rule={rules / 'alerts.yml'}",
                 f"-rule={rules / 'scaleout.yml'}",
                 # The rules query the store, where every scraper writes.
