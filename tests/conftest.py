@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -196,3 +197,13 @@ def _fresh_outside_answers():
 
     forget_outside_answers()
     forget_engine_checks()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """A test that leaves SIGINT ignored in this process makes every process the later
+    tests start ignore Ctrl-C too (an ignored signal survives exec): put it back, and
+    name the test in the warnings summary so that it gets fixed."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        item.warn(pytest.PytestWarning(f"{item.nodeid} left SIGINT ignored; restored"))

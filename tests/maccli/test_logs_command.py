@@ -15,9 +15,11 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from testkit.ports import free_port
+from testkit.waiting import wait_for
 from tests.maccli.conftest import loopback_address
 
 FAKE = os.path.join(os.path.dirname(__file__), "fake_docker.py")
@@ -105,24 +107,40 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
         master.stop("master", [api, proxy])
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_follow_prints_new_lines_until_ctrl_c(mac_env):
     _agent_env(mac_env)
     first = mac_env.run("restart", "agent")  # starts sw-exporter, no master needed
     assert first.returncode == 0, first.stdout + first.stderr
+    log_path = mac_env.state_dir / "agent" / "logs" / "sw-exporter.log"
     follower = subprocess.Popen(
         [sys.executable, "-m", "maccli.main", "logs", "sw-exporter", "-n", "0", "-f"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=mac_env.env,
+        # Ctrl-C as a terminal delivers it to a fresh shell's command. An ignored or
+        # blocked SIGINT survives exec: the follower would inherit whatever the test
+        # process's other tests left (CI once saw it ignore SIGINT for 30 s).
+        preexec_fn=_ctrl_c_as_from_a_terminal,
     )
     try:
-        time.sleep(1)  # the follower has printed its (empty) tail and polls the file
+        # The follower has the file open (its empty tail printed, polling), however long
+        # its start took on a busy machine.
+        wait_for(
+            lambda: str(log_path) in {f.path for f in psutil.Process(follower.pid).open_files()},
+            timeout=30,
+            what="mac logs -f reading the log",
+        )
         again = mac_env.run("restart", "agent")  # the runtime appends a new start line
         assert again.returncode == 0, again.stderr
         time.sleep(1)
         follower.send_signal(signal.SIGINT)
         out, err = follower.communicate(timeout=30)
-        log = (mac_env.state_dir / "agent" / "logs" / "sw-exporter.log").read_text()
+        log = log_path.read_text()
     finally:
         if follower.poll() is None:
             follower.kill()
