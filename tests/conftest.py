@@ -46,6 +46,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     from django.test.utils import override_settings
 
     call_command("prepare_master", verbosity=0)
+    # A run started in the background (`scripts/test &` from a script) begins with SIGINT
+    # ignored, which every process the tests start would inherit: as from a terminal.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Cheap passwords for the test process's users (testkit.hashers says why); what the
     # tests prove of logins and their throttle does not depend on the hash's cost.
     override_settings(
