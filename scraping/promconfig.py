@@ -218,18 +218,13 @@ def render_alert_rules(
             runbook = rule.get("annotations", {}).get("runbook_url")
             if runbook and runbook_base and "://" not in runbook:
                 rule["annotations"]["runbook_url"] = runbook_base.rstrip("/") + "/" + runbook
+    engine, command = ("vmalert", "scaleout_config --rules") if metricsql else (
+        "Prometheus", "prometheus_config")  # fmt: skip
     header = (
-        "# MAC's alert rules as this master's Prometheus loads them: rendered from\n"
-        f"# {ALERT_RULES} by manage.py prometheus_config (MAC_ALERT_FOR,\n"
+        f"# MAC's alert rules as this master's {engine} loads them: rendered from\n"
+        f"# {ALERT_RULES} by manage.py {command} (MAC_ALERT_FOR,\n"
         "# MAC_RUNBOOK_BASE_URL). Edit those settings, not this file.\n"
     )
-    if metricsql:
-        header = (
-            "# MAC's alert rules as this master's vmalert loads them: rendered from\n"
-            f"# {ALERT_RULES} by manage.py scaleout_config --rules (MAC_ALERT_FOR,\n"
-            "# MAC_RUNBOOK_BASE_URL), increase/changes/delta in their PromQL meaning\n"
-            "# (increase_prometheus...). Edit those settings, not this file.\n"
-        )
     return header + yaml.safe_dump(rules, sort_keys=False, width=1000)
 
 

@@ -107,11 +107,6 @@ def test_logs_show_a_service_and_the_api_servers_registrations(mac_env):
         master.stop("master", [api, proxy])
 
 
-def _ctrl_c_as_from_a_terminal() -> None:
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_follow_prints_new_lines_until_ctrl_c(mac_env):
     _agent_env(mac_env)
     first = mac_env.run("restart", "agent")  # starts sw-exporter, no master needed
@@ -122,10 +117,6 @@ def test_follow_prints_new_lines_until_ctrl_c(mac_env):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=mac_env.env,
-        # Ctrl-C as a terminal delivers it to a fresh shell's command. An ignored or
-        # blocked SIGINT survives exec: the follower would inherit whatever the test
-        # process's other tests left (CI once saw it ignore SIGINT for 30 s).
-        preexec_fn=_ctrl_c_as_from_a_terminal,
     )
     try:
         # The follower has the file open (its empty tail printed, polling), however long

@@ -11,7 +11,6 @@ MAC_ALERT_FOR, MAC_RUNBOOK_BASE_URL, MAC_SD_TOKEN, MAC_METRICS_TOKEN).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from django.conf import settings
@@ -26,6 +25,7 @@ from scraping.promconfig import (
     parse_rule_for,
     render_alert_rules,
     shipped_rule_names,
+    with_promql_meaning,
 )
 
 
@@ -83,11 +83,8 @@ class Command(BaseCommand):
             raise CommandError(f"MAC_ALERT_FOR: {exc}") from None
         rendered = render_alert_rules(overrides, settings.RUNBOOK_BASE_URL, metricsql=True)
         self._write(folder / "alerts.yml", rendered)
-        try:
-            shutil.copyfile(SCALEOUT_RULES, folder / "scaleout.yml")
-        except OSError as exc:
-            raise CommandError(f"cannot write {folder / 'scaleout.yml'}: {exc}") from None
-        self.stdout.write(f"Wrote {folder / 'scaleout.yml'}.")
+        # Scale-out's own rules, through the same PromQL-meaning spelling as MAC's.
+        self._write(folder / "scaleout.yml", with_promql_meaning(SCALEOUT_RULES.read_text()))
 
     def _write(self, path: Path, text: str) -> None:
         try:
