@@ -39,7 +39,15 @@ from redis.lock import Lock
 
 log = logging.getLogger(__name__)
 
-PREFIX = "mac:sweep:"
+
+def sweep_prefix(cache_prefix: str) -> str:
+    """Where a master whose cache prefix is `cache_prefix` keeps its sweep's records."""
+    return f"{cache_prefix}:sweep:"
+
+
+# Under this installation's prefix (the cache's, settings.CACHES), so a new master on a
+# Redis that another used never reads that one's last sweep nor waits on its lock.
+PREFIX = sweep_prefix(settings.CACHES["default"]["KEY_PREFIX"])
 RUNNING_KEY = PREFIX + "running"
 SLOT_KEY = PREFIX + "slot"
 LAST_KEY = PREFIX + "last"
@@ -222,14 +230,15 @@ def record_sweep(client: redis.Redis, stats: SweepStats) -> None:
     pipe.execute()
 
 
-def last_sweep(client: redis.Redis) -> dict | None:
-    raw = client.get(LAST_KEY)
+def last_sweep(client: redis.Redis, prefix: str = PREFIX) -> dict | None:
+    """This master's last sweep (another's, by its sweep_prefix)."""
+    raw = client.get(prefix + "last")
     return json.loads(raw) if raw else None
 
 
-def sweep_history(client: redis.Redis) -> list[dict]:
-    """Most recent first."""
-    return [json.loads(raw) for raw in client.lrange(HISTORY_KEY, 0, -1)]
+def sweep_history(client: redis.Redis, prefix: str = PREFIX) -> list[dict]:
+    """Most recent first (another master's, by its sweep_prefix)."""
+    return [json.loads(raw) for raw in client.lrange(prefix + "history", 0, -1)]
 
 
 def probes_total(client: redis.Redis) -> dict[str, int]:

@@ -136,12 +136,21 @@ def record(
     Job.objects.filter(ended__isnull=True, started__isnull=False).exclude(job_id__in=jobs).update(
         ended=models.F("seen")
     )
-    # Begun: held now, not open yet (or closed by an earlier read that missed it).
-    known = set(
-        JobGpu.objects.filter(job__job_id__in={key[0] for key in held}).values_list(
-            "job__job_id", "slurm_node", "index"
-        )
-    )
+    # Held again after a read closed it (a requeued job back on the same GPU, or a read
+    # that missed it): the one row per job and GPU opens again, from the job's latest start.
+    closed = {
+        (row.job.job_id, row.slurm_node, row.index): row
+        for row in JobGpu.objects.filter(
+            job__job_id__in={key[0] for key in held}, until__isnull=False
+        ).select_related("job")
+    }
+    reopening = [closed[key] for key in sorted(held & closed.keys())]
+    for row in reopening:
+        row.until = None
+        row.since = jobs[row.job.job_id].started or row.since
+    JobGpu.objects.bulk_update(reopening, ["until", "since"], batch_size=500)
+    # Begun: held now, with no row yet.
+    known = open_rows.keys() | closed.keys()
     names = NodeNameMap.from_settings()
     hosts = dict(Node.objects.values_list("hostname", "id"))
     node_ids = {name: hosts.get(names.to_mac(name, list(hosts)) or "") for _, name, _ in held}
@@ -153,7 +162,7 @@ def record(
         for job_id, name, index in sorted(held - known)
     ]  # fmt: skip
     JobGpu.objects.bulk_create(opening, batch_size=500)
-    result.opened = len(opening)
+    result.opened = len(opening) + len(reopening)
 
 
 def _job_row(job: SlurmJob, now: datetime) -> Job:

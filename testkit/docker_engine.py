@@ -13,9 +13,10 @@ never from a private range.
 
 With `leftovers`, the namespace first gets what a machine where other Docker engines ran
 before leaves behind (issue 31): IPv4 forwarding already on (a new namespace inherits the
-host's, and dockerd then leaves FORWARD's policy alone), FORWARD's policy ACCEPT, a host
-engine's docker0 rules in FORWARD, and legacy iptables tables with policy ACCEPT beside
-the nft ones. MAC's isolation must hold there too, not only on a fresh machine.
+host's, and dockerd then leaves FORWARD's policy alone), then another dockerd runs there
+and stops, leaving its chains, its docker0 rules in FORWARD and its docker0 bridge, and
+legacy iptables tables with policy ACCEPT are planted beside the nft ones. MAC's isolation
+must hold there too, not only on a fresh machine.
 
 The data root (images, volumes) lives under /var/tmp so that an engine restart
 (`restart()`, the guide's reboot) keeps it; `stop()` removes the namespace and, unless
@@ -35,7 +36,8 @@ from pathlib import Path
 from testkit.processes import stop_process
 
 HOST_IP, NS_IP = "198.18.250.1", "198.18.250.2"
-# A host engine's chains and FORWARD rules for its docker0, as dockerd 20.10 writes them.
+# A host engine's chains and FORWARD rules for its docker0, as dockerd 20.10 writes them
+# (the earlier engine of `leftovers` must have left them: checked).
 LEFTOVER_CHAINS = (
     "DOCKER",
     "DOCKER-ISOLATION-STAGE-1",
@@ -132,32 +134,43 @@ class DockerEngine:
             self._make_namespace()
             if self.leftovers:
                 self.plant_leftovers()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.exec_root.mkdir(parents=True, exist_ok=True)
+        self.process = self._dockerd(self.root, self.exec_root, storage_driver(self.root), timeout)
+        return self
+
+    def _dockerd(
+        self, root: Path, exec_root: Path, driver: str, timeout: float, *extra: str
+    ) -> subprocess.Popen:
+        """dockerd in the namespace on `root`, once its API answers."""
+        root.mkdir(parents=True, exist_ok=True)
+        exec_root.mkdir(parents=True, exist_ok=True)
+        socket = f"unix://{root / 'docker.sock'}"
         dockerd = [
             "dockerd",
-            "--host", self.host,
-            "--data-root", str(self.root / "data"),
-            "--exec-root", str(self.exec_root),
-            "--pidfile", str(self.root / "dockerd.pid"),
+            "--host", socket,
+            "--data-root", str(root / "data"),
+            "--exec-root", str(exec_root),
+            "--pidfile", str(root / "dockerd.pid"),
             "--bip", BRIDGE_IP,
             "--default-address-pool", ADDRESS_POOL,
-            "--storage-driver", storage_driver(self.root),
+            "--storage-driver", driver,
             "--log-level", "warn",
+            *extra,
         ]  # fmt: skip
         # `ip netns exec` mounts a fresh /sys for the namespace, which hides the host's
         # cgroup hierarchies that dockerd needs: mount them again over it first.
         script = " && ".join([*cgroup_mounts(), 'exec "$@"'])
         argv = self.ns_command("sh", "-c", script, "dockerd", *dockerd)
-        log = self.log.open("ab")
-        self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        log_path = root / "dockerd.log"
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        info = [docker_cli(), "--host", socket, "info", "--format", "{{.ServerVersion}}"]
         deadline = time.monotonic() + timeout
-        while self.docker("info", "--format", "{{.ServerVersion}}", timeout=10).returncode:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop_daemon()
-                raise RuntimeError(f"dockerd did not start:\n{self.log.read_text()[-3000:]}")
+        while subprocess.run(info, capture_output=True, timeout=10, check=False).returncode:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop_process(process, 60)
+                raise RuntimeError(f"dockerd did not start:\n{log_path.read_text()[-3000:]}")
             time.sleep(0.3)
-        return self
+        return process
 
     def stop_daemon(self, timeout: float = 60) -> None:
         """Stop dockerd as a shutdown would; its containers stop with it."""
@@ -178,11 +191,7 @@ class DockerEngine:
             if ids:
                 self.docker("rm", "-f", *ids, timeout=120)
         self.stop_daemon()
-        # dockerd leaves its mounts (netns files, vfs/overlay layers) under the roots.
-        for root in (self.exec_root, self.root):
-            mounts = _sh("findmnt", "-rn", "-o", "TARGET", check=False).stdout.split()
-            for target in sorted((m for m in mounts if m.startswith(str(root))), reverse=True):
-                _sh("umount", "-l", target, check=False)
+        _unmount_under(self.exec_root, self.root)
         _sh("ip", "netns", "del", self.netns, check=False)
         shutil.rmtree(self.exec_root, ignore_errors=True)
         if not self.keep_data:
@@ -221,19 +230,37 @@ class DockerEngine:
             raise
 
     def plant_leftovers(self) -> None:
-        """What other Docker engines leave on a machine (see the module docstring)."""
+        """What other Docker engines leave on a machine (see the module docstring): one
+        really runs first, and legacy tables are planted beside what it left."""
         self.set_ip_forward(True)
+        self._run_an_earlier_engine()
         nft = self.ns_command("iptables-nft", "-w")
-        _sh(*nft, "-P", "FORWARD", "ACCEPT")
-        for chain in LEFTOVER_CHAINS:
-            _sh(*nft, "-N", chain)
-        for rule in LEFTOVER_FORWARD:
-            _sh(*nft, "-A", "FORWARD", *rule)
-        _sh(*nft, "-A", "DOCKER-USER", "-j", "RETURN")
+        listed = _sh(*nft, "-S").stdout
+        missing = [f"-N {chain}" for chain in LEFTOVER_CHAINS if f"-N {chain}" not in listed]
+        missing += [
+            f"-A FORWARD {' '.join(rule)}"
+            for rule in LEFTOVER_FORWARD
+            if f"-A FORWARD {' '.join(rule)}" not in listed
+        ]
+        if missing or "-P FORWARD ACCEPT" not in listed:
+            raise RuntimeError(f"the earlier dockerd left other rules than {missing}:\n{listed}")
         legacy = self.ns_command("iptables-legacy", "-w")
         _sh(*legacy, "-P", "FORWARD", "ACCEPT")
         _sh(*legacy, "-A", "FORWARD", "-o", "docker0", "-j", "ACCEPT")
         _sh(*legacy, "-A", "FORWARD", "-i", "docker0", "-j", "ACCEPT")
+
+    def _run_an_earlier_engine(self, timeout: float = 60) -> None:
+        """Another engine's whole life in the namespace before this one: dockerd starts,
+        writes its chains and its docker0 rules, and stops; they stay (dockerd never
+        removes them), as does its docker0 bridge."""
+        root = self.root.with_name(self.root.name + "-earlier")
+        exec_root = Path(f"/run/macd-{self.tag}e")
+        try:
+            stop_process(self._dockerd(root, exec_root, "vfs", timeout), 60)
+        finally:
+            _unmount_under(exec_root, root)
+            shutil.rmtree(exec_root, ignore_errors=True)
+            shutil.rmtree(root, ignore_errors=True)
 
     def forward_policies(self) -> dict[str, str]:
         """{backend: FORWARD's policy} in the engine's namespace, for each backend."""
@@ -248,6 +275,14 @@ class DockerEngine:
     def set_ip_forward(self, on: bool) -> None:
         """net.ipv4.ip_forward inside the engine's namespace only (never the host's)."""
         _sh(*self.ns_command("sysctl", "-qw", f"net.ipv4.ip_forward={int(on)}"))
+
+
+def _unmount_under(*roots: Path) -> None:
+    """dockerd leaves its mounts (netns files, vfs/overlay layers) under its roots."""
+    for root in roots:
+        mounts = _sh("findmnt", "-rn", "-o", "TARGET", check=False).stdout.split()
+        for target in sorted((m for m in mounts if m.startswith(str(root))), reverse=True):
+            _sh("umount", "-l", target, check=False)
 
 
 def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[str]:

@@ -83,7 +83,8 @@ class HealthChanges:
     nodes: dict[int, dict] = field(default_factory=dict)  # node id -> fields to write
     gpus: dict[int, list[GpuVerdict]] = field(default_factory=dict)  # node -> every GPU
     events: list[NodeEvent] = field(default_factory=list)
-    faults: list[tuple[str, str, str, int, str]] = field(default_factory=list)
+    # (GPU serial or UUID, fault key, boot id, node id, the exporter's GPU index, words)
+    faults: list[tuple[str, str, str, int, int, str]] = field(default_factory=list)
 
     @property
     def changed_ids(self) -> list[int]:
@@ -231,7 +232,10 @@ def _escalate(
     repeats: dict[tuple[int, int], list[Evidence]] = defaultdict(list)
     for node_id, index, gpu, item in curable:
         boots_seen = seen[(gpu.identity, item.fault_key)] | {boots[node_id]}
-        changes.faults.append((gpu.identity, item.fault_key, boots[node_id], node_id, item.detail))
+        # the exporter's index (as _save_gpus keeps it), not the position in the list
+        changes.faults.append(
+            (gpu.identity, item.fault_key, boots[node_id], node_id, int(gpu.index), item.detail)
+        )
         if len(boots_seen) - 1 >= settings.GPU_FAULT_REBOOTS:
             reboots = len(boots_seen) - 1
             words = f"{item.detail}, back after {reboots} reboot(s)"
@@ -275,6 +279,8 @@ def _event(row: dict, state, action, line: str, gpus: list[GpuVerdict], now: dat
                     "state": str(gpu.state),
                     "action": str(gpu.action),
                     "evidence": [e.words() for e in gpu.evidence],
+                    # whole, so a job's report finds it after the verdict has cleared
+                    "found": [e.as_dict() for e in gpu.evidence],
                 }
                 for gpu in gpus
                 if gpu.evidence
@@ -363,7 +369,7 @@ def _save_gpus(gpus: dict[int, list[GpuVerdict]], now: datetime) -> None:
             GpuHealth.objects.filter(node_id=node_id, index__in=gone).delete()
 
 
-def _save_faults(faults: list[tuple[str, str, str, int, str]], now: datetime) -> None:
+def _save_faults(faults: list[tuple[str, str, str, int, int, str]], now: datetime) -> None:
     if not faults:
         return
     hostnames = dict(
@@ -372,15 +378,15 @@ def _save_faults(faults: list[tuple[str, str, str, int, str]], now: datetime) ->
     rows = [
         GpuFault(
             gpu=gpu, fault=fault, boot_id=boot_id, node_id=node_id, hostname=hostnames[node_id],
-            detail=detail[:300], first_seen=now, last_seen=now,
+            gpu_index=index, detail=detail[:300], first_seen=now, last_seen=now,
         )
-        for gpu, fault, boot_id, node_id, detail in faults
+        for gpu, fault, boot_id, node_id, index, detail in faults
     ]  # fmt: skip
     GpuFault.objects.bulk_create(
         rows,
         update_conflicts=True,
         unique_fields=["gpu", "fault", "boot_id"],
-        update_fields=["last_seen", "node", "hostname", "detail"],
+        update_fields=["last_seen", "node", "hostname", "gpu_index", "detail"],
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 from django.conf import settings
@@ -24,8 +24,8 @@ from django.utils import timezone
 
 from alerting import bulkheads
 from contract.verdicts import Evidence
-from inventory.choices import GpuVendor, HealthState
-from inventory.models import GpuFault, GpuHealth, Node
+from inventory.choices import EventKind, GpuVendor, HealthState
+from inventory.models import GpuFault, GpuHealth, Node, NodeEvent
 from macweb.dashboard import charts
 from scheduler.models import Job
 
@@ -33,6 +33,10 @@ from scheduler.models import Job
 JOB_CHARTS = ("gpu_util", "gpu_memory", "gpu_power", "gpu_temp")
 # Points per series at most: the step grows with the job's length (a 24 h job: 300 s).
 MAX_POINTS = 300
+# A fault seen just before a job failed reaches the history at the next sweep, after the
+# job's end: the history is read this long past it (the evidence's own time decides).
+SWEEP_LAG = timedelta(minutes=10)
+VERDICT_EVENTS = (EventKind.HEALTH_HEALTHY, EventKind.HEALTH_DEGRADED, EventKind.HEALTH_UNHEALTHY)
 MIN_STEP = 15
 # The label that numbers a GPU in each vendor's exporter (dcgm-exporter, AMD's).
 GPU_LABEL = {GpuVendor.NVIDIA: "gpu", GpuVendor.AMD: "gpu_id"}
@@ -99,36 +103,49 @@ def job_gpus(job: Job) -> list[dict]:
 
 
 def job_faults(report: JobReport) -> list[dict]:
-    """Every fault recorded on the job's GPUs while it ran (GpuFault), and the verdicts'
-    evidence dated within its life (degraded evidence too), oldest first."""
+    """Every fault recorded on the job's GPUs while it ran, oldest first: the repeat-fault
+    records (GpuFault), the evidence of every verdict the nodes' history kept (degraded
+    evidence too, and faults that have cleared since), and the verdicts' evidence now."""
     gpus = {(gpu["node"], gpu["index"]): gpu for gpu in report.gpus if gpu["node"] is not None}
     nodes = {node for node, _ in gpus}
     found: dict[tuple, dict] = {}
+
+    def add(node: int, index: int, at: datetime, detail: str, state: str) -> None:
+        gpu = gpus.get((node, index))
+        if gpu is None or not gpu["since"] <= at <= (gpu["until"] or report.end):
+            return
+        key = (node, index, detail)
+        # the evidence's own time is the fault's; a GpuFault or an event has the sweep's
+        if key not in found or at < found[key]["at"]:
+            found[key] = _fault(gpu, at, detail, state)
+
     recorded = GpuFault.objects.filter(
         node_id__in=nodes, first_seen__lte=report.end, last_seen__gte=report.start
     )
     for fault in recorded:
         gpu = gpus.get((fault.node_id, fault.gpu_index))
-        if (
-            gpu
-            and fault.first_seen <= (gpu["until"] or report.end)
-            and fault.last_seen >= gpu["since"]
-        ):
+        held = gpu and fault.first_seen <= (gpu["until"] or report.end)
+        if held and fault.last_seen >= gpu["since"]:
             key = (fault.node_id, fault.gpu_index, fault.detail)
             found.setdefault(key, _fault(gpu, fault.first_seen, fault.detail, ""))
+    history = NodeEvent.objects.filter(
+        node_id__in=nodes, kind__in=VERDICT_EVENTS, created_at__gte=report.start,
+        created_at__lte=report.end + SWEEP_LAG,
+    )  # fmt: skip
+    for event in history:
+        for gpu in (event.data or {}).get("gpus", []):
+            for item in gpu.get("found", []):
+                evidence = Evidence.from_dict(item)
+                at = datetime.fromtimestamp(evidence.at, UTC) if evidence.at else event.created_at
+                index = gpu.get("index")  # GpuVerdict.index: the exporter's, as text
+                if str(index).isdigit():
+                    add(event.node_id, int(index), at, evidence.detail, str(evidence.state))
     for verdict in GpuHealth.objects.filter(node_id__in=nodes):
-        gpu = gpus.get((verdict.node_id, verdict.index))
-        if gpu is None:
-            continue
         for item in verdict.evidence or []:
             evidence = Evidence.from_dict(item)
-            at = datetime.fromtimestamp(evidence.at, UTC) if evidence.at else None
-            if at is None or not gpu["since"] <= at <= (gpu["until"] or report.end):
-                continue
-            key = (verdict.node_id, verdict.index, evidence.detail)
-            # the evidence's own time is the fault's; a GpuFault has the sweep's
-            if key not in found or at < found[key]["at"]:
-                found[key] = _fault(gpu, at, evidence.detail, str(evidence.state))
+            if evidence.at:
+                at = datetime.fromtimestamp(evidence.at, UTC)
+                add(verdict.node_id, verdict.index, at, evidence.detail, str(evidence.state))
     return sorted(found.values(), key=lambda fault: (fault["at"], fault["hostname"], fault["gpu"]))
 
 

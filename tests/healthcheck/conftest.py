@@ -35,7 +35,7 @@ def sweep_redis(settings) -> Iterator[redis.Redis]:
     client = get_redis()
 
     def clear() -> None:
-        for pattern in ("mac:sweep:*", "celery-task-meta-*", "chord-unlock-*"):
+        for pattern in ("*:sweep:*", "celery-task-meta-*", "chord-unlock-*"):  # every master's
             for key in client.scan_iter(match=pattern):
                 client.delete(key)
         client.delete("celery", "_kombu.binding.celery", "unacked", "unacked_index")
@@ -63,6 +63,7 @@ def fast_probes(settings):
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment of a master process started by a test: the test database, our Redis."""
+    from django.conf import settings
     from django.db import connection
 
     env = dict(os.environ)
@@ -72,6 +73,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 5432
     env["DATABASE_URL"] = f"postgres://{user}{password}@{host}:{port}/{db['NAME']}"
     env.pop("MAC_TEST_DB_NAME", None)
+    # This process's cache prefix, so the sweep records they write are those the test reads
+    # (healthcheck.state.PREFIX), whatever installation id their data folder has by now.
+    env.setdefault("MAC_CACHE_PREFIX", settings.CACHES["default"]["KEY_PREFIX"])
     env.update(extra)
     return env
 

@@ -131,7 +131,7 @@ def test_two_workers_give_the_statuses_events_and_targets_of_one(
         status=NodeStatus.UNKNOWN, status_reason="", status_detail="", diagnosis="",
         exporter_health={}, last_seen=None,
     )  # fmt: skip
-    for key in sweep_redis.scan_iter(match="mac:sweep:*"):
+    for key in sweep_redis.scan_iter(match="*:sweep:*"):
         sweep_redis.delete(key)
 
     master_procs(

@@ -16,8 +16,11 @@ from django.utils import timezone
 from healthcheck import tasks
 from healthcheck.fence import Fence, claim_fence, current_fence
 from healthcheck.state import (
+    PENDING_KEY,
+    PREFIX,
     RUNNING_KEY,
     SweepLockLost,
+    last_sweep,
     lock_timeout,
     lock_token,
     release_quietly,
@@ -202,7 +205,7 @@ def test_a_lock_lost_after_the_check_still_cannot_commit(sweep_redis, fast_probe
 
     assert set(Node.objects.values_list("status", flat=True)) == {NodeStatus.UNKNOWN}
     assert not NodeEvent.objects.exists()
-    assert not sweep_redis.smembers("mac:sweep:pending")
+    assert not sweep_redis.smembers(PENDING_KEY)
 
 
 def _claim_elsewhere() -> None:
@@ -256,3 +259,19 @@ def test_a_sweep_run_outside_the_tasks_fences_off_older_ones(
     assert current_fence() == older.token + 1
     with pytest.raises(SweepLockLost, match="newer sweep"), transaction.atomic():
         older.check()
+
+
+def test_another_masters_sweep_records_in_the_same_redis_are_not_this_ones(
+    sweep_redis, settings, fast_probes, sd_dir
+):
+    # A master that used this Redis before (or beside): its last sweep, its lock and its
+    # slot, under its own installation's prefix, and under the one all masters once shared.
+    for prefix in {"mac-another-installation:sweep:", "mac:sweep:"} - {PREFIX}:
+        sweep_redis.set(prefix + "running", "its-sweep", px=60_000)
+        sweep_redis.set(prefix + "slot", "1", px=60_000)
+        sweep_redis.set(prefix + "last", '{"nodes": 9999}')
+    assert RUNNING_KEY.startswith(settings.CACHES["default"]["KEY_PREFIX"] + ":sweep:")
+
+    assert last_sweep(sweep_redis) is None
+    assert tasks.probe_fleet()["ran"] is True  # neither its lock nor its slot held this one
+    assert last_sweep(sweep_redis)["nodes"] != 9999

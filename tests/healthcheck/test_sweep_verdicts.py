@@ -74,6 +74,7 @@ def test_xid_79_on_gpu_3_makes_the_node_unhealthy_with_a_reboot_in_one_sweep(gpu
     event = node.events.get(kind=EventKind.HEALTH_UNHEALTHY)
     assert event.message == f"GPU verdict unhealthy: {node.health_evidence}"
     assert event.data["gpus"][0]["serial"] == row.serial
+    assert event.data["gpus"][0]["found"] == row.evidence  # whole, for the jobs' reports
     assert stats.verdicts_changed == 1
 
 
@@ -149,6 +150,8 @@ def test_the_same_xid_after_a_reboot_escalates_even_across_a_reregistration(gpu_
     assert "XID 79: GPU has fallen off the bus, back after 1 reboot(s)" in node.health_evidence
     serial = gpu(node, 3).serial
     assert GpuFault.objects.filter(gpu=serial, fault="xid:79").count() == 2
+    # each kept under the GPU's own index (a job's report reads them by it)
+    assert set(GpuFault.objects.values_list("gpu_index", flat=True)) == {3}
     # Another GPU's first XID 79 is no repeat.
     runner.inject(node.ip, "xid", 4, 79)
     run_sweep()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from healthcheck.state import get_redis, sweep_history
+from healthcheck.state import get_redis, sweep_history, sweep_prefix
 from testkit.ports import free_port
 from testkit.waiting import wait_for
 from tests.healthcheck.conftest import subprocess_env
@@ -34,7 +34,7 @@ def clean_redis():
     client = get_redis()
 
     def clear() -> None:
-        for key in client.scan_iter(match="mac:sweep:*"):
+        for key in client.scan_iter(match="*:sweep:*"):
             client.delete(key)
         client.delete(QUEUE, f"_kombu.binding.{QUEUE}", "celery", "unacked", "unacked_index")
 
@@ -90,12 +90,13 @@ def test_the_masters_worker_consumes_the_probe_queue(
         }
     )
     worker_log = mac_env.state_dir / "master" / "logs" / "worker.log"
+    master = sweep_prefix(mac_env.env["MAC_CACHE_PREFIX"])  # where its sweeps are recorded
     try:
         started = mac_env.run("start", "master", timeout=240)
         assert started.returncode == 0, started.stdout + started.stderr
         try:
             sweeps = wait_for(
-                lambda: [s for s in sweep_history(clean_redis) if s["chunks"] == 3][:2],
+                lambda: [s for s in sweep_history(clean_redis, master) if s["chunks"] == 3][:2],
                 timeout=90,
                 interval=0.5,
             )

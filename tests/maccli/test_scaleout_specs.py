@@ -63,6 +63,24 @@ def test_it_runs_scrapers_a_store_and_rules_instead_of_prometheus(tmp_path):
     assert {k: v for k, v in specs["store"].env.items() if k in env} == env
 
 
+def test_the_engines_listen_on_loopback_only(tmp_path):
+    # The store's ingestion and the scrapers' pages have no key: nothing off this host
+    # reaches them, under the process runtime (Docker publishes them on 127.0.0.1 only).
+    cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="2")
+    specs = {spec.name: spec for spec in master_specs(cfg)}
+    for name in ("store", "scraper-0", "scraper-1", "rules"):
+        listen = [arg for arg in specs[name].argv if arg.startswith("-httpListenAddr=")]
+        assert listen == [f"-httpListenAddr=127.0.0.1:{specs[name].port}"], name
+        assert specs[name].bind == "127.0.0.1", name
+    view = specs["prometheus"].argv
+    assert view[view.index("--listen") + 1] == "127.0.0.1:29090"
+    _, overlay = _docker_engines(cfg)
+    for name in ("store", "scraper-0", "scraper-1", "rules"):
+        assert overlay["services"][name]["ports"] == [
+            f"127.0.0.1:{specs[name].port}:{specs[name].port}"
+        ], name
+
+
 def test_the_store_gets_its_keys_from_its_environment_never_its_command_line(tmp_path):
     cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="1")
     store = {spec.name: spec for spec in master_specs(cfg)}["store"]

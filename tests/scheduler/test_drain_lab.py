@@ -111,6 +111,9 @@ def test_faults_on_five_of_twenty_nodes_drain_two_and_fire_the_budget_alert(drai
         "mac_slurm_drain_decisions_total", {"decision": "over_budget", "dry_run": "false"}
     ) == 3  # fmt: skip
     assert metrics.get_sample_value("mac_slurm_drain_held_back_nodes") == 3
+    assert metrics.get_sample_value("mac_slurm_up") == 1
+    assert metrics.get_sample_value("mac_slurm_drain_budget_nodes") == 2
+    assert metrics.get_sample_value("mac_slurm_drained_nodes") == 2
 
 
 def test_dry_run_changes_nothing_in_slurm_and_records_what_it_would_do(drain, settings):
@@ -202,6 +205,7 @@ def test_an_unreachable_slurmctld_backs_off_then_the_drain_happens(drain, settin
         assert time.monotonic() - started < 5  # the ping, not the tools' 9 s retries
         state = link.load()
         assert not state.reachable and state.failures == 1
+        assert master_registry().get_sample_value("mac_slurm_up") == 0
         checks = run_health_checks()
         assert "slurm" in checks["degraded"]
         assert "slurmctld unreachable for " in checks["checks"]["slurm"]["detail"]
@@ -220,6 +224,7 @@ def test_an_unreachable_slurmctld_backs_off_then_the_drain_happens(drain, settin
     assert slurm_node(drain, 9).drain and slurm_node(drain, 9).reason_is_mac
     assert link.load().reachable
     assert run_health_checks()["checks"]["slurm"]["ok"]
+    assert master_registry().get_sample_value("mac_slurm_up") == 1
 
 
 def test_turning_the_drain_off_forgets_the_slurm_view(drain, settings):

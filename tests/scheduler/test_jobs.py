@@ -7,10 +7,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from inventory.models import GpuFault
+from contract.drainpolicy import DrainMode
+from contract.verdicts import Evidence, HealthAction, HealthState
+from inventory.choices import EventKind
+from inventory.models import GpuFault, GpuHealth, NodeEvent
+from macweb.celery import app as celery_app
 from macweb.dashboard.jobreport import build_report
 from scheduler.jobread import ReadResult, jobs_on_gpu, prune, record
 from scheduler.models import Job, JobGpu
+from scheduler.slurm.records import GpuAllocation, SlurmJob
 from scheduler.tasks import read_slurm_jobs
 from testkit.factories import online_gpu_node
 from testkit.ports import free_port
@@ -49,6 +54,12 @@ def test_the_read_does_nothing_where_the_master_has_no_slurm_conf(settings, tmp_
     settings.SLURM_CONF = tmp_path / "absent" / "slurm.conf"
 
     assert read_slurm_jobs() == {"ran": False, "reason": f"no slurm.conf at {settings.SLURM_CONF}"}
+
+
+def test_beat_reads_slurm_every_probe_interval(settings):
+    entry = celery_app.conf.beat_schedule["read-slurm-jobs"]
+    assert entry["task"] == read_slurm_jobs.name == "scheduler.tasks.read_slurm_jobs"
+    assert entry["schedule"] == settings.PROBE_INTERVAL
 
 
 def test_the_jobs_on_a_gpu_are_those_that_held_it_at_that_moment():
@@ -100,6 +111,36 @@ def test_a_fault_before_the_job_is_not_its_fault(settings):
     assert report.summary == "2 GPUs, no hardware fault"
 
 
+def test_a_degraded_gpu_that_recovered_before_anyone_looked_is_still_in_the_report(settings):
+    settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    node = online_gpu_node("node-12")
+    job = failed_job(node)
+    hot = Evidence(
+        source="throttle", code="thermal", detail="thermal slowdown", state=HealthState.DEGRADED,
+        action=HealthAction.NONE, at=(NOW - timedelta(minutes=50)).timestamp(), gpu="2",
+    )  # fmt: skip
+    # the sweep's history: degraded at 14:10 (recorded a sweep later), healthy again at 14:20
+    NodeEvent.objects.create(
+        node=node, hostname=node.hostname, kind=EventKind.HEALTH_DEGRADED,
+        created_at=NOW - timedelta(minutes=49, seconds=55),
+        data={"gpus": [{"index": "2", "state": "degraded", "found": [hot.as_dict()]}]},
+    )  # fmt: skip
+    NodeEvent.objects.create(
+        node=node, hostname=node.hostname, kind=EventKind.HEALTH_HEALTHY,
+        created_at=NOW - timedelta(minutes=40), data={"gpus": []},
+    )  # fmt: skip
+    assert not GpuHealth.objects.filter(node=node).exclude(state="healthy").exists()
+
+    report = build_report(job, now=NOW)
+
+    assert [(f["gpu"], f["detail"], f["state"], f["at"]) for f in report.faults] == [
+        (2, "thermal slowdown", "degraded", NOW - timedelta(minutes=50))
+    ]
+    assert report.summary == (
+        "GPU 2 of node-12 had thermal slowdown at 14:10, 32 minutes before the job failed"
+    )
+
+
 def test_the_api_answers_404_for_a_job_that_is_not_yours_or_not_there(
     api_client, django_user_model
 ):
@@ -147,6 +188,7 @@ def test_the_read_reports_a_slurmctld_that_does_not_answer(settings, tmp_path):
         "AuthType=auth/munge\nNodeName=n1\nPartitionName=p Nodes=n1\n"
     )
     settings.SLURM_CONF = conf
+    settings.SLURM_DRAIN = DrainMode.OFF  # attribution reads Slurm whatever the drain says
 
     answer = read_slurm_jobs()
 
@@ -168,3 +210,28 @@ def test_a_job_seen_only_after_its_end_says_its_gpus_are_not_known(settings):
         "of Slurm)"
     )
     assert report.charts[0]["empty_reason"] == "No GPU of this job is on a node MAC monitors."
+
+
+def running(job_id: int, node: str, indexes: tuple[int, ...], started: datetime) -> SlurmJob:
+    return SlurmJob(
+        job_id=job_id, name="train", user="alice", account="", partition="gpu",
+        state="RUNNING", nodes=(node,), gpus=(GpuAllocation(node, indexes),),
+        gpu_count=len(indexes), submitted=started, started=started, ended=None,
+    )  # fmt: skip
+
+
+def test_a_requeued_job_back_on_the_same_gpus_holds_them_again_from_its_new_start():
+    node = online_gpu_node("node-5")
+    first, second = NOW - timedelta(hours=1), NOW - timedelta(minutes=2)
+    record([running(77, node.hostname, (0, 1), first)], [], first, ReadResult())
+    record([], [], NOW - timedelta(minutes=30), ReadResult())  # requeued: gone for a while
+
+    result = ReadResult()
+    record([running(77, node.hostname, (0, 1), second)], [], NOW, result)
+
+    rows = JobGpu.objects.filter(job__job_id=77).order_by("index")
+    assert [(row.index, row.since, row.until) for row in rows] == [
+        (0, second, None), (1, second, None),
+    ]  # fmt: skip
+    assert result.opened == 2
+    assert [job.job_id for job in jobs_on_gpu(node.pk, 1, NOW)] == [77]
