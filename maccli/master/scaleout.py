@@ -59,6 +59,15 @@ OVERLAY_NAME = "docker-compose.scaleout.yml"
 # The flags set below for cost alone, as (service, flag): bench.scale_metrics measures
 # MAC's specs against them dropped (VictoriaMetrics' defaults); docs/benchmarks.md.
 COST_FLAGS: tuple[tuple[str, str], ...] = (("scraper", "-promscrape.streamParse"),)
+# VictoriaMetrics' programs collect garbage at GOGC=30 unless told otherwise (its
+# lib/cgroup), saving memory at the cost of CPU; MAC gives them Go's own default, as
+# Prometheus runs. At 500 GPU nodes on a 2-core machine: 1.28 -> 1.11 cores (the store
+# 0.64 -> 0.51), 1.3 -> 1.6 GiB; at 1,000, where that machine fell behind, 79,000 ->
+# 106,000 samples/s ingested for the same CPU (docs/benchmarks.md, Metrics at scale).
+ENGINE_GOGC = "100"
+COST_ENV: tuple[tuple[str, str], ...] = tuple(
+    (service, "GOGC") for service in ("store", "scraper", "rules")
+)
 
 
 STORE_VOLUME = "mac-metrics"  # Compose names it mac_mac-metrics (project mac)
@@ -331,8 +340,8 @@ def _engine_spec(
     """An engine of scale-out mode: on this host's loopback (its own, or the port its
     container publishes there), alive when its /health answers."""
     return ServiceSpec(
-        name, argv, port=port, liveness_path="/health", env=env, prestart=prestart,
-        ready_timeout=60, host="127.0.0.1", bind="127.0.0.1",
+        name, argv, port=port, liveness_path="/health", env={**env, "GOGC": ENGINE_GOGC},
+        prestart=prestart, ready_timeout=60, host="127.0.0.1", bind="127.0.0.1",
     )  # fmt: skip
 
 
@@ -344,6 +353,7 @@ def store_data(data: Path) -> Path:
 # the master's data volume and settings. No value: from mac's environment or env files
 # at `up` (secrets are never written into the generated file).
 ENGINE_ENVIRONMENT: dict[str, str | None] = {
+    "GOGC": ENGINE_GOGC,  # see COST_ENV
     "MAC_DATA_DIR": str(DOCKER_DATA),
     "MAC_SD_TOKEN": None,
     "MAC_METRICS_TOKEN": None,

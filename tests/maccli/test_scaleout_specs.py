@@ -58,9 +58,14 @@ def test_it_runs_scrapers_a_store_and_rules_instead_of_prometheus(tmp_path):
     assert env["MAC_TARGETS_URL"] == "http://127.0.0.1:29090"  # the merged targets view
     assert env["MAC_RULES_URL"] == "http://127.0.0.1:29480"  # vmalert, which /health watches
     assert env["MAC_SCRAPER_URLS"].split(",") == [f"http://127.0.0.1:{29430 + k}" for k in range(3)]
-    # Every process agrees; the store alone holds its keys besides.
-    assert all(spec.env is env for name, spec in specs.items() if name != "store")
-    assert {k: v for k, v in specs["store"].env.items() if k in env} == env
+    # Every process agrees; the engines collect garbage at Go's default, the store alone
+    # holds its keys besides.
+    engines = ("store", "rules", "scraper-0", "scraper-1", "scraper-2")
+    assert all(spec.env is env for name, spec in specs.items() if name not in engines)
+    for name in engines:
+        assert {k: v for k, v in specs[name].env.items() if k in env} == env, name
+        assert specs[name].env["GOGC"] == scaleout.ENGINE_GOGC == "100", name
+    assert set(specs["rules"].env) - set(env) == {"GOGC"}
 
 
 def test_the_engines_listen_on_loopback_only(tmp_path):
@@ -191,6 +196,7 @@ def test_under_docker_the_engines_reach_each_other_by_service_name(tmp_path):
     # The http_sd token is passed through from mac's environment, never written down.
     assert "MAC_SD_TOKEN" not in master_env
     assert scraper["environment"]["MAC_SD_TOKEN"] is None
+    assert scraper["environment"]["GOGC"] == services["store"]["environment"]["GOGC"] == "100"
     # So are the store's keys, to the store alone.
     store = services["store"]
     assert "-envflag.enable" in store["command"][2]

@@ -522,6 +522,21 @@ def simulated():
         yield fleet
 
 
+# The header cell lies within its card (not clipped by the card's edge).
+INSIDE_ITS_CARD = """(cell) => {
+  const card = cell.closest(".card").getBoundingClientRect();
+  const box = cell.getBoundingClientRect();
+  return box.left >= card.left && box.right <= card.right;
+}"""
+# Drawn pixels in the canvas's first two columns: a y-axis label too wide for its axis.
+INK_AT_LEFT_EDGE = """(canvas) => {
+  const pixels = canvas.getContext("2d").getImageData(0, 0, 2, canvas.height).data;
+  let inked = 0;
+  for (let alpha = 3; alpha < pixels.length; alpha += 4) inked += pixels[alpha] > 0;
+  return inked;
+}"""
+
+
 @pytest.mark.prometheus
 def test_nvidia_and_amd_node_pages_draw_gpu_charts_of_a_simulated_fleet(
     page, simulated, chart_env, operator, tmp_path
@@ -552,6 +567,7 @@ def test_nvidia_and_amd_node_pages_draw_gpu_charts_of_a_simulated_fleet(
         for vendor, metric in (("nvidia", "DCGM_FI_DEV_GPU_UTIL"), ("amd", "gpu_gfx_activity")):
             prometheus.wait_for(f'{metric}{{node="{ids[vendor]}"}}')
             prometheus.wait_for(f'rate(rdma_rx_bytes_total{{node="{ids[vendor]}"}}[5s]) > 0')
+        page.set_viewport_size({"width": 1500, "height": 900})  # where Chromium cut them
         log_in(page, server.url)
         expect(page.locator('[data-count="vendor.nvidia"]')).to_have_text("1")
         expect(page.locator('[data-count="vendor.amd"]')).to_have_text("2")
@@ -571,6 +587,11 @@ def test_nvidia_and_amd_node_pages_draw_gpu_charts_of_a_simulated_fleet(
             scrape = page.locator('tr[data-service="sys-exporter"] .exp-scrape .badge')
             expect(scrape).to_have_text("up")
             expect(page.locator("#scrape-error")).to_be_hidden()
+            # At 1500 px the Exporters card shows its last column (Scrape) whole, and the
+            # GPU memory axis's labels ("828Gi") are not cut at the chart's left edge.
+            assert page.locator("th", has_text="Scrape").evaluate(INSIDE_ITS_CARD), vendor
+            memory = page.locator('figure[data-chart="gpu_memory"] canvas')
+            assert memory.evaluate(INK_AT_LEFT_EDGE) == 0, vendor
     finally:
         server.stop()
         prometheus.stop()
