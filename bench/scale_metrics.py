@@ -767,8 +767,8 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                     f"{rss / 2**20:,.0f} |"
                 )
     extra = [
-        f"| {row.engine} | {row.tuning} | {row.nodes:,} | {row.rules_round_s or 0:.3f} | "
-        f"{row.view_call_cpu_s or 0:.3f} |"
+        f"| {row.engine} | {row.tuning} | {row.nodes:,} | {_figure(row.rules_round_s)} | "
+        f"{_figure(row.view_call_cpu_s)} |"
         for rows in medians.values()
         for row in rows
         if row.rules_round_s is not None or row.view_call_cpu_s is not None
@@ -789,6 +789,10 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
         ]
     lines += _per_thousand(medians, results)
     return "\n".join(lines)
+
+
+def _figure(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.3f}"
 
 
 def _per_thousand(medians, results) -> list[str]:
