@@ -50,8 +50,9 @@ def sweep_prefix(cache_prefix: str) -> str:
 PREFIX = sweep_prefix(settings.CACHES["default"]["KEY_PREFIX"])
 RUNNING_KEY = PREFIX + "running"
 SLOT_KEY = PREFIX + "slot"
-LAST_KEY = PREFIX + "last"
-HISTORY_KEY = PREFIX + "history"
+LAST, HISTORY = "last", "history"  # another master's are read by its sweep_prefix
+LAST_KEY = PREFIX + LAST
+HISTORY_KEY = PREFIX + HISTORY
 PROBES_KEY = PREFIX + "probes_total"
 COUNT_KEY = PREFIX + "count"
 PENDING_KEY = PREFIX + "pending"
@@ -232,13 +233,13 @@ def record_sweep(client: redis.Redis, stats: SweepStats) -> None:
 
 def last_sweep(client: redis.Redis, prefix: str = PREFIX) -> dict | None:
     """This master's last sweep (another's, by its sweep_prefix)."""
-    raw = client.get(prefix + "last")
+    raw = client.get(prefix + LAST)
     return json.loads(raw) if raw else None
 
 
 def sweep_history(client: redis.Redis, prefix: str = PREFIX) -> list[dict]:
     """Most recent first (another master's, by its sweep_prefix)."""
-    return [json.loads(raw) for raw in client.lrange(prefix + "history", 0, -1)]
+    return [json.loads(raw) for raw in client.lrange(prefix + HISTORY, 0, -1)]
 
 
 def probes_total(client: redis.Redis) -> dict[str, int]:

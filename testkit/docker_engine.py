@@ -103,7 +103,6 @@ class DockerEngine:
         # The exec root holds containerd's sockets, whose paths must stay short.
         self.exec_root = Path(f"/run/macd-{self.tag}")
         self.socket = self.root / "docker.sock"
-        self.log = self.root / "dockerd.log"
 
     @property
     def host(self) -> str:
