@@ -10,17 +10,11 @@ database (`<name>_gw0`, `<name>_gw1`); the rest of what the tests share is here:
 - MAC_DATA_DIR: a folder per worker under the given one (prepare_master fills it).
 
 The heavy tests run on one worker, one after another, as they did without xdist: those
-that own something of the whole host (network namespaces, iptables, systemd-nspawn, the
-Slurm lab) and the slow ones that run whole masters against deadlines (`slow`).
-`pytest_collection_modifyitems` puts them in one xdist group, which `--dist loadgroup`
-keeps together; the other worker runs the quick tests beside them, at a lower CPU
-priority (as root), so a heavy test's deadlines see the cores it saw alone.
-
-The Docker tests are a group of their own on that other worker, at the same lower
-priority: they share one private engine (testkit.docker_engine), in a network namespace
-of its own, so they own nothing of the host's that the heavy tests touch, and they were a
-third of the heavy worker's time (CI's 30 minutes, issue 34). dockerd, started by their
-first test, inherits the priority, and so do the containers.
+that own something of the whole host (network namespaces, iptables, the private Docker
+engine, systemd-nspawn, the Slurm lab) and the slow ones that run whole masters against
+deadlines (`slow`). `pytest_collection_modifyitems` puts them in one xdist group, which
+`--dist loadgroup` keeps together; the other worker runs the quick tests beside them, at
+a lower CPU priority (as root), so a heavy test's deadlines see the cores it saw alone.
 """
 
 from __future__ import annotations
@@ -31,11 +25,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-HEAVY_MARKS = ("slow", "netns", "nspawn", "slurm")
+HEAVY_MARKS = ("slow", "netns", "docker", "nspawn", "slurm")
 # Slow, but with no deadline to miss and nothing of the host's to own: beside the others.
 NO_DEADLINE = "no_deadline"
 HEAVY_GROUP = "heavy"
-DOCKER_MARK = DOCKER_GROUP = "docker"
 QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
 
 
@@ -75,16 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def is_heavy(item: pytest.Item) -> bool:
-    if item.get_closest_marker(NO_DEADLINE) or item.get_closest_marker(DOCKER_MARK):
+    if item.get_closest_marker(NO_DEADLINE):
         return False
     return any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
-
-
-def group_of(item: pytest.Item) -> str | None:
-    """The xdist group that keeps `item` on one worker with its kind; None: anywhere."""
-    if item.get_closest_marker(DOCKER_MARK):
-        return DOCKER_GROUP
-    return HEAVY_GROUP if is_heavy(item) else None
 
 
 # First: xdist's own hook (on each worker) turns the mark into the `@heavy` suffix of the
@@ -92,8 +78,8 @@ def group_of(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if group := group_of(item):
-            item.add_marker(pytest.mark.xdist_group(group))
+        if is_heavy(item):
+            item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
