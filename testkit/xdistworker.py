@@ -15,11 +15,17 @@ engine, systemd-nspawn, the Slurm lab) and the slow ones that run whole masters 
 deadlines (`slow`). `pytest_collection_modifyitems` puts them in one xdist group, which
 `--dist loadgroup` keeps together; the other worker runs the quick tests beside them, at
 a lower CPU priority (as root), so a heavy test's deadlines see the cores it saw alone.
+
+At the end the controller prints each worker's share: its tests, the seconds they took and
+when its last one ended. The later of the two ends is the run's length, so that line says
+which worker to take tests from when CI nears its 30 minutes (issue 34).
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -65,6 +71,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{NO_DEADLINE}: slow, but may run beside the heavy tests (no deadline)"
     )
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        config.pluginmanager.register(WorkerShares(), "mac-worker-shares")
 
 
 def is_heavy(item: pytest.Item) -> bool:
@@ -87,3 +95,33 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if worker_number() is None or os.geteuid() != 0:
         return
     os.setpriority(os.PRIO_PROCESS, 0, 0 if is_heavy(item) else QUICK_NICENESS)
+
+
+class WorkerShares:
+    """The controller's view of each worker: tests run, seconds busy, when it last ended."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.tests: Counter[str] = Counter()
+        self.busy: defaultdict[str, float] = defaultdict(float)
+        self.ended: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)  # set by xdist on the controller's copies
+        if node is None:
+            return
+        worker = node.gateway.id
+        self.busy[worker] += report.duration
+        if report.when == "teardown":
+            self.tests[worker] += 1
+            self.ended[worker] = time.monotonic() - self.began
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.tests:
+            return
+        terminalreporter.write_sep("-", "xdist workers (the later end is the run's length)")
+        for worker in sorted(self.tests):
+            terminalreporter.write_line(
+                f"{worker}: {self.tests[worker]:,} tests, {self.busy[worker]:,.0f} s in tests, "
+                f"last ended {self.ended[worker]:,.0f} s after the start"
+            )

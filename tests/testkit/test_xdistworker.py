@@ -11,8 +11,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 # "[gw1] [ 50%] PASSED test_suite.py::test_slow[0]@heavy": the worker, the test, its group.
+# "gw0: 13 tests, 0 s in tests, last ended 1 s after the start"
+SHARE = re.compile(r"^(gw\d): (\d+) tests, [\d,]+ s in tests, last ended [\d,]+ s after", re.M)
 PASSED = re.compile(r"\[(gw\d)\] \[\s*\d+%\] PASSED test_suite\.py::(\w+)(?:\[\d+\])?(@\w+)?")
 
 SUITE = """
@@ -39,8 +43,10 @@ def test_long_without_deadline():
 """
 
 
-def _run_suite(tmp_path: Path) -> list[tuple[str, str, str]]:
-    """(worker, test, "@group" or "") for each test the suite ran."""
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[str, str, str]], str]:
+    """(worker, test, "@group" or "") for each test the suite ran, and pytest's output."""
+    tmp_path = tmp_path_factory.mktemp("suite")
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: s\n    docker: d\n")
     (tmp_path / "test_suite.py").write_text(SUITE)
     ran = subprocess.run(
@@ -50,11 +56,11 @@ def _run_suite(tmp_path: Path) -> list[tuple[str, str, str]]:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    return PASSED.findall(ran.stdout)
+    return PASSED.findall(ran.stdout), ran.stdout
 
 
-def test_heavy_tests_run_on_one_worker_and_quick_ones_beside_them(tmp_path: Path) -> None:
-    ran = _run_suite(tmp_path)
+def test_heavy_tests_run_on_one_worker_and_quick_ones_beside_them(suite_run) -> None:
+    ran, _ = suite_run
     workers: dict[str, set[str]] = defaultdict(set)
     groups: dict[str, set[str]] = defaultdict(set)
     for worker, test, group in ran:
@@ -69,3 +75,12 @@ def test_heavy_tests_run_on_one_worker_and_quick_ones_beside_them(tmp_path: Path
     heavy = workers["test_slow"] | workers["test_docker"]
     assert len(heavy) == 1, f"heavy tests ran on {sorted(heavy)}"
     assert len(ran) == 25
+
+
+def test_the_run_ends_with_each_worker_s_share(suite_run) -> None:
+    ran, output = suite_run
+    counted = {worker: 0 for worker, _, _ in ran}
+    for worker, _, _ in ran:
+        counted[worker] += 1
+    shares = dict(SHARE.findall(output))
+    assert {worker: int(tests) for worker, tests in shares.items()} == counted, output
