@@ -107,6 +107,8 @@ class AlertStack:
     def start(self) -> subprocess.CompletedProcess:
         started = self.mac("start", "master")
         if started.returncode != 0:
+            # What did start would live on and take the next master's tasks from Redis.
+            self.stop()
             raise RuntimeError(f"mac start master failed:\n{started.stdout}\n{started.stderr}")
         return started
 

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,7 +92,14 @@ class Stack:
         wait_for(more, timeout=count * INTERVAL + 20, interval=0.5, what=f"{count} more sweeps")
 
     def health(self) -> dict:
-        with urllib.request.urlopen(f"{self.master.url}/health", timeout=5) as answer:
+        """The master's /health report, 200 or 503 (a 503 names what is down, and still
+        says when the last sweep finished)."""
+        try:
+            with urllib.request.urlopen(f"{self.master.url}/health", timeout=5) as answer:
+                return json.load(answer)
+        except urllib.error.HTTPError as answer:
+            if answer.code != 503:
+                raise
             return json.load(answer)
 
 
@@ -203,7 +211,10 @@ def test_healing_resumes_macs_drain_and_never_the_administrators(stack):
     assert resumed.state == "idle" and resumed.reason == ""
     node = stack.node(0)
     [event] = [e for e in node["events"] if e["kind"] == "slurm_resume"]
-    assert f"GPU verdict healthy for {RESUME_SWEEPS} sweeps in a row" in event["message"]
+    # At the first sweep with the streak long enough, or a later one where Slurm's own
+    # answer came late: the message says how many it took.
+    streak = re.search(r"GPU verdict healthy for (\d+) sweeps in a row", event["message"])
+    assert streak and int(streak.group(1)) >= RESUME_SWEEPS, event["message"]
     assert node["health_state"] == "healthy"
     # Node 2's verdict has been healthy as long: still the administrator's, word for word.
     assert stack.node(2)["health_state"] == "healthy"
