@@ -36,7 +36,10 @@ every chart of macweb.dashboard.charts for one node over 1 h, QUERY_ROUNDS round
 `--tuning NAME=EDIT ...` (repeatable) adds a flag set measured beside MAC's own
 ("mac", as the specs have it) in the same run; `defaults` is a built-in one: MAC's
 specs without the flags and environment it sets for cost (maccli.master.scaleout's
-COST_FLAGS and COST_ENV), i.e. VictoriaMetrics' defaults. An EDIT is
+COST_FLAGS and COST_ENV), i.e. VictoriaMetrics' defaults; `store-scrapes` is another: the
+store scrapes the fleet itself (scraper 0's configuration, stream parsing on) and the
+vmagent is left idle, which measures what the remote-write hop between them costs (MAC
+keeps the hop: vmagent buffers on disk what it scrapes while the store is away). An EDIT is
 SERVICE:-flag=value (set or replace), SERVICE:-flag (a boolean), SERVICE:!-flag (drop)
 or SERVICE:NAME=value (environment, e.g. GOGC=30); SERVICE is scraper, store, rules,
 prometheus or fleet (the simfleet's options, e.g. fleet:--collect-interval=0). Several
@@ -286,9 +289,14 @@ def parse_tuning(text: str) -> tuple[str, list[Edit]]:
     return name, edits
 
 
+# Built-in tuning `store-scrapes`: the engine swaps the scrapers' job over to the store.
+STORE_SCRAPES = "store-scrapes"
+
+
 def builtin_tuning(name: str) -> list[Edit]:
-    """`mac` (no edit) or `defaults` (MAC's cost flags dropped)."""
-    if name == "mac":
+    """`mac` (no edit), `defaults` (MAC's cost flags dropped) or `store-scrapes` (the
+    store scrapes the fleet; Engine makes the edits, which name its files)."""
+    if name in ("mac", STORE_SCRAPES):
         return []
     if name == "defaults":
         from maccli.master.scaleout import COST_ENV, COST_FLAGS
@@ -297,7 +305,9 @@ def builtin_tuning(name: str) -> list[Edit]:
         return [Edit(service, "drop", flag) for service, flag in COST_FLAGS] + [
             Edit(service, "env", name, "") for service, name in COST_ENV
         ]
-    raise ValueError(f"--tuning {name}: not built in (mac, defaults); give NAME=EDIT ...")
+    raise ValueError(
+        f"--tuning {name}: not built in (mac, defaults, {STORE_SCRAPES}); give NAME=EDIT ..."
+    )
 
 
 def applies(edit: Edit, service: str) -> bool:
@@ -339,7 +349,15 @@ def consecutive_ports(count: int) -> int:
 class Engine:
     """The processes `mac start master` starts for one engine, from its specs."""
 
-    def __init__(self, key: str, shards: int, work: Path, master_port: int, edits: list[Edit]):
+    def __init__(
+        self,
+        key: str,
+        shards: int,
+        work: Path,
+        master_port: int,
+        edits: list[Edit],
+        store_scrapes: bool = False,
+    ):
         from maccli.master.specs import master_specs
         from node.config import NodeConfig
 
@@ -375,7 +393,22 @@ class Engine:
         if self.shards:
             wanted = ["store", *(f"scraper-{k}" for k in range(self.shards)), "rules", "prometheus"]
         self.engine_specs = [by_name[name] for name in wanted]
+        if store_scrapes and self.shards == 1:
+            self._store_scrapes(by_name)
         self.procs: dict[str, subprocess.Popen] = {}
+
+    def _store_scrapes(self, by_name: dict) -> None:
+        """The store takes scraper 0's configuration (written by that scraper's prestart,
+        so the scraper goes first), the scraper keeps none and only idles."""
+        scraper = by_name["scraper-0"]
+        config = next(a for a in scraper.argv if a.startswith("-promscrape.config="))
+        self.engine_specs = [scraper, *(s for s in self.engine_specs if s is not scraper)]
+        self.edits = [
+            *self.edits,
+            Edit("store", "set", "-promscrape.config", config.split("=", 1)[1]),
+            Edit("store", "set", "-promscrape.streamParse"),
+            Edit("scraper", "drop", "-promscrape.config"),
+        ]
 
     def shown(self, spec_name: str) -> str:
         if spec_name == "prometheus":
@@ -634,7 +667,7 @@ def measure(
     groups = job_groups(fleet_rows(nodes))
     master = MasterStandIn(groups)
     fleet = start_fleet(nodes, tuning[1])
-    engine = Engine(key, shards, work, master.port, tuning[1])
+    engine = Engine(key, shards, work, master.port, tuning[1], tuning[0] == STORE_SCRAPES)
     try:
         engine.start(groups)
         watched = {name: psutil.Process(p.pid) for name, p in engine.procs.items()}
@@ -881,6 +914,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     except ValueError as exc:
         parser.error(str(exc))
+    if args.shards != 1 and any(name == STORE_SCRAPES for name, _ in tunings):
+        parser.error(f"--tuning {STORE_SCRAPES}: the store can take one scraper's job (--shards 1)")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
     import django
 

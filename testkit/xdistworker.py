@@ -16,9 +16,10 @@ deadlines (`slow`). `pytest_collection_modifyitems` puts them in one xdist group
 `--dist loadgroup` keeps together; the other worker runs the quick tests beside them, at
 a lower CPU priority (as root), so a heavy test's deadlines see the cores it saw alone.
 
-At the end the controller prints each worker's share: its tests, the seconds they took and
-when its last one ended. The later of the two ends is the run's length, so that line says
-which worker to take tests from when CI nears its 30 minutes (issue 34).
+At the end the controller prints each worker's share: its tests, the seconds they took,
+when its last one ended, and its longest modules. The later of the two ends is the run's
+length, so those lines say which tests to move or cut when CI nears its 30 minutes
+(issue 34).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ HEAVY_MARKS = ("slow", "netns", "docker", "nspawn", "slurm")
 # Slow, but with no deadline to miss and nothing of the host's to own: beside the others.
 NO_DEADLINE = "no_deadline"
 HEAVY_GROUP = "heavy"
+MODULES_SHOWN = 8  # each worker's longest test modules, in the summary
 QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
 
 
@@ -105,6 +107,7 @@ class WorkerShares:
         self.tests: Counter[str] = Counter()
         self.busy: defaultdict[str, float] = defaultdict(float)
         self.ended: dict[str, float] = {}
+        self.modules: defaultdict[str, Counter[str]] = defaultdict(Counter)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)  # set by xdist on the controller's copies
@@ -112,6 +115,7 @@ class WorkerShares:
             return
         worker = node.gateway.id
         self.busy[worker] += report.duration
+        self.modules[worker][report.nodeid.split("::")[0]] += report.duration
         if report.when == "teardown":
             self.tests[worker] += 1
             self.ended[worker] = time.monotonic() - self.began
@@ -124,4 +128,9 @@ class WorkerShares:
             terminalreporter.write_line(
                 f"{worker}: {self.tests[worker]:,} tests, {self.busy[worker]:,.0f} s in tests, "
                 f"last ended {self.ended[worker]:,.0f} s after the start"
+            )
+            # Where the time went: the modules to move or cut first.
+            heaviest = self.modules[worker].most_common(MODULES_SHOWN)
+            terminalreporter.write_line(
+                "    " + ", ".join(f"{module} {seconds:,.0f} s" for module, seconds in heaviest)
             )

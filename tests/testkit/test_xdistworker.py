@@ -84,3 +84,5 @@ def test_the_run_ends_with_each_worker_s_share(suite_run) -> None:
         counted[worker] += 1
     shares = dict(SHARE.findall(output))
     assert {worker: int(tests) for worker, tests in shares.items()} == counted, output
+    # and under each, the modules its time went to
+    assert output.count("    test_suite.py ") == len(counted), output

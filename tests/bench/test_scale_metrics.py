@@ -1,0 +1,60 @@
+"""The scale bench's tunings: what each one changes in the engines' command lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.scale_metrics import (
+    STORE_SCRAPES,
+    Edit,
+    Engine,
+    builtin_tuning,
+    edited,
+    parse_tuning,
+)
+
+
+def test_a_tuning_sets_drops_and_exports_what_it_names() -> None:
+    name, edits = parse_tuning(
+        "q=scraper:-remoteWrite.queues=1 store:!-search.latencyOffset rules:GOGC=50"
+    )
+    assert name == "q"
+    argv, env = edited(["vmagent", "-remoteWrite.queues=4", "-x"], {}, edits, "scraper-0")
+    assert argv == ["vmagent", "-x", "-remoteWrite.queues=1"] and env == {}
+    argv, _ = edited(["vm", "-search.latencyOffset=5s"], {}, edits, "store")
+    assert argv == ["vm"]
+    _, env = edited(["vmalert"], {}, edits, "rules")
+    assert env == {"GOGC": "50"}
+
+
+@pytest.mark.parametrize("text", ["q", "q=", "q=nothing:-x=1", "q=store:GOGC"])
+def test_a_tuning_that_says_nothing_clear_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="--tuning"):
+        parse_tuning(text)
+
+
+def test_defaults_drop_every_flag_and_variable_mac_sets_for_cost() -> None:
+    from maccli.master.scaleout import COST_ENV, COST_FLAGS
+
+    edits = builtin_tuning("defaults")
+    assert {(e.service, e.name) for e in edits if e.action == "drop"} == set(COST_FLAGS)
+    assert {(e.service, e.name, e.value) for e in edits if e.action == "env"} == {
+        (service, name, "") for service, name in COST_ENV
+    }
+
+
+def test_store_scrapes_gives_the_store_the_scraper_s_job(tmp_path) -> None:
+    engine = Engine("vm", 1, tmp_path, 1, builtin_tuning(STORE_SCRAPES), store_scrapes=True)
+    by_name = {spec.name: spec for spec in engine.engine_specs}
+    # The scraper's prestart writes the configuration the store reads: it starts first.
+    assert engine.engine_specs[0].name == "scraper-0"
+    [config] = [a for a in by_name["scraper-0"].argv if a.startswith("-promscrape.config=")]
+    store, _ = edited(by_name["store"].argv, {}, engine.edits, "store")
+    assert config in store and "-promscrape.streamParse" in store
+    scraper, _ = edited(by_name["scraper-0"].argv, {}, engine.edits, "scraper-0")
+    assert not [a for a in scraper if a.startswith("-promscrape.config")]
+    # Everything else as MAC starts it.
+    assert Edit("store", "set", "-promscrape.streamParse") in engine.edits
+    plain = Engine("vm", 1, tmp_path / "plain", 1, [])
+    assert [s.name for s in plain.engine_specs] == ["store", "scraper-0", "rules", "prometheus"]
+    assert plain.edits == []
