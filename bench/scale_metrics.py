@@ -60,6 +60,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -666,9 +667,11 @@ def measure(
     work = Path(tempfile.mkdtemp(prefix="mac-scale-"))
     groups = job_groups(fleet_rows(nodes))
     master = MasterStandIn(groups)
-    fleet = start_fleet(nodes, tuning[1])
-    engine = Engine(key, shards, work, master.port, tuning[1], tuning[0] == STORE_SCRAPES)
+    fleet: list[subprocess.Popen] = []
+    engine: Engine | None = None
     try:
+        fleet = start_fleet(nodes, tuning[1])
+        engine = Engine(key, shards, work, master.port, tuning[1], tuning[0] == STORE_SCRAPES)
         engine.start(groups)
         watched = {name: psutil.Process(p.pid) for name, p in engine.procs.items()}
         watched.update(
@@ -702,7 +705,8 @@ def measure(
             load, latency, view, rules, settled,
         )  # fmt: skip
     finally:
-        engine.stop()
+        if engine is not None:
+            engine.stop()
         stop_all(fleet)
         master.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -907,6 +911,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.from_json:
         return from_saved(args)
+    # A kill (timeout, a session's end) stops the engines and the fleet as Ctrl-C does:
+    # measure()'s finally runs instead of leaving them running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     sizes = sorted(int(s) for s in args.sizes.split(","))
     try:
         tunings = [("mac", [])] + [

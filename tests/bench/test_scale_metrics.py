@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
 import pytest
 
 from bench.scale_metrics import (
@@ -12,6 +19,9 @@ from bench.scale_metrics import (
     edited,
     parse_tuning,
 )
+from testkit.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_tuning_sets_drops_and_exports_what_it_names() -> None:
@@ -58,3 +68,31 @@ def test_store_scrapes_gives_the_store_the_scraper_s_job(tmp_path) -> None:
     plain = Engine("vm", 1, tmp_path / "plain", 1, [])
     assert [s.name for s in plain.engine_specs] == ["store", "scraper-0", "rules", "prometheus"]
     assert plain.edits == []
+
+
+@pytest.mark.slow
+@pytest.mark.no_deadline
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed")
+def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
+         "--runs", "1", "--warmup", "120", "--window", "10"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        parent = psutil.Process(bench.pid)
+
+        def started() -> list[psutil.Process]:
+            children = parent.children(recursive=True)
+            names = " ".join(" ".join(child.cmdline()) for child in children)
+            return children if "simfleet" in names and "prometheus" in names else []
+
+        children = wait_for(started, timeout=120, interval=0.5, what="the fleet and the engine")
+        bench.terminate()
+        assert bench.wait(timeout=60) == 143
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [" ".join(child.cmdline()) for child in alive]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
