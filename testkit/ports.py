@@ -38,9 +38,10 @@ def listening_port(host: str = "127.0.0.1", taken: set[int] | None = None) -> in
     cannot happen. Each xdist worker draws from a slice of its own, so two workers never
     hand out the same port. `taken`: ports already promised to this caller.
     """
+    low = _ephemeral_low()
     candidates = [
         port
-        for port in _slice(range(max(1024, _ephemeral_low() - 12000), _ephemeral_low()))
+        for port in _slice(range(max(1024, low - 12000), low))
         if port not in MAC_DEFAULTS and port not in _HANDED and not (taken and port in taken)
     ]
     random.shuffle(candidates)
@@ -52,7 +53,7 @@ def listening_port(host: str = "127.0.0.1", taken: set[int] | None = None) -> in
                 continue
         _HANDED.append(port)
         return port
-    raise OSError(f"no free port below the ephemeral range ({_ephemeral_low()}) on {host}")
+    raise OSError(f"no free port below the ephemeral range ({low}) on {host}")
 
 
 def _slice(ports: range) -> range:
