@@ -86,6 +86,10 @@ class Layout:
     def front_http(self) -> str:
         return f"{self.front}:{self.http_port}"
 
+    def django(self, command: str, *args: str) -> list[str]:
+        """A start step: one of the master's Django commands, as its services run them."""
+        return [self.python, "-m", "django", command, *args]
+
     def host(self, service: str) -> str:
         """How the other services reach `service`."""
         return service if self.docker else LOOPBACK

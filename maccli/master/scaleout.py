@@ -229,7 +229,7 @@ def specs(
     project_spec: Callable[..., ServiceSpec],
 ) -> list[ServiceSpec]:
     """The scale-out services, in place of mac-prometheus (see the module docstring)."""
-    django = [layout.python, "-m", "django"]
+    django = layout.django
     work = layout.work
     store = store_url(cfg, layout)
     scrapers = scraper_addresses(cfg, layout)
@@ -257,8 +257,8 @@ def specs(
             *ENVFLAG_ARGS,
         ]
         prestart = [
-            [*django, "scaleout_config", "--store-scrape", str(store_scrape),
-             "--scrapers", ",".join(scrapers)],
+            django("scaleout_config", "--store-scrape", str(store_scrape),
+                   "--scrapers", ",".join(scrapers)),
         ]  # fmt: skip
         # Under Docker the keys come through Compose's environment (compose_overlay).
         keys = {} if layout.docker else store_keys(work)
@@ -286,8 +286,8 @@ def specs(
             "-promscrape.streamParse",
         ]
         prestart = [
-            [*django, "scaleout_config", "--scraper", str(index), "--of", str(len(scrapers)),
-             "--master", layout.master, "--out", str(config)],
+            django("scaleout_config", "--scraper", str(index), "--of", str(len(scrapers)),
+                   "--master", layout.master, "--out", str(config)),
         ]  # fmt: skip
         result.append(_engine_spec(f"scraper-{index}", argv, port, env, prestart))
     rules_port = _rules_port(cfg)
@@ -320,7 +320,7 @@ def specs(
             ],
             rules_port,
             env,
-            [[*django, "scaleout_config", "--rules", str(rules)]],
+            [django("scaleout_config", "--rules", str(rules))],
         )
     )
     view_argv = [

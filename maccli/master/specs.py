@@ -114,25 +114,27 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
     # A site's own Alertmanager (MAC_ALERTMANAGER_URL) replaces MAC's: none runs here.
     own_alertmanager = not cfg.get("MAC_ALERTMANAGER_URL")
     env = _environment(cfg, layout)
-    django = [py, "-m", "django"]
+    django = layout.django
     api_prestart = [
         # First: the data folder and the secret key every master process reads.
-        [*django, "prepare_master"],
+        django("prepare_master"),
         # Without the statement timeout of the serving processes: a migration of a
         # large table may take longer (macweb.db_deadline).
-        ["env", "MAC_DB_STATEMENT_TIMEOUT=0", *django, "migrate", "--noinput"],
-        [*django, "collectstatic", "--noinput"],
+        ["env", "MAC_DB_STATEMENT_TIMEOUT=0", *django("migrate", "--noinput")],
+        # MAC's own steps skip Django's system checks (a second each); Django's own is
+        # told to: the migrate before it ran them for the whole start.
+        django("collectstatic", "--noinput", "--skip-checks"),
     ]
     alertmanager_prestart = []
     if has_command("alerting.management.commands.alertmanager_config"):
         alertmanager_prestart = [
-            [*django, "alert_channels_from_env"],
-            [*django, "alertmanager_config"],
+            django("alert_channels_from_env"),
+            django("alertmanager_config"),
         ]
     if docker:
         # In the api-server's container: the admin user (mac makes it on this host), and
         # alertmanager.yml from the channels, which mac-alertmanager waits for.
-        api_prestart.append([*django, "createadmin"])
+        api_prestart.append(django("createadmin"))
         api_prestart += alertmanager_prestart if own_alertmanager else []
         alertmanager_prestart = []
     prom_dir = Path("/tmp/mac-prometheus") if docker else data / "prometheus"
@@ -142,24 +144,22 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
         # The configuration and rules MAC writes from its settings (MAC_SCRAPE_INTERVAL,
         # MAC_ALERT_FOR, MAC_RUNBOOK_BASE_URL, MAC_METRICS_TOKEN), under both runtimes.
         prom_prestart.append(
-            [
-                *django, "prometheus_config", "--out", str(prom_config),
+            django(
+                "prometheus_config", "--out", str(prom_config),
                 # Over the proxy's HTTPS, trusting the master's CA (or the site's top).
                 "--master", f"{layout.front}:{layout.https_port}",
                 "--ca-file", str(layout.tls / "ca.pem"),
-            ]
+            )
         )  # fmt: skip
     proxy_dir = Path("/tmp/mac-proxy") if docker else data / "proxy"
     proxy_conf = proxy_dir / "nginx.conf"
     # The CA (first start) and server certificate, then nginx.conf with HTTPS beside HTTP.
-    tls_prestart = [*django, "prepare_tls"]
     # Under Compose the names come from `mac` at each start (MAC_TLS_HOST_NAMES).
     names = ["mac-proxy", "${MAC_TLS_HOST_NAMES:-}"] if docker else tls_names(cfg)
-    for name in names:
-        tls_prestart += ["--name", name]
+    tls_prestart = django("prepare_tls", *[arg for name in names for arg in ("--name", name)])
     listen = layout.listen if docker else bind(cfg)
-    proxy_prestart = [
-        *django, "proxy_config", "--out", str(proxy_conf),
+    proxy_args = [
+        "--out", str(proxy_conf),
         "--listen", f"{listen}:{layout.http_port}",
         "--upstream", f"{layout.host('api-server')}:{layout.api_port}",
         "--tls-listen", f"{listen}:{layout.https_port}",
@@ -167,10 +167,11 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
     ]  # fmt: skip
     if own_alertmanager:
         alertmanager = f"{layout.host('alertmanager')}:{layout.alertmanager_port}"
-        proxy_prestart += ["--alertmanager", alertmanager]
+        proxy_args += ["--alertmanager", alertmanager]
     if docker:
         # Docker's DNS, asked as nginx goes: a recreated container is found.
-        proxy_prestart += ["--resolver", "127.0.0.11"]
+        proxy_args += ["--resolver", "127.0.0.11"]
+    proxy_prestart = django("proxy_config", *proxy_args)
     # MAC_HTTP=off keeps HTTP on loopback only, where the health check asks.
     proxy_host = LOOPBACK if http_mode(cfg) == "off" else probe_host(cfg)
     specs = [

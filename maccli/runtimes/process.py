@@ -202,7 +202,7 @@ class ProcessRuntime(Runtime):
             words = [word for word in words[1:] if "=" not in word]
         if words[1:2] == ["-m"]:
             words = words[3:] if words[2:3] == ["django"] else words[2:]
-        with spinner(f"{spec.name}: {' '.join(words[:2])}"), log.open("ab") as handle:
+        with spinner(f"{spec.name}: {words[0]}"), log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()
             try:

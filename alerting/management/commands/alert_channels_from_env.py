@@ -15,6 +15,8 @@ from alerting import services
 
 class Command(BaseCommand):
     help = "Create or update the notification channels given by MAC_ALERT_* and MAC_SMTP_*."
+    # A step of `mac start master`, after its migrate ran Django's system checks.
+    requires_system_checks: list[str] = []
 
     def handle(self, *args, **options):
         try:

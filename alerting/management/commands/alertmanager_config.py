@@ -20,6 +20,8 @@ class Command(BaseCommand):
     help = (
         "Write Alertmanager's configuration (MAC_ALERTMANAGER_DIR) from the notification channels."
     )
+    # A step of `mac start master`, after its migrate ran Django's system checks.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument(

@@ -21,6 +21,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 class Command(BaseCommand):
     help = "Create or update the MAC superuser from MAC_ADMIN_USER / MAC_ADMIN_PASSWORD."
+    # A step of `mac start master`, after its migrate ran Django's system checks.
+    requires_system_checks: list[str] = []
 
     def handle(self, *args, **options) -> None:
         username = os.environ.get("MAC_ADMIN_USER", "").strip() or "admin"

@@ -31,6 +31,8 @@ from scraping.promconfig import (
 
 class Command(BaseCommand):
     help = "Write the scrape, store and rule files of scale-out mode (MAC_SCRAPE_SHARDS)."
+    # A step of `mac start master`, after its migrate ran Django's system checks.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("--scraper", help="this scraper's shard K (0..N-1)")
