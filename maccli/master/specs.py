@@ -44,6 +44,20 @@ PROMETHEUS_FLAGS = ["--web.route-prefix=/"]
 ALERTMANAGER_FLAGS = ["--web.route-prefix=/", "--cluster.listen-address="]
 
 
+# What each service's start steps need of the others' (the process runtime runs the rest
+# side by side; the Compose containers wait for the same files, compose.WAITS). The
+# proxy's CA and nginx.conf need nothing of the master's (under Compose it has no data
+# folder); the alert channels need the database that the api-server's steps migrate;
+# Prometheus's configuration and the scale-out engines' files the metrics token of its
+# prepare_master and the proxy's CA.
+PRESTART_AFTER = {
+    "api-server": (),
+    "proxy": (),
+    "alertmanager": ("api-server",),
+    "*": ("api-server", "proxy"),
+}
+
+
 def project_spec(
     name: str,
     argv: list[str],
@@ -307,6 +321,8 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
             cfg, layout, env, views_port=_host_port(cfg, layout, "prometheus"),
             project_spec=project_spec,
         )  # fmt: skip
+    for spec in specs:
+        spec.prestart_after = PRESTART_AFTER.get(spec.name, PRESTART_AFTER["*"])
     return specs
 
 

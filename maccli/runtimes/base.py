@@ -25,6 +25,9 @@ class ServiceSpec:
     env: dict[str, str] = field(default_factory=dict)
     # Commands run to completion before the service starts (migrations, config files).
     prestart: list[list[str]] = field(default_factory=list)
+    # Services (listed before this one) whose commands must have finished before this
+    # one's begin; the process runtime runs the others' side by side.
+    prestart_after: tuple[str, ...] = ()
     ready_timeout: float = 30.0
     # How the liveness URL is reached from this host.
     host: str = "127.0.0.1"

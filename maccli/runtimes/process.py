@@ -30,12 +30,13 @@ import subprocess
 import time
 import xmlrpc.client
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
+from rich.text import Text
 
-from maccli.output import CliError, spinner
+from maccli.output import CliError, err, spinner
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, service_health
 from maccli.runtimes.logfiles import file_logs
 from maccli.runtimes.pidfiles import PidFiles
@@ -165,9 +166,7 @@ class ProcessRuntime(Runtime):
             new = [s for s in specs if getattr(programs.get(s.name), "state", "") not in _ALIVE]
             for spec in new:
                 check_port_free(role, spec)
-            for spec in new:
-                for command in spec.prestart:
-                    self._run_prestart(role, spec, command)
+            self._prepare(role, new)
             changed = sup.write(specs, _base_env())
             try:
                 if not supervised:
@@ -194,6 +193,29 @@ class ProcessRuntime(Runtime):
     def _env(self, spec: ServiceSpec) -> dict[str, str]:
         return {**_base_env(), **spec.env}
 
+    def _prepare(self, role: str, specs: Sequence[ServiceSpec]) -> None:
+        """Each service's commands in order; those of different services side by side,
+        but after the services each names in `prestart_after` (a master's start: 13 s
+        one after another on an idle 2-core host, 9 s so). The first failure, in the
+        services' order, is the one reported; a service after it never begins."""
+        preparing = [spec for spec in specs if spec.prestart]
+        if not preparing:
+            return
+        names = ", ".join(spec.name for spec in preparing)
+        with spinner(f"Preparing {names} ..."), ThreadPoolExecutor(len(preparing)) as pool:
+            started: dict[str, Future] = {}
+            for spec in preparing:
+                before = [started[name] for name in spec.prestart_after if name in started]
+                started[spec.name] = pool.submit(self._prepare_one, role, spec, before)
+            for future in started.values():
+                future.result()  # the first failure, in order
+
+    def _prepare_one(self, role: str, spec: ServiceSpec, before: list[Future]) -> None:
+        for future in before:
+            future.result()  # a failure there is this service's too: it never begins
+        for command in spec.prestart:
+            self._run_prestart(role, spec, command)
+
     def _run_prestart(self, role: str, spec: ServiceSpec, command: list[str]) -> None:
         log = self.log_file(role, spec.name)
         # What people recognise: `prepare_master`, not `python -m django prepare_master`.
@@ -202,7 +224,9 @@ class ProcessRuntime(Runtime):
             words = [word for word in words[1:] if "=" not in word]
         if words[1:2] == ["-m"]:
             words = words[3:] if words[2:3] == ["django"] else words[2:]
-        with spinner(f"{spec.name}: {words[0]}"), log.open("ab") as handle:
+        # Above the spinner, as each step begins (several services' at once).
+        err().print(Text(f"  {spec.name}: {words[0]}"))
+        with log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()
             try:

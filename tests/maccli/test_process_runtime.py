@@ -176,3 +176,58 @@ def test_stop_removes_the_orphans_of_a_dead_leader_left_by_an_older_mac(tmp_path
     assert state.state == "stopped"
     _gone, alive = psutil.wait_procs([left], timeout=5)
     assert not [proc for proc in alive if proc.status() != psutil.STATUS_ZOMBIE]
+
+
+def _step(record, word: str, seconds: float = 0.0, fail: bool = False) -> list[str]:
+    """A start step that writes when it began and ended, in order, to `record`."""
+    code = (
+        f"import sys, time; open({str(record)!r}, 'a').write('{word} began\\n'); "
+        f"time.sleep({seconds}); open({str(record)!r}, 'a').write('{word} ended\\n'); "
+        f"sys.exit({int(fail)})"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _events(record) -> list[str]:
+    return record.read_text().splitlines()
+
+
+def test_start_steps_run_side_by_side_but_after_the_services_they_need(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state", grace=5)
+    record = tmp_path / "steps"
+    first = _spec(script, "first")
+    first.prestart = [_step(record, "first-1", 1.0), _step(record, "first-2", 0.5)]
+    beside = _spec(script, "beside")
+    beside.prestart = [_step(record, "beside", 0.5)]
+    after = _spec(script, "after")
+    after.prestart = [_step(record, "after")]
+    after.prestart_after = ("first",)
+    states = runtime.start("agent", [first, beside, after])
+    assert all(state.running for state in states)
+    events = _events(record)
+    # Each service's steps in order; another's meanwhile; `after` once `first` is done.
+    assert events.index("first-1 ended") < events.index("first-2 began")
+    assert events.index("beside began") < events.index("first-1 ended")
+    assert events.index("after began") > events.index("first-2 ended")
+    runtime.stop("agent", [first, beside, after])
+
+
+def test_a_failed_step_is_reported_and_what_needs_it_never_begins(tmp_path, script):
+    runtime = ProcessRuntime(tmp_path / "state", grace=5)
+    record = tmp_path / "steps"
+    first = _spec(script, "first")
+    first.prestart = [_step(record, "first", 0.5, fail=True), _step(record, "never")]
+    beside = _spec(script, "beside")
+    beside.prestart = [_step(record, "beside", 1.0)]
+    after = _spec(script, "after")
+    after.prestart = [_step(record, "after")]
+    after.prestart_after = ("first",)
+    with pytest.raises(CliError) as failed:
+        runtime.start("agent", [first, beside, after])
+    assert "first: `" in str(failed.value) and "failed (exit code 1)" in str(failed.value)
+    events = _events(record)
+    # What runs beside it ends before the start gives up: no step is left running.
+    assert events.count("beside ended") == 1
+    assert "never began" not in events and "after began" not in events
+    # Nothing was started.
+    assert all(state.state != "running" for state in runtime.status("agent", [first, beside]))
