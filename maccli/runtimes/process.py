@@ -195,9 +195,8 @@ class ProcessRuntime(Runtime):
 
     def _prepare(self, role: str, specs: Sequence[ServiceSpec]) -> None:
         """Each service's commands in order; those of different services side by side,
-        but after the services each names in `prestart_after` (a master's start: 13 s
-        one after another on an idle 2-core host, 9 s so). The first failure, in the
-        services' order, is the one reported; a service after it never begins."""
+        but after the services each names in `prestart_after`. The first failure, in the
+        services' order, is the one reported; a service that needs it never begins."""
         preparing = [spec for spec in specs if spec.prestart]
         if not preparing:
             return
