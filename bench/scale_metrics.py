@@ -43,7 +43,8 @@ keeps the hop: vmagent buffers on disk what it scrapes while the store is away).
 SERVICE:-flag=value (set or replace), SERVICE:-flag (a boolean), SERVICE:!-flag (drop)
 or SERVICE:NAME=value (environment, e.g. GOGC=30); SERVICE is scraper, store, rules,
 prometheus or fleet (the simfleet's options, e.g. fleet:--collect-interval=0). Several
-EDITs of one tuning are separated by spaces.
+EDITs of one tuning are separated by spaces; the word `store-scrapes` among them makes
+that tuning's store scrape too (its other edits then tune the store's scraping).
 
     nice -n 10 .venv/bin/python -m bench.scale_metrics --sizes 50 --runs 1 --warmup 20 --window 30
     flock /tmp/mac-bench.lock .venv/bin/python -m bench.scale_metrics --sizes 500,1000,1500,2000 \\
@@ -152,6 +153,9 @@ def http_get(url: str, timeout: float = 30, tries: int = 30) -> bytes:
                 why = exc.read()[:300].decode(errors="replace")
                 raise RuntimeError(f"{url.split('?')[0]}: HTTP {exc.code} {why}") from None
             time.sleep(2)
+        except urllib.error.URLError as exc:
+            # Which server refused: an OSError still, for wait_http's retries.
+            raise ConnectionError(f"{url.split('?')[0]}: {exc.reason}") from None
     raise AssertionError("unreachable")
 
 
@@ -274,6 +278,9 @@ def parse_tuning(text: str) -> tuple[str, list[Edit]]:
         raise ValueError(f"--tuning {text!r}: give NAME=SERVICE:-flag=value ...")
     edits = []
     for item in rest.split():
+        if item == STORE_SCRAPES:  # with other edits: e.g. the store's own scrape flags
+            edits.append(Edit("store", "scrapes", STORE_SCRAPES))
+            continue
         service, _, what = item.partition(":")
         if service not in ("scraper", "store", "rules", "prometheus", "fleet") or not what:
             raise ValueError(f"--tuning {name}: {item!r} is not SERVICE:EDIT")
@@ -311,6 +318,11 @@ def builtin_tuning(name: str) -> list[Edit]:
     )
 
 
+def scrapes_in_store(tuning: tuple[str, list[Edit]]) -> bool:
+    """Whether the tuning is, or includes, `store-scrapes`."""
+    return tuning[0] == STORE_SCRAPES or any(e.action == "scrapes" for e in tuning[1])
+
+
 def applies(edit: Edit, service: str) -> bool:
     return edit.service == service or (edit.service == "scraper" and service.startswith("scraper-"))
 
@@ -319,6 +331,8 @@ def edited(argv: list[str], env: dict[str, str], edits: list[Edit], service: str
     """(argv, env) of `service` with the tuning's edits applied."""
     argv, env = list(argv), dict(env)
     for edit in (e for e in edits if applies(e, service)):
+        if edit.action == "scrapes":  # Engine's own edits say it
+            continue
         if edit.action == "env":
             env[edit.name] = edit.value or ""
             continue
@@ -503,6 +517,25 @@ class Engine:
     def stop(self) -> None:
         stop_all(list(self.procs.values()))
 
+    def exited(self) -> list[str]:
+        """Each engine process that is no longer running: its exit status and log's tail."""
+        said = []
+        for spec in self.engine_specs:
+            proc = self.procs.get(self.shown(spec.name))
+            if proc is None or proc.poll() is None:
+                continue
+            log = self.work / f"{spec.name}.log"
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            said.append(f"{spec.name} exited with {proc.returncode}: " + " | ".join(tail))
+        return said
+
+    def keep_logs(self) -> Path:
+        """The engines' logs, copied out of the work folder (removed with the store's data)."""
+        kept = Path(tempfile.mkdtemp(prefix="mac-scale-failed-"))
+        for log in self.work.glob("*.log"):
+            shutil.copy(log, kept / log.name)
+        return kept
+
 
 def scrape_record(query_url: str, at: float, window: float) -> tuple[int, int, int]:
     """(targets, missed scrapes, failed scrapes) of the fleet's jobs from the raw `up`
@@ -671,7 +704,7 @@ def measure(
     engine: Engine | None = None
     try:
         fleet = start_fleet(nodes, tuning[1])
-        engine = Engine(key, shards, work, master.port, tuning[1], tuning[0] == STORE_SCRAPES)
+        engine = Engine(key, shards, work, master.port, tuning[1], scrapes_in_store(tuning))
         engine.start(groups)
         watched = {name: psutil.Process(p.pid) for name, p in engine.procs.items()}
         watched.update(
@@ -704,6 +737,12 @@ def measure(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
             load, latency, view, rules, settled,
         )  # fmt: skip
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        if engine is None or not engine.procs:
+            raise
+        # Which engine went away, if one did, and where its log is kept.
+        said = "; ".join([*engine.exited(), f"logs kept in {engine.keep_logs()}"])
+        raise RuntimeError(f"{exc} ({said})") from exc
     finally:
         if engine is not None:
             engine.stop()
@@ -921,7 +960,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     except ValueError as exc:
         parser.error(str(exc))
-    if args.shards != 1 and any(name == STORE_SCRAPES for name, _ in tunings):
+    if args.shards != 1 and any(scrapes_in_store(t) for t in tunings):
         parser.error(f"--tuning {STORE_SCRAPES}: the store can take one scraper's job (--shards 1)")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
     import django

@@ -17,6 +17,7 @@ from bench.scale_metrics import (
     builtin_tuning,
     edited,
     parse_tuning,
+    scrapes_in_store,
 )
 from testkit.waiting import wait_for
 
@@ -62,6 +63,14 @@ def test_store_scrapes_gives_the_store_the_scraper_s_job(tmp_path) -> None:
     assert config in store and "-promscrape.streamParse" in store
     scraper, _ = edited(by_name["scraper-0"].argv, {}, engine.edits, "scraper-0")
     assert not [a for a in scraper if a.startswith("-promscrape.config")]
+    # The word among other edits: the store scrapes, with those edits' flags as well.
+    tuning = parse_tuning("ss-nostale=store-scrapes store:-promscrape.noStaleMarkers")
+    assert scrapes_in_store(tuning) and not scrapes_in_store(("mac", []))
+    both = Engine("vm", 1, tmp_path / "both", 1, tuning[1], scrapes_in_store(tuning))
+    by_name = {spec.name: spec for spec in both.specs}
+    store, _ = edited(by_name["store"].argv, {}, both.edits, "store")
+    assert f"-promscrape.config={tmp_path}/both/data/scaleout/scraper-0.yml" in store
+    assert "-promscrape.noStaleMarkers" in store
     # Without the tuning, everything as MAC starts it.
     plain = Engine("vm", 1, tmp_path / "plain", 1, [])
     assert [s.name for s in plain.engine_specs] == ["store", "scraper-0", "rules", "prometheus"]
@@ -94,3 +103,34 @@ def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
     finally:
         if bench.poll() is None:
             bench.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.no_deadline
+@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed")
+def test_an_engine_that_dies_mid_run_is_named_with_its_log_kept(tmp_path) -> None:
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
+         "--runs", "1", "--warmup", "30", "--window", "10"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        parent = psutil.Process(bench.pid)
+
+        def engine() -> psutil.Process | None:
+            for child in parent.children(recursive=True):
+                if "--config.file" in " ".join(child.cmdline()):
+                    return child
+            return None
+
+        wait_for(engine, timeout=120, interval=0.5, what="the engine").kill()
+        out, _ = bench.communicate(timeout=180)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    [failed] = [line for line in out.splitlines() if line.startswith("run failed:")]
+    # The URL that refused, the process that went away, and where its log now is.
+    assert "127.0.0.1:" in failed and "prometheus exited with -9" in failed, failed
+    kept = Path(failed.split("logs kept in ")[1].rstrip(")"))
+    assert (kept / "prometheus.log").read_text()
