@@ -10,11 +10,20 @@ database (`<name>_gw0`, `<name>_gw1`); the rest of what the tests share is here:
 - MAC_DATA_DIR: a folder per worker under the given one (prepare_master fills it).
 
 The heavy tests run on one worker, one after another, as they did without xdist: those
-that own something of the whole host (network namespaces, iptables, the private Docker
-engine, systemd-nspawn, the Slurm lab) and the slow ones that run whole masters against
-deadlines (`slow`). `pytest_collection_modifyitems` puts them in one xdist group, which
-`--dist loadgroup` keeps together; the other worker runs the quick tests beside them, at
-a lower CPU priority (as root), so a heavy test's deadlines see the cores it saw alone.
+that own something of the whole host (network namespaces, iptables, systemd-nspawn, the
+Slurm lab) and the slow ones that run whole masters against deadlines (`slow`).
+`pytest_collection_modifyitems` puts them in one xdist group, which `--dist loadgroup`
+keeps together; the other worker runs the quick tests beside them, at a lower CPU
+priority (as root), so a heavy test's deadlines see the cores it saw alone.
+
+The Docker tests are a group of their own, which loadgroup starts on the other worker
+(the two groups are its largest units of work, handed out first): they share one private
+engine in a network namespace of its own (testkit.docker_engine), so they own nothing of
+the host's that the heavy tests touch. They run at the heavy tests' priority: dockerd,
+started by their first test, and every container inherit it, and at the quick tests'
+priority CI's run starved them (stop 38: the Docker master's /health not within 120 s).
+Alone on the heavy worker they were a third of its time while the other worker idled
+for half the run (issue 34: CI within 30 minutes).
 
 At the end the controller prints each worker's share: its tests, the seconds they took,
 when its last one ended, and its longest modules. The later of the two ends is the run's
@@ -32,10 +41,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-HEAVY_MARKS = ("slow", "netns", "docker", "nspawn", "slurm")
+HEAVY_MARKS = ("slow", "netns", "nspawn", "slurm")
 # Slow, but with no deadline to miss and nothing of the host's to own: beside the others.
 NO_DEADLINE = "no_deadline"
 HEAVY_GROUP = "heavy"
+DOCKER_MARK = DOCKER_GROUP = "docker"
 MODULES_SHOWN = 8  # each worker's longest test modules, in the summary
 QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
 
@@ -78,9 +88,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def is_heavy(item: pytest.Item) -> bool:
-    if item.get_closest_marker(NO_DEADLINE):
+    if item.get_closest_marker(NO_DEADLINE) or item.get_closest_marker(DOCKER_MARK):
         return False
     return any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group that keeps `item` on one worker with its kind; None: anywhere."""
+    if item.get_closest_marker(DOCKER_MARK):
+        return DOCKER_GROUP
+    return HEAVY_GROUP if is_heavy(item) else None
 
 
 # First: xdist's own hook (on each worker) turns the mark into the `@heavy` suffix of the
@@ -88,15 +105,15 @@ def is_heavy(item: pytest.Item) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if is_heavy(item):
-            item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
+        if group := group_of(item):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     # Only root may raise a priority again (a worker runs both kinds, in any order).
     if worker_number() is None or os.geteuid() != 0:
         return
-    os.setpriority(os.PRIO_PROCESS, 0, 0 if is_heavy(item) else QUICK_NICENESS)
+    os.setpriority(os.PRIO_PROCESS, 0, 0 if group_of(item) else QUICK_NICENESS)
 
 
 class WorkerShares:
