@@ -60,6 +60,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -938,6 +939,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=WARMUP, help="seconds before measuring")
     parser.add_argument("--window", type=float, default=WINDOW, help="seconds measured")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    parser.add_argument(
+        "--section",
+        default="",
+        metavar="NAME",
+        help="with --write: a section of its own (e.g. 'tunings at 1,000 nodes'), beside "
+        "the main tables instead of replacing them",
+    )
     parser.add_argument("--json", help="also write every run's figures to this file")
     parser.add_argument(
         "--from-json",
@@ -1019,8 +1027,16 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n\nNot measured: " + "; ".join(notes) + "."
     print(text)
     if args.write:
-        update_section("scale-metrics", "Metrics at scale: one Prometheus vs vmagent + store", text)
+        write_section(args, text)
     return 0
+
+
+def write_section(args: argparse.Namespace, text: str) -> None:
+    if not args.section:
+        update_section("scale-metrics", "Metrics at scale: one Prometheus vs vmagent + store", text)
+        return
+    key = "scale-metrics-" + re.sub(r"[^a-z0-9]+", "-", args.section.lower()).strip("-")
+    update_section(key, f"Metrics at scale: {args.section}", text)
 
 
 def from_saved(args: argparse.Namespace) -> int:
@@ -1046,7 +1062,7 @@ def from_saved(args: argparse.Namespace) -> int:
     text = report(grouped, args)
     print(text)
     if args.write:
-        update_section("scale-metrics", "Metrics at scale: one Prometheus vs vmagent + store", text)
+        write_section(args, text)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -134,3 +135,19 @@ def test_an_engine_that_dies_mid_run_is_named_with_its_log_kept(tmp_path) -> Non
     assert "127.0.0.1:" in failed and "prometheus exited with -9" in failed, failed
     kept = Path(failed.split("logs kept in ")[1].rstrip(")"))
     assert (kept / "prometheus.log").read_text()
+
+
+def test_a_named_section_is_written_beside_the_main_tables(tmp_path, monkeypatch) -> None:
+    from bench import report, scale_metrics
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(report.HEADER)
+    monkeypatch.setattr(
+        scale_metrics, "update_section", lambda *a: report.update_section(*a, path=doc)
+    )
+    scale_metrics.write_section(argparse.Namespace(section=""), "main tables")
+    scale_metrics.write_section(argparse.Namespace(section="tunings at 1,000 nodes"), "tunings")
+    scale_metrics.write_section(argparse.Namespace(section=""), "main tables again")
+    text = doc.read_text()
+    assert "## Metrics at scale: tunings at 1,000 nodes" in text and "\ntunings\n" in text
+    assert "main tables again" in text and "\nmain tables\n" not in text
