@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -119,13 +120,17 @@ def test_an_engine_that_dies_mid_run_is_named_with_its_log_kept(tmp_path) -> Non
     try:
         parent = psutil.Process(bench.pid)
 
-        def engine() -> psutil.Process | None:
+        def listening_engine() -> psutil.Process | None:
             for child in parent.children(recursive=True):
-                if "--config.file" in " ".join(child.cmdline()):
+                if "--config.file" in " ".join(child.cmdline()) and any(
+                    c.status == psutil.CONN_LISTEN for c in child.net_connections()
+                ):
                     return child
             return None
 
-        wait_for(engine, timeout=120, interval=0.5, what="the engine").kill()
+        engine = wait_for(listening_engine, timeout=120, interval=0.5, what="the engine")
+        time.sleep(5)  # past the bench's wait for it (polled every 0.5 s): into the warm-up
+        engine.kill()
         out, _ = bench.communicate(timeout=180)
     finally:
         if bench.poll() is None:
