@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench import hostpages
 from bench.scale_metrics import (
     STORE_SCRAPES,
     Engine,
@@ -24,6 +25,8 @@ from bench.scale_metrics import (
 from testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+# The bench's host pages serve node_exporter's captured output (../shared/captures).
+HOST_CAPTURE = hostpages.captures_dir() / hostpages.CAPTURE
 
 
 def test_a_tuning_sets_drops_and_exports_what_it_names() -> None:
@@ -82,6 +85,7 @@ def test_store_scrapes_gives_the_store_the_scraper_s_job(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.no_deadline
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed")
+@pytest.mark.skipif(not HOST_CAPTURE.exists(), reason=f"the host pages' capture: {HOST_CAPTURE}")
 def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
     bench = subprocess.Popen(
         [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
@@ -94,14 +98,14 @@ def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
 
         def started() -> list[psutil.Process]:
             children = parent.children(recursive=True)
-            names = " ".join(" ".join(child.cmdline()) for child in children)
+            names = " ".join(" ".join(command_line(child)) for child in children)
             return children if "simfleet" in names and "prometheus" in names else []
 
         children = wait_for(started, timeout=120, interval=0.5, what="the fleet and the engine")
         bench.terminate()
         assert bench.wait(timeout=60) == 143
         _, alive = psutil.wait_procs(children, timeout=30)
-        assert not alive, [" ".join(child.cmdline()) for child in alive]
+        assert not alive, [" ".join(command_line(child)) for child in alive]
     finally:
         if bench.poll() is None:
             bench.kill()
@@ -110,6 +114,7 @@ def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.no_deadline
 @pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed")
+@pytest.mark.skipif(not HOST_CAPTURE.exists(), reason=f"the host pages' capture: {HOST_CAPTURE}")
 def test_an_engine_that_dies_mid_run_is_named_with_its_log_kept(tmp_path) -> None:
     bench = subprocess.Popen(
         [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
@@ -122,9 +127,7 @@ def test_an_engine_that_dies_mid_run_is_named_with_its_log_kept(tmp_path) -> Non
 
         def listening_engine() -> psutil.Process | None:
             for child in parent.children(recursive=True):
-                if "--config.file" in " ".join(child.cmdline()) and any(
-                    c.status == psutil.CONN_LISTEN for c in child.net_connections()
-                ):
+                if "--config.file" in " ".join(command_line(child)) and listens(child):
                     return child
             return None
 
@@ -156,3 +159,18 @@ def test_a_named_section_is_written_beside_the_main_tables(tmp_path, monkeypatch
     text = doc.read_text()
     assert "## Metrics at scale: tunings at 1,000 nodes" in text and "\ntunings\n" in text
     assert "main tables again" in text and "\nmain tables\n" not in text
+
+
+def command_line(process: psutil.Process) -> list[str]:
+    """Its command line; none for a child that exited while looked at."""
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:  # a zombie too
+        return []
+
+
+def listens(process: psutil.Process) -> bool:
+    try:
+        return any(c.status == psutil.CONN_LISTEN for c in process.net_connections())
+    except psutil.NoSuchProcess:
+        return False
