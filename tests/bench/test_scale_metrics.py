@@ -82,17 +82,33 @@ def test_store_scrapes_gives_the_store_the_scraper_s_job(tmp_path) -> None:
     assert plain.edits == []
 
 
-@pytest.mark.slow
-@pytest.mark.no_deadline
-@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed")
-@pytest.mark.skipif(not HOST_CAPTURE.exists(), reason=f"the host pages' capture: {HOST_CAPTURE}")
-def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
-    bench = subprocess.Popen(
+# The tests that run the bench itself: Prometheus and a 5-node fleet, for real.
+BENCH_RUN = [
+    pytest.mark.slow,
+    pytest.mark.no_deadline,
+    pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed"),
+    pytest.mark.skipif(not HOST_CAPTURE.exists(), reason=f"no capture: {HOST_CAPTURE}"),
+]
+
+
+def bench_run(test):
+    for mark in reversed(BENCH_RUN):
+        test = mark(test)
+    return test
+
+
+def start_bench(tmp_path: Path, warmup: int, **output) -> subprocess.Popen:
+    """The bench on Prometheus with 5 nodes and one run, its files under tmp_path."""
+    return subprocess.Popen(
         [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
-         "--runs", "1", "--warmup", "120", "--window", "10"],
-        cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "--runs", "1", "--warmup", str(warmup), "--window", "10"],
+        cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, **output,
     )  # fmt: skip
+
+
+@bench_run
+def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
+    bench = start_bench(tmp_path, 120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         parent = psutil.Process(bench.pid)
 
@@ -111,17 +127,9 @@ def test_a_killed_bench_leaves_no_engine_and_no_fleet_behind(tmp_path) -> None:
             bench.kill()
 
 
-@pytest.mark.slow
-@pytest.mark.no_deadline
-@pytest.mark.skipif(not shutil.which("prometheus"), reason="Debian's prometheus is needed")
-@pytest.mark.skipif(not HOST_CAPTURE.exists(), reason=f"the host pages' capture: {HOST_CAPTURE}")
+@bench_run
 def test_an_engine_that_dies_mid_run_is_named_with_its_log_kept(tmp_path) -> None:
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
-         "--runs", "1", "--warmup", "30", "--window", "10"],
-        cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    bench = start_bench(tmp_path, 30, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         parent = psutil.Process(bench.pid)
 
