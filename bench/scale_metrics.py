@@ -79,6 +79,7 @@ import psutil
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.day_history import DAY_NODES, chart_metrics, load_day
 from bench.hostpages import HOST_PORT, HOST_SERIES
 from bench.report import median, percentile, update_section
 from contract.services import BY_NAME
@@ -116,10 +117,14 @@ class Sample:
     procs: dict[str, tuple[float, float]]
     machine_busy: float  # the whole machine's CPU use during the window, 0..1
     load: tuple[float, float, float]  # the load average at the window's end
-    chart_ms: list[float] = field(default_factory=list)
+    chart_ms: list[float] = field(default_factory=list)  # the node page's 1 h charts
     view_call_cpu_s: float | None = None  # targets view: CPU s of one /api/v1/targets
     rules_round_s: float | None = None  # vmalert: seconds per round of its slowest group
     settled_s: float = 0.0  # past the warm-up, until ingest ran at the scrape rate
+    # The 24 h charts, once DAY_NODES nodes were given a day of history (the store only).
+    chart_day_ms: list[float] = field(default_factory=list)
+    day_samples: int = 0  # imported for that day
+    day_import_s: float | None = None  # exported, made, imported and searchable
 
     @property
     def held(self) -> bool:
@@ -556,11 +561,11 @@ def scrape_record(query_url: str, at: float, window: float) -> tuple[int, int, i
     return len(data), missed, failed
 
 
-def chart_queries(node_id: int) -> list[list[str]]:
+def chart_queries(node_id: int, range_name: str = "1h") -> list[list[str]]:
     """Every chart's PromQL for one NVIDIA node, as macweb.dashboard.charts fills them."""
-    from macweb.dashboard.charts import CHARTS, promql_string, rate_window
+    from macweb.dashboard.charts import CHARTS, RANGES, promql_string, rate_window
 
-    step = 15
+    step = RANGES[range_name][1]
     sel, win = f"node={promql_string(str(node_id))}", rate_window(step)
     charts = []
     for spec in CHARTS.values():
@@ -569,18 +574,24 @@ def chart_queries(node_id: int) -> list[list[str]]:
     return [c for c in charts if c]
 
 
-async def chart_latency(query_url: str, charts: list[list[str]], rounds: int) -> list[float]:
-    """Milliseconds per chart (its queries in parallel, as the dashboard sends them)."""
+async def chart_latency(
+    query_url: str, charts: list[list[str]], rounds: int, range_name: str = "1h"
+) -> list[float]:
+    """Milliseconds per chart over range_name (its queries in parallel, as the dashboard
+    sends them, with the dashboard's step for that range)."""
     import aiohttp
 
+    from macweb.dashboard.charts import RANGES
+
+    seconds, step = RANGES[range_name]
     end = time.time()
-    start = end - 3600
+    start = end - seconds
     times: list[float] = []
     errors: list[str] = []
     async with aiohttp.ClientSession() as session:
 
         async def one(expr: str) -> None:
-            params = {"query": expr, "start": start, "end": end, "step": 15}
+            params = {"query": expr, "start": start, "end": end, "step": step}
             async with session.get(f"{query_url}/api/v1/query_range", params=params) as answer:
                 body = await answer.read()
                 if answer.status != 200:  # said in the output, the chart's time still counted
@@ -692,7 +703,7 @@ def view_call_cpu(engine: Engine, proc: psutil.Process) -> float | None:
 def measure(
     key: str,
     nodes: int,
-    charts: list[list[str]],
+    charts: dict[str, list[list[str]]],
     tuning: tuple[str, list[Edit]],
     shards: int = 1,
     warmup: float = WARMUP,
@@ -706,6 +717,7 @@ def measure(
     try:
         fleet = start_fleet(nodes, tuning[1])
         engine = Engine(key, shards, work, master.port, tuning[1], scrapes_in_store(tuning))
+        started = time.time()
         engine.start(groups)
         watched = {name: psutil.Process(p.pid) for name, p in engine.procs.items()}
         watched.update(
@@ -733,10 +745,19 @@ def measure(
         expected = nodes * len(JOBS)
         missed += max(0, expected - targets) * int((window - INTERVAL) // INTERVAL)
         view = view_call_cpu(engine, watched["targets view"]) if engine.shards else None
-        latency = asyncio.run(chart_latency(engine.query_url, charts, QUERY_ROUNDS))
+        day = {}
+        if engine.shards:
+            _, imported, seconds = load_day(
+                engine.query_url, chart_metrics(charts["24h"]),
+                list(range(1, min(DAY_NODES, nodes) + 1)), started, INTERVAL,
+            )  # fmt: skip
+            day_ms = asyncio.run(chart_latency(engine.query_url, charts["24h"], QUERY_ROUNDS,
+                                               "24h"))  # fmt: skip
+            day = {"chart_day_ms": day_ms, "day_samples": imported, "day_import_s": seconds}
+        latency = asyncio.run(chart_latency(engine.query_url, charts["1h"], QUERY_ROUNDS))
         return Sample(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
-            load, latency, view, rules, settled,
+            load, latency, view, rules, settled, **day,
         )  # fmt: skip
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         if engine is None or not engine.procs:
@@ -772,7 +793,7 @@ def _median_sample(samples: list[Sample]) -> Sample:
     optional = {
         attr: (median(vals) if (vals := [getattr(s, attr) for s in samples if getattr(s, attr)
                is not None]) else None)
-        for attr in ("view_call_cpu_s", "rules_round_s")
+        for attr in ("view_call_cpu_s", "rules_round_s", "day_import_s")
     }  # fmt: skip
     return Sample(
         first.engine, first.tuning, first.nodes, int(mid("targets")),
@@ -780,7 +801,13 @@ def _median_sample(samples: list[Sample]) -> Sample:
         mid("series"), mid("samples_per_s"), procs, mid("machine_busy"),
         tuple(median([load[i] for load in loads]) for i in range(3)),  # type: ignore[arg-type]
         [t for s in samples for t in s.chart_ms], **optional, settled_s=mid("settled_s"),
+        chart_day_ms=[t for s in samples for t in s.chart_day_ms],
+        day_samples=int(mid("day_samples")),
     )  # fmt: skip
+
+
+def _chart_ms(times: list[float]) -> str:
+    return f"{median(times):.0f} / {percentile(times, 95):.0f}" if times else "not measured"
 
 
 def _load(row: Sample) -> str:
@@ -809,15 +836,21 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
         )
         + " once ingest ran at the scrape rate (the settled column: seconds past the "
         "warm-up; runs saved before it was measured show 0)"
-        + f", medians of up to {runs} run(s) per row (the runs column). The machine is "
+        + f", medians of up to {runs} run(s) per row (the runs column). The node charts: "
+        f"every chart of node 1's page, {QUERY_ROUNDS} rounds, each "
+        "chart's queries side by side as the dashboard sends them, after the window; for "
+        f"the store, once {DAY_NODES} nodes (node 1 first) were given the day before their "
+        "first scrape by its import API (bench.day_history: every series the charts read, "
+        "one point per 15 s), so its 1 h and 24 h charts read a full hour and a full day; "
+        "Prometheus has no import API, so its 24 h charts are not measured. The machine is "
         "shared (2 cores): its load average (1 / 5 / 15 min, at the window's end) and busy "
         "share are shown with each row. Engine CPU and RSS count every process MAC starts "
         "for the engine and nothing of the fleet's.",
         "",
         "| engine | tuning | nodes | runs | targets seen | missed | failed | active series | "
         "samples/s | engine RSS MiB | engine CPU cores | fleet CPU cores | machine busy | "
-        "load avg | settled s | node chart ms (median / p95) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "load avg | settled s | node chart ms, 1 h (median / p95) | 24 h (median / p95) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     medians: dict[tuple[str, str], list[Sample]] = {}
     for key, by_size in results.items():
@@ -829,7 +862,7 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                 f"| {row.failed} | {row.series:,.0f} | {row.samples_per_s:,.0f} | "
                 f"{row.rss_bytes / 2**20:,.0f} | {row.cpu_cores:.2f} | {row.fleet_cores:.2f} | "
                 f"{row.machine_busy:.0%} | {_load(row)} | {row.settled_s:.0f} | "
-                f"{median(row.chart_ms):.0f} / {percentile(row.chart_ms, 95):.0f} |"
+                f"{_chart_ms(row.chart_ms)} | {_chart_ms(row.chart_day_ms)} |"
             )
     lines += ["", "Per process (medians; CPU cores over the window, RSS MiB at its end):", ""]
     lines += [
@@ -845,7 +878,7 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                 )
     extra = [
         f"| {row.engine} | {row.tuning} | {row.nodes:,} | {_figure(row.rules_round_s)} | "
-        f"{_figure(row.view_call_cpu_s)} |"
+        f"{_figure(row.view_call_cpu_s)} | {_day(row)} |"
         for rows in medians.values()
         for row in rows
         if row.rules_round_s is not None or row.view_call_cpu_s is not None
@@ -857,11 +890,13 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
             "its slowest group (groups run side by side, each every 15 s or its own interval; "
             "their queries run by the store, whose CPU counts them), and the CPU seconds "
             "the targets view spends on one merged /api/v1/targets (it works only when asked: "
-            "the node page when a target is down, a person's curl).",
+            "the node page when a target is down, a person's curl); and the day of history "
+            "the 24 h charts read: samples imported, and the seconds from the export of the "
+            "live minutes until the day was searchable.",
             "",
             "| engine | tuning | nodes | vmalert s per round (slowest group) | "
-            "targets view CPU s per call |",
-            "|---|---|---|---|---|",
+            "targets view CPU s per call | day of history: samples, seconds |",
+            "|---|---|---|---|---|---|",
             *extra,
         ]
     lines += _per_thousand(medians, results)
@@ -870,6 +905,12 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
 
 def _figure(value: float | None) -> str:
     return "not measured" if value is None else f"{value:.3f}"
+
+
+def _day(row: Sample) -> str:
+    if row.day_import_s is None:
+        return "not measured"
+    return f"{row.day_samples:,}, {row.day_import_s:.0f} s"
 
 
 def _per_thousand(medians, results) -> list[str]:
@@ -974,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    charts = chart_queries(1)
+    charts = {name: chart_queries(1, name) for name in ("1h", "24h")}
     results: dict[tuple[str, str], list[list[Sample]]] = {}
     notes: list[str] = []
     everything: list[dict] = []
@@ -1006,7 +1047,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"engine RSS {sample.rss_bytes / 2**20:.0f} MiB, engine CPU "
                         f"{sample.cpu_cores:.2f}, fleet CPU {sample.fleet_cores:.2f}, settled "
                         f"after {sample.settled_s:.0f} s, busy "
-                        f"{sample.machine_busy:.0%}, load {_load(sample)}; {per}",
+                        f"{sample.machine_busy:.0%}, load {_load(sample)}; charts 1 h "
+                        f"{_chart_ms(sample.chart_ms)} ms, 24 h {_chart_ms(sample.chart_day_ms)}"
+                        f" ms; {per}",
                         flush=True,
                     )
                     runs.append(sample)
