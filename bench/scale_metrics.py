@@ -1047,9 +1047,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"engine RSS {sample.rss_bytes / 2**20:.0f} MiB, engine CPU "
                         f"{sample.cpu_cores:.2f}, fleet CPU {sample.fleet_cores:.2f}, settled "
                         f"after {sample.settled_s:.0f} s, busy "
-                        f"{sample.machine_busy:.0%}, load {_load(sample)}; charts 1 h "
-                        f"{_chart_ms(sample.chart_ms)} ms, 24 h {_chart_ms(sample.chart_day_ms)}"
-                        f" ms; {per}",
+                        f"{sample.machine_busy:.0%}, load {_load(sample)}; chart ms (median / "
+                        f"p95) 1 h {_chart_ms(sample.chart_ms)}, 24 h "
+                        f"{_chart_ms(sample.chart_day_ms)}; {per}",
                         flush=True,
                     )
                     runs.append(sample)
