@@ -125,6 +125,9 @@ class Sample:
     chart_day_ms: list[float] = field(default_factory=list)
     day_samples: int = 0  # imported for that day
     day_import_s: float | None = None  # exported, made, imported and searchable
+    # What the scrapers hold for the store at the window's end (vmagent's queue): a store
+    # that falls behind shows here, while its missing samples show as missed scrapes.
+    backlog_bytes: float | None = None
 
     @property
     def held(self) -> bool:
@@ -417,6 +420,7 @@ class Engine:
         if store_scrapes and self.shards == 1:
             self._store_scrapes(by_name)
         self.procs: dict[str, subprocess.Popen] = {}
+        self.scraper_urls: list[str] = []
 
     def _store_scrapes(self, by_name: dict) -> None:
         """The store takes scraper 0's configuration (written by that scraper's prestart,
@@ -465,6 +469,8 @@ class Engine:
                 self.store_env = env
             elif spec.name == "rules":
                 self.rules_url = f"http://127.0.0.1:{spec.port}"
+            elif spec.name.startswith("scraper-"):
+                self.scraper_urls.append(f"http://127.0.0.1:{spec.port}")
             elif spec.name == "prometheus":
                 self.view_url = f"http://127.0.0.1:{spec.port}"
                 if not self.shards:
@@ -499,6 +505,15 @@ class Engine:
 
     def store_metrics(self) -> str:
         return f"{self.query_url}/metrics"
+
+    def backlog(self) -> float | None:
+        """Bytes the scrapers have queued for the store (None for Prometheus)."""
+        if not self.shards:
+            return None
+        return sum(
+            counter(f"{url}/metrics", "vm_persistentqueue_bytes_pending")
+            for url in self.scraper_urls
+        )
 
     def rules_round(self) -> float | None:
         """vmalert's mean seconds per evaluation round of its slowest group (the groups
@@ -738,6 +753,7 @@ def measure(
         rate = (engine.samples_total() - samples0) / wall
         series = engine.series()
         rules = engine.rules_round()
+        backlog = engine.backlog()
         # The last INTERVAL may not be queryable yet (the store's latency offset).
         targets, missed, failed = scrape_record(
             engine.query_url, time.time() - INTERVAL, window - INTERVAL
@@ -757,7 +773,7 @@ def measure(
         latency = asyncio.run(chart_latency(engine.query_url, charts["1h"], QUERY_ROUNDS))
         return Sample(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
-            load, latency, view, rules, settled, **day,
+            load, latency, view, rules, settled, **day, backlog_bytes=backlog,
         )  # fmt: skip
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         if engine is None or not engine.procs:
@@ -793,7 +809,7 @@ def _median_sample(samples: list[Sample]) -> Sample:
     optional = {
         attr: (median(vals) if (vals := [getattr(s, attr) for s in samples if getattr(s, attr)
                is not None]) else None)
-        for attr in ("view_call_cpu_s", "rules_round_s", "day_import_s")
+        for attr in ("view_call_cpu_s", "rules_round_s", "day_import_s", "backlog_bytes")
     }  # fmt: skip
     return Sample(
         first.engine, first.tuning, first.nodes, int(mid("targets")),
@@ -878,7 +894,7 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                 )
     extra = [
         f"| {row.engine} | {row.tuning} | {row.nodes:,} | {_figure(row.rules_round_s)} | "
-        f"{_figure(row.view_call_cpu_s)} | {_day(row)} |"
+        f"{_figure(row.view_call_cpu_s)} | {_day(row)} | {_mib(row.backlog_bytes)} |"
         for rows in medians.values()
         for row in rows
         if row.rules_round_s is not None or row.view_call_cpu_s is not None
@@ -892,11 +908,15 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
             "the targets view spends on one merged /api/v1/targets (it works only when asked: "
             "the node page when a target is down, a person's curl); and the day of history "
             "the 24 h charts read: samples imported, and the seconds from the export of the "
-            "live minutes until the day was searchable.",
+            "live minutes until the day was searchable; and what the scrapers had queued "
+            "for the store at the window's end (vmagent's queue: a store that falls "
+            "behind its scrapers shows here, and its samples not yet stored as missed "
+            "scrapes).",
             "",
             "| engine | tuning | nodes | vmalert s per round (slowest group) | "
-            "targets view CPU s per call | day of history: samples, seconds |",
-            "|---|---|---|---|---|---|",
+            "targets view CPU s per call | day of history: samples, seconds | "
+            "scrapers' queue to the store, MiB |",
+            "|---|---|---|---|---|---|---|",
             *extra,
         ]
     lines += _per_thousand(medians, results)
@@ -905,6 +925,10 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
 
 def _figure(value: float | None) -> str:
     return "not measured" if value is None else f"{value:.3f}"
+
+
+def _mib(value: float | None) -> str:
+    return "not measured" if value is None else f"{value / 2**20:,.0f}"
 
 
 def _day(row: Sample) -> str:
@@ -1049,7 +1073,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"after {sample.settled_s:.0f} s, busy "
                         f"{sample.machine_busy:.0%}, load {_load(sample)}; chart ms (median / "
                         f"p95) 1 h {_chart_ms(sample.chart_ms)}, 24 h "
-                        f"{_chart_ms(sample.chart_day_ms)}; {per}",
+                        f"{_chart_ms(sample.chart_day_ms)}; queued for the store "
+                        f"{_mib(sample.backlog_bytes)} MiB; {per}",
                         flush=True,
                     )
                     runs.append(sample)

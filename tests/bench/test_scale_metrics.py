@@ -193,11 +193,11 @@ def test_the_24_hour_charts_and_the_day_behind_them_are_reported_for_the_store()
                       [2.0, 4.0], 0.1, 1.5, 30.0, **day)  # fmt: skip
 
     store = sample("vm (1 scraper)", chart_day_ms=[8.0, 12.0, 40.0], day_samples=1_681_920,
-                   day_import_s=7.2)  # fmt: skip
+                   day_import_s=7.2, backlog_bytes=3 * 2**20)  # fmt: skip
     args = argparse.Namespace(sizes="1000", runs=1, engines="vm,prometheus", tuning=[],
                               warmup=60, window=60, from_json=[])  # fmt: skip
     text = report({("vm", "mac"): [[store]], ("prometheus", "mac"): [[sample("prometheus")]]}, args)
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if "| 1,000 | 1 |" in line}
     assert rows["| vm (1 scraper)"].endswith("| 3 / 4 | 12 / 40 |"), rows
     assert rows["| prometheus"].endswith("| 3 / 4 | not measured |"), rows
-    assert "| vm (1 scraper) | mac | 1,000 | 1.500 | 0.100 | 1,681,920, 7 s |" in text
+    assert "| vm (1 scraper) | mac | 1,000 | 1.500 | 0.100 | 1,681,920, 7 s | 3 |" in text
