@@ -1073,8 +1073,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"after {sample.settled_s:.0f} s, busy "
                         f"{sample.machine_busy:.0%}, load {_load(sample)}; chart ms (median / "
                         f"p95) 1 h {_chart_ms(sample.chart_ms)}, 24 h "
-                        f"{_chart_ms(sample.chart_day_ms)}; queued for the store "
-                        f"{_mib(sample.backlog_bytes)} MiB; {per}",
+                        f"{_chart_ms(sample.chart_day_ms)}; queued for the store (MiB) "
+                        f"{_mib(sample.backlog_bytes)}; {per}",
                         flush=True,
                     )
                     runs.append(sample)
