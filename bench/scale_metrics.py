@@ -30,8 +30,11 @@ series, ingested samples per second), the machine's load average and busy share,
 scrapes (the raw `up` samples of every exporter target over the window: a gap longer
 than 1.5 intervals is a missed scrape, up=0 a failed one; a size is *held* with none of
 either), the CPU seconds the targets view spends answering one merged /api/v1/targets,
-vmalert's own time per evaluation round, and the node chart latency (every query of
-every chart of macweb.dashboard.charts for one node over 1 h, QUERY_ROUNDS rounds).
+vmalert's own time per evaluation round, what the scrapers hold queued for the store
+(vmagent's queue: a store behind its scrapers), and the node chart latency (every query
+of every chart of macweb.dashboard.charts for one node, QUERY_ROUNDS rounds, over 1 h
+and, on the store, over 24 h once bench.day_history gave DAY_NODES nodes the day before
+their first scrape by the store's import API).
 
 `--tuning NAME=EDIT ...` (repeatable) adds a flag set measured beside MAC's own
 ("mac", as the specs have it) in the same run; `defaults` is a built-in one: MAC's
