@@ -94,7 +94,9 @@ def test_stop_leaves_no_process_no_database_and_nothing_outside_the_folder():
             lab.wait_job(running, "RUNNING")
             # a slurmd the lab did not start itself: the reboot program's
             lab.scontrol("reboot", "ASAP", "nextstate=RESUME", "reason=test", "node-2")
-            lab.wait_nodes("idle", nodes=["node-2"])
+            # The program, slurmd's restart and its registration: seconds alone, more than
+            # 30 s once (2026-12-05) beside the Docker tests on 2 busy cores.
+            lab.wait_nodes("idle", nodes=["node-2"], timeout=120)
             assert len(lab.reboots("node-2")) == 1
         finally:
             lab.stop()
