@@ -52,12 +52,16 @@ def export(store: str, match: str, start: float) -> list[dict]:
         return [json.loads(line) for line in answer if line.strip()]
 
 
+def day_points(interval: int) -> int:
+    """Samples in a day of one series, one per interval."""
+    return DAY // interval
+
+
 def history(series: dict, end_ms: int, interval: int) -> dict:
     """`series` (an export line) given the day before end_ms, one point per interval."""
     name = series["metric"].get("__name__", "")
     values, stamps = series["values"], series["timestamps"]
-    step = interval * 1000
-    points = DAY * 1000 // step
+    step, points = interval * 1000, day_points(interval)
     at = [end_ms - (points - k) * step for k in range(points)]
     if name.endswith("_total"):
         span = stamps[-1] - stamps[0]
@@ -121,5 +125,4 @@ def load_day(
         if time.monotonic() > deadline:
             raise RuntimeError(f"the day imported into {store} is not searchable in {wait:.0f} s")
         time.sleep(0.5)
-    points = DAY // interval
-    return len(live), len(live) * points, time.monotonic() - began
+    return len(live), len(live) * day_points(interval), time.monotonic() - began

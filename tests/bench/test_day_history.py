@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import urllib.parse
 import urllib.request
 
 import pytest
@@ -13,7 +12,9 @@ import pytest
 from bench.day_history import DAY, DAY_SWING, chart_metrics, history, load_day
 from bench.scale_metrics import chart_queries
 from testkit.ports import free_port
+from testkit.waiting import wait_for
 from tests.scraping.test_engines import _serve
+from tests.scraping.test_metricsql_rules import query
 
 INTERVAL = 15
 POINTS = DAY // INTERVAL
@@ -77,30 +78,21 @@ def _live(url: str, since_ms: int) -> None:
     urllib.request.urlopen(urllib.request.Request(f"{url}/api/v1/import", body), timeout=10)
 
 
-def _query(url: str, expr: str, at: float) -> list[dict]:
-    query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{query}", timeout=10) as answer:
-        return json.load(answer)["data"]["result"]
-
-
 def test_the_store_answers_a_day_for_the_nodes_given_one_and_none_for_the_others(store) -> None:
     since = time.time() - 300
     _live(store, int(since * 1000))
     names = ["DCGM_FI_DEV_GPU_TEMP", "node_cpu_seconds_total"]
-    for _ in range(60):  # the live rows become searchable within a second or two
-        if len(_query(store, '{node=~"1|2|3"}', time.time())) == 6:
-            break
-        time.sleep(0.5)
+    wait_for(lambda: len(query(store, '{node=~"1|2|3"}')) == 6, timeout=30, what="live rows")
     series, samples, seconds = load_day(store, names, [1, 2], since - 60, INTERVAL)
     assert (series, samples) == (4, 4 * POINTS) and seconds > 0
     counts = sorted(
         (name, r["metric"]["node"], float(r["value"][1]))
         for name in names
-        for r in _query(store, f'count_over_time({name}{{node=~"1|2|3"}}[1d])', since - 1)
+        for r in query(store, f'count_over_time({name}{{node=~"1|2|3"}}[1d])', since - 1)
     )
     assert counts == [(name, node, POINTS) for name in names for node in "12"], counts
     # The counter rises through the day into its live value, so rates stay sane.
-    rate = _query(store, 'rate(node_cpu_seconds_total{node="1"}[1h])', since - 3 * 3600)
+    rate = query(store, 'rate(node_cpu_seconds_total{node="1"}[1h])', since - 3 * 3600)
     assert float(rate[0]["value"][1]) == pytest.approx(5 / 15, rel=0.01)
 
 

@@ -90,8 +90,9 @@ def young_store(tmp_path_factory):
     proc.wait(30)
 
 
-def query(url: str, expr: str) -> list[dict]:
-    q = urllib.parse.urlencode({"query": expr})
+def query(url: str, expr: str, at: float | None = None) -> list[dict]:
+    """The store's instant answer to `expr` (now, or at unix time `at`)."""
+    q = urllib.parse.urlencode({"query": expr, **({"time": f"{at:.3f}"} if at else {})})
     with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=30) as answer:
         return json.load(answer)["data"]["result"]
 
