@@ -3,7 +3,7 @@
 A fault (kill -9, SIGSTOP, a full disk) is made while `FrontDoorWatch` asks the master's
 /health and its login page, one after the other, from a thread of its own: every answer
 is timed, and /health's says when the master named the engine (detected) and when the
-engine was well again (recovered). `lost_samples` then reads what the scrapers sent to
+engine was well again (recovered). `lost_scrapes` then reads what the scrapers sent to
 the store for the whole window, and counts the scrapes that never arrived.
 """
 
@@ -202,6 +202,26 @@ def raw_samples(
     seconds = max(1, round(end - start + 1))
     answer = query(f"{selector}[{seconds}s]", end)
     return ((answer or {}).get("data") or {}).get("result") or []
+
+
+def lost_scrapes(
+    query: Callable[[str, float], dict],
+    selector: str,
+    series: int,
+    window: tuple[float, float],
+    interval: float,
+) -> int:
+    """Scrapes of `selector`'s `series` series missing from the store in `window`.
+
+    A series with no sample at all in the window is not in the answer: every scrape the
+    window holds counts as lost for it (a killed store can drop its last seconds for most
+    nodes).
+    """
+    start, end = window
+    found = raw_samples(query, selector, start, end)
+    assert len(found) <= series, found
+    absent = series - len(found)
+    return lost_samples(found, start, end, interval) + absent * round((end - start) / interval)
 
 
 @dataclass

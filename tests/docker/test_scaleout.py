@@ -30,7 +30,7 @@ import pytest
 from contract.pinning import pinned_context
 from scraping.httpsd import shard_of
 from testkit.docker_engine import NS_IP
-from testkit.enginefaults import Figure, FrontDoorWatch, freeze_then_kill, lost_samples, raw_samples
+from testkit.enginefaults import Figure, FrontDoorWatch, freeze_then_kill, lost_scrapes
 from testkit.simfleet import FleetThread, register_fleet
 from testkit.waiting import http_status, wait_for
 
@@ -212,9 +212,7 @@ def _lost(master, nodes: dict, start: float, end: float) -> int:
         return min(stamps) if len(stamps) == len(nodes) else 0.0
 
     wait_for(lambda: newest() >= end + 2 * SCRAPE, timeout=90, what="samples past the window")
-    series = raw_samples(query, selector, start, end)
-    assert len(series) == len(nodes), series
-    return lost_samples(series, start, end, SCRAPE)
+    return lost_scrapes(query, selector, len(nodes), (start, end), SCRAPE)
 
 
 def _watch(master) -> FrontDoorWatch:

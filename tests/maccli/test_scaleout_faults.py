@@ -35,8 +35,7 @@ from testkit.enginefaults import (
     FrontDoorWatch,
     ask,
     freeze_then_kill,
-    lost_samples,
-    raw_samples,
+    lost_scrapes,
 )
 from testkit.ports import free_port
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
@@ -97,9 +96,7 @@ class Engines:
             timeout=90,
             what="the store holding samples past the window",
         )
-        series = raw_samples(self.query, self.selector, start, end)
-        assert len(series) == NODES, series
-        return lost_samples(series, start, end, SCRAPE)
+        return lost_scrapes(self.query, self.selector, NODES, (start, end), SCRAPE)
 
     def _newest(self) -> float:
         answer = self.query(f"timestamp({self.selector})", time.time())
