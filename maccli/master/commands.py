@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contract.redact import url_without_credentials
 from maccli import output
 from maccli.master import compose, scaleout
 from maccli.master.access import create_admin, join_lines
@@ -78,6 +79,42 @@ def _scaleout_overlay(
     return [path]
 
 
+def where_lines(cfg: NodeConfig, layout: Layout) -> list[str]:
+    """Where the started master's pages, health and engines are. A site's own engines
+    are named without the credentials their URLs may carry: this goes to terminals and
+    logs."""
+    api = public_url(cfg)
+    own_alertmanager = (
+        f"(channels: {api}/admin/alerting/; Alertmanager for amtool and Grafana: "
+        f"{api}/alertmanager/)"
+    )
+    site_alertmanager = cfg.get("MAC_ALERTMANAGER_URL")
+    lines = [
+        f"Dashboard:   {api}/",
+        f"API docs:    {api}/api/v1/docs/",
+        f"Health:      curl {health_url(cfg)}",
+        f"Prometheus:  {api}/prometheus/targets (log in first; on this host also "
+        f"curl http://127.0.0.1:{prometheus_port(cfg)}/api/v1/targets)",
+        f"Alerts:      {api}/alerts/ "
+        + (
+            f"(the site's Alertmanager: {url_without_credentials(site_alertmanager)})"
+            if site_alertmanager
+            else own_alertmanager
+        ),
+    ]
+    if scaleout.shards(cfg):
+        # Scale-out mode: where the metrics are, and who scrapes them.
+        lines.append(
+            f"Metrics:     store {url_without_credentials(scaleout.store_url(cfg))}, "
+            f"{scaleout.shards(cfg)} scrapers "
+            "(mac status master), merged targets on the Prometheus URL"
+        )
+        if layout.docker:
+            overlay = scaleout.folder(data_dir(cfg)) / scaleout.OVERLAY_NAME
+            lines.append(f"             Compose file: {overlay}")
+    return lines
+
+
 def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
@@ -88,30 +125,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     # The admin user: made here on this host, by the api-server's container under Compose.
     admin = "" if layout.docker else create_admin(specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
-    api = public_url(cfg)
-    lines = [
-        f"Dashboard:   {api}/",
-        f"API docs:    {api}/api/v1/docs/",
-        f"Health:      curl {health_url(cfg)}",
-        f"Prometheus:  {api}/prometheus/targets (log in first; on this host also "
-        f"curl http://127.0.0.1:{prometheus_port(cfg)}/api/v1/targets)",
-        f"Alerts:      {api}/alerts/ "
-        + (
-            f"(channels: {api}/admin/alerting/; Alertmanager for amtool and Grafana: "
-            f"{api}/alertmanager/)"
-            if not cfg.get("MAC_ALERTMANAGER_URL")
-            else f"(the site's Alertmanager: {cfg.get('MAC_ALERTMANAGER_URL')})"
-        ),
-    ]
-    if scaleout.shards(cfg):
-        # Scale-out mode: where the metrics are, and who scrapes them.
-        lines.append(
-            f"Metrics:     store {scaleout.store_url(cfg)}, {scaleout.shards(cfg)} scrapers "
-            "(mac status master), merged targets on the Prometheus URL"
-        )
-        if layout.docker:
-            overlay = scaleout.folder(data_dir(cfg)) / scaleout.OVERLAY_NAME
-            lines.append(f"             Compose file: {overlay}")
+    lines = where_lines(cfg, layout)
     if admin:
         lines.append(f"Admin:       {admin}")
     elif layout.docker:

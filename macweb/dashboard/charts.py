@@ -19,6 +19,7 @@ import aiohttp
 from django.conf import settings
 
 from alerting import bulkheads
+from contract.redact import redact, url_secrets, url_without_credentials
 from inventory.choices import GpuVendor, NodeStatus
 from inventory.models import Node
 
@@ -283,6 +284,13 @@ class PrometheusError(RuntimeError):
     """Prometheus answered, but not with data."""
 
 
+def store_said(base: str, what: str) -> str:
+    """The words "Prometheus at <base> <what>" as people may read them: a site's Prometheus
+    (or store) behind basic auth has its password in MAC_PROMETHEUS_URL, and neither the
+    URL nor an error quoting it shows that password."""
+    return redact(f"Prometheus at {url_without_credentials(base)} {what}", url_secrets(base))
+
+
 async def chart_data(
     node: Node, spec: ChartSpec, range_name: str, now: float | None = None
 ) -> dict:
@@ -323,7 +331,7 @@ async def chart_data(
         answer["empty_reason"] = f"Not asked: {exc}."
         return answer
     except PrometheusError as exc:
-        answer["empty_reason"] = f"Prometheus at {base} {exc}"
+        answer["empty_reason"] = store_said(base, str(exc))
         return answer
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         what = (
@@ -332,9 +340,10 @@ async def chart_data(
             else f"is unreachable ({exc})"
         )
         answer["available"] = False
-        answer["empty_reason"] = (
-            f"Prometheus at {base} {what}. Check that mac-prometheus runs on the master "
-            f"(mac status master) and that MAC_PROMETHEUS_URL points at it."
+        answer["empty_reason"] = store_said(
+            base,
+            f"{what}. Check that mac-prometheus runs on the master "
+            f"(mac status master) and that MAC_PROMETHEUS_URL points at it.",
         )
         return answer
     grid, series = build_columns(list(zip(queries, results, strict=True)), start, end, step)

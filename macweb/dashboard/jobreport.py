@@ -252,9 +252,9 @@ async def _ask(
     except bulkheads.BulkheadFull as exc:
         return [], f"Not asked: {exc}."
     except charts.PrometheusError as exc:
-        return [], f"Prometheus at {base} {exc}"
+        return [], charts.store_said(base, str(exc))
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return [], f"Prometheus at {base} did not answer ({exc or 'timeout'})."
+        return [], charts.store_said(base, f"did not answer ({exc or 'timeout'}).")
     return list(results), None
 
 

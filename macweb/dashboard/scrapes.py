@@ -24,6 +24,8 @@ import aiohttp
 from django.conf import settings
 
 from alerting import bulkheads
+from contract.redact import redact, url_secrets, url_without_credentials
+from macweb.dashboard.charts import store_said
 
 # The most the panel waits for Prometheus (and the targets view) in all.
 TIMEOUT = 2.0
@@ -94,5 +96,6 @@ async def scrape_health(node_id: int) -> ScrapeHealth:
     except (ValueError, KeyError, TypeError) as exc:
         why = f"answered without the expected data ({exc})"
     if where != settings.TARGETS_URL:
-        where = f"{where} (targets: {settings.TARGETS_URL})"
-    return ScrapeHealth(error=f"Prometheus at {where} {why}", available=False)
+        targets = settings.TARGETS_URL
+        why = redact(f"(targets: {url_without_credentials(targets)}) {why}", url_secrets(targets))
+    return ScrapeHealth(error=store_said(where, why), available=False)

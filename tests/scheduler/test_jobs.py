@@ -95,6 +95,17 @@ def test_the_summary_names_the_fault_and_how_long_before_the_job_failed(settings
     )
 
 
+def test_a_store_behind_basic_auth_is_named_without_its_password(settings):
+    port = free_port()
+    settings.PROMETHEUS_URL = f"http://mac:j0b-secret@127.0.0.1:{port}"
+    report = build_report(failed_job(online_gpu_node("node-13")), now=NOW)
+    reasons = {chart["empty_reason"] for chart in report.charts}
+    assert len(reasons) == 1, reasons
+    reason = reasons.pop()
+    assert reason.startswith(f"Prometheus at http://127.0.0.1:{port} did not answer"), reason
+    assert "j0b-secret" not in reason
+
+
 def test_a_fault_before_the_job_is_not_its_fault(settings):
     settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
     node = online_gpu_node("node-12")

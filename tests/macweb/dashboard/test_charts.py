@@ -147,6 +147,16 @@ def test_prometheus_down_is_the_reason(client_user):
     assert "mac status master" in data["empty_reason"]
 
 
+def test_a_site_prometheus_behind_basic_auth_is_named_without_its_password(client_user):
+    node = online_gpu_node()
+    port = free_port()
+    site = f"http://mac:pr0m-secret@127.0.0.1:{port}/prom"
+    with override_settings(PROMETHEUS_URL=site, DASHBOARD_PROMETHEUS_TIMEOUT=2):
+        data = client_user.get(f"/nodes/{node.pk}/charts/cpu.json").json()
+    assert data["empty_reason"].startswith(f"Prometheus at http://127.0.0.1:{port}/prom is ")
+    assert "pr0m-secret" not in data["empty_reason"] and "mac:" not in data["empty_reason"]
+
+
 def test_bad_range_chart_or_node_are_named(client_user):
     node = online_gpu_node()
     bad_range = client_user.get(f"/nodes/{node.pk}/charts/cpu.json?range=3w")

@@ -47,6 +47,20 @@ def test_prometheus_away_is_a_503_with_the_reason(client_user):
     assert body["error"].startswith(f"Prometheus at {down} is unreachable")
 
 
+def test_the_store_and_targets_view_are_named_without_their_passwords(client_user):
+    node = online_gpu_node()
+    store, targets = free_port(), free_port()
+    with override_settings(
+        PROMETHEUS_URL=f"http://reader:st0re-secret@127.0.0.1:{store}",
+        TARGETS_URL=f"http://127.0.0.1:{targets}/?token=t4rgets-secret",
+    ):
+        error = client_user.get(f"/nodes/{node.pk}/scrapes.json").json()["error"]
+    assert error.startswith(
+        f"Prometheus at http://127.0.0.1:{store} (targets: http://127.0.0.1:{targets}/) is "
+    ), error
+    assert "st0re-secret" not in error and "t4rgets-secret" not in error
+
+
 def test_past_the_prometheus_bulkhead_it_is_not_asked(client_user):
     node = online_gpu_node()
     with override_settings(BULKHEAD_PROMETHEUS=1):
