@@ -49,6 +49,11 @@ prometheus or fleet (the simfleet's options, e.g. fleet:--collect-interval=0). S
 EDITs of one tuning are separated by spaces; the word `store-scrapes` among them makes
 that tuning's store scrape too (its other edits then tune the store's scraping).
 
+`--debian RELEASE` runs both engines as another Debian release packages them (trixie:
+Prometheus 2.53, VictoriaMetrics 1.112, where this host has 2.42 and 1.79), unpacked
+beside the host's by bench.debian_release; each row names the engine's version and the
+report the packages it ran (Sample.programs).
+
     nice -n 10 .venv/bin/python -m bench.scale_metrics --sizes 50 --runs 1 --warmup 20 --window 30
     flock /tmp/mac-bench.lock .venv/bin/python -m bench.scale_metrics --sizes 500,1000,1500,2000 \\
         --runs 3 --write
@@ -83,6 +88,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.day_history import DAY_NODES, chart_metrics, load_day
+from bench.debian_release import fetch, program_version, upstream
 from bench.hostpages import HOST_PORT, HOST_SERIES
 from bench.report import median, percentile, update_section
 from contract.services import BY_NAME
@@ -103,6 +109,13 @@ HOST_JOB = "host-capture"  # the node_exporter-sized pages (bench.hostpages)
 JOBS = (*EXPORTERS, HOST_JOB)
 # What each engine process is called in the tables (the spec's name otherwise).
 SHOWN = {"store": "store (victoria-metrics)", "rules": "rules (vmalert)"}
+# --debian: the engines' programs, by the settings that name them.
+DEBIAN_PROGRAMS = {
+    "MAC_PROMETHEUS_BIN": "prometheus",
+    "MAC_VICTORIA_METRICS_BIN": "victoria-metrics",
+    "MAC_VMAGENT_BIN": "vmagent",
+    "MAC_VMALERT_BIN": "vmalert",
+}
 FLEET = ("fleet: simfleet", "fleet: host pages", "bench: http_sd stand-in")
 
 
@@ -131,6 +144,8 @@ class Sample:
     # What the scrapers hold for the store at the window's end (vmagent's queue): a store
     # that falls behind shows here, while its missing samples show as missed scrapes.
     backlog_bytes: float | None = None
+    # {process: its package and version}, e.g. "prometheus 2.42.0+ds-5+deb12u1 (this host's)"
+    programs: dict[str, str] = field(default_factory=dict)
 
     @property
     def held(self) -> bool:
@@ -420,6 +435,21 @@ class Engine:
         if self.shards:
             wanted = ["store", *(f"scraper-{k}" for k in range(self.shards)), "rules", "prometheus"]
         self.engine_specs = [by_name[name] for name in wanted]
+        # Which Debian package each engine program came from (--debian swaps them): the
+        # rows say the upstream version, the report the whole package version.
+        versions = {
+            spec.name: program_version(spec.argv[0])
+            for spec in self.engine_specs
+            if not Path(spec.argv[0]).name.startswith("python")
+        }
+        self.programs = {self.shown(name): version for name, version in versions.items()}
+        main_program = versions.get("store" if self.shards else "prometheus", "")
+        if main_program:
+            version = upstream(main_program.split()[1])
+            self.name = (
+                f"prometheus {version}" if key == "prometheus" else
+                f"vm {version} ({self.shards} scraper)"
+            )  # fmt: skip
         if store_scrapes and self.shards == 1:
             self._store_scrapes(by_name)
         self.procs: dict[str, subprocess.Popen] = {}
@@ -777,6 +807,7 @@ def measure(
         return Sample(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
             load, latency, view, rules, settled, **day, backlog_bytes=backlog,
+            programs=engine.programs,
         )  # fmt: skip
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         if engine is None or not engine.procs:
@@ -821,7 +852,7 @@ def _median_sample(samples: list[Sample]) -> Sample:
         tuple(median([load[i] for load in loads]) for i in range(3)),  # type: ignore[arg-type]
         [t for s in samples for t in s.chart_ms], **optional, settled_s=mid("settled_s"),
         chart_day_ms=[t for s in samples for t in s.chart_day_ms],
-        day_samples=int(mid("day_samples")),
+        day_samples=int(mid("day_samples")), programs=first.programs,
     )  # fmt: skip
 
 
@@ -833,10 +864,31 @@ def _load(row: Sample) -> str:
     return " / ".join(f"{x:.1f}" for x in row.load)
 
 
+def programs_line(medians: dict[tuple[str, str], list[Sample]]) -> str:
+    """Which package each engine's programs came from (runs saved before it was
+    recorded say nothing)."""
+    by_engine: dict[str, dict[str, list[str]]] = {}
+    for rows in medians.values():
+        for row in rows:
+            for process, version in row.programs.items():
+                names = by_engine.setdefault(row.engine, {}).setdefault(version or "unknown", [])
+                if process not in names:
+                    names.append(process)
+    if not by_engine:
+        return ""
+    said = [
+        f"{engine}: " + ", ".join(f"{version} ({', '.join(names)})"
+                                   for version, names in versions.items())
+        for engine, versions in by_engine.items()
+    ]  # fmt: skip
+    return "Programs: " + "; ".join(said) + "."
+
+
 def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Namespace) -> str:
     runs = args.runs
     command = (
         f"`bench/scale_metrics.py --sizes {args.sizes} --runs {runs} --engines {args.engines}"
+        + (f" --debian {args.debian}" if getattr(args, "debian", "") else "")
         + "".join(f" --tuning '{t}'" for t in args.tuning)
         + f" --warmup {args.warmup:g} --window {args.window:g}`"
     )
@@ -883,6 +935,9 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                 f"{row.machine_busy:.0%} | {_load(row)} | {row.settled_s:.0f} | "
                 f"{_chart_ms(row.chart_ms)} | {_chart_ms(row.chart_day_ms)} |"
             )
+    programs = programs_line(medians)
+    if programs:
+        lines += ["", programs]
     lines += ["", "Per process (medians; CPU cores over the window, RSS MiB at its end):", ""]
     lines += [
         "| engine | tuning | nodes | process | CPU cores | RSS MiB |",
@@ -1014,6 +1069,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --write: a section of its own (e.g. 'tunings at 1,000 nodes'), beside "
         "the main tables instead of replacing them",
     )
+    parser.add_argument(
+        "--debian",
+        default="",
+        metavar="RELEASE",
+        help="run Prometheus and VictoriaMetrics as Debian RELEASE packages them (e.g. "
+        "trixie), downloaded and unpacked beside this host's by bench.debian_release",
+    )
     parser.add_argument("--json", help="also write every run's figures to this file")
     parser.add_argument(
         "--from-json",
@@ -1038,6 +1100,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if args.shards != 1 and any(scrapes_in_store(t) for t in tunings):
         parser.error(f"--tuning {STORE_SCRAPES}: the store can take one scraper's job (--shards 1)")
+    if args.debian:
+        try:
+            root = fetch(args.debian, ["victoria-metrics", "prometheus"])
+        except RuntimeError as exc:
+            parser.error(f"--debian {args.debian}: {exc}")
+        # The engines' specs read MAC_*_BIN (maccli.master.scaleout.binary) from here.
+        for setting, program in DEBIAN_PROGRAMS.items():
+            os.environ[setting] = str(root / "usr" / "bin" / program)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
     import django
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import psutil
 import pytest
@@ -201,3 +203,45 @@ def test_the_24_hour_charts_and_the_day_behind_them_are_reported_for_the_store()
     assert rows["| vm (1 scraper)"].endswith("| 3 / 4 | 12 / 40 |"), rows
     assert rows["| prometheus"].endswith("| 3 / 4 | not measured |"), rows
     assert "| vm (1 scraper) | mac | 1,000 | 1.500 | 0.100 | 1,681,920, 7 s | 3 |" in text
+
+
+def test_rows_name_the_engine_version_and_the_report_the_packages_run(tmp_path) -> None:
+    from bench.debian_release import MANIFEST
+    from bench.scale_metrics import Engine, Sample, programs_line
+
+    # Programs unpacked from another release, as bench.debian_release leaves them.
+    root = tmp_path / "trixie" / "root"
+    (root / "usr" / "bin").mkdir(parents=True)
+    entry = {"package": "victoria-metrics", "version": "1.112.0+ds1-2", "release": "trixie"}
+    (root / MANIFEST).write_text(json.dumps(
+        {f"/usr/bin/{p}": entry for p in ("victoria-metrics", "vmagent", "vmalert")}
+    ))  # fmt: skip
+    env = {
+        "MAC_VICTORIA_METRICS_BIN": str(root / "usr/bin/victoria-metrics"),
+        "MAC_VMAGENT_BIN": str(root / "usr/bin/vmagent"),
+        "MAC_VMALERT_BIN": str(root / "usr/bin/vmalert"),
+    }
+    with mock.patch.dict(os.environ, env):
+        engine = Engine("vm", 1, tmp_path / "work", 1, [])
+    assert engine.name == "vm 1.112.0 (1 scraper)"
+    newer = "victoria-metrics 1.112.0+ds1-2 (Debian trixie)"
+    assert engine.programs == {
+        "store (victoria-metrics)": newer, "scraper-0": newer, "rules (vmalert)": newer
+    }  # fmt: skip
+    hosts = Engine("prometheus", 0, tmp_path / "host", 1, [])
+    assert hosts.name.startswith("prometheus 2.") and hosts.programs["prometheus"].endswith(
+        "(this host's)"
+    )
+
+    def sample(engine: Engine) -> Sample:
+        return Sample(engine.name, "mac", 1000, 4000, 0, 0, 2e6, 139e3, {}, 0.4, (1.0, 1.0, 1.0),
+                      programs=engine.programs)  # fmt: skip
+
+    line = programs_line({("vm", "mac"): [sample(engine)], ("prometheus", "mac"): [sample(hosts)]})
+    assert line.startswith(
+        f"Programs: vm 1.112.0 (1 scraper): {newer} (store (victoria-metrics), scraper-0, "
+        "rules (vmalert)); prometheus 2."
+    ), line
+    # Runs saved before versions were recorded say nothing rather than something wrong.
+    assert programs_line({("vm", "mac"): [Sample("vm (1 scraper)", "mac", 1, 1, 0, 0, 1, 1, {},
+                                                 0.1, (0, 0, 0))]}) == ""  # fmt: skip
