@@ -51,7 +51,7 @@ that tuning's store scrape too (its other edits then tune the store's scraping).
 
 `--debian RELEASE` runs both engines as another Debian release packages them (trixie:
 Prometheus 2.53, VictoriaMetrics 1.112, where this host has 2.42 and 1.79), unpacked
-beside the host's by bench.debian_release; each row names the engine's version and the
+beside the host's by testkit.debian_release; each row names the engine's version and the
 report the packages it ran (Sample.programs).
 
     nice -n 10 .venv/bin/python -m bench.scale_metrics --sizes 50 --runs 1 --warmup 20 --window 30
@@ -88,10 +88,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.day_history import DAY_NODES, chart_metrics, load_day
-from bench.debian_release import fetch, program_version, upstream
 from bench.hostpages import HOST_PORT, HOST_SERIES
 from bench.report import median, percentile, update_section
 from contract.services import BY_NAME
+from testkit.debian_release import fetch, program_version, upstream
 from testkit.ports import free_port
 from testkit.simfleet.fleet import hostname_for, node_addresses
 
@@ -1074,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         metavar="RELEASE",
         help="run Prometheus and VictoriaMetrics as Debian RELEASE packages them (e.g. "
-        "trixie), downloaded and unpacked beside this host's by bench.debian_release",
+        "trixie), downloaded and unpacked beside this host's by testkit.debian_release",
     )
     parser.add_argument("--json", help="also write every run's figures to this file")
     parser.add_argument(

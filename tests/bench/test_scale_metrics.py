@@ -206,10 +206,10 @@ def test_the_24_hour_charts_and_the_day_behind_them_are_reported_for_the_store()
 
 
 def test_rows_name_the_engine_version_and_the_report_the_packages_run(tmp_path) -> None:
-    from bench.debian_release import MANIFEST
     from bench.scale_metrics import Engine, Sample, programs_line
+    from testkit.debian_release import MANIFEST
 
-    # Programs unpacked from another release, as bench.debian_release leaves them.
+    # Programs unpacked from another release, as testkit.debian_release leaves them.
     root = tmp_path / "trixie" / "root"
     (root / "usr" / "bin").mkdir(parents=True)
     entry = {"package": "victoria-metrics", "version": "1.112.0+ds1-2", "release": "trixie"}

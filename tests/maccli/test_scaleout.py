@@ -32,6 +32,7 @@ from scraping.httpsd import shard_of
 from testkit.alerting import WebhookReceiver
 from testkit.alertstack import ADMIN_PASSWORD, AlertStack
 from testkit.browser import CHROMIUM, chromium_page, dead_links
+from testkit.debian_release import fetch
 from testkit.metrics_writes import PROBE, datasource_reads, send, spelled_writes
 from testkit.ports import free_port
 from testkit.processes import exited
@@ -106,8 +107,28 @@ class ScaleOut:
         return (keys / flag).read_text().strip()
 
 
-@pytest.fixture(scope="module")
-def scale(tmp_path_factory) -> Iterator[ScaleOut]:
+def _programs(release: str, tmp_path_factory) -> dict[str, str]:
+    """MAC_*_BIN for Debian `release`'s VictoriaMetrics, unpacked beside the host's ({} for
+    the host's own): a site on Debian 13 runs 1.112 where this machine has 1.79."""
+    if not release:
+        return {}
+    try:
+        root = fetch(release, ["victoria-metrics"], Path(tmp_path_factory.mktemp("debian")))
+    except RuntimeError as exc:
+        pytest.skip(f"Debian {release}'s victoria-metrics could not be fetched: {exc}")
+    programs = root / "usr" / "bin"
+    return {
+        "MAC_VICTORIA_METRICS_BIN": str(programs / "victoria-metrics"),
+        "MAC_VMAGENT_BIN": str(programs / "vmagent"),
+        "MAC_VMALERT_BIN": str(programs / "vmalert"),
+    }
+
+
+# Every test of the module runs on this host's VictoriaMetrics (bookworm's 1.79) and on
+# Debian 13's (trixie's 1.112): MAC's flags, rules and views must hold on both.
+@pytest.fixture(scope="module", params=["", "trixie"], ids=["vm-host", "vm-trixie"])
+def scale(request, tmp_path_factory) -> Iterator[ScaleOut]:
+    programs = _programs(request.param, tmp_path_factory)
     webhook = WebhookReceiver()
     # sys-manager too: a target whose scrape can fail while MAC's probe (/health) answers.
     services = ("sys-exporter", "nic-exporter", "sys-manager")
@@ -128,6 +149,7 @@ def scale(tmp_path_factory) -> Iterator[ScaleOut]:
             "MAC_ALERT_GROUP_INTERVAL": "2s",
             "MAC_ALERT_POLL_INTERVAL": "1",
             "MAC_ALERT_WEBHOOK_URL": webhook.url,
+            **programs,
         },
     )
     try:

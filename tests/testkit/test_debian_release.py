@@ -1,4 +1,4 @@
-"""Another Debian release's packages unpacked beside the host's (bench.debian_release):
+"""Another Debian release's packages unpacked beside the host's (testkit.debian_release):
 real apt against Debian's mirror, with folders of its own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from bench.debian_release import MANIFEST, fetch, main, program_version, upstream
+from testkit.debian_release import MANIFEST, fetch, main, program_version, upstream
 
 needs_apt = pytest.mark.skipif(
     not (shutil.which("apt-get") and shutil.which("dpkg-deb")), reason="not a Debian host"

@@ -1,15 +1,15 @@
-"""Another Debian release's packages, unpacked beside this host's for a benchmark.
+"""Another Debian release's packages, unpacked beside this host's for tests and benchmarks.
 
 The engines MAC runs come from Debian: this machine (bookworm) has Prometheus 2.42 and
-VictoriaMetrics 1.79, a site on Debian 13 (trixie) gets 2.53 and 1.112. To measure the
-newer ones here without touching the host's packages (their dependencies would not all
+VictoriaMetrics 1.79, a site on Debian 13 (trixie) gets 2.53 and 1.112. To test and
+measure the newer ones here without touching the host's packages (their dependencies would not all
 be met, and apt would then refuse every later install), apt downloads them with folders
 of its own (its lists and cache under CACHE/<release>/apt) and each .deb is unpacked
 under CACHE/<release>/root. A manifest there (programs.json) records which package and
 version each program came from, so a report can say what it measured:
 `program_version(path)` reads it, or asks dpkg for a program of the host's own.
 
-    python -m bench.debian_release trixie victoria-metrics prometheus
+    python -m testkit.debian_release trixie victoria-metrics prometheus
 """
 
 from __future__ import annotations
