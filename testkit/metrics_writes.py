@@ -12,6 +12,7 @@ asks, which a reader must get.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.parse
@@ -33,6 +34,12 @@ class Attempt:
 def _import_json() -> bytes:
     now = int(time.time() * 1000)
     return f'{{"metric":{{"__name__":"{PROBE}"}},"values":[1],"timestamps":[{now}]}}\n'.encode()
+
+
+def _datadog_json(version: int) -> bytes:
+    now = int(time.time())
+    point = [now, 1] if version == 1 else {"timestamp": now, "value": 1}
+    return json.dumps({"series": [{"metric": PROBE, "points": [point]}]}).encode()
 
 
 _LINE = f"{PROBE} 1\n".encode()
@@ -59,6 +66,15 @@ STORE_WRITES: tuple[Attempt, ...] = (
     Attempt("Influx write (prefixed)", "/influx/write", _INFLUX, "text/plain"),
     Attempt("Influx v2 write", "/api/v2/write", _INFLUX, "text/plain"),
     Attempt("Graphite tag registration", f"/tags/tagSeries?path={PROBE}"),
+    # Ingestion that newer VictoriaMetrics (Debian 13's 1.112) adds to the store's port.
+    Attempt("import (push-gateway path)", "/api/v1/import/prometheus/metrics/job/mac", _LINE,
+            "text/plain"),
+    Attempt("OpenTelemetry", "/opentelemetry/v1/metrics", b"\x00", "application/x-protobuf"),
+    Attempt("Datadog v1 series", "/datadog/api/v1/series", _datadog_json(1), "application/json"),
+    Attempt("Datadog v2 series", "/datadog/api/v2/series", _datadog_json(2), "application/json"),
+    Attempt("Datadog sketches", "/datadog/api/beta/sketches", b"\x00",
+            "application/x-protobuf"),
+    Attempt("New Relic", "/newrelic/infra/v2/metrics/events/bulk", b"[]", "application/json"),
     Attempt("reload", "/-/reload"),
     Attempt("quit", "/-/quit"),
 )  # fmt: skip
