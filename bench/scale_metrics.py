@@ -91,7 +91,7 @@ from bench.day_history import DAY_NODES, chart_metrics, load_day
 from bench.hostpages import HOST_PORT, HOST_SERIES
 from bench.report import median, percentile, update_section
 from contract.services import BY_NAME
-from testkit.debian_release import fetch, program_version, upstream
+from testkit.debian_release import fetch, mac_settings, program_version, upstream
 from testkit.ports import free_port
 from testkit.simfleet.fleet import hostname_for, node_addresses
 
@@ -109,13 +109,6 @@ HOST_JOB = "host-capture"  # the node_exporter-sized pages (bench.hostpages)
 JOBS = (*EXPORTERS, HOST_JOB)
 # What each engine process is called in the tables (the spec's name otherwise).
 SHOWN = {"store": "store (victoria-metrics)", "rules": "rules (vmalert)"}
-# --debian: the engines' programs, by the settings that name them.
-DEBIAN_PROGRAMS = {
-    "MAC_PROMETHEUS_BIN": "prometheus",
-    "MAC_VICTORIA_METRICS_BIN": "victoria-metrics",
-    "MAC_VMAGENT_BIN": "vmagent",
-    "MAC_VMALERT_BIN": "vmalert",
-}
 FLEET = ("fleet: simfleet", "fleet: host pages", "bench: http_sd stand-in")
 
 
@@ -1101,13 +1094,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.shards != 1 and any(scrapes_in_store(t) for t in tunings):
         parser.error(f"--tuning {STORE_SCRAPES}: the store can take one scraper's job (--shards 1)")
     if args.debian:
+        packages = ["victoria-metrics", "prometheus"]
         try:
-            root = fetch(args.debian, ["victoria-metrics", "prometheus"])
+            root = fetch(args.debian, packages)
         except RuntimeError as exc:
             parser.error(f"--debian {args.debian}: {exc}")
         # The engines' specs read MAC_*_BIN (maccli.master.scaleout.binary) from here.
-        for setting, program in DEBIAN_PROGRAMS.items():
-            os.environ[setting] = str(root / "usr" / "bin" / program)
+        os.environ.update(mac_settings(root, packages))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "macweb.settings")
     import django
 

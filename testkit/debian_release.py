@@ -2,11 +2,11 @@
 
 The engines MAC runs come from Debian: this machine (bookworm) has Prometheus 2.42 and
 VictoriaMetrics 1.79, a site on Debian 13 (trixie) gets 2.53 and 1.112. To test and
-measure the newer ones here without touching the host's packages (their dependencies would not all
-be met, and apt would then refuse every later install), apt downloads them with folders
-of its own (its lists and cache under CACHE/<release>/apt) and each .deb is unpacked
-under CACHE/<release>/root. A manifest there (programs.json) records which package and
-version each program came from, so a report can say what it measured:
+measure the newer ones here without touching the host's packages (their dependencies
+would not all be met, and apt would then refuse every later install), apt downloads
+them with folders of its own (its lists and cache under CACHE/<release>/apt) and each
+.deb is unpacked under CACHE/<release>/root. A manifest there (programs.json) records
+which package and version each program came from, so a report can say what it measured:
 `program_version(path)` reads it, or asks dpkg for a program of the host's own.
 
     python -m testkit.debian_release trixie victoria-metrics prometheus
@@ -108,6 +108,25 @@ def program_version(program: str) -> str:
             version = _run(["dpkg-query", "-W", "-f=${Version}", package]).strip()
             return f"{package} {version} (this host's)"
     return ""
+
+
+# The settings that name MAC's engine programs (contract.settings.launch), by program.
+PROGRAM_SETTINGS = {
+    "prometheus": "MAC_PROMETHEUS_BIN",
+    "victoria-metrics": "MAC_VICTORIA_METRICS_BIN",
+    "vmagent": "MAC_VMAGENT_BIN",
+    "vmalert": "MAC_VMALERT_BIN",
+}
+
+
+def mac_settings(root: Path, packages: list[str]) -> dict[str, str]:
+    """MAC_*_BIN for the engine programs of `packages` unpacked under `root` by fetch()."""
+    manifest = json.loads((root / MANIFEST).read_text())
+    return {
+        PROGRAM_SETTINGS[Path(path).name]: str(root / path.lstrip("/"))
+        for path, entry in manifest.items()
+        if entry["package"] in packages and Path(path).name in PROGRAM_SETTINGS
+    }
 
 
 def upstream(version: str) -> str:

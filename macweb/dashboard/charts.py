@@ -284,11 +284,12 @@ class PrometheusError(RuntimeError):
     """Prometheus answered, but not with data."""
 
 
-def store_said(base: str, what: str) -> str:
+def store_said(base: str, what: str, *also: str) -> str:
     """The words "Prometheus at <base> <what>" as people may read them: a site's Prometheus
     (or store) behind basic auth has its password in MAC_PROMETHEUS_URL, and neither the
-    URL nor an error quoting it shows that password."""
-    return redact(f"Prometheus at {url_without_credentials(base)} {what}", url_secrets(base))
+    URL nor an error quoting it (or quoting one of `also`'s URLs) shows that password."""
+    secrets = [secret for url in (base, *also) for secret in url_secrets(url)]
+    return redact(f"Prometheus at {url_without_credentials(base)} {what}", secrets)
 
 
 async def chart_data(

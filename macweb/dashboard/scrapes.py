@@ -24,7 +24,7 @@ import aiohttp
 from django.conf import settings
 
 from alerting import bulkheads
-from contract.redact import redact, url_secrets, url_without_credentials
+from contract.redact import url_without_credentials
 from macweb.dashboard.charts import store_said
 
 # The most the panel waits for Prometheus (and the targets view) in all.
@@ -95,7 +95,7 @@ async def scrape_health(node_id: int) -> ScrapeHealth:
         why = f"is unreachable ({exc})"
     except (ValueError, KeyError, TypeError) as exc:
         why = f"answered without the expected data ({exc})"
-    if where != settings.TARGETS_URL:
-        targets = settings.TARGETS_URL
-        why = redact(f"(targets: {url_without_credentials(targets)}) {why}", url_secrets(targets))
-    return ScrapeHealth(error=store_said(where, why), available=False)
+    targets = settings.TARGETS_URL
+    if where != targets:
+        why = f"(targets: {url_without_credentials(targets)}) {why}"
+    return ScrapeHealth(error=store_said(where, why, targets), available=False)

@@ -6,17 +6,7 @@ from __future__ import annotations
 from maccli.master.commands import where_lines
 from maccli.master.layout import master_layout
 from node.config import NodeConfig
-
-
-def _config(tmp_path, **values: str) -> NodeConfig:
-    environ = {
-        "MAC_NODE_ENV_FILE": str(tmp_path / "node.env"),
-        "MAC_USER_ENV_FILE": str(tmp_path / "user.env"),
-        "MAC_DATA_DIR": str(tmp_path / "data"),
-        "PATH": "/usr/bin:/bin",
-        **values,
-    }
-    return NodeConfig.load(environ=environ)
+from tests.maccli.test_scaleout_specs import _config  # a master's settings in tmp_path
 
 
 def _where(cfg: NodeConfig) -> str:

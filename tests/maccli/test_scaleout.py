@@ -32,7 +32,7 @@ from scraping.httpsd import shard_of
 from testkit.alerting import WebhookReceiver
 from testkit.alertstack import ADMIN_PASSWORD, AlertStack
 from testkit.browser import CHROMIUM, chromium_page, dead_links
-from testkit.debian_release import fetch
+from testkit.debian_release import fetch, mac_settings
 from testkit.metrics_writes import PROBE, datasource_reads, send, spelled_writes
 from testkit.ports import free_port
 from testkit.processes import exited
@@ -116,12 +116,7 @@ def _programs(release: str, tmp_path_factory) -> dict[str, str]:
         root = fetch(release, ["victoria-metrics"], Path(tmp_path_factory.mktemp("debian")))
     except RuntimeError as exc:
         pytest.skip(f"Debian {release}'s victoria-metrics could not be fetched: {exc}")
-    programs = root / "usr" / "bin"
-    return {
-        "MAC_VICTORIA_METRICS_BIN": str(programs / "victoria-metrics"),
-        "MAC_VMAGENT_BIN": str(programs / "vmagent"),
-        "MAC_VMALERT_BIN": str(programs / "vmalert"),
-    }
+    return mac_settings(root, ["victoria-metrics"])
 
 
 # Every test of the module runs on this host's VictoriaMetrics (bookworm's 1.79) and on

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from testkit.debian_release import MANIFEST, fetch, main, program_version, upstream
+from testkit.debian_release import MANIFEST, fetch, mac_settings, main, program_version, upstream
 
 needs_apt = pytest.mark.skipif(
     not (shutil.which("apt-get") and shutil.which("dpkg-deb")), reason="not a Debian host"
@@ -55,3 +55,17 @@ def test_a_package_that_does_not_exist_is_named_and_nothing_is_half_written(tmp_
     error = capsys.readouterr().err
     assert error.startswith("error: apt-get") and "no-such-package-mac" in error, error
     assert not (tmp_path / "trixie" / "root" / MANIFEST).exists()
+
+
+def test_mac_is_pointed_at_the_engine_programs_of_the_packages_asked(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    entry = {"version": "1.112.0+ds1-2", "release": "trixie"}
+    (root / MANIFEST).write_text(json.dumps({
+        "/usr/bin/vmagent": {"package": "victoria-metrics", **entry},
+        "/usr/bin/vmctl": {"package": "victoria-metrics", **entry},  # no setting names it
+        "/usr/bin/prometheus": {"package": "prometheus", **entry},
+    }))  # fmt: skip
+    assert mac_settings(root, ["victoria-metrics"]) == {
+        "MAC_VMAGENT_BIN": str(root / "usr/bin/vmagent")
+    }
