@@ -13,8 +13,13 @@ posts, in one request:
 
 Labels are exactly those of the Prometheus rule MacNodeOffline, which stays as the
 backstop for a master that cannot post (scraping/prometheus/alerts.yml): alertname,
-node, hostname, cluster_name and severity. Both alerts then have one fingerprint and
-Alertmanager deduplicates them. The words come in annotations, from MAC's own data:
+node, hostname, cluster_name, severity and down_since. Both alerts then have one
+fingerprint and Alertmanager deduplicates them. down_since (the moment the node left
+Online, as the master recorded it; also a label of mac_node_up) makes each incident an
+alert of its own: Prometheus re-sends a resolved alert every minute for 15 minutes, with
+its old startsAt and endsAt, and Alertmanager lets such a resend *replace* a later alert
+of the same labels, so without it a node that went Offline again within those minutes
+had its new alert ended by the old one. The words come in annotations, from MAC's own data:
 summary, reason, diagnosis, description, fix, node_url, runbook_url, and `source`.
 
 The same post carries the GPU verdict alerts (alerting.gpualerts: MacGpuUnhealthy,
@@ -57,7 +62,10 @@ POSTED_ALERTNAMES = (ALERTNAME, *gpualerts.ALERTNAMES.values())
 ENDS_AFTER_INTERVALS = 4
 ENDS_AFTER_MIN = 120.0
 
-POSTED_KEY = "alerting:node-alerts:posted"
+# The alert's identity, the backstop rule's too (scraping/prometheus/alerts.yml).
+LABEL_NAMES = ("alertname", "node", "hostname", "cluster_name", "severity", "down_since")
+
+POSTED_KEY = "alerting:node-alerts:posted"  # {node id: [hostname, down_since]}
 STATS_KEY = "alerting:node-alerts:stats"
 LOCK_KEY = "alerting:node-alerts:lock"
 POSTED_FIELDS = ("id", "hostname")
@@ -72,15 +80,24 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def labels(node_id: int, hostname: str) -> dict[str, str]:
-    """The alert's identity: the same five labels the backstop rule gives it."""
-    return {
+def down_since(moment: datetime) -> str:
+    """The down_since label of a node whose status changed at `moment` (to the second,
+    UTC): the same text in the master's post and in its /metrics' mac_node_up."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def labels(node_id: int, hostname: str, since: str) -> dict[str, str]:
+    """The alert's identity: the same six labels the backstop rule gives it."""
+    found = {
         "alertname": ALERTNAME,
         "node": str(node_id),
         "hostname": hostname,
         "cluster_name": settings.CLUSTER_NAME,
         "severity": SEVERITY,
+        "down_since": since,
     }
+    # A record from before down_since existed ends the alert it posted without one.
+    return {key: value for key, value in found.items() if value}
 
 
 def node_url(node_id: int) -> str:
@@ -117,7 +134,7 @@ def firing_alert(row: dict, now: datetime) -> dict:
         "source": SOURCE,
     }
     return {
-        "labels": labels(row["id"], row["hostname"]),
+        "labels": labels(row["id"], row["hostname"], down_since(row["status_changed_at"])),
         "annotations": {key: value for key, value in annotations.items() if value},
         "startsAt": _iso(row["status_changed_at"]),
         "endsAt": _iso(now + timedelta(seconds=ends_after())),
@@ -125,10 +142,10 @@ def firing_alert(row: dict, now: datetime) -> dict:
     }
 
 
-def resolved_alert(node_id: int, hostname: str, now: datetime) -> dict:
+def resolved_alert(node_id: int, hostname: str, since: str, now: datetime) -> dict:
     """The end of a node's alert: same labels, endsAt now."""
     return {
-        "labels": labels(node_id, hostname),
+        "labels": labels(node_id, hostname, since),
         "annotations": {"summary": f"Node {hostname} is back", "source": SOURCE},
         "endsAt": _iso(now),
         "generatorURL": node_url(node_id),
@@ -158,13 +175,37 @@ class Post:
     gpus_resolved: list[str] = field(default_factory=list)
 
 
-def build(rows: list[dict], posted: dict[int, str], now: datetime) -> tuple[list[dict], Post]:
-    """The alerts of one post: the firing rows, and the ends of the others posted before."""
+def posted_record(rows: list[dict]) -> dict[int, list[str]]:
+    """What a post that fired these rows leaves in POSTED_KEY."""
+    return {row["id"]: [row["hostname"], down_since(row["status_changed_at"])] for row in rows}
+
+
+def read_posted(value: dict | None) -> dict[int, tuple[str, str]]:
+    """POSTED_KEY as {node id: (hostname, down_since)}; a record written before down_since
+    existed holds the hostname alone."""
+    found = {}
+    for key, entry in (value or {}).items():
+        host, since = (entry, "") if isinstance(entry, str) else entry
+        found[int(key)] = (host, since)
+    return found
+
+
+def build(
+    rows: list[dict], posted: dict[int, tuple[str, str]], now: datetime
+) -> tuple[list[dict], Post]:
+    """The alerts of one post: the firing rows, and the ends of the others posted before,
+    an earlier incident of a node that is Offline again included."""
     firing = [firing_alert(row, now) for row in rows]
-    firing_ids = {row["id"] for row in rows}
-    gone = {node_id: host for node_id, host in posted.items() if node_id not in firing_ids}
-    ends = [resolved_alert(node_id, host, now) for node_id, host in sorted(gone.items())]
-    return firing + ends, Post(firing=sorted(firing_ids), resolved=sorted(gone))
+    current = posted_record(rows)
+    gone = {
+        node_id: (host, since)
+        for node_id, (host, since) in posted.items()
+        if current.get(node_id, [None, None])[1] != since
+    }
+    ends = [
+        resolved_alert(node_id, host, since, now) for node_id, (host, since) in sorted(gone.items())
+    ]
+    return firing + ends, Post(firing=sorted(current), resolved=sorted(gone))
 
 
 def post_node_alerts(client: Alertmanager | None = None) -> Post:
@@ -177,7 +218,7 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
         return Post(skipped=True)
     try:
         client = client or Alertmanager(settings.ALERTMANAGER_URL, timeout)
-        posted = {int(k): v for k, v in (cache.get(POSTED_KEY) or {}).items()}
+        posted = read_posted(cache.get(POSTED_KEY))
         rows = offline_rows()
         now = datetime.now(UTC)
         alerts, post = build(rows, posted, now)
@@ -198,7 +239,7 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
         except AlertmanagerUnavailable as exc:
             post.error = str(exc)
         else:
-            cache.set(POSTED_KEY, {row["id"]: row["hostname"] for row in rows}, None)
+            cache.set(POSTED_KEY, posted_record(rows), None)
             cache.set(gpualerts.POSTED_KEY, gpus_firing, None)
         record(post)
         return post

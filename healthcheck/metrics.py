@@ -4,7 +4,9 @@ A node dropped from the file-SD targets vanishes from Prometheus (its series go
 stale, so `up == 0` never fires). These series stay, one per registered node,
 so alert rules can fire on Offline nodes:
 
-    mac_node_up{node, hostname, cluster_name, gpu_vendor, maintenance}   1 Online, else 0
+    mac_node_up{node, hostname, cluster_name, gpu_vendor, maintenance, down_since}
+                                    1 Online, else 0; down_since (UTC, to the second) is
+                                    when a node not Online left Online, absent on Online
     mac_node_status{node, hostname, cluster_name, status, reason, diagnosis, maintenance}  1
     mac_node_exporter_up{node, hostname, service}   1 when that exporter answered its
                                                     last probe, 0 when it did not
@@ -27,8 +29,10 @@ so alert rules can fire on Offline nodes:
 Labels hold codes only (status, reason and diagnosis are choices' values, node is the
 id): their number stays bounded. The words and fixes reach notifications in the
 master's own node alerts (alerting.nodealerts), not through these series; the
-backstop rule MacNodeOffline only needs mac_node_up. cluster_name (MAC_CLUSTER_NAME) is
-the label every target carries too, so one silence matcher fits every alert of a node.
+backstop rule MacNodeOffline only needs mac_node_up, whose down_since gives each incident
+its own alert, as in the master's post (alerting.nodealerts says why). cluster_name
+(MAC_CLUSTER_NAME) is the label every target carries too, so one silence matcher fits
+every alert of a node.
 
 Each exporter stays in its targets file while its own probe answers, even on an
 Offline node (under ip_forward=0 nic-exporter is still scraped), so mac_node_up says
@@ -49,7 +53,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from alerting.nodealerts import post_stats
+from alerting.nodealerts import down_since, post_stats
 from contract.verdicts import OPERATOR_ACTIONS
 from healthcheck.state import get_redis, last_sweep, probes_total, sweep_count
 from inventory.choices import HealthState, NodeStatus
@@ -66,7 +70,7 @@ class InventoryCollector(Collector):
         up = GaugeMetricFamily(
             "mac_node_up",
             "1 when the node's sys-exporter answered the last sweep (Online), else 0.",
-            labels=["node", "hostname", "cluster_name", "gpu_vendor", "maintenance"],
+            labels=["node", "hostname", "cluster_name", "gpu_vendor", "maintenance", "down_since"],
         )
         status = GaugeMetricFamily(
             "mac_node_status",
@@ -96,6 +100,7 @@ class InventoryCollector(Collector):
             "exporter_health",
             "health_state",
             "health_action",
+            "status_changed_at",
         )
         for row in rows.iterator(chunk_size=5000):
             node_id, hostname, vendor, maintenance, state, reason, diagnosis, health = row[:8]
@@ -104,9 +109,10 @@ class InventoryCollector(Collector):
                 actions[row[9]] += 1
             flag = "true" if maintenance else "false"
             node = str(node_id)
-            up.add_metric(
-                [node, hostname, cluster, vendor, flag], 1.0 if state == NodeStatus.ONLINE else 0.0
-            )
+            online = state == NodeStatus.ONLINE
+            # One series while Online; one per incident otherwise (the backstop's identity).
+            since = "" if online else down_since(row[10])
+            up.add_metric([node, hostname, cluster, vendor, flag, since], 1.0 if online else 0.0)
             status.add_metric([node, hostname, cluster, state, reason, diagnosis, flag], 1.0)
             for service, answered in sorted((health or {}).items()):
                 exporter_up.add_metric([node, hostname, service], 1.0 if answered else 0.0)

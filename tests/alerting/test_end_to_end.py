@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from alerting import nodealerts
 from contract.diagnosis import DESCRIPTIONS
 from testkit.alerting import SmtpSink, WebhookReceiver, body_text
 from testkit.alertstack import ADMIN_PASSWORD, AlertStack
@@ -147,7 +148,7 @@ def test_a_dead_node_notifies_once_by_webhook_and_email_then_resolves(stack):
     # From the master's own post, before the backstop rule could have fired.
     assert alert["annotations"]["source"] == "mac-master"
     assert firing.received_at - died < RULE_FOR
-    assert set(alert["labels"]) == {"alertname", "node", "hostname", "cluster_name", "severity"}
+    assert set(alert["labels"]) == set(nodealerts.LABEL_NAMES)
     words, fix = DESCRIPTIONS["service_down"]
     assert alert["annotations"]["description"] == words
     assert alert["annotations"]["reason"].startswith("connection refused")

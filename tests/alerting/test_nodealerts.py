@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.cache import cache
 from django.test import Client
+from django.utils import timezone
 
 from alerting import nodealerts
+from alerting.client import Alertmanager
 from contract.diagnosis import DESCRIPTIONS
 from healthcheck.health import run_health_checks
 from inventory.choices import NodeStatus
@@ -19,7 +22,7 @@ from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = [pytest.mark.django_db, needs_alertmanager]
 
-LABELS = {"alertname", "node", "hostname", "cluster_name", "severity"}
+LABELS = set(nodealerts.LABEL_NAMES)
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +65,7 @@ def test_an_offline_node_is_posted_with_its_words_and_notifies_once(
     [alert] = held(alertmanager, "gpu-11")
     assert set(alert["labels"]) == LABELS
     assert alert["labels"]["node"] == str(node.pk)
+    assert alert["labels"]["down_since"] == nodealerts.down_since(node.status_changed_at)
     meaning, fix = DESCRIPTIONS["ip_forward_off"]
     notes = alert["annotations"]
     assert notes["source"] == "mac-master"
@@ -169,7 +173,8 @@ def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, 
     node = offline_node("gpu-61", "10.0.0.61")
     started = time.time()
     for status in [NodeStatus.OFFLINE, NodeStatus.ONLINE] * 3:
-        Node.objects.filter(pk=node.pk).update(status=status)
+        # As a sweep writes it: every change of status is a new incident.
+        Node.objects.filter(pk=node.pk).update(status=status, status_changed_at=timezone.now())
         assert nodealerts.post_node_alerts().error == ""
         time.sleep(1.2)  # one sweep
     assert time.time() - started < 12
@@ -178,6 +183,95 @@ def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, 
     assert resolved is not None
     assert len(node_alert_hook.matching(about("gpu-61", "firing"))) == 1
     assert len(node_alert_hook.matching(about("gpu-61", "resolved"))) == 1
+
+
+def test_an_earlier_incidents_resend_cannot_end_the_next(alertmanager, node_alert_hook):
+    """Prometheus re-sends the backstop's resolved alert every minute for 15 minutes, with
+    the old startsAt and endsAt. Alertmanager replaces an alert of the same labels with
+    such a resend (their times do not overlap), so a node that went Offline again in
+    those minutes lost its new alert. down_since makes the incidents two alerts."""
+    first_down = timezone.now() - timedelta(minutes=5)
+    node = offline_node("gpu-71", "10.0.0.71", status_changed_at=first_down)
+    earlier = nodealerts.labels(node.pk, "gpu-71", nodealerts.down_since(first_down))
+    # The first incident: posted, then ended (the node came back).
+    assert nodealerts.post_node_alerts().firing == [node.pk]
+    Node.objects.filter(pk=node.pk).update(status=NodeStatus.ONLINE)
+    assert nodealerts.post_node_alerts().resolved == [node.pk]
+    # Offline again: the master posts the new incident.
+    Node.objects.filter(pk=node.pk).update(
+        status=NodeStatus.OFFLINE, status_changed_at=timezone.now()
+    )
+    post = nodealerts.post_node_alerts()
+    assert post.firing == [node.pk] and post.resolved == []
+    assert node_alert_hook.wait_for(about("gpu-71", "firing"), timeout=30)
+    [now_held] = held(alertmanager, "gpu-71")
+    assert now_held["labels"]["down_since"] != earlier["down_since"]
+
+    # Prometheus's resend of the first incident's end, as rules/alerting.go sends it.
+    resend = {
+        "labels": earlier,
+        "annotations": {"source": "prometheus-backstop"},
+        "startsAt": _iso(first_down + timedelta(minutes=1)),
+        "endsAt": _iso(first_down + timedelta(minutes=3)),
+    }
+    client = Alertmanager(nodealerts.settings.ALERTMANAGER_URL, 5)
+    client.post_alerts([resend])
+    time.sleep(3)  # several group intervals (1 s here)
+    assert [a["labels"] for a in held(alertmanager, "gpu-71")] == [now_held["labels"]]
+    assert len(node_alert_hook.matching(about("gpu-71", "resolved"))) == 1  # the first's
+
+    # What it did to one identity for both incidents: the resend ends the new alert.
+    client.post_alerts([{**resend, "labels": now_held["labels"]}])
+    assert wait_until_gone(alertmanager, "gpu-71")
+
+
+def test_a_new_incident_after_an_unposted_recovery_ends_the_old_alert_in_the_same_post():
+    """Offline, back and Offline again between two posts (a post failed, or was skipped):
+    the post fires the new incident and ends the one it posted before."""
+    before = datetime(2026, 12, 5, 10, 1, 0, 400000, tzinfo=UTC)
+    row = {
+        "id": 7, "hostname": "gpu-07", "status_reason": "refused", "status_detail": "",
+        "diagnosis": "", "status_changed_at": before + timedelta(minutes=3),
+    }  # fmt: skip
+    posted = nodealerts.read_posted({7: ["gpu-07", nodealerts.down_since(before)]})
+
+    alerts, post = nodealerts.build([row], posted, before + timedelta(minutes=4))
+
+    assert post.firing == [7] and post.resolved == [7]
+    since = [(a["labels"]["down_since"], "startsAt" in a) for a in alerts]
+    assert since == [("2026-12-05T10:04:00Z", True), ("2026-12-05T10:01:00Z", False)]
+    # Posted again with the same incident: nothing to end.
+    again = nodealerts.read_posted(nodealerts.posted_record([row]))
+    assert nodealerts.build([row], again, before)[1].resolved == []
+
+
+def wait_until_gone(alertmanager, hostname: str, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not held(alertmanager, hostname):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_a_record_from_before_down_since_still_ends_its_alert(alertmanager):
+    """An upgraded master's record holds the hostname alone: the alert it names was
+    posted without down_since, and its end goes without it too."""
+    node = online_gpu_node("gpu-91", "10.0.0.91")
+    old_labels = nodealerts.labels(node.pk, "gpu-91", "")
+    assert "down_since" not in old_labels
+    Alertmanager(nodealerts.settings.ALERTMANAGER_URL, 5).post_alerts(
+        [{"labels": old_labels, "endsAt": _iso(timezone.now() + timedelta(minutes=2))}]
+    )
+    assert [a["labels"] for a in held(alertmanager, "gpu-91")] == [old_labels]
+    cache.set(nodealerts.POSTED_KEY, {node.pk: "gpu-91"}, None)
+
+    assert nodealerts.post_node_alerts().resolved == [node.pk]
+    assert wait_until_gone(alertmanager, "gpu-91")
 
 
 def test_another_installations_records_are_never_posted(alertmanager, node_alert_hook):

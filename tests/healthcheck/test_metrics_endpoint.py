@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from alerting.nodealerts import down_since
 from healthcheck.state import SweepStats, record_sweep
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 
@@ -36,7 +37,8 @@ def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_r
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")
     got = samples(response)
-    base = {"gpu_vendor": "none", "maintenance": "false", "cluster_name": "mac"}
+    # down_since is empty while Online, which Prometheus reads as no label: one series.
+    base = {"gpu_vendor": "none", "maintenance": "false", "cluster_name": "mac", "down_since": ""}
     key = tuple(sorted({"node": str(up.pk), "hostname": "gpu-01", **base}.items()))
     assert got[("mac_node_up", key)] == 1.0
     labels = {
@@ -45,6 +47,8 @@ def test_offline_nodes_stay_visible_with_their_reason(client, make_node, sweep_r
         "cluster_name": "mac",
         "gpu_vendor": "amd",
         "maintenance": "true",
+        # The incident's start, as the master's own alert names it (alerting.nodealerts).
+        "down_since": down_since(down.status_changed_at),
     }
     assert got[("mac_node_up", tuple(sorted(labels.items())))] == 0.0
     status_labels = {

@@ -21,6 +21,7 @@ import yaml
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 
+from alerting import nodealerts
 from healthcheck.sweep import run_sweep
 from inventory.models import Node
 from scraping.promconfig import ALERT_RULES, render_prometheus_config
@@ -303,7 +304,7 @@ def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_no
         time.sleep(4)  # anything else would have come by now
         assert {node for _name, node in alerting_nodes()} == {str(nvidia.pk), str(cpu.pk)}
         [offline] = [a for a in in_alertmanager() if a["alertname"] == "MacNodeOffline"]
-        assert set(offline) == {"alertname", "node", "hostname", "cluster_name", "severity"}
+        assert set(offline) == set(nodealerts.LABEL_NAMES)
 
         # The node page's Exporters panel: Prometheus' own word beside MAC's probe
         # (the page asks scrapes.json once drawn).

@@ -112,29 +112,49 @@ def test_the_masters_prometheus_config_loads_the_rules(tmp_path):
 
 def test_the_offline_backstop_fires_with_exactly_the_labels_the_master_posts(tmp_path):
     up = {**MASTER, **NODE, "gpu_vendor": "nvidia"}
-    resting = {**MASTER, "node": "4", "hostname": "gpu-04", "maintenance": "true"}
+    resting = {**MASTER, "node": "4", "hostname": "gpu-04", "maintenance": "true",
+               "gpu_vendor": "amd"}  # fmt: skip
     node = NODE["node"]
+    first, second = "2026-12-05T10:01:00Z", "2026-12-05T10:04:00Z"
     # The master's own post (alerting.nodealerts): one fingerprint in Alertmanager.
-    posted = nodealerts.labels(int(node), NODE["hostname"])
+    posted = nodealerts.labels(int(node), NODE["hostname"], first)
     assert posted["cluster_name"] == NODE["cluster_name"]
+    again = nodealerts.labels(int(node), NODE["hostname"], second)
+    words = (
+        "The master's probe of sys-exporter (:29101) on gpu-03 fails. The node's "
+        "page on the master says why and how to fix it; `mac doctor` on the node "
+        "checks the rest."
+    )
+
+    def backstop(at: str, labels: dict) -> dict:
+        without_name = {key: value for key, value in labels.items() if key != "alertname"}
+        return firing(
+            at,
+            "MacNodeOffline",
+            without_name,
+            "Node gpu-03 is offline",
+            words,
+            source="prometheus-backstop",
+        )
+
+    # Online, Offline for 2 minutes, Online, Offline again: mac_node_up as the master's
+    # /metrics writes it, one series while Online and one per incident (a series the
+    # master stops writing goes stale at the next scrape).
     promtool_test(
         tmp_path,
         [
-            series("mac_node_up", up, "1 0 0 0"),
-            series("mac_node_up", {**resting, "gpu_vendor": "amd"}, "0 0 0 0"),
+            series("mac_node_up", up, "1 stale _ 1 stale _"),
+            series("mac_node_up", {**up, "down_since": first}, "_ 0 0 stale _ _"),
+            series("mac_node_up", {**up, "down_since": second}, "_ _ _ _ 0 0"),
+            series("mac_node_up", {**resting, "down_since": first}, "0 0 0 0 0 0"),
         ],
         [
             quiet("1m", "MacNodeOffline"),  # pending: the master's own post came first
-            firing(
-                "2m",
-                "MacNodeOffline",
-                {key: value for key, value in posted.items() if key != "alertname"},
-                "Node gpu-03 is offline",
-                "The master's probe of sys-exporter (:29101) on gpu-03 fails. The node's "
-                "page on the master says why and how to fix it; `mac doctor` on the node "
-                "checks the rest.",
-                source="prometheus-backstop",
-            ),
+            backstop("2m", posted),
+            quiet("3m", "MacNodeOffline"),
+            # The second incident is another alert, so the first's resolved one, which
+            # Prometheus re-sends, cannot end it in Alertmanager.
+            backstop("5m", again),
         ],
     )
 
