@@ -1,6 +1,7 @@
 """The pages people open at /prometheus/ in scale-out mode (scraping.targetsview).
 
-Debian's victoria-metrics ships no web UI, so the targets view serves the pages that
+Debian 12's victoria-metrics (1.79) ships no web UI (Debian 13's 1.112 has vmui, which
+MAC neither proxies nor links yet), so the targets view serves the pages that
 Prometheus's own UI would (the navigation bar and `mac start master` link them):
 the fleet's targets merged from every scraper, the rules and alerts of the rule
 evaluator, and an index that says where the rest is. Plain HTML in MAC's look (its
