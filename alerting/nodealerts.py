@@ -194,13 +194,15 @@ def build(
     rows: list[dict], posted: dict[int, tuple[str, str]], now: datetime
 ) -> tuple[list[dict], Post]:
     """The alerts of one post: the firing rows, and the ends of the others posted before,
-    an earlier incident of a node that is Offline again included."""
+    an earlier incident of a node that is Offline again (or renamed) included."""
     firing = [firing_alert(row, now) for row in rows]
     current = posted_record(rows)
+    # An alert is gone when its node no longer fires it under the same labels: back,
+    # in maintenance, deregistered, in a new incident, or renamed.
     gone = {
         node_id: (host, since)
         for node_id, (host, since) in posted.items()
-        if current.get(node_id, [None, None])[1] != since
+        if tuple(current.get(node_id, ())) != (host, since)
     }
     ends = [
         resolved_alert(node_id, host, since, now) for node_id, (host, since) in sorted(gone.items())

@@ -227,7 +227,7 @@ def test_an_earlier_incidents_resend_cannot_end_the_next(alertmanager, node_aler
 
 def test_a_new_incident_after_an_unposted_recovery_ends_the_old_alert_in_the_same_post():
     """Offline, back and Offline again between two posts (a post failed, or was skipped):
-    the post fires the new incident and ends the one it posted before."""
+    the post fires the new incident and ends the one it posted before; a rename too."""
     before = datetime(2026, 12, 5, 10, 1, 0, 400000, tzinfo=UTC)
     row = {
         "id": 7, "hostname": "gpu-07", "status_reason": "refused", "status_detail": "",
@@ -243,6 +243,12 @@ def test_a_new_incident_after_an_unposted_recovery_ends_the_old_alert_in_the_sam
     # Posted again with the same incident: nothing to end.
     again = nodealerts.read_posted(nodealerts.posted_record([row]))
     assert nodealerts.build([row], again, before)[1].resolved == []
+    # Renamed mid-incident (re-registered under a new name): the old name's alert ends.
+    renamed = nodealerts.build([{**row, "hostname": "gpu-07b"}], again, before)[0]
+    assert [(a["labels"]["hostname"], "startsAt" in a) for a in renamed] == [
+        ("gpu-07b", True),
+        ("gpu-07", False),
+    ]
 
 
 def wait_until_gone(alertmanager, hostname: str, timeout: float = 10) -> bool:
