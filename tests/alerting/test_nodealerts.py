@@ -185,6 +185,34 @@ def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, 
     assert len(node_alert_hook.matching(about("gpu-61", "resolved"))) == 1
 
 
+def test_a_node_down_again_when_the_interval_ends_is_notified_as_a_new_incident(
+    alertmanager, node_alert_hook, am_settings
+):
+    """Down, up, down within the node route's group_interval: the first incident is paged,
+    and at the interval's end the one still firing is paged too (another down_since)."""
+    am_settings.ALERT_NODE_GROUP_INTERVAL = "8s"
+    am_settings.ALERT_NODE_GROUP_WAIT = "1s"
+    from alerting import services
+
+    services.apply_channels()  # reload with these timings
+    node = offline_node("gpu-62", "10.0.0.62")
+    for status in (NodeStatus.OFFLINE, NodeStatus.ONLINE, NodeStatus.OFFLINE):
+        Node.objects.filter(pk=node.pk).update(status=status, status_changed_at=timezone.now())
+        assert nodealerts.post_node_alerts().error == ""
+        time.sleep(1.2)  # one sweep
+    last = nodealerts.down_since(Node.objects.get(pk=node.pk).status_changed_at)
+
+    def pages() -> list:
+        return [n for n in node_alert_hook.matching(about("gpu-62", "firing"))
+                if n.body["status"] == "firing"]  # fmt: skip
+
+    assert wait_until(lambda: len(pages()) == 2, timeout=30)
+    first, second = (page.body["alerts"] for page in pages())
+    assert [a["status"] for a in first] == ["firing"]
+    firing_now = [a["labels"]["down_since"] for a in second if a["status"] == "firing"]
+    assert firing_now == [last] and first[0]["labels"]["down_since"] != last
+
+
 def test_an_earlier_incidents_resend_cannot_end_the_next(alertmanager, node_alert_hook):
     """Prometheus re-sends the backstop's resolved alert every minute for 15 minutes, with
     the old startsAt and endsAt. Alertmanager replaces an alert of the same labels with
@@ -251,13 +279,17 @@ def test_a_new_incident_after_an_unposted_recovery_ends_the_old_alert_in_the_sam
     ]
 
 
-def wait_until_gone(alertmanager, hostname: str, timeout: float = 10) -> bool:
+def wait_until(condition, timeout: float = 10) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not held(alertmanager, hostname):
+        if condition():
             return True
         time.sleep(0.2)
     return False
+
+
+def wait_until_gone(alertmanager, hostname: str, timeout: float = 10) -> bool:
+    return wait_until(lambda: not held(alertmanager, hostname), timeout)
 
 
 def _iso(moment: datetime) -> str:
