@@ -9,18 +9,20 @@ Layout of the configuration (render_config):
           routes: one per channel         each only to its own channel, at once
         - alertname=~"MacNodeOffline|MacGpu..."   the alerts the master posts itself (node
           group_wait MAC_ALERT_NODE_GROUP_WAIT    offline, GPU verdicts, drain budget):
-          group_interval MAC_ALERT_NODE_GROUP_INTERVAL   group_by node, so one node is
-          routes: one per channel         one notification, sent seconds after the
-                                          master's post (alerting.nodealerts)
+          group_interval MAC_ALERT_NODE_GROUP_INTERVAL   group_by node and down_since:
+          routes: one per channel         one incident of one node is one notification,
+                                          sent seconds after the master's post
+                                          (alerting.nodealerts)
         - one route per channel:  severity and label matchers, continue: true
     receivers: mac-nobody, mac-channel-<id> ...
     templates: [<MAC_ALERTMANAGER_DIR>/mac.tmpl]   (alerting.amtemplate)
 
-A node's group sends a change (its alert ended, the node died again) after the route's
-group_interval, the probe interval up to 5 s by default: a node that dies again is paged
-as fast as the first time, not 5 minutes later, and grouping per node keeps every other
-node out of it. An unchanged alert is repeated only after repeat_interval; changes
-inside one group interval (a flap between two sweeps) change nothing that was sent.
+An incident's group sends its end after the route's group_interval, the probe interval
+up to 5 s by default; a node that dies again is a new incident, so a new group, paged
+after group_wait (seconds), not 5 minutes later, and grouping per node keeps every other
+node out of it. An unchanged alert is repeated only after repeat_interval. An incident
+shorter than group_wait (a node that bounces between two sweeps) is never sent: raise
+MAC_ALERT_NODE_GROUP_WAIT to fold such flaps.
 
 Every receiver that speaks HTTP (webhook, Slack) carries `http_config: follow_redirects:
 false`: Alertmanager follows redirects by default, and a receiver answering
@@ -53,7 +55,7 @@ from alerting.choices import ChannelKind, Severity
 from alerting.destinations import held_back
 from alerting.drainalert import ALERTNAME as DRAIN_BUDGET_ALERTNAME
 from alerting.models import NotificationChannel, channel_errors
-from alerting.nodealerts import POSTED_ALERTNAMES
+from alerting.nodealerts import INCIDENT_LABEL, POSTED_ALERTNAMES
 from contract.atomicfile import write_atomically
 
 CONFIG_FILE = "alertmanager.yml"
@@ -63,7 +65,9 @@ GROUP_BY = ["alertname", "cluster_name"]
 # The alerts the master posts itself, already decided (alerting.nodealerts, gpualerts,
 # and the drain's budget alert, alerting.drainalert).
 NODE_ALERTNAMES = (*POSTED_ALERTNAMES, DRAIN_BUDGET_ALERTNAME)
-NODE_GROUP_BY = ["alertname", "cluster_name", "node"]
+# Per node, and per incident of a node (alerting.nodealerts: why). The GPU verdicts and
+# the drain budget carry no down_since: they group per node and per cluster.
+NODE_GROUP_BY = ["alertname", "cluster_name", "node", INCIDENT_LABEL]
 HEADER = (
     "# Alertmanager configuration of the MAC master, generated from the notification\n"
     "# channels (Django admin > Alerts, or /api/v1/alert-channels/) by\n"
@@ -177,7 +181,8 @@ def test_route(channel: NotificationChannel) -> dict:
 
 
 def node_route(channels: list[NotificationChannel], timing: Timing) -> dict:
-    """Node alerts wait only a few seconds and group per node; then every channel's route."""
+    """Node alerts wait only a few seconds and group per node and incident; then every
+    channel's route."""
     entry: dict = {
         "receiver": NOBODY,
         "matchers": [f'alertname=~"{"|".join(NODE_ALERTNAMES)}"'],

@@ -19,8 +19,13 @@ Online, as the master recorded it; also a label of mac_node_up) makes each incid
 alert of its own: Prometheus re-sends a resolved alert every minute for 15 minutes, with
 its old startsAt and endsAt, and Alertmanager lets such a resend *replace* a later alert
 of the same labels, so without it a node that went Offline again within those minutes
-had its new alert ended by the old one. The words come in annotations, from MAC's own data:
-summary, reason, diagnosis, description, fix, node_url, runbook_url, and `source`.
+had its new alert ended by the old one. Alertmanager's node route groups by it too
+(alerting.amconfig): a resend of an ended incident then lands in that incident's group,
+which has nothing firing to notify, not in the next incident's, where it would add a
+resolved alert and so send that incident's notification a second time.
+
+The words come in annotations, from MAC's own data: summary, reason, diagnosis,
+description, fix, node_url, runbook_url, and `source`.
 
 The same post carries the GPU verdict alerts (alerting.gpualerts: MacGpuUnhealthy,
 MacGpuDegraded), under the same rules.
@@ -62,8 +67,11 @@ POSTED_ALERTNAMES = (ALERTNAME, *gpualerts.ALERTNAMES.values())
 ENDS_AFTER_INTERVALS = 4
 ENDS_AFTER_MIN = 120.0
 
+# The label that makes each incident of a node an alert (and, in Alertmanager's node
+# route, a group) of its own.
+INCIDENT_LABEL = "down_since"
 # The alert's identity, the backstop rule's too (scraping/prometheus/alerts.yml).
-LABEL_NAMES = ("alertname", "node", "hostname", "cluster_name", "severity", "down_since")
+LABEL_NAMES = ("alertname", "node", "hostname", "cluster_name", "severity", INCIDENT_LABEL)
 
 POSTED_KEY = "alerting:node-alerts:posted"  # {node id: [hostname, down_since]}
 STATS_KEY = "alerting:node-alerts:stats"
@@ -94,7 +102,7 @@ def labels(node_id: int, hostname: str, since: str) -> dict[str, str]:
         "hostname": hostname,
         "cluster_name": settings.CLUSTER_NAME,
         "severity": SEVERITY,
-        "down_since": since,
+        INCIDENT_LABEL: since,
     }
     # A record from before down_since existed ends the alert it posted without one.
     return {key: value for key, value in found.items() if value}

@@ -295,9 +295,9 @@ ALERT_REPEAT_INTERVAL = setting("MAC_ALERT_REPEAT_INTERVAL")
 # group_wait of the node alerts' route (MacNodeOffline, which the master posts itself at
 # the sweep that finds a node Offline, alerting.nodealerts): seconds, not half a minute.
 ALERT_NODE_GROUP_WAIT = setting("MAC_ALERT_NODE_GROUP_WAIT")
-# group_interval of that route: how soon a change of a node's alert (it ended, the node
-# died again) is sent once its group has notified; by default the probe interval, at most
-# 5 s (contract.settings.monitoring). Grouping per node keeps the rest out of it.
+# group_interval of that route: how soon an incident's end is sent once its group has
+# notified; by default the probe interval, at most 5 s (contract.settings.monitoring).
+# Grouping per node and incident (down_since) keeps the rest out of it.
 ALERT_NODE_GROUP_INTERVAL = setting("MAC_ALERT_NODE_GROUP_INTERVAL")
 # The dashboard's address as people reach it, for the node link in notifications.
 PUBLIC_URL = text("MAC_PUBLIC_URL")

@@ -377,7 +377,7 @@ ALERTS = Group(
             Duration(),
             "3s",
             "`group_wait` of the node alerts the master posts itself (MacNodeOffline, grouped "
-            "per node)",
+            "per node and incident): an incident shorter than this is never sent",
             MASTER,
             see="docs/alerts.md",
             readme=True,
@@ -386,7 +386,7 @@ ALERTS = Group(
             "MAC_ALERT_NODE_GROUP_INTERVAL",
             Duration(),
             Derived("the probe interval, at most 5s", _node_group_interval),
-            "`group_interval` of those node alerts: how soon a node's next change is sent",
+            "`group_interval` of those node alerts: how soon an incident's end is sent",
             MASTER,
             see="docs/alerts.md",
             readme=True,

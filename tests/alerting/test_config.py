@@ -130,7 +130,7 @@ def test_the_node_route_sends_changes_after_one_probe_interval_per_node(alertman
     config = yaml.safe_load(services.config_path().read_text())
     assert "mac-channel-" in loaded_receivers(alertmanager)  # Alertmanager loaded it
     [node] = [r for r in config["route"]["routes"] if "MacNodeOffline" in str(r.get("matchers"))]
-    assert node["group_by"] == ["alertname", "cluster_name", "node"]
+    assert node["group_by"] == ["alertname", "cluster_name", "node", "down_since"]
     assert node["group_interval"] == "1s"  # am_settings: MAC_ALERT_NODE_GROUP_INTERVAL
     assert "repeat_interval" not in node
     assert config["route"]["repeat_interval"] == "4h"

@@ -162,55 +162,57 @@ def test_a_failed_post_is_counted_shown_in_health_and_retried(
     assert 'mac_alert_posts_total{outcome="ok"} 1.0' in metrics
 
 
-def test_a_flapping_node_pages_once_per_incident(alertmanager, node_alert_hook, am_settings):
-    """Down, up, down, up within the node route's group_interval: one firing notification,
-    then one resolved."""
-    am_settings.ALERT_NODE_GROUP_INTERVAL = "12s"
-    am_settings.ALERT_NODE_GROUP_WAIT = "1s"
+def test_flaps_shorter_than_the_node_group_wait_page_nobody(
+    alertmanager, node_alert_hook, am_settings
+):
+    """Down and up three times within the node route's group_wait, then down for good:
+    the short incidents are never sent, the last is paged once, and its end once."""
+    am_settings.ALERT_NODE_GROUP_WAIT = "3s"
     from alerting import services
 
     services.apply_channels()  # reload with these timings
     node = offline_node("gpu-61", "10.0.0.61")
-    started = time.time()
-    for status in [NodeStatus.OFFLINE, NodeStatus.ONLINE] * 3:
+    for status in [NodeStatus.OFFLINE, NodeStatus.ONLINE] * 3 + [NodeStatus.OFFLINE]:
         # As a sweep writes it: every change of status is a new incident.
-        Node.objects.filter(pk=node.pk).update(status=status, status_changed_at=timezone.now())
-        assert nodealerts.post_node_alerts().error == ""
-        time.sleep(1.2)  # one sweep
-    assert time.time() - started < 12
-
-    resolved = node_alert_hook.wait_for(about("gpu-61", "resolved"), timeout=40)
-    assert resolved is not None
-    assert len(node_alert_hook.matching(about("gpu-61", "firing"))) == 1
-    assert len(node_alert_hook.matching(about("gpu-61", "resolved"))) == 1
-
-
-def test_a_node_down_again_when_the_interval_ends_is_notified_as_a_new_incident(
-    alertmanager, node_alert_hook, am_settings
-):
-    """Down, up, down within the node route's group_interval: the first incident is paged,
-    and at the interval's end the one still firing is paged too (another down_since)."""
-    am_settings.ALERT_NODE_GROUP_INTERVAL = "8s"
-    am_settings.ALERT_NODE_GROUP_WAIT = "1s"
-    from alerting import services
-
-    services.apply_channels()  # reload with these timings
-    node = offline_node("gpu-62", "10.0.0.62")
-    for status in (NodeStatus.OFFLINE, NodeStatus.ONLINE, NodeStatus.OFFLINE):
         Node.objects.filter(pk=node.pk).update(status=status, status_changed_at=timezone.now())
         assert nodealerts.post_node_alerts().error == ""
         time.sleep(1.2)  # one sweep
     last = nodealerts.down_since(Node.objects.get(pk=node.pk).status_changed_at)
 
-    def pages() -> list:
-        return [n for n in node_alert_hook.matching(about("gpu-62", "firing"))
-                if n.body["status"] == "firing"]  # fmt: skip
+    assert wait_until(lambda: pages(node_alert_hook, "gpu-61"), timeout=30)
+    time.sleep(4)  # the short incidents' groups would have sent by now
+    assert [since for page in pages(node_alert_hook, "gpu-61") for since in page] == [last]
+    Node.objects.filter(pk=node.pk).update(status=NodeStatus.ONLINE)
+    assert nodealerts.post_node_alerts().resolved == [node.pk]
+    assert wait_until(lambda: node_alert_hook.matching(about("gpu-61", "resolved")), 30)
+    assert len(node_alert_hook.matching(about("gpu-61", "resolved"))) == 1
 
-    assert wait_until(lambda: len(pages()) == 2, timeout=30)
-    first, second = (page.body["alerts"] for page in pages())
-    assert [a["status"] for a in first] == ["firing"]
-    firing_now = [a["labels"]["down_since"] for a in second if a["status"] == "firing"]
-    assert firing_now == [last] and first[0]["labels"]["down_since"] != last
+
+def pages(hook, host: str) -> list[list[str]]:
+    """The firing notifications about `host`, each as the down_since of what it fires."""
+    return [
+        [a["labels"]["down_since"] for a in n.body["alerts"] if a["status"] == "firing"]
+        for n in hook.matching(about(host, "firing"))
+        if n.body["status"] == "firing"
+    ]
+
+
+def test_each_incident_of_a_node_is_paged_on_its_own(alertmanager, node_alert_hook):
+    """Down, back, down again: two incidents, two groups, each paged once with only its
+    own alert (the first's end goes out in its own group)."""
+    node = offline_node("gpu-62", "10.0.0.62")
+    incidents = []
+    for status in (NodeStatus.OFFLINE, NodeStatus.ONLINE, NodeStatus.OFFLINE):
+        Node.objects.filter(pk=node.pk).update(status=status, status_changed_at=timezone.now())
+        incidents.append(nodealerts.down_since(Node.objects.get(pk=node.pk).status_changed_at))
+        assert nodealerts.post_node_alerts().error == ""
+        time.sleep(1.2)  # one sweep: longer than the node group wait (0 s here)
+
+    assert wait_until(lambda: len(pages(node_alert_hook, "gpu-62")) == 2, timeout=30)
+    assert sorted(pages(node_alert_hook, "gpu-62")) == sorted([[incidents[0]], [incidents[2]]])
+    assert wait_until(lambda: node_alert_hook.matching(about("gpu-62", "resolved")), 30)
+    [ended] = node_alert_hook.matching(about("gpu-62", "resolved"))
+    assert [a["labels"]["down_since"] for a in ended.body["alerts"]] == [incidents[0]]
 
 
 def test_an_earlier_incidents_resend_cannot_end_the_next(alertmanager, node_alert_hook):
@@ -247,6 +249,11 @@ def test_an_earlier_incidents_resend_cannot_end_the_next(alertmanager, node_aler
     time.sleep(3)  # several group intervals (1 s here)
     assert [a["labels"] for a in held(alertmanager, "gpu-71")] == [now_held["labels"]]
     assert len(node_alert_hook.matching(about("gpu-71", "resolved"))) == 1  # the first's
+    # The resend lands in the first incident's group, which has nothing firing to send:
+    # the new incident is paged once, not again with the old end beside it.
+    assert sorted(pages(node_alert_hook, "gpu-71")) == sorted(
+        [[earlier["down_since"]], [now_held["labels"]["down_since"]]]
+    )
 
     # What it did to one identity for both incidents: the resend ends the new alert.
     client.post_alerts([{**resend, "labels": now_held["labels"]}])
