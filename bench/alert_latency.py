@@ -19,11 +19,11 @@ agent's services are gone) at a random moment and records, from that moment:
 The node then answers again (the time to the resolved notification is recorded), and
 AGAIN_AFTER seconds after that notification it dies a second time, at a random moment
 of the interval: the time to the second firing notification, and to the second
-resolved one, are recorded too. The second death's group has notified before, so it
-goes out after the node route's group_interval (MAC_ALERT_NODE_GROUP_INTERVAL), not
-the top route's 5 minutes (issue 31). Every setting is MAC's default but
-MAC_PROBE_INTERVAL; two stacks run one after the other: interval 5 s, and every
-setting at its default (interval 30 s).
+resolved one, are recorded too. The second death is a new incident (another
+down_since), so a new group of the node route, sent after its group_wait
+(MAC_ALERT_NODE_GROUP_WAIT), not the top route's 5 minutes (issue 31). Every setting
+is MAC's default but MAC_PROBE_INTERVAL; two stacks run one after the other: interval
+5 s, and every setting at its default (interval 30 s).
 
     .venv/bin/python -m bench.alert_latency [--runs 5] [--intervals 5,30]
 
@@ -233,9 +233,9 @@ def report(measured: dict[float, list[Run]], args) -> None:
         "(alerting.nodealerts) and the Prometheus rule MacNodeOffline, now the backstop, "
         "whose alert Alertmanager merges into the one already notified. The node then "
         f"answers again, and dies a second time {AGAIN_AFTER:g} s after the resolved "
-        "notification, at a random moment of the interval: its group has notified "
-        "before, so what paces it is the node route's group_interval "
-        "(MAC_ALERT_NODE_GROUP_INTERVAL, the probe interval up to 5 s).",
+        "notification, at a random moment of the interval: a new incident (another "
+        "down_since), so a new group of the node route, sent after its group_wait "
+        "(MAC_ALERT_NODE_GROUP_WAIT, 3 s).",
     ]
     if args.note:
         parts[0] += f" {args.note}"
