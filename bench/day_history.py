@@ -92,12 +92,14 @@ def import_lines(store: str, lines: Iterator[dict]) -> None:
         send()
 
 
-def searchable(store: str, match: str, at: float) -> bool:
+def searchable(store: str, match: str, at: float) -> int:
+    """How many series of `match` the store can read in the hour before `at`."""
     query = urllib.parse.urlencode(
         {"query": f"count(last_over_time({match}[1h]))", "time": f"{at:.3f}"}
     )
     with urllib.request.urlopen(f"{store}/api/v1/query?{query}", timeout=60) as answer:
-        return bool(json.load(answer)["data"]["result"])
+        result = json.load(answer)["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
 
 
 def load_day(
@@ -118,10 +120,11 @@ def load_day(
     end_ms = min(s["timestamps"][0] for s in live)
     made = (history(s, end_ms, interval) for s in live)
     import_lines(store, made)
-    # Imported rows become searchable once the store flushes them (about a second).
+    # Imported rows become searchable once the store flushes them (about a second), and
+    # not all series at once: wait for every one.
     noon = end_ms / 1000 - DAY / 2
     deadline = time.monotonic() + wait
-    while not searchable(store, match, noon):
+    while searchable(store, match, noon) < len(live):
         if time.monotonic() > deadline:
             raise RuntimeError(f"the day imported into {store} is not searchable in {wait:.0f} s")
         time.sleep(0.5)
