@@ -96,16 +96,9 @@ def down_since(moment: datetime) -> str:
 
 def labels(node_id: int, hostname: str, since: str) -> dict[str, str]:
     """The alert's identity: the same six labels the backstop rule gives it."""
-    found = {
-        "alertname": ALERTNAME,
-        "node": str(node_id),
-        "hostname": hostname,
-        "cluster_name": settings.CLUSTER_NAME,
-        "severity": SEVERITY,
-        INCIDENT_LABEL: since,
-    }
+    values = (ALERTNAME, str(node_id), hostname, settings.CLUSTER_NAME, SEVERITY, since)
     # A record from before down_since existed ends the alert it posted without one.
-    return {key: value for key, value in found.items() if value}
+    return {name: value for name, value in zip(LABEL_NAMES, values, strict=True) if value}
 
 
 def node_url(node_id: int) -> str:
