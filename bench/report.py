@@ -56,6 +56,34 @@ def machine_line() -> str:
     )
 
 
+MARKER = re.compile(r"^<!-- (/?)bench:([\w.-]+) -->$", re.M)
+
+
+def check_markers(text: str) -> None:
+    """Every section's start marker closed by its own end marker before the next starts.
+
+    A section moved by hand without its markers would otherwise be swallowed by the
+    next write of the section whose markers now surround it."""
+    open_name = None
+    seen: set[str] = set()
+    for match in MARKER.finditer(text):
+        closing, name = match.group(1) == "/", match.group(2)
+        line = text.count("\n", 0, match.start()) + 1
+        if not closing:
+            if open_name is not None:
+                raise ValueError(f"line {line}: section {name!r} starts inside {open_name!r}")
+            if name in seen:
+                raise ValueError(f"line {line}: section {name!r} appears twice")
+            open_name = name
+            seen.add(name)
+        elif name != open_name:
+            raise ValueError(f"line {line}: end of {name!r} without its start")
+        else:
+            open_name = None
+    if open_name is not None:
+        raise ValueError(f"section {open_name!r} is never closed")
+
+
 def update_section(name: str, title: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     """Replace (or append) the section `name` of docs/benchmarks.md with `body`."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -64,6 +92,7 @@ def update_section(name: str, title: str, body: str, path: Path = BENCHMARKS_MD)
         f"_Measured {stamp} on {machine_line()}._\n\n{body.strip()}\n<!-- /bench:{name} -->\n"
     )
     text = path.read_text() if path.exists() else HEADER
+    check_markers(text)
     pattern = re.compile(
         rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->\n?", re.S
     )
