@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from alerting import nodealerts
@@ -202,6 +203,58 @@ def test_a_master_that_stops_posting_leaves_the_alert_to_the_backstop(stack):
         os.kill(beat, signal.SIGCONT)
     stack.fleet.set_node_mode(0, "answer")
     stack.wait_notification(host, "resolved", after=1)
+
+
+def _pause(pid: int, sig: signal.Signals) -> None:
+    """Stop or continue a service with its children (gunicorn's workers)."""
+    process = psutil.Process(pid)
+    for each in [process, *process.children(recursive=True)]:
+        each.send_signal(sig)
+
+
+def test_a_master_whose_metrics_cannot_be_read_tells_nobody_the_node_is_back(stack):
+    """The API and beat stopped while a node is Offline and the backstop fired: Prometheus
+    cannot scrape the master, so mac_node_up goes stale. The backstop keeps the alert it
+    was firing (no false "resolved", whose re-sends would also end the master's next
+    post) until the master answers again."""
+    host = stack.host(0)
+    firings = len(stack.offline_notifications(host, "firing"))
+    resolved = len(stack.offline_notifications(host, "resolved"))
+    stack.fleet.set_node_mode(0, "refuse")
+    stack.wait_notification(host, "firing", after=firings)
+
+    def rule_firing() -> list[dict]:
+        alerts = stack.master.get_json(f"{stack.master.prom_url}/api/v1/alerts")["data"]
+        return [
+            a for a in alerts["alerts"]
+            if a["labels"]["alertname"] == "MacNodeOffline"
+            and a["labels"]["hostname"] == host and a["state"] == "firing"
+        ]  # fmt: skip
+
+    wait_for(rule_firing, timeout=NOTIFY_WITHIN, what="the backstop firing")
+    paused = [stack.master.service_pid(name) for name in ("beat", "api-server")]
+    for pid in paused:
+        _pause(pid, signal.SIGSTOP)
+    try:
+
+        def master_down() -> bool:
+            query = f"{stack.master.prom_url}/api/v1/query?query=up%7Bjob%3D%22mac-master%22%7D"
+            result = stack.master.get_json(query)["data"]["result"]
+            return bool(result) and all(r["value"][1] == "0" for r in result)
+
+        wait_for(master_down, timeout=30, what="Prometheus failing to scrape the master")
+        failed = time.time()
+        while time.time() - failed < 15:
+            assert rule_firing(), "the backstop ended its alert when the scrape failed"
+            alerts = stack.master.get_json(f"{stack.master.am_url}/api/v2/alerts")
+            assert [a for a in alerts if a["labels"].get("hostname") == host]
+            time.sleep(1)
+        assert len(stack.offline_notifications(host, "resolved")) == resolved
+    finally:
+        for pid in paused:
+            _pause(pid, signal.SIGCONT)
+        stack.fleet.set_node_mode(0, "answer")
+    stack.wait_notification(host, "resolved", after=resolved)
 
 
 def test_a_node_in_maintenance_is_silenced_and_notifies_nobody(stack):

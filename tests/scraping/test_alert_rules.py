@@ -116,33 +116,17 @@ def test_the_offline_backstop_fires_with_exactly_the_labels_the_master_posts(tmp
                "gpu_vendor": "amd"}  # fmt: skip
     node = NODE["node"]
     first, second = "2026-12-05T10:01:00Z", "2026-12-05T10:04:00Z"
-    # The master's own post (alerting.nodealerts): one fingerprint in Alertmanager.
+    # The master's own post (alerting.nodealerts) has these labels: one fingerprint in
+    # Alertmanager; offline() expects the same.
     posted = nodealerts.labels(int(node), NODE["hostname"], first)
     assert posted["cluster_name"] == NODE["cluster_name"]
-    again = nodealerts.labels(int(node), NODE["hostname"], second)
-    words = (
-        "The master's probe of sys-exporter (:29101) on gpu-03 fails. The node's "
-        "page on the master says why and how to fix it; `mac doctor` on the node "
-        "checks the rest."
-    )
-
-    def backstop(at: str, labels: dict) -> dict:
-        without_name = {key: value for key, value in labels.items() if key != "alertname"}
-        return firing(
-            at,
-            "MacNodeOffline",
-            without_name,
-            "Node gpu-03 is offline",
-            words,
-            source="prometheus-backstop",
-        )
-
     # Online, Offline for 2 minutes, Online, Offline again: mac_node_up as the master's
     # /metrics writes it, one series while Online and one per incident (a series the
     # master stops writing goes stale at the next scrape).
     promtool_test(
         tmp_path,
         [
+            series("up", MASTER, "1x5"),
             series("mac_node_up", up, "1 stale _ 1 stale _"),
             series("mac_node_up", {**up, "down_since": first}, "_ 0 0 stale _ _"),
             series("mac_node_up", {**up, "down_since": second}, "_ _ _ _ 0 0"),
@@ -150,12 +134,83 @@ def test_the_offline_backstop_fires_with_exactly_the_labels_the_master_posts(tmp
         ],
         [
             quiet("1m", "MacNodeOffline"),  # pending: the master's own post came first
-            backstop("2m", posted),
+            offline("2m", (int(node), NODE["hostname"], first)),
             quiet("3m", "MacNodeOffline"),
             # The second incident is another alert, so the first's resolved one, which
             # Prometheus re-sends, cannot end it in Alertmanager.
-            backstop("5m", again),
+            offline("5m", (int(node), NODE["hostname"], second)),
         ],
+    )
+
+
+def offline(at: str, *nodes: tuple[int, str, str]) -> dict:
+    """The backstop's MacNodeOffline firing at `at` for (node, hostname, down_since)s."""
+    words = (
+        "The master's probe of sys-exporter (:29101) on {host} fails. The node's page on "
+        "the master says why and how to fix it; `mac doctor` on the node checks the rest."
+    )
+    alerts = []
+    for node, host, since in nodes:
+        labels = nodealerts.labels(node, host, since)
+        del labels["alertname"]
+        annotations = {
+            "summary": f"Node {host} is offline",
+            "description": words.format(host=host),
+            "runbook_url": RUNBOOKS["MacNodeOffline"],
+            "source": "prometheus-backstop",
+        }
+        alerts.append({"exp_labels": labels, "exp_annotations": annotations})
+    return {"eval_time": at, "alertname": "MacNodeOffline", "exp_alerts": alerts}
+
+
+def test_the_backstop_holds_its_alerts_while_the_master_cannot_be_scraped(tmp_path):
+    since = "2026-12-05T10:00:00Z"
+    up = {**MASTER, **NODE, "gpu_vendor": "nvidia"}
+    other = {**up, "node": "5", "hostname": "gpu-05"}
+    # gpu-03 is Offline from 0m and fires at 1m. The master's /metrics fails at 2m and 3m
+    # (what it wrote goes stale); gpu-03 is still down at 4m and back at 6m. gpu-05 was
+    # only pending when the failures began: a pending alert is not held.
+    held = (3, "gpu-03", since)
+    promtool_test(
+        tmp_path,
+        [
+            series("up", MASTER, "1 1 0 0 1 1 1"),
+            series("mac_node_up", {**up, "down_since": since}, "0 0 stale _ 0 0 stale"),
+            series("mac_node_up", up, "_ _ _ _ _ _ 1"),
+            series("mac_node_up", {**other, "down_since": "10:01"}, "_ 0 stale _ _ _ _"),
+            series("mac_node_up", other, "_ _ _ _ 1 1 1"),
+        ],
+        [
+            offline("1m", held),
+            offline("2m", held),  # one failed scrape: no false "resolved"
+            offline("3m", held),  # the master down for longer: still held
+            offline("4m", held),  # scraped again: the same alert, not a new one pending
+            offline("5m", held),
+            quiet("6m", "MacNodeOffline"),  # back Online: ended at the first scrape
+        ],
+    )
+
+
+def test_a_held_alert_ends_at_the_first_scrape_that_no_longer_lists_the_node(tmp_path):
+    since = "2026-12-05T10:00:00Z"
+    down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
+    promtool_test(
+        tmp_path,
+        # Deregistered while the master could not be scraped: gone from mac_node_up.
+        [series("up", MASTER, "1 1 0 1 1"), series("mac_node_up", down, "0 0 stale _ _")],
+        [offline("2m", (3, "gpu-03", since)), quiet("3m", "MacNodeOffline")],
+    )
+
+
+def test_nothing_is_held_where_the_master_is_not_scraped_at_all(tmp_path):
+    # A configuration without the mac-master job has no `up` of it: an alert whose
+    # series ends is resolved as before, not held for ever.
+    since = "2026-12-05T10:00:00Z"
+    down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
+    promtool_test(
+        tmp_path,
+        [series("mac_node_up", down, "0 0 stale _ _")],
+        [offline("1m", (3, "gpu-03", since)), quiet("2m", "MacNodeOffline")],
     )
 
 

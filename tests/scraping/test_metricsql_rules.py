@@ -113,3 +113,43 @@ def test_old_errors_page_nobody_and_new_ones_do(young_store):
     assert firing_devices(young_store, metricsql["RdmaPortErrorsRising"]) == {"mlx5_1"}
     assert firing_devices(young_store, metricsql["GpuEccUncorrectableErrors"]) == set()
     assert firing_devices(young_store, metricsql["GpuXidError"]) == set()
+
+
+def test_the_offline_backstop_holds_in_the_store_as_in_prometheus(young_store):
+    """MacNodeOffline's hold (tests/scraping/test_alert_rules.py, under promtool) in
+    MetricsQL: a firing alert whose node has no mac_node_up is kept only while the
+    master's scrape fails, and a pending one never."""
+    expr = rules_of(render_alert_rules({}, metricsql=True))["MacNodeOffline"]
+    now = int(time.time()) * 1000
+    stamps = [now - 240_000 + step * 15_000 for step in range(16)]
+    master = {"job": "mac-master", "instance": "127.0.0.1:28080"}
+    alert = {"alertname": "MacNodeOffline", "severity": "critical", "cluster_name": "mac",
+             "down_since": "2026-12-05T10:00:00Z"}  # fmt: skip
+    series = [
+        ("up", master, [1] * 8 + [0] * 8),  # the master's scrape fails from the 9th
+        ("ALERTS", {**alert, "alertstate": "firing", "node": "10", "hostname": "gpu-10"},
+         [1] * 16),
+        ("ALERTS", {**alert, "alertstate": "pending", "node": "11", "hostname": "gpu-11"},
+         [1] * 16),
+    ]  # fmt: skip
+    body = "".join(
+        json.dumps({"metric": {"__name__": name, **labels}, "values": values,
+                    "timestamps": stamps}) + "\n"
+        for name, labels, values in series
+    ).encode()  # fmt: skip
+    urllib.request.urlopen(urllib.request.Request(f"{young_store}/api/v1/import", body), timeout=10)
+    wait_for(
+        lambda: len(query(young_store, 'ALERTS{alertname="MacNodeOffline"} or up')) == 3,
+        timeout=30,
+        what="the import",
+    )
+
+    def held(at_ms: int) -> set[str]:
+        return {r["metric"]["hostname"] for r in query(young_store, expr, at=at_ms / 1000)}
+
+    assert held(stamps[5]) == set()  # the master answers: its series alone decide
+    assert held(stamps[12]) == {"gpu-10"}  # it does not: the firing alert is kept
+    # The labels of the master's post, less those the rule itself adds.
+    [answer] = query(young_store, expr, at=stamps[12] / 1000)
+    assert answer["metric"] == {"node": "10", "hostname": "gpu-10", "cluster_name": "mac",
+                                "down_since": "2026-12-05T10:00:00Z"}  # fmt: skip
