@@ -88,10 +88,27 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def down_since(moment: datetime) -> str:
-    """The down_since label of a node whose status changed at `moment` (to the second,
-    UTC): the same text in the master's post and in its /metrics' mac_node_up."""
+def incident_start(
+    status_changed_at: datetime, maintenance_changed_at: datetime | None
+) -> datetime:
+    """When a node's current incident began: it left Online, or maintenance changed
+    since. A node still Offline when its maintenance ends is a new alert: the one that
+    maintenance ended is resolved, and the backstop's re-sends of that end (15 minutes
+    of them) must not end the new one."""
+    if maintenance_changed_at is not None and maintenance_changed_at > status_changed_at:
+        return maintenance_changed_at
+    return status_changed_at
+
+
+def down_since(status_changed_at: datetime, maintenance_changed_at: datetime | None = None) -> str:
+    """The down_since label of a node's incident (incident_start, to the second, UTC): the
+    same text in the master's post and in its /metrics' mac_node_up."""
+    moment = incident_start(status_changed_at, maintenance_changed_at)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def row_down_since(row: dict) -> str:
+    return down_since(row["status_changed_at"], row["maintenance_changed_at"])
 
 
 def labels(node_id: int, hostname: str, since: str) -> dict[str, str]:
@@ -135,9 +152,9 @@ def firing_alert(row: dict, now: datetime) -> dict:
         "source": SOURCE,
     }
     return {
-        "labels": labels(row["id"], row["hostname"], down_since(row["status_changed_at"])),
+        "labels": labels(row["id"], row["hostname"], row_down_since(row)),
         "annotations": {key: value for key, value in annotations.items() if value},
-        "startsAt": _iso(row["status_changed_at"]),
+        "startsAt": _iso(incident_start(row["status_changed_at"], row["maintenance_changed_at"])),
         "endsAt": _iso(now + timedelta(seconds=ends_after())),
         "generatorURL": node_url(row["id"]),
     }
@@ -159,7 +176,13 @@ def offline_rows() -> list[dict]:
         Node.objects.filter(status=NodeStatus.OFFLINE, maintenance=False)
         .order_by("id")
         .values(
-            "id", "hostname", "status_reason", "status_detail", "diagnosis", "status_changed_at"
+            "id",
+            "hostname",
+            "status_reason",
+            "status_detail",
+            "diagnosis",
+            "status_changed_at",
+            "maintenance_changed_at",
         )
     )
 
@@ -178,7 +201,7 @@ class Post:
 
 def posted_record(rows: list[dict]) -> dict[int, list[str]]:
     """What a post that fired these rows leaves in POSTED_KEY."""
-    return {row["id"]: [row["hostname"], down_since(row["status_changed_at"])] for row in rows}
+    return {row["id"]: [row["hostname"], row_down_since(row)] for row in rows}
 
 
 def read_posted(value: dict | None) -> dict[int, tuple[str, str]]:

@@ -6,7 +6,8 @@ so alert rules can fire on Offline nodes:
 
     mac_node_up{node, hostname, cluster_name, gpu_vendor, maintenance, down_since}
                                     1 Online, else 0; down_since (UTC, to the second) is
-                                    when a node not Online left Online, absent on Online
+                                    when a node not Online left Online, or its
+                                    maintenance changed since; absent on Online
     mac_node_status{node, hostname, cluster_name, status, reason, diagnosis, maintenance}  1
     mac_node_exporter_up{node, hostname, service}   1 when that exporter answered its
                                                     last probe, 0 when it did not
@@ -102,6 +103,7 @@ class InventoryCollector(Collector):
             "health_state",
             "health_action",
             "status_changed_at",
+            "maintenance_changed_at",
         )
         for row in rows.iterator(chunk_size=5000):
             node_id, hostname, vendor, maintenance, state, reason, diagnosis, health = row[:8]
@@ -112,7 +114,7 @@ class InventoryCollector(Collector):
             node = str(node_id)
             online = state == NodeStatus.ONLINE
             # One series while Online; one per incident otherwise (the backstop's identity).
-            since = "" if online else down_since(row[10])
+            since = "" if online else down_since(row[10], row[11])
             up.add_metric([node, hostname, cluster, vendor, flag, since], 1.0 if online else 0.0)
             status.add_metric([node, hostname, cluster, state, reason, diagnosis, flag], 1.0)
             for service, answered in sorted((health or {}).items()):

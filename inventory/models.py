@@ -86,6 +86,10 @@ class Node(models.Model):
     machine_id = models.CharField(max_length=64, blank=True, default="")
     labels = models.JSONField(default=dict, blank=True)
     maintenance = models.BooleanField(default=False)
+    # When maintenance last went on or off (inventory.services.changes): a node still
+    # Offline when it ends is a new alert, not the one that maintenance ended
+    # (alerting.nodealerts.incident_start).
+    maintenance_changed_at = models.DateTimeField(null=True, blank=True)
     # The GPU verdict (inventory.services.health, docs/gpu-health.md): the worst of the
     # node's GPUs, the suggested repair, the evidence in one line, since when, and for how
     # many sweeps in a row the verdict was read and stayed in this state.

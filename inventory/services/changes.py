@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import transaction
+from django.utils import timezone
 
 from inventory.choices import EventKind
 from inventory.models import Node, NodeEvent
@@ -59,11 +60,12 @@ def set_maintenance_of(
             pk__in=[node.pk for node in nodes], maintenance=not on
         )
         ids = set(pending.order_by("pk").values_list("pk", flat=True))
-        Node.objects.filter(pk__in=ids).update(maintenance=on)
+        now = timezone.now()
+        Node.objects.filter(pk__in=ids).update(maintenance=on, maintenance_changed_at=now)
         changed = [node for node in nodes if node.pk in ids]
         kind = EventKind.MAINTENANCE_ON if on else EventKind.MAINTENANCE_OFF
         for node in changed:
-            node.maintenance = on
+            node.maintenance, node.maintenance_changed_at = on, now
         NodeEvent.objects.bulk_create(
             new_event(node, kind, f"maintenance {'on' if on else 'off'}", actor=actor)
             for node in changed
@@ -109,6 +111,8 @@ def add_node_by_admin(node: Node, *, actor: str) -> None:
 def edit_node_by_admin(node: Node, changes: dict[str, tuple], *, actor: str) -> None:
     """Save an admin's edit: one 'edited' event listing the fields, plus the specific ones."""
     with transaction.atomic():
+        if "maintenance" in changes:
+            node.maintenance_changed_at = timezone.now()
         node.save()
         if not changes:
             return

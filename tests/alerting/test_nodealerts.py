@@ -16,6 +16,7 @@ from contract.diagnosis import DESCRIPTIONS
 from healthcheck.health import run_health_checks
 from inventory.choices import NodeStatus
 from inventory.models import Node
+from inventory.services.changes import set_maintenance
 from testkit.factories import offline_node, online_gpu_node
 from testkit.ports import free_port
 from tests.alerting.conftest import needs_alertmanager
@@ -260,6 +261,57 @@ def test_an_earlier_incidents_resend_cannot_end_the_next(alertmanager, node_aler
     assert wait_until_gone(alertmanager, "gpu-71")
 
 
+def test_maintenance_ending_on_a_node_still_down_is_a_new_incident(
+    alertmanager, node_alert_hook, client
+):
+    """Maintenance ends a node's alert, and the backstop, which fired as well, re-sends
+    that end for 15 minutes. A node still Offline when its maintenance ends is posted as
+    a new incident (down_since: when maintenance ended), which those re-sends cannot
+    end; the master's /metrics gives the backstop the same down_since."""
+    down = timezone.now() - timedelta(minutes=5)
+    node = offline_node("gpu-73", "10.0.0.73", status_changed_at=down)
+    assert nodealerts.post_node_alerts().firing == [node.pk]
+    [first] = held(alertmanager, "gpu-73")
+    assert set_maintenance(node, True, actor="admin")
+    assert nodealerts.post_node_alerts().resolved == [node.pk]
+    assert wait_until_gone(alertmanager, "gpu-73")
+    maintenance_on = Node.objects.get(pk=node.pk).maintenance_changed_at
+
+    assert set_maintenance(Node.objects.get(pk=node.pk), False, actor="admin")
+    post = nodealerts.post_node_alerts()
+
+    assert post.firing == [node.pk]
+    [second] = held(alertmanager, "gpu-73")
+    ended = Node.objects.get(pk=node.pk).maintenance_changed_at
+    assert ended > maintenance_on > down
+    assert second["labels"]["down_since"] == nodealerts.down_since(down, ended)
+    assert second["labels"]["down_since"] != first["labels"]["down_since"]
+    # The backstop's end of the first alert, as Prometheus re-sends it.
+    resend = {
+        "labels": {**first["labels"]},
+        "annotations": {"source": "prometheus-backstop"},
+        "startsAt": _iso(down + timedelta(minutes=1)),
+        "endsAt": _iso(maintenance_on),
+    }
+    Alertmanager(nodealerts.settings.ALERTMANAGER_URL, 5).post_alerts([resend])
+    time.sleep(3)  # several group intervals (1 s here)
+    assert [a["labels"] for a in held(alertmanager, "gpu-73")] == [second["labels"]]
+    # mac_node_up names the same incident, so the backstop joins this alert.
+    metrics = client.get("/metrics").content.decode()
+    [line] = [x for x in metrics.splitlines() if x.startswith("mac_node_up{") and "gpu-73" in x]
+    assert f'down_since="{second["labels"]["down_since"]}"' in line
+
+
+def test_the_incident_starts_at_the_later_of_going_down_and_maintenance_changing():
+    down = datetime(2026, 12, 5, 10, 0, 0, tzinfo=UTC)
+    later = down + timedelta(minutes=7, seconds=30)
+    assert nodealerts.incident_start(down, None) == down
+    assert nodealerts.incident_start(down, later) == later
+    # Maintenance that changed before the node went down does not move its incident.
+    assert nodealerts.incident_start(later, down) == later
+    assert nodealerts.down_since(down, later) == "2026-12-05T10:07:30Z"
+
+
 def test_a_new_incident_after_an_unposted_recovery_ends_the_old_alert_in_the_same_post():
     """Offline, back and Offline again between two posts (a post failed, or was skipped):
     the post fires the new incident and ends the one it posted before; a rename too."""
@@ -267,6 +319,7 @@ def test_a_new_incident_after_an_unposted_recovery_ends_the_old_alert_in_the_sam
     row = {
         "id": 7, "hostname": "gpu-07", "status_reason": "refused", "status_detail": "",
         "diagnosis": "", "status_changed_at": before + timedelta(minutes=3),
+        "maintenance_changed_at": None,
     }  # fmt: skip
     posted = nodealerts.read_posted({7: ["gpu-07", nodealerts.down_since(before)]})
 

@@ -120,7 +120,14 @@ def test_change_form_save_records_an_edited_event(admin_client, make_node):
     assert node.hostname == "gpu-01-b"
     assert node.labels == {"rack": "b2"}
     assert node.maintenance is True
-    edited = node.events.get(kind=EventKind.EDITED)
+    changed = node.maintenance_changed_at  # a node down when it ends is a new alert
+    assert changed is not None
+    data = form_fields(admin_client.get(change_url(node)).content.decode())
+    data["labels"] = '{"rack": "b3"}'
+    assert admin_client.post(change_url(node), data).status_code == 302
+    node.refresh_from_db()
+    assert node.maintenance_changed_at == changed  # only maintenance moves it
+    edited = node.events.filter(kind=EventKind.EDITED).earliest("id")
     assert edited.actor == "admin:admin"
     assert edited.data["fields"] == ["hostname", "labels", "maintenance"]
     assert node.events.filter(kind=EventKind.MAINTENANCE_ON).exists()
@@ -156,9 +163,11 @@ def test_actions_maintenance_on_and_off(admin_client, make_node):
     run_action(admin_client, "maintenance_on", [node])
     node.refresh_from_db()
     assert node.maintenance is True
+    began = node.maintenance_changed_at
     run_action(admin_client, "maintenance_off", [node])
     node.refresh_from_db()
     assert node.maintenance is False
+    assert node.maintenance_changed_at > began
     kinds = list(node.events.order_by("id").values_list("kind", flat=True))
     assert kinds == [EventKind.MAINTENANCE_ON, EventKind.MAINTENANCE_OFF]
 
