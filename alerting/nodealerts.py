@@ -154,7 +154,9 @@ def firing_alert(row: dict, now: datetime) -> dict:
     return {
         "labels": labels(row["id"], row["hostname"], row_down_since(row)),
         "annotations": {key: value for key, value in annotations.items() if value},
-        "startsAt": _iso(incident_start(row["status_changed_at"], row["maintenance_changed_at"])),
+        # When the node went down, for people (the email's "Since:"); the incident's
+        # identity is down_since, which maintenance ending moves.
+        "startsAt": _iso(row["status_changed_at"]),
         "endsAt": _iso(now + timedelta(seconds=ends_after())),
         "generatorURL": node_url(row["id"]),
     }

@@ -46,6 +46,7 @@ from scheduler.slurm import (
     SlurmCommandRefused,
     SlurmError,
     SlurmNode,
+    SlurmPermissionDenied,
     SlurmUnknownNode,
     SlurmUnreachable,
 )
@@ -224,9 +225,10 @@ def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) ->
             continue
         except SlurmCommandRefused as exc:
             verb = VERBS.get(step.decision, "drain")
+            fix = f"; {exc.fix}" if isinstance(exc, SlurmPermissionDenied) else ""
             outcome.append(
                 Step(step.node, Decision.REFUSED, step.reason,
-                     f"Slurm refused to {verb} {name}: {exc.detail}")
+                     f"Slurm refused to {verb} {name}: {exc.detail}{fix}")
             )  # fmt: skip
             continue
         log.info("drain: %s %s (%s)", step.decision, name, step.reason)

@@ -86,6 +86,16 @@ def capture(out: Path) -> None:
                 lab, "scontrol", "update", "NodeName=node-7", "State=DRAIN"
             ),
         }
+        # A master whose user may not change nodes (munge's socket opened to it).
+        (root / "munge").chmod(0o711)
+        errors["drain_as_nobody"] = _call(
+            lab, "runuser", "-u", "nobody", "--", "scontrol", "update", "NodeName=node-7",
+            "State=DRAIN", "Reason=MAC: test",
+        )  # fmt: skip
+        errors["reboot_as_nobody"] = _call(
+            lab, "runuser", "-u", "nobody", "--", "scontrol", "reboot", "ASAP",
+            "nextstate=RESUME", "reason=MAC: test", "node-7",
+        )  # fmt: skip
         lab.stop_controller()
         write("ping_down.txt", _call(lab, "scontrol", "ping")["stdout"])
         errors["update_controller_down"] = _call(

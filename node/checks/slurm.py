@@ -4,7 +4,7 @@
 with the drain off) it is skipped. It runs Slurm's own `scontrol ping` and `scontrol
 show config` with the master's SLURM_CONF, as the drain does, and says what is missing:
 the drain's settings, slurm.conf, the client tools, munge, the controller, and whether
-this user may change nodes (SlurmUser, root, or an operator account).
+this user may change nodes (SlurmUser, root, or an account at Slurm's Admin level).
 """
 
 from __future__ import annotations
@@ -95,8 +95,9 @@ def check_slurm(ctx: CheckContext) -> CheckResult:
         return _result(
             CheckStatus.WARN,
             f"{detail}, but this master runs as {user}, neither root nor SlurmUser "
-            f"{slurm_user}: Slurm refuses its drains unless {user} is an operator.",
-            f"sudo sacctmgr -i modify user {user} set adminlevel=Operator\n"
+            f"{slurm_user}: Slurm refuses its drains unless {user} has Slurm's Admin "
+            "level (22.05 takes node updates from no lower level).",
+            f"sudo sacctmgr -i modify user {user} set adminlevel=Admin\n"
             "# (or run the master as root or as the SlurmUser)",
         )
     return _result(CheckStatus.PASS, detail)

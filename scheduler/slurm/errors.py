@@ -5,6 +5,8 @@
 - `SlurmUnknownNode`: the NodeName is not in Slurm's configuration: a name-mapping problem.
 - `SlurmCommandRefused`: slurmctld answered and said no (a state change it does not
   allow, a permission): the command's own words are in the message.
+- `SlurmPermissionDenied`: a refusal because this host's user may not change nodes;
+  its `fix` says how to give it the right.
 - `SlurmToolMissing`: the client tools are not installed on the master.
 - `SlurmOutputError`: the tool answered with something MAC cannot read (another version).
 
@@ -27,6 +29,12 @@ UNREACHABLE_MARKERS = (
     "Socket timed out",
 )
 UNKNOWN_NODE_MARKERS = ("Invalid node name specified",)
+# A user that is neither SlurmUser, root nor a Slurm administrator (22.05: node updates
+# need AdminLevel=Admin, reboots Operator), as scontrol says it.
+PERMISSION_MARKERS = (
+    "slurm_update error: Invalid user id",
+    "scontrol_reboot_nodes error: Permission denied",
+)
 
 
 class SlurmError(Exception):
@@ -50,6 +58,15 @@ class SlurmUnknownNode(SlurmCommandRefused):
     """The node is not one of Slurm's NodeNames."""
 
 
+class SlurmPermissionDenied(SlurmCommandRefused):
+    """The user running the tool may not change Slurm's nodes."""
+
+    fix = (
+        "run the master as SlurmUser or root, or give its user Slurm's Admin level "
+        "(sacctmgr modify user <user> set adminlevel=Admin); docs/slurm.md"
+    )
+
+
 class SlurmToolMissing(SlurmError):
     """A Slurm client program is not installed (Debian: slurm-client)."""
 
@@ -65,4 +82,6 @@ def classify_failure(command: Sequence[str], returncode: int, output: str) -> Sl
         return SlurmUnknownNode(command, detail)
     if any(marker in output for marker in UNREACHABLE_MARKERS):
         return SlurmUnreachable(command, detail)
+    if any(marker in output for marker in PERMISSION_MARKERS):
+        return SlurmPermissionDenied(command, detail)
     return SlurmCommandRefused(command, detail)

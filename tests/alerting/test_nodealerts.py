@@ -286,6 +286,7 @@ def test_maintenance_ending_on_a_node_still_down_is_a_new_incident(
     assert ended > maintenance_on > down
     assert second["labels"]["down_since"] == nodealerts.down_since(down, ended)
     assert second["labels"]["down_since"] != first["labels"]["down_since"]
+    assert second["startsAt"] == first["startsAt"]  # still down since then, for people
     # The backstop's end of the first alert, as Prometheus re-sends it.
     resend = {
         "labels": {**first["labels"]},

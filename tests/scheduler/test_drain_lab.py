@@ -8,6 +8,8 @@ Slurm's own tools. Twenty nodes, so the budget's 10 % is two of them.
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Iterator
 
@@ -193,6 +195,57 @@ def test_a_reservation_and_an_unknown_name_are_left_alone_and_recorded_once(drai
     assert f"Not drained: {host} is reserved" in held.message
     [unknown] = slurm_events(drain, 8)
     assert "Slurm has no node named gpu-not-in-slurm" in unknown.message
+
+
+@pytest.fixture
+def as_nobody(drain, tmp_path) -> Iterator[SlurmClient]:
+    """A client whose scontrol runs as `nobody`: a master whose user may read Slurm but
+    not change its nodes (munge's socket opened to it for the test)."""
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("running scontrol as another user needs root and runuser")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "scontrol").write_text(
+        f'#!/bin/sh\nexec runuser -u nobody -- {shutil.which("scontrol")} "$@"\n'
+    )
+    (shim / "scontrol").chmod(0o755)
+    munge = drain.lab.munge_socket.parent
+    munge.chmod(0o711)
+    try:
+        path = f"{shim}:{os.environ['PATH']}"
+        yield SlurmClient(drain.lab.conf, environ={**os.environ, "PATH": path})
+    finally:
+        munge.chmod(0o700)
+
+
+def test_a_drain_slurm_refuses_is_recorded_once_with_slurms_words_and_the_fix(drain, as_nobody):
+    host = drain.host(12)
+    drain.fleet.inject(drain.ip(12), Fault.GPU_LOST, 1)
+    run_sweep()
+
+    result = run_drain_pass(client=as_nobody)
+
+    assert not result.done and not result.error  # the pass went on; slurmctld answered
+    assert not slurm_node(drain, 12).drain
+    [refused] = slurm_events(drain, 12)
+    assert refused.kind == EventKind.SLURM_NOT_DRAINED
+    assert refused.data["decision"] == "refused"
+    assert refused.message.startswith(
+        f"Slurm refused to drain {host}: slurm_update error: Invalid user id; "
+    )
+    assert "adminlevel=Admin" in refused.message  # what to do about it
+    assert master_registry().get_sample_value(
+        "mac_slurm_drain_decisions_total", {"decision": "refused", "dry_run": "false"}
+    ) == 1  # fmt: skip
+    # Refused again at every pass: said once. Given the rights, MAC drains it.
+    run_drain_pass(client=as_nobody)
+    assert len(slurm_events(drain, 12)) == 1
+    run_drain_pass()
+    assert slurm_node(drain, 12).drain and slurm_node(drain, 12).reason_is_mac
+    assert [e.kind for e in slurm_events(drain, 12)] == [
+        EventKind.SLURM_NOT_DRAINED,
+        EventKind.SLURM_DRAIN,
+    ]
 
 
 def test_an_unreachable_slurmctld_backs_off_then_the_drain_happens(drain, settings):

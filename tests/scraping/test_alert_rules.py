@@ -167,27 +167,38 @@ def test_the_backstop_holds_its_alerts_while_the_master_cannot_be_scraped(tmp_pa
     since = "2026-12-05T10:00:00Z"
     up = {**MASTER, **NODE, "gpu_vendor": "nvidia"}
     other = {**up, "node": "5", "hostname": "gpu-05"}
-    # gpu-03 is Offline from 0m and fires at 1m. The master's /metrics fails at 2m and 3m
-    # (what it wrote goes stale); gpu-03 is still down at 4m and back at 6m. gpu-05 was
-    # only pending when the failures began: a pending alert is not held.
+    # gpu-03 is Offline from 0m and fires at 1m. One scrape of the master's /metrics
+    # fails at 2m (what it wrote goes stale); gpu-03 is still down at 3m and back at
+    # 5m. gpu-05 was only pending when the scrape failed: a pending alert is not held.
     held = (3, "gpu-03", since)
     promtool_test(
         tmp_path,
         [
-            series("up", MASTER, "1 1 0 0 1 1 1"),
-            series("mac_node_up", {**up, "down_since": since}, "0 0 stale _ 0 0 stale"),
-            series("mac_node_up", up, "_ _ _ _ _ _ 1"),
-            series("mac_node_up", {**other, "down_since": "10:01"}, "_ 0 stale _ _ _ _"),
-            series("mac_node_up", other, "_ _ _ _ 1 1 1"),
+            series("up", MASTER, "1 1 0 1 1 1"),
+            series("mac_node_up", {**up, "down_since": since}, "0 0 stale 0 0 stale"),
+            series("mac_node_up", up, "_ _ _ _ _ 1"),
+            series("mac_node_up", {**other, "down_since": "10:01"}, "_ 0 stale _ _ _"),
+            series("mac_node_up", other, "_ _ _ 1 1 1"),
         ],
         [
             offline("1m", held),
-            offline("2m", held),  # one failed scrape: no false "resolved"
-            offline("3m", held),  # the master down for longer: still held
-            offline("4m", held),  # scraped again: the same alert, not a new one pending
-            offline("5m", held),
-            quiet("6m", "MacNodeOffline"),  # back Online: ended at the first scrape
+            offline("2m", held),  # the failed scrape: no false "resolved"
+            offline("3m", held),  # scraped again: the same alert, not a new one pending
+            offline("4m", held),
+            quiet("5m", "MacNodeOffline"),  # back Online: ended at the first scrape
         ],
+    )
+
+
+def test_a_master_down_longer_than_master_down_waits_ends_the_hold(tmp_path):
+    # The master unreachable from 2m: held while it answered within 2 minutes, then
+    # resolved as before the hold existed, when MacMasterDown (for: 2m) pages.
+    since = "2026-12-05T10:00:00Z"
+    down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
+    promtool_test(
+        tmp_path,
+        [series("up", MASTER, "1 1 0 0 0 0"), series("mac_node_up", down, "0 0 stale _ _ _")],
+        [offline("2m", (3, "gpu-03", since)), quiet("4m", "MacNodeOffline")],
     )
 
 

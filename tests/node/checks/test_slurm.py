@@ -79,4 +79,4 @@ def test_a_user_slurm_would_refuse_is_told_to_become_an_operator(tmp_path, monke
     result = check_slurm(ctx)
     assert result.status == CheckStatus.WARN
     assert "this master runs as mac, neither root nor SlurmUser slurm" in result.detail
-    assert result.fix.startswith("sudo sacctmgr -i modify user mac set adminlevel=Operator")
+    assert result.fix.startswith("sudo sacctmgr -i modify user mac set adminlevel=Admin")

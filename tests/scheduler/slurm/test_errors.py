@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.slurm.errors import (
     SlurmCommandRefused,
+    SlurmPermissionDenied,
     SlurmUnknownNode,
     SlurmUnreachable,
     classify_failure,
@@ -25,6 +26,8 @@ CAPTURED = json.loads(
         ("unknown_node", SlurmUnknownNode, "Invalid node name specified"),
         ("resume_idle_node", SlurmCommandRefused, "Invalid node state specified"),
         ("drain_without_reason", SlurmCommandRefused, "You must specify a reason"),
+        ("drain_as_nobody", SlurmPermissionDenied, "Invalid user id"),
+        ("reboot_as_nobody", SlurmPermissionDenied, "Permission denied"),
         ("update_controller_down", SlurmUnreachable, "Unable to contact slurm controller"),
         ("sacct_slurmdbd_down", SlurmUnreachable, "Problem talking to the database"),
     ],
@@ -36,6 +39,19 @@ def test_each_captured_failure_gets_its_type_and_keeps_slurms_words(case, kind, 
     assert words in str(error)
     assert str(error).startswith(" ".join(run["argv"]))
     assert error.command == tuple(run["argv"])
+
+
+def test_a_permission_refusal_says_how_to_give_the_right():
+    run = CAPTURED["drain_as_nobody"]
+    error = classify_failure(run["argv"], run["returncode"], run["stderr"])
+    assert isinstance(error, SlurmCommandRefused)  # still a refusal to callers that ask
+    assert "adminlevel=Admin" in error.fix and "SlurmUser" in error.fix
+
+
+def test_a_local_permission_problem_is_not_taken_for_slurms_refusal():
+    # The tool could not read its own configuration: not the controller saying no.
+    output = 'error: s_p_parse_file: unable to read "/etc/slurm/slurm.conf": Permission denied'
+    assert type(classify_failure(("scontrol", "update"), 1, output)) is SlurmCommandRefused
 
 
 def test_an_unknown_node_is_also_a_refusal():
