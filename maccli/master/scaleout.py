@@ -64,6 +64,8 @@ COST_FLAGS: tuple[tuple[str, str], ...] = (("scraper", "-promscrape.streamParse"
 # Prometheus runs. At 500 GPU nodes on a 2-core machine: 1.28 -> 1.11 cores (the store
 # 0.64 -> 0.51), 1.3 -> 1.6 GiB; at 1,000, where that machine fell behind, 79,000 ->
 # 106,000 samples/s ingested for the same CPU (docs/benchmarks.md, Metrics at scale).
+# Not 200: at 1,000 nodes on Debian 13's 1.112 it used 0.58 cores against 0.72, within
+# the host's drift in those runs, for 6.3 GiB against 3.8 (GOGC=200 at 1,000 nodes).
 ENGINE_GOGC = "100"
 COST_ENV: tuple[tuple[str, str], ...] = tuple(
     (service, "GOGC") for service in ("store", "scraper", "rules")
