@@ -46,7 +46,6 @@ from scheduler.slurm import (
     SlurmCommandRefused,
     SlurmError,
     SlurmNode,
-    SlurmPermissionDenied,
     SlurmUnknownNode,
     SlurmUnreachable,
 )
@@ -225,7 +224,7 @@ def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) ->
             continue
         except SlurmCommandRefused as exc:
             verb = VERBS.get(step.decision, "drain")
-            fix = f"; {exc.fix}" if isinstance(exc, SlurmPermissionDenied) else ""
+            fix = f"; {exc.fix}" if exc.fix else ""
             outcome.append(
                 Step(step.node, Decision.REFUSED, step.reason,
                      f"Slurm refused to {verb} {name}: {exc.detail}{fix}")

@@ -51,7 +51,9 @@ class SlurmUnreachable(SlurmError):
 
 
 class SlurmCommandRefused(SlurmError):
-    """Slurm answered and refused the command."""
+    """Slurm answered and refused the command; `fix` says what to do, where MAC knows."""
+
+    fix = ""
 
 
 class SlurmUnknownNode(SlurmCommandRefused):

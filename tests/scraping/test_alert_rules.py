@@ -190,38 +190,31 @@ def test_the_backstop_holds_its_alerts_while_the_master_cannot_be_scraped(tmp_pa
     )
 
 
-def test_a_master_down_longer_than_master_down_waits_ends_the_hold(tmp_path):
-    # The master unreachable from 2m: held while it answered within 2 minutes, then
-    # resolved as before the hold existed, when MacMasterDown (for: 2m) pages.
+@pytest.mark.parametrize(
+    ("master_up", "node_up", "held_until", "ended_at"),
+    [
+        # The master unreachable from 2m: held while it answered within 2 minutes, then
+        # resolved as before the hold existed, when MacMasterDown (for: 2m) pages.
+        ("1 1 0 0 0 0", "0 0 stale _ _ _", "2m", "4m"),
+        # Deregistered while the master could not be scraped: the first scrape that
+        # answers no longer lists the node, and the held alert ends there.
+        ("1 1 0 1 1", "0 0 stale _ _", "2m", "3m"),
+        # A configuration without the mac-master job has no `up` of it: an alert whose
+        # series ends is resolved as before, not held for ever.
+        (None, "0 0 stale _ _", "1m", "2m"),
+    ],
+    ids=["master-down-past-2m", "deregistered-meanwhile", "master-not-scraped"],
+)
+def test_a_held_alert_ends(tmp_path, master_up, node_up, held_until, ended_at):
     since = "2026-12-05T10:00:00Z"
     down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
+    inputs = [series("mac_node_up", down, node_up)]
+    if master_up is not None:
+        inputs.append(series("up", MASTER, master_up))
     promtool_test(
         tmp_path,
-        [series("up", MASTER, "1 1 0 0 0 0"), series("mac_node_up", down, "0 0 stale _ _ _")],
-        [offline("2m", (3, "gpu-03", since)), quiet("4m", "MacNodeOffline")],
-    )
-
-
-def test_a_held_alert_ends_at_the_first_scrape_that_no_longer_lists_the_node(tmp_path):
-    since = "2026-12-05T10:00:00Z"
-    down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
-    promtool_test(
-        tmp_path,
-        # Deregistered while the master could not be scraped: gone from mac_node_up.
-        [series("up", MASTER, "1 1 0 1 1"), series("mac_node_up", down, "0 0 stale _ _")],
-        [offline("2m", (3, "gpu-03", since)), quiet("3m", "MacNodeOffline")],
-    )
-
-
-def test_nothing_is_held_where_the_master_is_not_scraped_at_all(tmp_path):
-    # A configuration without the mac-master job has no `up` of it: an alert whose
-    # series ends is resolved as before, not held for ever.
-    since = "2026-12-05T10:00:00Z"
-    down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
-    promtool_test(
-        tmp_path,
-        [series("mac_node_up", down, "0 0 stale _ _")],
-        [offline("1m", (3, "gpu-03", since)), quiet("2m", "MacNodeOffline")],
+        inputs,
+        [offline(held_until, (3, "gpu-03", since)), quiet(ended_at, "MacNodeOffline")],
     )
 
 

@@ -68,8 +68,6 @@ def young_store(tmp_path_factory):
          "-search.disableCache", f"-httpListenAddr={url.removeprefix('http://')}"],
         url, folder / "store.log",
     )  # fmt: skip
-    now = int(time.time()) * 1000
-    stamps = [now - 240_000 + step * 15_000 for step in range(16)]
     series = [
         # Old errors, standing still: a healthy port and a healthy GPU.
         ("node_infiniband_link_error_recovery_total", PORT, [2] * 16),
@@ -78,16 +76,25 @@ def young_store(tmp_path_factory):
         # A port whose errors do rise: both copies must fire for it.
         ("node_infiniband_symbol_error_total", {**PORT, "device": "mlx5_1"}, [3] * 8 + [9] * 8),
     ]
+    import_minutes(url, series)
+    wait_for(lambda: len(query(url, '{node="7"}')) == 4, timeout=30, what="the import")
+    yield url
+    proc.terminate()
+    proc.wait(30)
+
+
+def import_minutes(url: str, series: list[tuple[str, dict, list[float]]]) -> list[int]:
+    """Give the store the last 4 minutes of each (name, labels, 16 values), one value per
+    15 s, by its import API; the timestamps (ms), oldest first."""
+    now = int(time.time()) * 1000
+    stamps = [now - 240_000 + step * 15_000 for step in range(16)]
     body = "".join(
         json.dumps({"metric": {"__name__": name, **labels}, "values": values,
                     "timestamps": stamps}) + "\n"
         for name, labels, values in series
     ).encode()  # fmt: skip
     urllib.request.urlopen(urllib.request.Request(f"{url}/api/v1/import", body), timeout=10)
-    wait_for(lambda: len(query(url, '{node="7"}')) == 4, timeout=30, what="the import")
-    yield url
-    proc.terminate()
-    proc.wait(30)
+    return stamps
 
 
 def query(url: str, expr: str, at: float | None = None) -> list[dict]:
@@ -120,8 +127,6 @@ def test_the_offline_backstop_holds_in_the_store_as_in_prometheus(young_store):
     MetricsQL: a firing alert whose node has no mac_node_up is kept only while the
     master's scrape fails, for at most 2 minutes, and a pending one never."""
     expr = rules_of(render_alert_rules({}, metricsql=True))["MacNodeOffline"]
-    now = int(time.time()) * 1000
-    stamps = [now - 240_000 + step * 15_000 for step in range(16)]
     master = {"job": "mac-master", "instance": "127.0.0.1:28080"}
     alert = {"alertname": "MacNodeOffline", "severity": "critical", "cluster_name": "mac",
              "down_since": "2026-12-05T10:00:00Z"}  # fmt: skip
@@ -132,12 +137,7 @@ def test_the_offline_backstop_holds_in_the_store_as_in_prometheus(young_store):
         ("ALERTS", {**alert, "alertstate": "pending", "node": "11", "hostname": "gpu-11"},
          [1] * 16),
     ]  # fmt: skip
-    body = "".join(
-        json.dumps({"metric": {"__name__": name, **labels}, "values": values,
-                    "timestamps": stamps}) + "\n"
-        for name, labels, values in series
-    ).encode()  # fmt: skip
-    urllib.request.urlopen(urllib.request.Request(f"{young_store}/api/v1/import", body), timeout=10)
+    stamps = import_minutes(young_store, series)
     wait_for(
         lambda: len(query(young_store, 'ALERTS{alertname="MacNodeOffline"} or up')) == 3,
         timeout=30,
