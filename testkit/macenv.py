@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 def scratch_mac_env(root: Path, keep: tuple[str, ...] = (), **settings: str) -> dict[str, str]:
     """This process's environment without its MAC_* settings (but those in `keep`),
     MASTER_IP and DATABASE_URL, so no run reads the developer's own; HOME, the user
-    and node env files and the state folder under root; then `settings` on top."""
+    and node env files, the state folder and SLURM_CONF (no file: a master on a Slurm
+    host must not mount the host's cluster) under root; then `settings` on top."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAC_") or k in keep}
     env.pop("MASTER_IP", None)
     env.pop("DATABASE_URL", None)
@@ -25,6 +26,7 @@ def scratch_mac_env(root: Path, keep: tuple[str, ...] = (), **settings: str) -> 
             "MAC_USER_ENV_FILE": str(root / "user.env"),
             "MAC_NODE_ENV_FILE": str(root / "node.env"),
             "MAC_STATE_DIR": str(root / "state"),
+            "SLURM_CONF": str(root / "slurm.conf"),
             "PYTHONPATH": str(REPO),
             **settings,
         }

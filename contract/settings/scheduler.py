@@ -7,10 +7,9 @@ from pathlib import Path
 
 from contract import drainpolicy
 from contract.settings.kinds import Custom, FilePath, Text
-from contract.settings.model import Applies, Group, Setting, Side
+from contract.settings.model import Group, Setting, Side
 
 MASTER = Side.MASTER
-PROCESS = Applies.PROCESS
 
 
 def _drain(parse, what: str, shower=str) -> Custom:
@@ -26,9 +25,9 @@ SCHEDULER = Group(
             FilePath(folder=False),
             Path(drainpolicy.DEFAULT_SLURM_CONF),
             "Slurm's own variable: the cluster's slurm.conf, for the master's `scontrol` "
-            "(with munge and the cluster's key; `mac doctor` checks it)",
+            "(with munge and the cluster's key; `mac doctor` checks it); under Docker "
+            "mac-worker mounts it and munge's socket",
             MASTER,
-            applies=PROCESS,
             see="docs/slurm.md",
             readme=True,
         ),

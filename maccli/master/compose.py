@@ -39,6 +39,7 @@ from maccli.master.layout import (
     docker_layout,
 )
 from maccli.master.preflight import REPO_ROOT, tls_port
+from maccli.master.slurmaccess import SlurmAccess, slurm_access
 from maccli.master.specs import master_specs
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
@@ -65,7 +66,8 @@ HEADER = """\
 # Every container runs MAC's one image (Debian's packages, built offline), and each
 # runs the commands that prepare it before its server, as the process runtime does.
 # Only mac-proxy is published to other hosts; mac-prometheus and mac-alertmanager on
-# the master's 127.0.0.1 only (docs/security.md).
+# the master's 127.0.0.1 only (docs/security.md). Where this host has a slurm.conf,
+# mac-worker also mounts it and munge's socket (maccli/master/slurmaccess.py).
 """
 # Pinned in the containers: the Compose network's folders and addresses.
 PINNED = {
@@ -209,16 +211,26 @@ def _ports(spec: ServiceSpec, cfg: NodeConfig) -> list[str]:
     return []
 
 
-def document(cfg: NodeConfig) -> dict:
+def document(cfg: NodeConfig, slurm: SlurmAccess | None = None) -> dict:
     """The Compose document of the master's services with `cfg`'s settings (scale-out
-    mode's engines come in a file of their own, scaleout.compose_overlay)."""
+    mode's engines come in a file of their own, scaleout.compose_overlay); with `slurm`,
+    mac-worker runs Slurm's tools against the host's cluster (the drain, job reads)."""
     specs = master_specs(cfg, docker_layout(cfg))
-    environment = _environment(cfg)
+    environment = {**_environment(cfg), **(slurm.environment if slurm else {})}
     services = {"redis": REDIS}
     for spec in specs:
         if spec.name in VOLUMES:
             services[spec.name] = _service(spec, environment, cfg)
-    volumes = sorted({v.split(":")[0] for s in services.values() for v in s.get("volumes", [])})
+    if slurm and "worker" in services:
+        worker = services["worker"]
+        worker["volumes"] = [*worker["volumes"], *slurm.volumes]
+        if slurm.hosts:
+            worker["extra_hosts"] = list(slurm.hosts)
+    # The named volumes (a bind mount's source is a path).
+    volumes = sorted(
+        {v.split(":")[0] for s in services.values() for v in s.get("volumes", [])}
+        - {v.split(":")[0] for v in (slurm.volumes if slurm else [])}
+    )
     return {
         "services": services,
         "networks": {"master": {"driver": "bridge"}},
@@ -261,8 +273,8 @@ _Dumper.add_representer(str, _literal)
 _Dumper.add_representer(type(None), _passed)
 
 
-def render(cfg: NodeConfig) -> str:
-    written = document(cfg)
+def render(cfg: NodeConfig, slurm: SlurmAccess | None = None) -> str:
+    written = document(cfg, slurm)
     shared = written["services"]["api-server"]["environment"]
     dumper = type("Dumper", (_Dumper,), {"shared": shared})
     body = yaml.dump(written, Dumper=dumper, sort_keys=False, default_flow_style=False, width=100)
@@ -278,11 +290,12 @@ def default_config() -> NodeConfig:
 
 
 def write(cfg: NodeConfig, folder: Path) -> Path:
-    """This master's Compose file in `folder` (its data folder)."""
+    """This master's Compose file in `folder` (its data folder), with this host's Slurm."""
     path = folder / NAME
+    text = render(cfg, slurm_access(cfg))
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, render(cfg).encode())
+        write_atomically(path, text.encode())
     except OSError as exc:
         raise CliError(
             f"cannot write {path}: {exc}",

@@ -5,6 +5,8 @@ with the drain off) it is skipped. It runs Slurm's own `scontrol ping` and `scon
 show config` with the master's SLURM_CONF, as the drain does, and says what is missing:
 the drain's settings, slurm.conf, the client tools, munge, the controller, and whether
 this user may change nodes (SlurmUser, root, or an account at Slurm's Admin level).
+Under Docker the drain runs in mac-worker (root there, with the host's slurm.conf and
+munge socket mounted), so the tools run there too, through `docker exec`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ def _user() -> str:
         return str(os.geteuid())
 
 
+def _in_worker(ctx: CheckContext, runtime: str) -> bool:
+    """True where the master's worker is a container: MAC_RUNTIME=docker, or, left to
+    `auto`, a running mac-worker container."""
+    if runtime == "docker":
+        return True
+    if runtime != "auto" or not which(ctx, "docker"):
+        return False
+    shown = runner(ctx)(["docker", "inspect", "-f", "{{.State.Running}}", "mac-worker"])
+    return shown.returncode == 0 and shown.stdout.strip() == "true"
+
+
 def check_slurm(ctx: CheckContext) -> CheckResult:
     cfg = config(ctx)
     try:
@@ -69,11 +82,21 @@ def check_slurm(ctx: CheckContext) -> CheckResult:
             "# or point the master at it, then restart the master:\n"
             "mac env set SLURM_CONF=/path/to/slurm.conf && mac restart master",
         )
-    if not which(ctx, "scontrol"):
+    runtime = (cfg.get("MAC_RUNTIME") or "auto").strip().lower()
+    where: list[str] = []
+    if _in_worker(ctx, runtime):
+        where = ["docker", "exec", "mac-worker"]
+    elif not which(ctx, "scontrol"):
         return _result(CheckStatus.FAIL, "scontrol is not installed on this master.", INSTALL_FIX)
     run = runner(ctx)
-    ping = run(["env", f"SLURM_CONF={conf}", "scontrol", "ping"])
+    ping = run([*where, "env", f"SLURM_CONF={conf}", "scontrol", "ping"])
     said = " ".join(f"{ping.stdout} {ping.stderr}".split())
+    if where and ping.returncode != 0 and ("No such container" in said or "not running" in said):
+        return _result(
+            CheckStatus.FAIL,
+            f"mac-worker, which drains under Docker, is not running: {said[:200]}",
+            "mac start master    # then: mac doctor",
+        )
     if ping.returncode != 0 or " is UP" not in ping.stdout:
         munge = "munge" in said.lower() or "authentication" in said.lower()
         return _result(
@@ -87,6 +110,12 @@ def check_slurm(ctx: CheckContext) -> CheckResult:
             ),
         )
     controller = next((line for line in ping.stdout.splitlines() if " is UP" in line), "")
+    if where:
+        # root in its container: a user Slurm lets change nodes.
+        return _result(
+            CheckStatus.PASS,
+            f"{controller.strip()} from mac-worker (SLURM_CONF={conf}); MAC_SLURM_DRAIN={mode}",
+        )
     shown = run(["env", f"SLURM_CONF={conf}", "scontrol", "show", "config"])
     slurm_user = _config_value(shown.stdout, "SlurmUser").split("(", 1)[0]
     user = _user()

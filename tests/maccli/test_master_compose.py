@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _config(**values: str) -> NodeConfig:
+    # No slurm.conf unless a test gives one: the host's own must not reach the file.
+    environ = {"SLURM_CONF": "/nonexistent/slurm.conf", **values}
     return NodeConfig(
-        environ=values, node_values={}, user_values={}, node_file=Path("/nonexistent/node"),
+        environ=environ, node_values={}, user_values={}, node_file=Path("/nonexistent/node"),
         user_file=Path("/nonexistent/user"),
     )  # fmt: skip
 
@@ -47,7 +49,7 @@ def test_the_committed_master_file_is_what_the_specs_write():
 
 
 def test_compose_reads_the_written_file_as_the_committed_one(tmp_path):
-    written = compose.write(compose.default_config(), tmp_path)
+    written = compose.write(_config(), tmp_path)
     assert _compose_config(written) == _compose_config(compose.COMMITTED)
 
 

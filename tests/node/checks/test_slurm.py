@@ -74,9 +74,84 @@ def test_a_user_slurm_would_refuse_is_told_to_become_an_operator(tmp_path, monke
     }
     monkeypatch.setattr("node.checks.slurm.os.geteuid", lambda: 1000)
     monkeypatch.setattr("node.checks.slurm._user", lambda: "mac")
-    monkeypatch.setattr("node.checks.slurm.which", lambda ctx, name: "/usr/bin/scontrol")
+    monkeypatch.setattr(
+        "node.checks.slurm.which",
+        lambda ctx, name: "/usr/bin/scontrol" if name == "scontrol" else None,
+    )
     ctx = _ctx(tmp_path, lambda argv: answers[argv[3]], MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf))
     result = check_slurm(ctx)
     assert result.status == CheckStatus.WARN
     assert "this master runs as mac, neither root nor SlurmUser slurm" in result.detail
     assert result.fix.startswith("sudo sacctmgr -i modify user mac set adminlevel=Admin")
+
+
+class _Docker:
+    """The docker CLI's answers: mac-worker's state, and scontrol run in it."""
+
+    def __init__(self, running: bool = True) -> None:
+        self.running = running
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str]) -> CommandResult:
+        self.calls.append(argv)
+        if argv[:2] == ["docker", "inspect"]:
+            return CommandResult(0, "true\n" if self.running else "false\n")
+        if argv[0] == "docker" and not self.running:
+            return CommandResult(
+                1, "", "Error response from daemon: Container 3f2a is not running\n"
+            )
+        return CommandResult(0, "Slurmctld(primary) at head is UP\n")
+
+
+@pytest.mark.parametrize("runtime", ["docker", "auto"])
+def test_under_docker_the_tools_run_where_the_drain_does_in_mac_worker(
+    tmp_path, monkeypatch, runtime
+):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=head(10.0.0.1)\n")
+    # No scontrol on the host: MAC's image brings it.
+    monkeypatch.setattr(
+        "node.checks.slurm.which", lambda ctx, name: "/usr/bin/docker" if name == "docker" else None
+    )
+    docker = _Docker()
+    ctx = _ctx(tmp_path, docker, MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf), MAC_RUNTIME=runtime)
+    result = check_slurm(ctx)
+    assert result.status == CheckStatus.PASS, result.detail
+    up = "Slurmctld(primary) at head is UP"
+    assert result.detail == f"{up} from mac-worker (SLURM_CONF={conf}); MAC_SLURM_DRAIN=on"
+    assert docker.calls[-1] == [
+        "docker",
+        "exec",
+        "mac-worker",
+        "env",
+        f"SLURM_CONF={conf}",
+        "scontrol",
+        "ping",
+    ]
+
+
+def test_under_docker_a_stopped_worker_is_named_with_the_command_that_starts_it(
+    tmp_path, monkeypatch
+):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=head(10.0.0.1)\n")
+    docker = _Docker(running=False)
+    ctx = _ctx(
+        tmp_path, docker, MAC_SLURM_DRAIN="dry-run", SLURM_CONF=str(conf), MAC_RUNTIME="docker"
+    )
+    result = check_slurm(ctx)
+    assert result.status == CheckStatus.FAIL
+    assert result.detail.startswith("mac-worker, which drains under Docker, is not running: ")
+    assert result.fix.startswith("mac start master")
+
+
+def test_a_process_master_with_docker_installed_but_no_worker_container_asks_the_host(
+    tmp_path, monkeypatch
+):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=head(10.0.0.1)\n")
+    monkeypatch.setattr("node.checks.slurm.which", lambda ctx, name: f"/usr/bin/{name}")
+    docker = _Docker(running=False)
+    result = check_slurm(_ctx(tmp_path, docker, MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf)))
+    assert docker.calls[1][:2] == ["env", f"SLURM_CONF={conf}"]
+    assert result.status == CheckStatus.PASS, result.detail

@@ -1,0 +1,59 @@
+"""contract.slurmconf: the controllers and munge's socket, read as Slurm writes slurm.conf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from contract.slurmconf import DEFAULT_MUNGE_SOCKET, Controller, read_slurm_conf
+
+
+def _conf(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "slurm.conf"
+    path.write_text(text)
+    return path
+
+
+def test_controllers_with_and_without_addresses_in_order(tmp_path):
+    conf = read_slurm_conf(
+        _conf(
+            tmp_path,
+            "# the cluster's controllers\n"
+            "ClusterName=gpu\n"
+            "SlurmctldHost=ctl01(10.4.0.1)   # primary\n"
+            "slurmctldhost=ctl02\n"
+            "NodeName=gpu[01-16] NodeAddr=10.4.1.[1-16] Gres=gpu:8 State=UNKNOWN\n",
+        )
+    )
+    assert conf.controllers == (Controller("ctl01", "10.4.0.1"), Controller("ctl02"))
+    assert conf.munge_socket == DEFAULT_MUNGE_SOCKET
+
+
+def test_the_older_control_machine_keys_with_a_backup(tmp_path):
+    conf = read_slurm_conf(
+        _conf(
+            tmp_path,
+            "ControlMachine=head\nControlAddr=127.0.0.1\nBackupController=head2\nBackupAddr=10.0.0.2\n",
+        )
+    )
+    assert conf.controllers == (Controller("head", "127.0.0.1"), Controller("head2", "10.0.0.2"))
+    assert [c.loopback for c in conf.controllers] == [True, False]
+
+
+def test_munge_socket_from_auth_info_and_an_included_file(tmp_path):
+    (tmp_path / "extra.conf").write_text(
+        "AuthInfo=cred_expire=120,socket=/var/run/munge/alt.socket\n"
+    )
+    conf = read_slurm_conf(_conf(tmp_path, "SlurmctldHost=ctl\nInclude extra.conf\n"))
+    assert conf.munge_socket == Path("/var/run/munge/alt.socket")
+    assert conf.controllers == (Controller("ctl"),)
+
+
+def test_loopback_is_an_address_of_loopback_only():
+    assert Controller("a", "::1").loopback and Controller("a", "127.0.1.1").loopback
+    assert not Controller("a").loopback
+    assert not Controller("a", "10.0.0.1").loopback
+    assert not Controller("a", "not-an-address").loopback
+
+
+def test_a_file_without_controllers_reads_as_none(tmp_path):
+    assert read_slurm_conf(_conf(tmp_path, "")).controllers == ()

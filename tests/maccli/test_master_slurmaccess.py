@@ -1,0 +1,96 @@
+"""A master under Docker reaches the host's Slurm (maccli.master.slurmaccess): mac-worker
+mounts slurm.conf's folder and munge's, SLURM_CONF points at it, a controller named
+without an address is resolved on the host, and a loopback address stops the start with
+what to do. The real engine and a real Slurm: tests/docker/test_slurm_worker.py."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from maccli.master import compose, slurmaccess
+from maccli.master.slurmaccess import slurm_access
+from maccli.output import CliError
+from node.config import NodeConfig
+
+
+def _config(**values: str) -> NodeConfig:
+    return NodeConfig(
+        environ=values, node_values={}, user_values={}, node_file=Path("/nonexistent/node"),
+        user_file=Path("/nonexistent/user"),
+    )  # fmt: skip
+
+
+def _slurm_conf(tmp_path: Path, controller: str, auth: str = "") -> Path:
+    folder = tmp_path / "slurm"
+    folder.mkdir()
+    conf = folder / "slurm.conf"
+    conf.write_text(f"ClusterName=gpu\nSlurmctldHost={controller}\n{auth}")
+    return conf
+
+
+def test_no_slurm_conf_mounts_nothing(tmp_path):
+    cfg = _config(SLURM_CONF=str(tmp_path / "absent.conf"))
+    assert slurm_access(cfg) is None
+    worker = yaml.safe_load(compose.render(cfg))["services"]["worker"]
+    assert worker["volumes"] == compose.DATA_VOLUMES and "extra_hosts" not in worker
+
+
+def test_the_worker_mounts_slurm_conf_and_munge_and_compose_reads_it(tmp_path):
+    conf = _slurm_conf(tmp_path, "ctl01(10.4.0.1)", "AuthInfo=socket=/srv/munge/munge.sock\n")
+    cfg = _config(SLURM_CONF=str(conf), MAC_DATA_DIR=str(tmp_path / "data"))
+    written = compose.write(cfg, tmp_path / "data")
+    services = yaml.safe_load(written.read_text())["services"]
+    worker = services["worker"]
+    assert worker["volumes"][-2:] == [f"{conf.parent}:{conf.parent}:ro", "/srv/munge:/srv/munge:ro"]
+    assert worker["environment"]["SLURM_CONF"] == str(conf)
+    assert "extra_hosts" not in worker  # slurm.conf gives the address
+    # Only the worker runs Slurm's tools.
+    assert all(
+        str(conf.parent) not in " ".join(s.get("volumes", []))
+        for n, s in services.items()
+        if n != "worker"
+    )
+    done = subprocess.run(
+        ["docker-compose", "-p", "mac", "-f", str(written), "config"],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    read = yaml.safe_load(done.stdout)
+    assert f"{conf.parent}:{conf.parent}:ro" in read["services"]["worker"]["volumes"]
+    assert set(read["volumes"]) == {v.split(":")[0] for v in compose.DATA_VOLUMES} | {
+        "mac-tls",
+        "mac-prometheus",
+        "mac-alertmanager",
+    }
+
+
+def test_a_controller_named_without_an_address_is_resolved_on_the_host(tmp_path, monkeypatch):
+    conf = _slurm_conf(tmp_path, "ctl01")
+    answers = {"ctl01": "10.4.0.1", "ctl02": "127.0.1.1"}
+    monkeypatch.setattr(slurmaccess, "_resolved", answers.get)
+    assert slurm_access(_config(SLURM_CONF=str(conf))).hosts == ("ctl01:10.4.0.1",)
+    # Debian names its own host 127.0.1.1: the container reaches the host on its gateway.
+    conf.write_text("SlurmctldHost=ctl02\nSlurmctldHost=ctl03\n")
+    access = slurm_access(_config(SLURM_CONF=str(conf)))
+    assert access.hosts == ("ctl02:host-gateway",)  # ctl03: left to the containers' resolver
+    worker = yaml.safe_load(compose.render(_config(SLURM_CONF=str(conf)), access))["services"][
+        "worker"
+    ]
+    assert worker["extra_hosts"] == ["ctl02:host-gateway"]
+
+
+def test_a_loopback_address_stops_the_start_with_what_to_do(tmp_path):
+    conf = _slurm_conf(tmp_path, "head(127.0.0.1)")
+    cfg = _config(SLURM_CONF=str(conf))
+    with pytest.raises(CliError) as raised:
+        compose.write(cfg, tmp_path / "data")
+    error = raised.value
+    assert error.message.startswith(
+        f"{conf} names slurmctld by a loopback address (head(127.0.0.1))"
+    )
+    assert "mac env set MAC_RUNTIME=process && mac restart master" in error.commands
+    assert not (tmp_path / "data" / compose.NAME).exists()
