@@ -5,8 +5,10 @@ stale, so `up == 0` never fires). These series stay, one per registered node,
 so alert rules can fire on Offline nodes:
 
     mac_node_up{node, hostname, cluster_name, gpu_vendor, maintenance, down_since}
-                                    1 Online, else 0; down_since (UTC, to the second) is
-                                    when a node not Online left Online, or its
+                                    1 Online, 0 Offline, no series while Unknown (not
+                                    probed yet: not down, and the backstop must not
+                                    page for it); down_since (UTC, to the second) is
+                                    when an Offline node left Online, or its
                                     maintenance changed since; absent on Online
     mac_node_status{node, hostname, cluster_name, status, reason, diagnosis, maintenance}  1
     mac_node_exporter_up{node, hostname, service}   1 when that exporter answered its
@@ -29,7 +31,8 @@ so alert rules can fire on Offline nodes:
 
 Labels hold codes only (status, reason and diagnosis are choices' values, node is the
 id): their number stays bounded. down_since is the one that moves: a new value, so a new
-mac_node_up series, per incident of a node (its registration, for one never probed). The
+mac_node_up series, per incident of a node (its registration, for one whose first probe
+failed). The
 words and fixes reach notifications in the master's own node alerts
 (alerting.nodealerts), not through these series; the backstop rule MacNodeOffline only
 needs mac_node_up, whose down_since gives each incident its own alert, as in the
@@ -113,9 +116,11 @@ class InventoryCollector(Collector):
             flag = "true" if maintenance else "false"
             node = str(node_id)
             online = state == NodeStatus.ONLINE
-            # One series while Online; one per incident otherwise (the backstop's identity).
-            since = "" if online else down_since(row[10], row[11])
-            up.add_metric([node, hostname, cluster, vendor, flag, since], 1.0 if online else 0.0)
+            # One series while Online; one per incident while Offline (the backstop's
+            # identity); none before the first probe, which may lag a large sweep.
+            if state != NodeStatus.UNKNOWN:
+                since = "" if online else down_since(row[10], row[11])
+                up.add_metric([node, hostname, cluster, vendor, flag, since], float(online))
             status.add_metric([node, hostname, cluster, state, reason, diagnosis, flag], 1.0)
             for service, answered in sorted((health or {}).items()):
                 exporter_up.add_metric([node, hostname, service], 1.0 if answered else 0.0)

@@ -118,8 +118,29 @@ def test_what_the_masters_own_alert_rules_need_is_exported(client, sweep_redis, 
     assert got[("mac_sweep_targets_written", ())] == 0.0
 
 
+def test_a_node_not_probed_yet_is_not_down(client, make_node):
+    """Unknown (registered, first probe to come): no mac_node_up, so MacNodeOffline's
+    backstop cannot page for a node that joined while a long sweep runs."""
+    fresh = make_node("gpu-10", "10.1.0.10")
+    assert fresh.status == NodeStatus.UNKNOWN
+    got = samples(client.get("/metrics"))
+    assert not [labels for name, labels in got if name == "mac_node_up"]
+    assert got[("mac_nodes", (("status", "unknown"),))] == 1.0
+    status = dict(next(labels for name, labels in got if name == "mac_node_status"))
+    assert (status["hostname"], status["status"], status["reason"]) == (
+        "gpu-10",
+        "unknown",
+        "registered",
+    )
+
+    fresh.status, fresh.status_reason = NodeStatus.OFFLINE, StatusReason.TIMEOUT
+    fresh.save()
+    got = samples(client.get("/metrics"))
+    assert [value for (name, _), value in got.items() if name == "mac_node_up"] == [0.0]
+
+
 def test_without_redis_the_node_series_still_come_out(client, make_node, settings):
-    make_node("gpu-09", "10.1.0.9")
+    make_node("gpu-09", "10.1.0.9", status=NodeStatus.ONLINE)
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     got = samples(client.get("/metrics"))
     assert any(name == "mac_node_up" for name, _ in got)
