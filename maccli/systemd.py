@@ -8,9 +8,12 @@ systemd is there or not; `systemctl status mac-agent` still shows every service'
 process in the unit's cgroup.
 
 `mac start <role>` installs and enables the unit (when MAC_SYSTEMD allows and the host
-runs systemd as root), `mac stop <role>` disables and removes it. MAC_SYSTEMD_UNIT_DIR
-points the unit files elsewhere than /etc/systemd/system (the tests do), and
-MAC_SYSTEMD=no keeps `mac` from touching systemd at all.
+runs systemd as root), `mac stop <role>` disables and removes it. Under Docker, where
+Docker itself restarts the containers at boot, the master gets one unit of another kind,
+`mac-master-isolation.service`: a oneshot after docker.service that puts MAC's rules
+back in DOCKER-USER (maccli.runtimes.dockerfence), which live in the kernel only.
+MAC_SYSTEMD_UNIT_DIR points the unit files elsewhere than /etc/systemd/system (the tests
+do), and MAC_SYSTEMD=no keeps `mac` from touching systemd at all.
 
 The unit is ordered after network.target, not network-online.target: the services
 listen on MAC_BIND (every address by default) and supervisord retries one whose
@@ -75,6 +78,33 @@ def render_unit(role: str, command: list[str], working_dir: Path, stop_grace: fl
     )
 
 
+ISOLATION_UNIT = "mac-master-isolation.service"
+
+
+def render_isolation_unit(command: list[str], environment: dict[str, str]) -> str:
+    """The boot-time unit that puts MAC's DOCKER-USER rules back for the master network."""
+    return "\n".join(
+        [
+            "# Written by `mac start master` (Docker); `mac stop master` removes it.",
+            "[Unit]",
+            "Description=MAC master: other hosts kept off its containers (DOCKER-USER rules)",
+            # Docker restores its networks and containers at its start; the rules follow.
+            "After=docker.service",
+            "Requires=docker.service",
+            "",
+            "[Service]",
+            "Type=oneshot",
+            "RemainAfterExit=yes",
+            *(f"Environment={_quote(f'{k}={v}')}" for k, v in sorted(environment.items())),
+            "ExecStart=" + " ".join(_quote(word) for word in command),
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
+
+
 def _quote(word: str) -> str:
     # systemd's own quoting: double quotes, with backslash escapes; % is a specifier.
     word = word.replace("%", "%%")
@@ -107,8 +137,21 @@ class SystemdUnits:
 
     def install(self, role: str, command: list[str], working_dir: Path, grace: float) -> None:
         """Write the unit (when it changed) and enable it now and at boot."""
-        text = render_unit(role, command, working_dir, grace)
-        path = self.path(role)
+        self._install(unit_name(role), render_unit(role, command, working_dir, grace))
+
+    def remove(self, role: str) -> None:
+        """Stop and disable the unit, and delete it: nothing of `mac` starts at boot."""
+        self._remove(unit_name(role))
+
+    def install_isolation(self, command: list[str], environment: dict[str, str]) -> None:
+        """The master's DOCKER-USER rules put back at each boot (and now)."""
+        self._install(ISOLATION_UNIT, render_isolation_unit(command, environment))
+
+    def remove_isolation(self) -> None:
+        self._remove(ISOLATION_UNIT)
+
+    def _install(self, name: str, text: str) -> None:
+        path = self.unit_dir / name
         try:
             unchanged = path.read_text() == text
         except FileNotFoundError:
@@ -117,14 +160,14 @@ class SystemdUnits:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, text.encode())
             self._systemctl("daemon-reload")
-        self._systemctl("enable", "--now", unit_name(role))
+        self._systemctl("enable", "--now", name)
 
-    def remove(self, role: str) -> None:
-        """Stop and disable the unit, and delete it: nothing of `mac` starts at boot."""
-        if not self.installed(role):
+    def _remove(self, name: str) -> None:
+        path = self.unit_dir / name
+        if not path.exists():
             return
-        self._systemctl("disable", "--now", unit_name(role))
-        self.path(role).unlink(missing_ok=True)
+        self._systemctl("disable", "--now", name)
+        path.unlink(missing_ok=True)
         self._systemctl("daemon-reload")
 
 

@@ -42,6 +42,7 @@ from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
 from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
 from maccli.runtimes.dockerimage import source_root as image_source
 from maccli.runtimes.dockerlogs import docker_logs
+from maccli.systemd import ISOLATION_UNIT, SystemdUnits
 from node.checks.docker import (
     COMPOSE_PROJECT,
     REMOVE_STALE_COMMAND,
@@ -133,6 +134,7 @@ class DockerRuntime(Runtime):
         remove_stale: bool = False,
         project: str = COMPOSE_PROJECT,
         profiles: list[str] | None = None,
+        systemd: SystemdUnits | None = None,
     ) -> None:
         self.compose_dir = Path(compose_dir or default_compose_dir())
         # run_command's 10 s default (what runtime selection hands over) would cut a
@@ -140,6 +142,8 @@ class DockerRuntime(Runtime):
         self.run = run_long if run is run_command else run
         self.remove_stale = remove_stale
         self.project = project
+        # Where systemd runs: the boot-time unit that puts the master's rules back.
+        self.systemd = systemd
         # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).
         self.profiles = list(profiles or [])
         # The agent's network mode (maccli.agent.network sets it); None: no overlay. And
@@ -340,6 +344,28 @@ class DockerRuntime(Runtime):
             )
         else:
             output.say(dockerfence.describe(fence, network))
+            self._isolate_at_boot(network)
+
+    def _isolate_at_boot(self, network: str) -> None:
+        """The rules live in the kernel only; Docker restarts the containers at boot by
+        itself, so a unit puts the rules back then (maccli.systemd)."""
+        if self.systemd is None:
+            output.warn(
+                "At boot Docker restarts the master's containers, not MAC's rules: run "
+                "`mac start master` after each boot (no systemd here, or MAC_SYSTEMD=no)."
+            )
+            return
+        host = os.environ.get("DOCKER_HOST", "")
+        environment = {"DOCKER_HOST": host} if host else {}
+        try:
+            self.systemd.install_isolation(dockerfence.boot_command(network), environment)
+        except CliError as exc:
+            output.warn(f"the rules will not come back at boot by themselves: {exc.message}")
+            return
+        output.say(
+            f"At boot:     {ISOLATION_UNIT} puts the rules back after docker.service "
+            f"(systemctl status {ISOLATION_UNIT})"
+        )
 
     def _wait_ready(self, role: str, specs: Sequence[ServiceSpec]) -> None:
         """Until each liveness URL answers (or its ready_timeout passes): as the process
@@ -370,6 +396,8 @@ class DockerRuntime(Runtime):
             removed = dockerfence.remove(self.run)
             if removed.problem:
                 output.warn(f"MAC's {dockerfence.CHAIN} rules not removed: {removed.problem}")
+            if self.systemd is not None:
+                self.systemd.remove_isolation()
         return self.status(role, specs)
 
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:

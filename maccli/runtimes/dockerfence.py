@@ -22,14 +22,22 @@ Every iptables backend whose tables hold a DOCKER-USER chain gets the rules: a h
 have nft and legacy tables side by side, both see every packet, and a DROP in either
 drops it. `mac start master` installs them (removing MAC's old ones first: the bridge
 changes when Compose recreates the network), `mac stop master` removes them, and what
-the administrator put in DOCKER-USER is never touched. Rules do not outlive a reboot:
-Docker restarts the containers, `mac start master` puts the rules back (docs/security.md).
+the administrator put in DOCKER-USER is never touched. Rules do not outlive a reboot,
+while Docker restarts the containers by itself: where systemd runs, `mac start master`
+also enables mac-master-isolation.service (maccli.systemd), which runs
+
+    python -m maccli.runtimes.dockerfence install mac_master
+
+after docker.service at each boot (docs/security.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 
 from node.runner import Runner, run_command
@@ -176,3 +184,37 @@ def describe(fence: Fence, network: str) -> str:
         f"Isolation:   other hosts reach only the published ports of {network} "
         f"({fence.bridge}): MAC's rules in {CHAIN} ({', '.join(fence.backends)})"
     )
+
+
+def boot_command(network: str) -> list[str]:
+    """What mac-master-isolation.service runs at boot: this module, with this Python."""
+    return [sys.executable, "-m", "maccli.runtimes.dockerfence", "install", network]
+
+
+def main(argv: list[str] | None = None, run: Runner = run_command) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m maccli.runtimes.dockerfence",
+        description="Put MAC's DOCKER-USER rules for the master network in, or take them out.",
+    )
+    ap.add_argument("action", choices=("install", "remove"))
+    ap.add_argument("network", nargs="?", default="mac_master", help="default: mac_master")
+    ap.add_argument(
+        "--wait", type=float, default=60.0,
+        help="seconds to wait for Docker to restore the network at boot (default 60)",
+    )  # fmt: skip
+    args = ap.parse_args(argv)
+    if args.action == "remove":
+        fence = remove(run)
+        print(fence.problem or f"removed MAC's rules from {', '.join(fence.backends) or 'none'}")
+        return 1 if fence.problem else 0
+    deadline = time.monotonic() + args.wait
+    fence = install(args.network, run)
+    while fence.problem.endswith("was not found") and time.monotonic() < deadline:
+        time.sleep(1.0)
+        fence = install(args.network, run)
+    print(describe(fence, args.network))
+    return 1 if fence.problem else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,17 +26,18 @@ def choose_runtime(
     run: Runner = run_command,
 ) -> Runtime:
     choice = (override or cfg.get("MAC_RUNTIME") or "auto").strip().lower()
+    units = systemd_units(cfg.get)  # boot-time units where systemd runs (maccli.systemd)
     process = ProcessRuntime(
         cfg.state_dir,
         grace=float(cfg.get("MAC_STOP_GRACE") or 10),
-        systemd=systemd_units(cfg.get),  # a boot-time unit where systemd runs (maccli.systemd)
+        systemd=units,
         log_max_bytes=cfg.int_value("MAC_LOG_MAX_BYTES", LOG_MAX_BYTES),
         log_backups=cfg.int_value("MAC_LOG_BACKUPS", LOG_BACKUPS),
     )
     if choice == "process":
         return process
     if choice == "docker":
-        return DockerRuntime(run=run, remove_stale=remove_stale)
+        return DockerRuntime(run=run, remove_stale=remove_stale, systemd=units)
     if choice != "auto":
         raise CliError(
             f"unknown runtime {choice!r}.",
@@ -47,5 +48,5 @@ def choose_runtime(
     if process.has_state(role):
         return process
     if docker_answers(run):
-        return DockerRuntime(run=run, remove_stale=remove_stale)
+        return DockerRuntime(run=run, remove_stale=remove_stale, systemd=units)
     return process

@@ -18,11 +18,13 @@ import http.client
 import json
 import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 
 import pytest
 
+from maccli.runtimes import dockerfence
 from testkit.docker_engine import NS_IP
 from testkit.waiting import wait_for
 
@@ -137,3 +139,27 @@ def test_from_another_host_only_the_front_door_answers(docker_master):
     forged = http.client.HTTPConnection(NS_IP, 28080, timeout=10)
     forged.request("GET", "/health", headers={"Host": "evil.example"})
     assert forged.getresponse().status == 400
+
+
+def test_rules_a_reboot_loses_come_back_with_the_boot_units_command(docker_master):
+    """The rules live in the kernel: after a reboot Docker restarts the containers without
+    them, and mac-master-isolation.service runs this command (maccli.systemd)."""
+    engine = docker_master.engine
+    inspected = json.loads(engine.docker("inspect", "mac-redis").stdout)[0]
+    address = next(iter(inspected["NetworkSettings"]["Networks"].values()))["IPAddress"]
+    fence = [sys.executable, "-m", "maccli.runtimes.dockerfence"]
+    subprocess.run(("ip", "route", "add", f"{address}/32", "via", NS_IP), check=True)
+    try:
+        assert docker_master.sh(*fence, "remove").returncode == 0  # as a reboot leaves it
+        assert _connects(address, 6379), "without the rules a neighbour reaches Redis"
+
+        booted = docker_master.sh(*dockerfence.boot_command("mac_master"))
+
+        assert booted.returncode == 0, booted.stdout + booted.stderr
+        assert "MAC's rules in DOCKER-USER" in booted.stdout
+        assert not _connects(address, 6379), "mac-redis's own port answers another host"
+        rules = docker_master.sh("iptables-nft", "-w", "-S", "DOCKER-USER").stdout
+        assert rules.count("mac-master-isolation") == 4, rules
+    finally:
+        docker_master.sh(*dockerfence.boot_command("mac_master"))
+        subprocess.run(("ip", "route", "del", f"{address}/32"), check=False)

@@ -8,6 +8,7 @@ neighbour out for real is tests/docker/test_front_door.py's, on the real engine.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -101,3 +102,37 @@ def test_without_dockers_chain_it_says_so(namespace):
     fence = dockerfence.install_for_bridge("br-0123456789ab", run)
     assert fence.problem == "no iptables table holds Docker's DOCKER-USER chain"
     assert "not installed" in dockerfence.describe(fence, "mac_master")
+
+
+class _Restoring:
+    """Docker at boot: the network answers `docker network inspect` after a while."""
+
+    def __init__(self, namespace: str, after: int) -> None:
+        self.inside = runner(namespace)
+        self.after = after
+
+    def __call__(self, argv: Sequence[str]) -> CommandResult:
+        if list(argv[:3]) != ["docker", "network", "inspect"]:
+            return self.inside(argv)
+        self.after -= 1
+        if self.after > 0:
+            return CommandResult(1, "", "Error: No such network: mac_master\n")
+        row = {"Id": "0123456789abcdef", "Options": {"com.docker.network.bridge.name": "br-mac"}}
+        return CommandResult(0, json.dumps([row]))
+
+
+def test_the_boot_command_waits_for_docker_to_restore_the_network(namespace, capsys):
+    code = dockerfence.main(["install", "mac_master", "--wait", "20"], _Restoring(namespace, 3))
+    assert code == 0
+    assert "MAC's rules in DOCKER-USER" in capsys.readouterr().out
+    for backend in ("iptables-nft", "iptables-legacy"):
+        rules = chain(namespace, backend)
+        assert sum("-o br-mac" in rule for rule in rules) == 4, rules
+        assert rules[-1].endswith(" ".join(ADMINS))  # the administrator's stays
+
+
+def test_the_boot_command_fails_when_the_network_never_comes(namespace, capsys):
+    code = dockerfence.main(["install", "mac_master", "--wait", "1"], _Restoring(namespace, 99))
+    assert code == 1
+    assert "the network mac_master was not found" in capsys.readouterr().out
+    assert dockerfence.installed(runner(namespace)) == {"iptables-nft": 0, "iptables-legacy": 0}

@@ -9,6 +9,7 @@ foreground) on `enable --now`, and stop it on `disable --now`.
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import signal
@@ -17,9 +18,18 @@ import sys
 
 import pytest
 
+from maccli.runtimes import dockerfence
 from maccli.runtimes.base import ServiceSpec
+from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
-from maccli.systemd import SystemdUnits, render_unit, systemd_units, unit_name
+from maccli.systemd import (
+    ISOLATION_UNIT,
+    SystemdUnits,
+    render_isolation_unit,
+    render_unit,
+    systemd_units,
+    unit_name,
+)
 from node.runner import CommandResult
 from testkit.ports import free_port
 
@@ -141,3 +151,66 @@ def test_start_installs_and_enables_the_unit_and_stop_removes_it(tmp_path):
     finally:
         for process in systemctl.running.values():
             process.kill()
+
+
+def _isolation_text() -> str:
+    command = dockerfence.boot_command("mac_master")
+    return render_isolation_unit(command, {"DOCKER_HOST": "unix:///run/my docker.sock"})
+
+
+def test_the_isolation_unit_runs_once_after_docker_at_each_boot():
+    lines = _isolation_text().splitlines()
+    assert "After=docker.service" in lines and "Requires=docker.service" in lines
+    assert "Type=oneshot" in lines and "RemainAfterExit=yes" in lines
+    assert f"ExecStart={sys.executable} -m maccli.runtimes.dockerfence install mac_master" in lines
+    assert 'Environment="DOCKER_HOST=unix:///run/my docker.sock"' in lines
+    assert "WantedBy=multi-user.target" in lines
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is absent")
+def test_systemd_analyze_verify_accepts_the_isolation_unit(tmp_path):
+    path = tmp_path / ISOLATION_UNIT
+    path.write_text(_isolation_text())
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False
+    )
+    problems = [line for line in (done.stderr + done.stdout).splitlines() if ISOLATION_UNIT in line]
+    assert not problems, problems
+
+
+class _Engine:
+    """The docker and iptables answers a master's start and stop get (nothing runs)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, env=None):
+        self.calls.append(list(argv))
+        if argv[:3] == ["docker", "network", "inspect"]:
+            return CommandResult(0, json.dumps([{"Id": "0123456789abcdef", "Options": {}}]))
+        if argv[0].startswith("iptables") and "-S" in argv:
+            return CommandResult(0, "-N DOCKER-USER\n")
+        if argv[0].startswith("iptables") and "--version" in argv:
+            return CommandResult(0, f"{argv[0]} v1.8.9 (nf_tables)\n")
+        return CommandResult(0, "", "")
+
+
+def test_a_docker_master_enables_the_isolation_unit_and_its_stop_removes_it(tmp_path, capsys):
+    units_dir = tmp_path / "units"
+    systemctl = _Engine()  # what the command does is tests/docker/test_front_door.py's
+    runtime = DockerRuntime(tmp_path, run=_Engine(), systemd=SystemdUnits(units_dir, run=systemctl))
+    runtime._isolate("master")
+    unit = units_dir / ISOLATION_UNIT
+    assert "dockerfence install mac_master" in unit.read_text()
+    assert ["systemctl", "enable", "--now", ISOLATION_UNIT] in systemctl.calls
+    assert f"At boot:     {ISOLATION_UNIT} puts the rules back" in capsys.readouterr().out
+
+    runtime.stop("master", [])
+    assert not unit.exists()
+    assert ["systemctl", "disable", "--now", ISOLATION_UNIT] in systemctl.calls
+
+
+def test_without_systemd_a_docker_master_says_to_start_it_after_each_boot(tmp_path, capsys):
+    DockerRuntime(tmp_path, run=_Engine())._isolate("master")
+    said = capsys.readouterr()
+    assert "run `mac start master` after each boot" in said.out + said.err
