@@ -14,6 +14,7 @@ urlpatterns = [
     path("alerts/", alerts.alerts_page, name="alerts"),
     path("jobs/<int:job_id>/", jobs.job_page, name="job"),
     path("nodes/<int:pk>/scrapes.json", views.node_scrapes, name="node-scrapes"),
+    path("nodes/<int:pk>/gpus.html", views.node_gpus, name="node-gpus"),
     path("alerts.json", alerts.fleet_alerts_json, name="alerts-json"),
     path("nodes/<int:pk>/alerts.json", alerts.node_alerts_json, name="node-alerts-json"),
     path("nodes/<int:pk>/maintenance", alerts.node_maintenance, name="node-maintenance"),

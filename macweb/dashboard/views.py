@@ -213,6 +213,20 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "dashboard/node.html", context)
 
 
+@require_GET
+def node_gpus(request: HttpRequest, pk: int) -> HttpResponse:
+    """The node page's GPU rows alone, as the page renders them, for it to refresh them in
+    place: verdicts change with the sweeps, the jobs on the GPUs with Slurm."""
+    if not request.user.is_authenticated:
+        return _login_first()  # never the login page's HTML in the table
+    node = Node.objects.filter(pk=pk).first()
+    if node is None:
+        return _json_error("node", f"no node with id {pk}", 404)
+    response = render(request, "dashboard/_gpu_rows.html", {"gpus": gpu_rows_with_jobs(node)})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 async def node_chart(request: HttpRequest, pk: int, chart: str) -> JsonResponse:
     """One chart's data from Prometheus' query_range, or why there is none."""
     user = await request.auser()

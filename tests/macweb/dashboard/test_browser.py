@@ -337,6 +337,53 @@ def test_the_job_page_draws_the_charts_of_its_gpus(page, asgi_server, chart_env,
     expect(page).to_have_url(f"{asgi_server.url}/jobs/{job}/")
 
 
+def _gpu_verdict(node_id: int, index: int, words: str) -> None:
+    """What a sweep writes for a GPU gone unhealthy, and its push of the node."""
+    from contract.verdicts import Evidence, HealthAction, HealthState
+    from inventory.live import broadcast_node_changes
+    from inventory.models import GpuHealth
+
+    lost = Evidence(
+        "xid", "79", words, HealthState.UNHEALTHY, HealthAction.REBOOT, time.time(),
+        str(index), f"GPU-{index}", "",
+    )  # fmt: skip
+    GpuHealth.objects.filter(node_id=node_id, index=index).update(
+        state="unhealthy", action="reboot", evidence=[lost.as_dict()]
+    )
+    Node.objects.filter(pk=node_id).update(health_state="unhealthy", health_action="reboot")
+    broadcast_node_changes([Node.objects.get(pk=node_id).summary()])
+
+
+def test_the_node_pages_gpu_rows_follow_verdicts_and_jobs_in_place(page, asgi_server, operator):
+    from playwright.sync_api import expect
+
+    from inventory.models import GpuHealth
+
+    node = in_thread(online_gpu_node, hostname="gpu-rows", gpu_vendor=GpuVendor.NVIDIA, gpu_count=2)
+    gpus = [GpuHealth(node=node, index=i, uuid=f"GPU-{i}") for i in (0, 1)]
+    in_thread(GpuHealth.objects.bulk_create, gpus)
+    page.clock.install()  # the 30 s reread of the jobs, fast-forwarded below
+    log_in(page, asgi_server.url)
+    page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(page.locator('tr[data-gpu="1"]')).to_have_class("gpu-healthy")
+    page.evaluate("window.__sameDocument = true")
+
+    in_thread(_gpu_verdict, node.pk, 1, "XID 79: GPU has fallen off the bus")
+
+    row = page.locator('tr[data-gpu="1"]')
+    expect(row).to_have_class("gpu-unhealthy", timeout=3000)
+    expect(row.locator(".evidence")).to_contain_text("XID 79: GPU has fallen off the bus")
+    expect(page.locator('tr[data-gpu="0"]')).to_have_class("gpu-healthy")
+
+    # A job starts on GPU 0: Slurm's jobs push nothing; the page rereads within 30 s.
+    job = in_thread(running_job, node.pk, "alice", (0,), 5)
+    expect(page.locator('tr[data-gpu="0"] .gpu-job')).to_have_text("-")
+    page.clock.fast_forward(31_000)
+    expect(page.locator('tr[data-gpu="0"] .gpu-job')).to_contain_text(f"job {job} alice")
+    assert page.evaluate("window.__sameDocument") is True
+
+
 def test_an_empty_chart_says_why_in_the_page(page, asgi_server, operator):
     from playwright.sync_api import expect
 

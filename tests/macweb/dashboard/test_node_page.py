@@ -178,3 +178,43 @@ def test_it_says_who_drained_the_node_in_slurm_and_the_reason(client_user, setti
     assert "drained by admin (drained)</span>, reason <q" in html and ">PSU swap</q>" in html
     idle = online_gpu_node(slurm_state="idle")
     assert "idle, in service" in client_user.get(f"/nodes/{idle.pk}/").content.decode()
+
+
+def test_the_gpu_rows_alone_are_what_the_page_shows_for_its_refresh(client_user):
+    from django.utils.html import escape
+
+    from contract.verdicts import Evidence, HealthAction, HealthState
+    from inventory.models import GpuHealth
+
+    hot = Evidence(
+        "xid", "48", "XID 48: <double-bit> ECC error", HealthState.UNHEALTHY,
+        HealthAction.RESET_GPU, 1_781_000_000.0, "1", "GPU-b", "",
+    )  # fmt: skip
+    node = online_gpu_node(health_state="unhealthy", health_action="reset_gpu")
+    GpuHealth.objects.create(node=node, index=0, uuid="GPU-a")
+    GpuHealth.objects.create(
+        node=node, index=1, uuid="GPU-b", state="unhealthy", action="reset_gpu",
+        evidence=[hot.as_dict()],
+    )  # fmt: skip
+    page = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    assert f'<tbody id="gpu-rows" data-url="/nodes/{node.pk}/gpus.html">' in page
+
+    response = client_user.get(f"/nodes/{node.pk}/gpus.html")
+
+    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+    rows = response.content.decode()
+    assert rows.count("<tr ") == 2 and '<tr class="gpu-unhealthy" data-gpu="1">' in rows
+    assert f"<li>{escape(hot.words(gpu=False))}</li>" in rows  # text, not markup
+    # The rows are the page's own (one template renders both).
+    body = page.split('<tbody id="gpu-rows"', 1)[1].split(">", 1)[1].split("</tbody>", 1)[0]
+    assert body.split() == rows.split()
+
+
+def test_the_gpu_rows_answer_anonymous_and_unknown_with_json(client_user):
+    node = online_gpu_node()
+    anonymous = Client().get(f"/nodes/{node.pk}/gpus.html")
+    assert anonymous.status_code == 401
+    assert anonymous.json() == {"detail": ["log in first (/accounts/login/)"]}
+    missing = client_user.get("/nodes/999999/gpus.html")
+    assert (missing.status_code, missing.json()) == (404, {"node": ["no node with id 999999"]})
+    assert client_user.post(f"/nodes/{node.pk}/gpus.html").status_code == 405

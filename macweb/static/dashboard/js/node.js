@@ -187,6 +187,27 @@ async function loadScrapes() {
   }
 }
 
+// The GPU rows (each GPU's verdict, evidence and the job on it) are reread in place, as
+// the server renders them: after each push for this node, and every 30 s, since Slurm's
+// jobs move without a push. One read at a time; a failed one waits for the next.
+let gpusLoading = false;
+async function loadGpus() {
+  const rows = document.getElementById("gpu-rows");
+  if (!rows || gpusLoading) return;
+  gpusLoading = true;
+  try {
+    const response = await fetch(rows.dataset.url, { credentials: "same-origin" });
+    if (response.ok) {
+      rows.innerHTML = await response.text();
+      refreshTimes(rows);
+    }
+  } catch (e) {
+    // the master did not answer: the next push or tick asks again
+  } finally {
+    gpusLoading = false;
+  }
+}
+
 function applyChanges(changes, removed = []) {
   if (removed.some((id) => Number(id) === Number(node.id))) {
     const badge = document.getElementById("node-status");
@@ -210,6 +231,7 @@ function applyChanges(changes, removed = []) {
   applyExporters(mine);
   applyHealth(mine);
   applySlurm(mine);
+  loadGpus();
 }
 
 // Who holds the node out of service in Slurm (drained by MAC, with its reason, or by an
@@ -240,7 +262,7 @@ function applySlurm(change) {
 }
 
 // The GPU verdict follows each push: its state, action and evidence line (the table of
-// each GPU's evidence is as the page was loaded; a reload shows the new one).
+// each GPU follows through loadGpus).
 function applyHealth(change) {
   if (change.health_state === undefined) return;
   const words = vocab.health[change.health_state] || change.health_state;
@@ -269,3 +291,4 @@ loadScrapes();
 connectLive({ path: "/ws/fleet/", onChanges: applyChanges, onOpen: () => {}, authUrl: "/fleet.json?page=1" });
 setInterval(loadAll, 60000);
 setInterval(loadScrapes, 30000);
+setInterval(loadGpus, 30000);
