@@ -17,6 +17,15 @@ def _program(name: str, path: str, what: str) -> Setting:
     return Setting(name, Text(looks_like="program"), path, what, MASTER, applies=PROCESS)
 
 
+def _engine_program(name: str, path: str, what: str) -> Setting:
+    """A scale-out engine's program: under Docker the host's, mounted into its container
+    (maccli.master.scaleout.host_programs), so a newer release runs without a new image."""
+    return Setting(
+        name, Text(looks_like="program"), path, what, MASTER,
+        applies_note="Docker: the host's, mounted",
+    )  # fmt: skip
+
+
 LAUNCH = Group(
     "The master's processes (`mac start master`)",
     (
@@ -75,11 +84,13 @@ LAUNCH = Group(
         _program("MAC_NGINX_BIN", "/usr/sbin/nginx", "the front door's nginx"),
         _program("MAC_PROMETHEUS_BIN", "/usr/bin/prometheus", "Prometheus"),
         _program("MAC_ALERTMANAGER_BIN", "/usr/bin/prometheus-alertmanager", "Alertmanager"),
-        _program("MAC_VICTORIA_METRICS_BIN", "/usr/bin/victoria-metrics", "scale-out's store"),
-        _program("MAC_VMAGENT_BIN", "/usr/bin/vmagent", "scale-out's scrapers"),
-        _program("MAC_VMALERT_BIN", "/usr/bin/vmalert", "scale-out's rule evaluator"),
-        _program("MAC_VMBACKUP_BIN", "/usr/bin/vmbackup", "`mac backup metrics`"),
-        _program("MAC_VMRESTORE_BIN", "/usr/bin/vmrestore", "`mac restore metrics`"),
+        _engine_program(
+            "MAC_VICTORIA_METRICS_BIN", "/usr/bin/victoria-metrics", "scale-out's store"
+        ),
+        _engine_program("MAC_VMAGENT_BIN", "/usr/bin/vmagent", "scale-out's scrapers"),
+        _engine_program("MAC_VMALERT_BIN", "/usr/bin/vmalert", "scale-out's rule evaluator"),
+        _engine_program("MAC_VMBACKUP_BIN", "/usr/bin/vmbackup", "`mac backup metrics`"),
+        _engine_program("MAC_VMRESTORE_BIN", "/usr/bin/vmrestore", "`mac restore metrics`"),
     ),
 )
 

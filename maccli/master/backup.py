@@ -110,7 +110,7 @@ def backup(folder: str) -> int:
             f"-dst=fs://{target}",
         ],
         volumes={scaleout.STORE_VOLUME: layout.store_data},
-        folders=[target],
+        folders=[target, *_program(cfg, "MAC_VMBACKUP_BIN")],
         env_names=[CREATE_URL],
         network=True,
     )
@@ -120,6 +120,12 @@ def backup(folder: str) -> int:
     output.ok(f"Backed up the metrics store into {target}.")
     output.say(f"Restore it with: mac stop master && mac restore metrics {target}")
     return 0
+
+
+def _program(cfg: NodeConfig, setting: str) -> list[Path]:
+    """The host's own vmbackup or vmrestore (MAC_*_BIN), for a container to mount."""
+    chosen = cfg.get(setting)
+    return [Path(chosen)] if chosen and chosen in scaleout.host_programs(cfg) else []
 
 
 def restore(folder: str) -> int:
@@ -140,7 +146,7 @@ def restore(folder: str) -> int:
             f"-storageDataPath={layout.store_data}",
         ],
         volumes={scaleout.STORE_VOLUME: layout.store_data},
-        folders=[source],
+        folders=[source, *_program(cfg, "MAC_VMRESTORE_BIN")],
     )
     _run(argv)
     output.ok(f"Restored the metrics store from {source} into {layout.store_data}.")

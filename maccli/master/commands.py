@@ -69,7 +69,9 @@ def _scaleout_overlay(
         return []
     data = data_dir(cfg)
     engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
-    overlay = scaleout.compose_overlay(engines, scaleout.env_overrides(cfg, layout))
+    overlay = scaleout.compose_overlay(
+        engines, scaleout.env_overrides(cfg, layout), scaleout.host_programs(cfg)
+    )
     path = scaleout.write_overlay(data, overlay)
     # The token and the store's keys reach the containers through Compose's
     # environment, never the file.

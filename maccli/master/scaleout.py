@@ -29,11 +29,12 @@ docs/scaling.md says why these engines and how to move them to other machines.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shlex
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
@@ -216,10 +217,43 @@ def _rules_port(cfg: NodeConfig) -> int:
     return cfg.int_value("MAC_RULES_PORT", RULES_PORT)
 
 
+# The engines' programs a site may replace with a newer VictoriaMetrics release's.
+ENGINE_PROGRAMS = {
+    "MAC_VICTORIA_METRICS_BIN": "victoria-metrics",
+    "MAC_VMAGENT_BIN": "vmagent",
+    "MAC_VMALERT_BIN": "vmalert",
+    "MAC_VMBACKUP_BIN": "vmbackup",
+    "MAC_VMRESTORE_BIN": "vmrestore",
+}
+
+
 def binary(cfg: NodeConfig, layout: Layout, setting: str, name: str) -> str:
-    """The engine's program: Debian's, or MAC_*_BIN on this host (not in MAC's image)."""
-    default = f"/usr/bin/{name}"
-    return default if layout.docker else (cfg.get(setting) or default)
+    """The engine's program: Debian's (MAC's image's, under Docker), or MAC_*_BIN, a
+    program of this host's, which a container runs from a read-only mount at the same
+    path (host_programs): Debian 13's 1.112 on a Debian 12 master, say (docs/scaling.md)."""
+    return cfg.get(setting) or f"/usr/bin/{name}"
+
+
+def host_programs(cfg: NodeConfig) -> list[str]:
+    """The MAC_*_BIN programs of this host the engines' containers mount. CliError for
+    one that is not an executable file here: a container would fail with a less clear
+    word, after the start."""
+    found = []
+    for setting in ENGINE_PROGRAMS:
+        path = cfg.get(setting)
+        if not path:
+            continue
+        program = Path(path)
+        if not (program.is_absolute() and program.is_file() and os.access(program, os.X_OK)):
+            raise CliError(
+                f"{setting}={path} is not an executable file on this host: under Docker "
+                "the engine's container runs it from a read-only mount at the same path.",
+                hint="Give the program's absolute path, or leave the setting out for the "
+                "image's own:",
+                commands=[f"ls -l {path}", f"mac env unset {setting}"],
+            )
+        found.append(str(program))
+    return found
 
 
 def specs(
@@ -382,10 +416,13 @@ def _keys_given() -> str:
     return f"{{ {given}; }} || {{ echo {shlex.quote(why)} >&2; exit 1; }}"
 
 
-def compose_overlay(engines: list[ServiceSpec], overrides: dict[str, str]) -> dict:
+def compose_overlay(
+    engines: list[ServiceSpec], overrides: dict[str, str], programs: Sequence[str] = ()
+) -> dict:
     """The Compose file that turns docker-compose.master.yml into scale-out mode: one
     service per engine spec (docker_layout's), the targets view in mac-prometheus's
-    place, and the master's services reading the store."""
+    place, and the master's services reading the store. `programs`: the host's own
+    engine programs (host_programs), each mounted read-only where an engine runs it."""
     services: dict[str, dict] = {}
     for spec in engines:
         if spec.name == "prometheus":
@@ -395,6 +432,8 @@ def compose_overlay(engines: list[ServiceSpec], overrides: dict[str, str]) -> di
         volumes = [f"mac-data:{DOCKER_DATA}"]
         if spec.name == "store":
             volumes.append(f"{STORE_VOLUME}:{DOCKER_STORE_DATA}")
+        if spec.argv[0] in programs:
+            volumes.append(f"{spec.argv[0]}:{spec.argv[0]}:ro")
         # The master's api-server makes the secret key settings need: wait for it.
         steps = [f"until [ -s {DOCKER_DATA}/secret_key ]; do sleep 1; done"]
         if spec.name == "store":

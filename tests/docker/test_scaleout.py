@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +51,7 @@ PUBLIC = f"https://{NS_IP}:28443"
 SCRAPE = 3.0  # MAC_SCRAPE_INTERVAL here, seconds
 MIN_FREE = 64 * 2**20  # MAC_METRICS_MIN_FREE_BYTES here: the store's small disk
 STORE_DISK = "192m"
+HOST_VMALERT = Path(f"/var/tmp/mac-test-vm-{os.getpid()}/vmalert")
 FIGURES: list[Figure] = []
 
 
@@ -83,8 +86,12 @@ def scaled(engine, docker_master) -> Iterator[dict]:
     each simulated node's hostname. Back to one Prometheus afterwards."""
     engine.add_host_addresses(NODE_IPS)
     fleet = FleetThread(ips=NODE_IPS, fault_rate=0).start()
+    # vmalert from this host's file, not the image's: as a site runs a newer release.
+    HOST_VMALERT.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2("/usr/bin/vmalert", HOST_VMALERT)
     try:
         _sharding(docker_master, str(SHARDS))
+        docker_master.mac("env", "set", f"MAC_VMALERT_BIN={HOST_VMALERT}")
         docker_master.mac("env", "set", f"MAC_SCRAPE_INTERVAL={SCRAPE:g}s")
         docker_master.mac("env", "set", f"MAC_METRICS_MIN_FREE_BYTES={MIN_FREE}")
         started = docker_master.mac("start", "master", timeout=600)
@@ -117,17 +124,24 @@ def scaled(engine, docker_master) -> Iterator[dict]:
         engine.remove_host_addresses(NODE_IPS)
         docker_master.mac("env", "unset", "MAC_SCRAPE_INTERVAL")
         docker_master.mac("env", "unset", "MAC_METRICS_MIN_FREE_BYTES")
+        docker_master.mac("env", "unset", "MAC_VMALERT_BIN")
         print("\n| fault (Docker) | detected | recovered | slowest /health / login | lost | |")
         for figure in FIGURES:
             print(figure.row())
         if set(ENGINES) & set(docker_master.containers()):  # the last test did not run
             _sharding(docker_master, None)
             docker_master.mac("start", "master", timeout=600)
+        shutil.rmtree(HOST_VMALERT.parent, ignore_errors=True)
 
 
 def test_the_engines_run_in_containers_and_share_the_fleet_by_node(docker_master, scaled):
     for name in ENGINES:
         assert _running(docker_master, name), f"{name} is not running"
+    # MAC_VMALERT_BIN: the host's program, mounted read-only where vmalert runs it.
+    rules = docker_master.containers()["mac-rules"]
+    assert f"exec {HOST_VMALERT} " in " ".join(rules["Config"]["Cmd"])
+    [mount] = [m for m in rules["Mounts"] if m["Destination"] == str(HOST_VMALERT)]
+    assert (mount["Source"], mount["RW"]) == (str(HOST_VMALERT), False)
     shares = [_scraper_nodes(docker_master, index) for index in range(SHARDS)]
     ours = set(scaled)
     for index, share in enumerate(shares):

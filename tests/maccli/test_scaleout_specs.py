@@ -256,3 +256,30 @@ def test_a_store_container_without_its_keys_stops_and_says_why():
         ["sh", "-c", script], env={**base, **keys}, capture_output=True, text=True
     )
     assert given.returncode == 0 and given.stdout == "starting\n"
+
+
+def test_under_docker_an_engine_runs_the_hosts_own_program_from_a_mount(tmp_path):
+    program = tmp_path / "vm-1.112" / "vmalert"
+    program.parent.mkdir()
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="1", MAC_VMALERT_BIN=str(program))
+    specs, _ = _docker_engines(cfg)
+    assert specs["rules"].argv[0] == str(program)
+    assert specs["store"].argv[0] == "/usr/bin/victoria-metrics"  # the image's own
+    assert scaleout.host_programs(cfg) == [str(program)]
+    engines = [s for s in specs.values() if scaleout.is_engine(s.name)]
+    overlay = scaleout.compose_overlay(engines, {}, scaleout.host_programs(cfg))
+    assert f"{program}:{program}:ro" in overlay["services"]["rules"]["volumes"]
+    assert not any(str(program) in v for v in overlay["services"]["store"]["volumes"])
+
+
+@pytest.mark.parametrize("given", ["relative/vmagent", "/nonexistent/vmagent", "folder"])
+def test_a_program_that_is_not_an_executable_file_here_is_refused(tmp_path, given):
+    if given == "folder":
+        given = str(tmp_path)
+    cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="1", MAC_VMAGENT_BIN=given)
+    with pytest.raises(CliError) as raised:
+        scaleout.host_programs(cfg)
+    assert raised.value.message.startswith(f"MAC_VMAGENT_BIN={given} is not an executable file")
+    assert "mac env unset MAC_VMAGENT_BIN" in raised.value.commands
