@@ -31,13 +31,12 @@ so alert rules can fire on Offline nodes:
 
 Labels hold codes only (status, reason and diagnosis are choices' values, node is the
 id): their number stays bounded. down_since is the one that moves: a new value, so a new
-mac_node_up series, per incident of a node (its registration, for one whose first probe
-failed). The
-words and fixes reach notifications in the master's own node alerts
-(alerting.nodealerts), not through these series; the backstop rule MacNodeOffline only
-needs mac_node_up, whose down_since gives each incident its own alert, as in the
-master's post (alerting.nodealerts says why). cluster_name (MAC_CLUSTER_NAME) is the
-label every target carries too, so one silence matcher fits every alert of a node.
+mac_node_up series, per incident of a node. The words and fixes reach notifications in
+the master's own node alerts (alerting.nodealerts), not through these series; the
+backstop rule MacNodeOffline only needs mac_node_up, whose down_since gives each
+incident its own alert, as in the master's post (alerting.nodealerts says why).
+cluster_name (MAC_CLUSTER_NAME) is the label every target carries too, so one silence
+matcher fits every alert of a node.
 
 Each exporter stays in its targets file while its own probe answers, even on an
 Offline node (under ip_forward=0 nic-exporter is still scraped), so mac_node_up says

@@ -22,12 +22,12 @@ PROMETHEUS = shutil.which("prometheus")
 
 def test_it_is_open_to_anyone_by_default(client, settings, make_node):
     settings.METRICS_TOKEN = ""
-    make_node(hostname="gpu-01", ip="10.1.0.1")
+    make_node(hostname="gpu-01", ip="10.1.0.1", status="online")
 
     response = client.get("/metrics")
 
     assert response.status_code == 200
-    assert b"mac_node_up" in response.content
+    assert b'mac_node_up{cluster_name="mac",down_since="",gpu_vendor="none",' in response.content
 
 
 @pytest.mark.parametrize(
