@@ -4,34 +4,54 @@ Slurm's tools in MAC's image read the cluster's own slurm.conf, mounted from the
 Two of its lines decide whether they can reach the controller from a container: the
 controllers (`SlurmctldHost=name` or `name(address)`, or the older `ControlMachine` with
 `ControlAddr`, and their backups) and munge's socket (`AuthInfo=socket=PATH`, else
-munge's default). Keys are case-insensitive, `#` starts a comment and `Include` reads
-another file, as slurm.conf(5) says; everything else is left to Slurm.
+munge's default). As slurm.conf(5) has it: keys are case-insensitive, spaces may stand
+around `=`, a value may be quoted, `#` starts a comment, a line ending in `\\` goes on
+on the next, and `Include` reads another file (relative to slurm.conf's folder);
+everything else is left to Slurm.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 _MAX_INCLUDES = 8
+_PAIR = re.compile(r'([A-Za-z][\w.]*)\s*=\s*("[^"]*"|\S+)')
+# Names that mean "this machine" wherever they are looked up, a container included.
+_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 @dataclass(frozen=True)
 class Controller:
-    """One slurmctld: the name slurm.conf gives it, and its address where it says one."""
+    """One slurmctld: the name slurm.conf gives it, and its address where it says one
+    (an IP address, or a host name of the control network)."""
 
     name: str
     address: str | None = None
 
     @property
-    def loopback(self) -> bool:
-        """True where slurm.conf gives a loopback address (127.0.0.1, ::1)."""
+    def target(self) -> str:
+        """What Slurm's tools connect to: the address, else the name."""
+        return self.address or self.name
+
+    @property
+    def ip(self) -> bool:
         try:
-            return self.address is not None and ipaddress.ip_address(self.address).is_loopback
+            ipaddress.ip_address(self.target)
         except ValueError:
             return False
+        return True
+
+    @property
+    def loopback(self) -> bool:
+        """True where slurm.conf points at this machine itself: a loopback address, or
+        localhost, which a container reads as its own."""
+        if self.target.lower() in _LOCAL_NAMES:
+            return True
+        return self.ip and ipaddress.ip_address(self.target).is_loopback
 
 
 @dataclass(frozen=True)
@@ -41,24 +61,33 @@ class SlurmConf:
     munge_socket: Path
 
 
-def _lines(path: Path, depth: int = 0) -> list[tuple[str, str]]:
+def _logical_lines(text: str) -> list[str]:
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(pending + line)
+        pending = ""
+    return [*lines, pending] if pending else lines
+
+
+def _pairs(path: Path, depth: int = 0) -> list[tuple[str, str]]:
     """(key in lower case, value) of every `Key=Value` of `path` and the files it includes."""
     pairs: list[tuple[str, str]] = []
-    for raw in path.read_text(errors="replace").splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
+    for line in _logical_lines(path.read_text(errors="replace")):
+        words = line.split(None, 1)
+        if not words:
             continue
-        head, _, rest = line.partition(" ")
-        if head.lower() == "include" and rest.strip() and depth < _MAX_INCLUDES:
-            included = Path(rest.strip())
-            included = included if included.is_absolute() else path.parent / included
-            if included.is_file():
-                pairs += _lines(included, depth + 1)
+        if words[0].lower() == "include" and len(words) == 2 and "=" not in words[0]:
+            if depth < _MAX_INCLUDES:
+                included = Path(words[1].strip().strip('"'))
+                included = included if included.is_absolute() else path.parent / included
+                if included.is_file():
+                    pairs += _pairs(included, depth + 1)
             continue
-        for word in line.split():
-            key, sep, value = word.partition("=")
-            if sep:
-                pairs.append((key.lower(), value.strip().strip('"')))
+        pairs += [(key.lower(), value.strip('"')) for key, value in _PAIR.findall(line)]
     return pairs
 
 
@@ -69,7 +98,7 @@ def _controller(value: str) -> Controller:
 
 def read_slurm_conf(path: Path) -> SlurmConf:
     """The controllers and munge's socket of the slurm.conf at `path` (OSError if unreadable)."""
-    pairs = _lines(path)
+    pairs = _pairs(path)
     values = dict(pairs)
     controllers = [_controller(value) for key, value in pairs if key == "slurmctldhost"]
     if not controllers and values.get("controlmachine"):

@@ -99,15 +99,17 @@ def render_isolation_unit(command: list[str], environment: dict[str, str]) -> st
             "ExecStart=" + " ".join(_quote(word) for word in command),
             "",
             "[Install]",
-            "WantedBy=multi-user.target",
+            # docker.service too: a Docker started later (socket-activated) brings it.
+            "WantedBy=multi-user.target docker.service",
             "",
         ]
     )
 
 
 def _quote(word: str) -> str:
-    # systemd's own quoting: double quotes, with backslash escapes; % is a specifier.
-    word = word.replace("%", "%%")
+    # systemd's own quoting: double quotes, with backslash escapes; % is a specifier
+    # and $ a variable.
+    word = word.replace("%", "%%").replace("$", "$$")
     if word and not any(char in word for char in " \t\"\\'"):
         return word
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -31,11 +31,14 @@ from node.config import NodeConfig
 from node.host import host_addresses
 
 
-def _prepared(cfg: NodeConfig, runtime: Runtime) -> tuple[Layout, list[ServiceSpec]]:
+def _prepared(
+    cfg: NodeConfig, runtime: Runtime, *, starting: bool = True
+) -> tuple[Layout, list[ServiceSpec]]:
     """Where the master's services run under this runtime, and their specs; what the
     runtime's own service definitions take from `mac` is handed to it (the Compose
     files written from the specs; this host's names, addresses and the derived public
-    URL, which the containers cannot see)."""
+    URL, which the containers cannot see). A stop checks none of the host's files the
+    containers would mount (slurm.conf, MAC_*_BIN): it must stop whatever they hold."""
     layout = master_layout(cfg, own_network=runtime.own_network)
     specs = master_specs(cfg, layout)
     # The proxy's certificate and the API's allowed hosts (macweb.hosts), and the links.
@@ -55,13 +58,14 @@ def _prepared(cfg: NodeConfig, runtime: Runtime) -> tuple[Layout, list[ServiceSp
         )
     )
     if layout.docker:
-        written = compose.write(cfg, data_dir(cfg))
-        runtime.use_files([written, *_scaleout_overlay(cfg, runtime, layout, specs)])
+        written = compose.write(cfg, data_dir(cfg), slurm=starting)
+        overlay = _scaleout_overlay(cfg, runtime, layout, specs, starting)
+        runtime.use_files([written, *overlay])
     return layout, specs
 
 
 def _scaleout_overlay(
-    cfg: NodeConfig, runtime: Runtime, layout: Layout, specs: list[ServiceSpec]
+    cfg: NodeConfig, runtime: Runtime, layout: Layout, specs: list[ServiceSpec], starting: bool
 ) -> list[Path]:
     """On the Compose network, scale-out mode is one more Compose file, written from the
     engines' specs."""
@@ -69,9 +73,8 @@ def _scaleout_overlay(
         return []
     data = data_dir(cfg)
     engines = [s for s in specs if scaleout.is_engine(s.name) or s.name == "prometheus"]
-    overlay = scaleout.compose_overlay(
-        engines, scaleout.env_overrides(cfg, layout), scaleout.host_programs(cfg)
-    )
+    programs = scaleout.host_programs(cfg) if starting else []
+    overlay = scaleout.compose_overlay(engines, scaleout.env_overrides(cfg, layout), programs)
     path = scaleout.write_overlay(data, overlay)
     # The token and the store's keys reach the containers through Compose's
     # environment, never the file.
@@ -142,7 +145,7 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
 def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name)
-    _, specs = _prepared(cfg, runtime)
+    _, specs = _prepared(cfg, runtime, starting=False)
     states = runtime.stop(ROLE, specs)
     still = [s.name for s in states if s.running]
     if still:

@@ -289,10 +289,11 @@ def default_config() -> NodeConfig:
     )  # fmt: skip
 
 
-def write(cfg: NodeConfig, folder: Path) -> Path:
-    """This master's Compose file in `folder` (its data folder), with this host's Slurm."""
+def write(cfg: NodeConfig, folder: Path, *, slurm: bool = True) -> Path:
+    """This master's Compose file in `folder` (its data folder), with this host's Slurm
+    unless `slurm` is False (a stop, which a slurm.conf changed since must not block)."""
     path = folder / NAME
-    text = render(cfg, slurm_access(cfg))
+    text = render(cfg, slurm_access(cfg) if slurm else None)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write_atomically(path, text.encode())

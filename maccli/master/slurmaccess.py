@@ -5,15 +5,19 @@ they need the same three things, taken from the host's slurm.conf (SLURM_CONF) w
 `mac start master` writes the Compose file:
 
 - slurm.conf's folder (with gres.conf and the files it includes), read-only, at the
-  same path, and SLURM_CONF pointing at it;
-- the folder of munge's socket (`AuthInfo=socket=`, else /run/munge): the host's munged
-  signs the worker's requests, so the container needs no key of its own. The worker runs
-  as root in its container, which Slurm takes as a user allowed to change nodes;
-- slurmctld's address: a controller named without one is resolved on the host and
-  written into the container's hosts file (a name the host resolves to its own
-  loopback, as Debian's 127.0.1.1, becomes the host's gateway address). An address of
-  loopback in slurm.conf cannot be reached from a container, and `mac start master`
-  says so rather than start a worker that cannot drain.
+  same path, and SLURM_CONF pointing at it; a slurm.conf directly in a system folder
+  (/etc/slurm.conf) is mounted alone, never the folder over the container's own;
+- the folder of munge's socket (`AuthInfo=socket=`, else /run/munge), likewise: the
+  host's munged signs the worker's requests, so the container needs no key of its own.
+  The worker runs as root in its container, which Slurm takes as a user allowed to
+  change nodes (not so under a user-namespace remap of the engine);
+- slurmctld's address: a controller named by a host name (its address in parentheses,
+  or its name alone) is resolved on the host and written into the container's hosts
+  file, as the container cannot read the host's /etc/hosts (a name the host resolves to
+  its own loopback, as Debian's 127.0.1.1, becomes the host's gateway address). A
+  loopback address or `localhost` in slurm.conf cannot be reached from a container:
+  with the drain on, `mac start master` says so rather than start a worker that cannot
+  drain; with it off (job reads only) it warns.
 
 Without a slurm.conf at SLURM_CONF nothing is mounted, as the process runtime then
 does not talk to Slurm either.
@@ -26,12 +30,25 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.drainpolicy import DrainMode
 from contract.slurmconf import SlurmConf, read_slurm_conf
+from maccli import output
 from maccli.output import CliError
 from node.config import NodeConfig
 
 # Docker (20.10+) writes the host's address on the container's bridge for this word.
 HOST_GATEWAY = "host-gateway"
+# Folders a container has of its own: a file directly in one is mounted alone.
+SYSTEM_FOLDERS = frozenset(
+    Path(folder)
+    for folder in ("/", "/etc", "/run", "/var", "/var/run", "/usr", "/tmp", "/home", "/opt", "/srv")
+)
+
+
+def _mount(path: Path) -> str:
+    """path's folder read-only at the same path, or path alone in a system folder."""
+    shared = path if path.parent in SYSTEM_FOLDERS else path.parent
+    return f"{shared}:{shared}:ro"
 
 
 @dataclass(frozen=True)
@@ -43,11 +60,9 @@ class SlurmAccess:
 
     @property
     def volumes(self) -> list[str]:
-        folders = [f"{self.conf.path.parent}:{self.conf.path.parent}:ro"]
-        munge = self.conf.munge_socket.parent
-        if munge != self.conf.path.parent:
-            folders.append(f"{munge}:{munge}:ro")
-        return folders
+        mounts = [_mount(self.conf.path)]
+        munge = _mount(self.conf.munge_socket)
+        return mounts if munge in mounts else [*mounts, munge]
 
     @property
     def environment(self) -> dict[str, str]:
@@ -63,12 +78,21 @@ def _resolved(name: str) -> str | None:
     return str(found[0][4][0]) if found else None
 
 
+def _drain_on(cfg: NodeConfig) -> bool:
+    try:
+        return cfg.value("MAC_SLURM_DRAIN") is not DrainMode.OFF
+    except ValueError:
+        return True  # a bad value stops the start elsewhere, with its own words
+
+
 def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
     """What mac-worker needs for this host's slurm.conf; None without one. Raises CliError
-    where slurm.conf cannot be read or names a controller by a loopback address."""
-    path = Path(cfg.value("SLURM_CONF"))
-    if not path.is_file():
+    where slurm.conf cannot be read, or names slurmctld by this machine itself while the
+    drain is on."""
+    given = Path(cfg.value("SLURM_CONF")).expanduser()
+    if not given.is_file():
         return None
+    path = given.resolve()  # a link to a shared file system: the file it names
     try:
         conf = read_slurm_conf(path)
     except OSError as exc:
@@ -77,29 +101,35 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
             hint="mac-worker mounts the cluster's slurm.conf from this host; make it readable:",
             commands=[f"ls -l {path}"],
         ) from None
-    unreachable = [c for c in conf.controllers if c.loopback]
-    if unreachable:
-        named = ", ".join(f"{c.name}({c.address})" for c in unreachable)
-        raise CliError(
-            f"{path} names slurmctld by a loopback address ({named}): the master's "
-            "containers cannot reach this host's loopback, so MAC could neither drain "
-            "nor read jobs.",
-            hint="Give slurmctld an address the containers reach (the host's own), or "
-            "run the master as processes, or do without Slurm on this master:",
-            commands=[
-                f"sudoedit {path}    # SlurmctldHost=<name>(<this host's address>)",
-                "mac env set MAC_RUNTIME=process && mac restart master",
-                "mac env set SLURM_CONF=/nonexistent && mac restart master",
-            ],
+    conf = SlurmConf(path, conf.controllers, conf.munge_socket.resolve())
+    local = [c for c in conf.controllers if c.loopback]
+    if local:
+        named = ", ".join(f"{c.name}({c.address})" if c.address else c.name for c in local)
+        words = (
+            f"{path} names slurmctld by this machine itself ({named}): the master's "
+            "containers cannot reach this host that way"
         )
+        if not _drain_on(cfg):
+            output.warn(f"{words}; MAC will not read Slurm's jobs under Docker.")
+        else:
+            raise CliError(
+                f"{words}, so MAC could neither drain nor read jobs.",
+                hint="Give slurmctld an address the containers reach (the host's own), or "
+                "run the master as processes, or do without Slurm on this master:",
+                commands=[
+                    f"sudoedit {path}    # SlurmctldHost=<name>(<this host's address>)",
+                    "mac env set MAC_RUNTIME=process && mac restart master",
+                    "mac env set MAC_SLURM_DRAIN=off && mac restart master",
+                ],
+            )
     hosts = []
     for controller in conf.controllers:
-        if controller.address or not controller.name:
+        if controller.ip or controller.loopback or not controller.target:
             continue
-        address = _resolved(controller.name)
+        address = _resolved(controller.target)
         if address is None:
             continue  # the containers' resolver may know it; `mac doctor` tells
         if ipaddress.ip_address(address).is_loopback:
             address = HOST_GATEWAY
-        hosts.append(f"{controller.name}:{address}")
+        hosts.append(f"{controller.target}:{address}")
     return SlurmAccess(conf, tuple(hosts))

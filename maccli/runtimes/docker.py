@@ -359,8 +359,9 @@ class DockerRuntime(Runtime):
         environment = {"DOCKER_HOST": host} if host else {}
         try:
             self.systemd.install_isolation(dockerfence.boot_command(network), environment)
-        except CliError as exc:
-            output.warn(f"the rules will not come back at boot by themselves: {exc.message}")
+        except (CliError, OSError) as exc:
+            said = exc.message if isinstance(exc, CliError) else str(exc)
+            output.warn(f"the rules will not come back at boot by themselves: {said}")
             return
         output.say(
             f"At boot:     {ISOLATION_UNIT} puts the rules back after docker.service "
@@ -397,7 +398,11 @@ class DockerRuntime(Runtime):
             if removed.problem:
                 output.warn(f"MAC's {dockerfence.CHAIN} rules not removed: {removed.problem}")
             if self.systemd is not None:
-                self.systemd.remove_isolation()
+                try:
+                    self.systemd.remove_isolation()
+                except (CliError, OSError) as exc:
+                    said = exc.message if isinstance(exc, CliError) else str(exc)
+                    output.warn(f"{ISOLATION_UNIT} not removed: {said}")
         return self.status(role, specs)
 
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:

@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None, run: Runner = run_command) -> int:
         return 1 if fence.problem else 0
     deadline = time.monotonic() + args.wait
     fence = install(args.network, run)
-    while fence.problem.endswith("was not found") and time.monotonic() < deadline:
+    # At boot dockerd may not have restored the network, or made its chain, yet.
+    waiting = ("was not found", f"holds Docker's {CHAIN} chain")
+    while fence.problem.endswith(waiting) and time.monotonic() < deadline:
         time.sleep(1.0)
         fence = install(args.network, run)
     print(describe(fence, args.network))

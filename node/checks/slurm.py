@@ -97,6 +97,18 @@ def check_slurm(ctx: CheckContext) -> CheckResult:
             f"mac-worker, which drains under Docker, is not running: {said[:200]}",
             "mac start master    # then: mac doctor",
         )
+    if where and ping.returncode != 0 and "docker" in said.lower() and "denied" in said.lower():
+        return _result(
+            CheckStatus.FAIL,
+            f"cannot ask mac-worker through Docker: {said[:200]}",
+            "sudo mac doctor    # or as a member of the docker group",
+        )
+    if where and "slurm.conf" in said and ("No such file" in said or "not found" in said):
+        return _result(
+            CheckStatus.FAIL,
+            f"mac-worker has no {conf}: it was started before it existed. {said[:200]}",
+            "mac restart master    # mounts the host's slurm.conf into mac-worker",
+        )
     if ping.returncode != 0 or " is UP" not in ping.stdout:
         munge = "munge" in said.lower() or "authentication" in said.lower()
         return _result(

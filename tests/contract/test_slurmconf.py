@@ -57,3 +57,25 @@ def test_loopback_is_an_address_of_loopback_only():
 
 def test_a_file_without_controllers_reads_as_none(tmp_path):
     assert read_slurm_conf(_conf(tmp_path, "")).controllers == ()
+
+
+def test_spaces_around_equals_quotes_continued_lines_and_a_tab_after_include(tmp_path):
+    (tmp_path / "ctl.conf").write_text("SlurmctldHost=ctl02(ctl02-ib)\n")
+    conf = read_slurm_conf(
+        _conf(
+            tmp_path,
+            "SlurmctldHost = ctl01(10.4.0.1)\n"
+            'AuthInfo = "socket=/srv/munge/m.sock"\n'
+            "NodeName=gpu01 NodeAddr=10.4.1.1 \\\n"
+            "   Gres=gpu:8\n"
+            "Include\tctl.conf\n",
+        )
+    )
+    assert conf.controllers == (Controller("ctl01", "10.4.0.1"), Controller("ctl02", "ctl02-ib"))
+    assert conf.munge_socket == Path("/srv/munge/m.sock")
+
+
+def test_this_machine_by_name_is_loopback_too_and_a_host_name_address_is_its_target():
+    assert Controller("localhost").loopback and Controller("head", "LOCALHOST").loopback
+    assert Controller("ctl", "ctl-ib").target == "ctl-ib" and not Controller("ctl", "ctl-ib").ip
+    assert Controller("ctl", "10.0.0.1").ip and Controller("10.0.0.1").ip

@@ -136,3 +136,23 @@ def test_the_boot_command_fails_when_the_network_never_comes(namespace, capsys):
     assert code == 1
     assert "the network mac_master was not found" in capsys.readouterr().out
     assert dockerfence.installed(runner(namespace)) == {"iptables-nft": 0, "iptables-legacy": 0}
+
+
+def test_the_boot_command_waits_for_dockers_chain_too(namespace, capsys):
+    """At boot dockerd may answer before it made DOCKER-USER: the command waits for it."""
+    for backend in ("iptables-nft", "iptables-legacy"):  # as before dockerd's start
+        inside = ["ip", "netns", "exec", namespace, backend, "-w"]
+        subprocess.run([*inside, "-F", "DOCKER-USER"], check=True)
+        subprocess.run([*inside, "-X", "DOCKER-USER"], check=True)
+    inner = _Restoring(namespace, 1)
+    calls = {"n": 0}
+
+    def run(argv: Sequence[str]) -> CommandResult:
+        calls["n"] += 1
+        if calls["n"] == 6:  # dockerd makes its chain meanwhile
+            for backend in ("iptables-nft", "iptables-legacy"):
+                inner([backend, "-w", "-N", "DOCKER-USER"])
+        return inner(argv)
+
+    assert dockerfence.main(["install", "mac_master", "--wait", "20"], run) == 0
+    assert dockerfence.installed(runner(namespace)) == {"iptables-nft": 4, "iptables-legacy": 4}

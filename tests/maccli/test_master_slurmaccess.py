@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.slurmconf import SlurmConf
 from maccli.master import compose, slurmaccess
 from maccli.master.slurmaccess import slurm_access
 from maccli.output import CliError
@@ -83,14 +84,44 @@ def test_a_controller_named_without_an_address_is_resolved_on_the_host(tmp_path,
     assert worker["extra_hosts"] == ["ctl02:host-gateway"]
 
 
-def test_a_loopback_address_stops_the_start_with_what_to_do(tmp_path):
-    conf = _slurm_conf(tmp_path, "head(127.0.0.1)")
-    cfg = _config(SLURM_CONF=str(conf))
+@pytest.mark.parametrize("controller", ["head(127.0.0.1)", "localhost", "head(localhost)"])
+def test_this_machine_itself_stops_a_start_that_drains_with_what_to_do(tmp_path, controller):
+    conf = _slurm_conf(tmp_path, controller)
+    cfg = _config(SLURM_CONF=str(conf), MAC_SLURM_DRAIN="on")
     with pytest.raises(CliError) as raised:
         compose.write(cfg, tmp_path / "data")
     error = raised.value
-    assert error.message.startswith(
-        f"{conf} names slurmctld by a loopback address (head(127.0.0.1))"
-    )
+    assert error.message.startswith(f"{conf} names slurmctld by this machine itself ({controller})")
     assert "mac env set MAC_RUNTIME=process && mac restart master" in error.commands
     assert not (tmp_path / "data" / compose.NAME).exists()
+
+
+def test_with_the_drain_off_it_only_warns_and_a_stop_never_asks(tmp_path, capsys):
+    conf = _slurm_conf(tmp_path, "head(127.0.0.1)")
+    written = compose.write(_config(SLURM_CONF=str(conf)), tmp_path / "data")  # drain off
+    assert "MAC will not read Slurm's jobs under Docker" in capsys.readouterr().err
+    assert str(conf.parent) in written.read_text()
+    drained = _config(SLURM_CONF=str(conf), MAC_SLURM_DRAIN="on")
+    stopped = compose.write(drained, tmp_path / "stop", slurm=False)  # `mac stop master`
+    assert str(conf.parent) not in stopped.read_text()
+
+
+def test_a_host_name_in_parentheses_is_resolved_on_the_host(tmp_path, monkeypatch):
+    conf = _slurm_conf(tmp_path, "ctl01(ctl01-ib)")
+    monkeypatch.setattr(slurmaccess, "_resolved", {"ctl01-ib": "10.8.0.1"}.get)
+    assert slurm_access(_config(SLURM_CONF=str(conf))).hosts == ("ctl01-ib:10.8.0.1",)
+
+
+def test_a_slurm_conf_in_a_system_folder_is_mounted_alone_and_links_are_followed(tmp_path):
+    # Never the host's /etc over the container's, nor its /run.
+    conf = SlurmConf(Path("/etc/slurm.conf"), (), Path("/run/munge.sock"))
+    assert slurmaccess.SlurmAccess(conf, ()).volumes == [
+        "/etc/slurm.conf:/etc/slurm.conf:ro",
+        "/run/munge.sock:/run/munge.sock:ro",
+    ]
+    real = _slurm_conf(tmp_path, "ctl(10.0.0.1)")
+    link = tmp_path / "link.conf"
+    link.symlink_to(real)
+    resolved = slurm_access(_config(SLURM_CONF=str(link)))
+    assert resolved.environment == {"SLURM_CONF": str(real)}
+    assert resolved.volumes[0] == f"{real.parent}:{real.parent}:ro"

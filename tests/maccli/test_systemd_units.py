@@ -164,7 +164,13 @@ def test_the_isolation_unit_runs_once_after_docker_at_each_boot():
     assert "Type=oneshot" in lines and "RemainAfterExit=yes" in lines
     assert f"ExecStart={sys.executable} -m maccli.runtimes.dockerfence install mac_master" in lines
     assert 'Environment="DOCKER_HOST=unix:///run/my docker.sock"' in lines
-    assert "WantedBy=multi-user.target" in lines
+    # At boot, and whenever Docker starts later (socket activation).
+    assert "WantedBy=multi-user.target docker.service" in lines
+
+
+def test_a_dollar_in_a_path_is_not_a_variable_for_systemd():
+    text = render_isolation_unit(["/opt/mac$1/bin/python", "-m", "x"], {})
+    assert "ExecStart=/opt/mac$$1/bin/python -m x" in text.splitlines()
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is absent")
@@ -214,3 +220,17 @@ def test_without_systemd_a_docker_master_says_to_start_it_after_each_boot(tmp_pa
     DockerRuntime(tmp_path, run=_Engine())._isolate("master")
     said = capsys.readouterr()
     assert "run `mac start master` after each boot" in said.out + said.err
+
+
+def test_a_master_stop_whose_unit_systemd_will_not_remove_still_stops(tmp_path, capsys):
+    units_dir = tmp_path / "units"
+    units_dir.mkdir()
+    (units_dir / ISOLATION_UNIT).write_text("[Unit]\n")
+
+    def refusing(argv):
+        return CommandResult(1, "", "Failed to disable unit: Access denied\n")
+
+    runtime = DockerRuntime(tmp_path, run=_Engine(), systemd=SystemdUnits(units_dir, run=refusing))
+    runtime.stop("master", [])
+    said = capsys.readouterr()
+    assert f"{ISOLATION_UNIT} not removed: systemctl disable --now" in said.out + said.err

@@ -155,3 +155,32 @@ def test_a_process_master_with_docker_installed_but_no_worker_container_asks_the
     result = check_slurm(_ctx(tmp_path, docker, MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf)))
     assert docker.calls[1][:2] == ["env", f"SLURM_CONF={conf}"]
     assert result.status == CheckStatus.PASS, result.detail
+
+
+@pytest.mark.parametrize(
+    ("said", "detail", "fix"),
+    [
+        (
+            "permission denied while trying to connect to the Docker daemon socket",
+            "cannot ask mac-worker through Docker: ",
+            "sudo mac doctor",
+        ),
+        (
+            'scontrol: error: s_p_parse_file: unable to read "/etc/slurm/slurm.conf": '
+            "No such file or directory",
+            "mac-worker has no ",
+            "mac restart master",
+        ),
+    ],
+)
+def test_under_docker_what_keeps_the_worker_from_slurm_is_named(tmp_path, said, detail, fix):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=head(10.0.0.1)\n")
+
+    def run(argv):
+        return CommandResult(1, "", said)
+
+    ctx = _ctx(tmp_path, run, MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf), MAC_RUNTIME="docker")
+    result = check_slurm(ctx)
+    assert result.status == CheckStatus.FAIL
+    assert result.detail.startswith(detail) and result.fix.startswith(fix)
