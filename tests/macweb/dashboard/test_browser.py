@@ -354,20 +354,31 @@ def _gpu_verdict(node_id: int, index: int, words: str) -> None:
     broadcast_node_changes([Node.objects.get(pk=node_id).summary()])
 
 
+def _push(node_id: int) -> None:
+    from inventory.live import broadcast_node_changes
+
+    broadcast_node_changes([Node.objects.get(pk=node_id).summary()])
+
+
 def test_the_node_pages_gpu_rows_follow_verdicts_and_jobs_in_place(page, asgi_server, operator):
     from playwright.sync_api import expect
 
     from inventory.models import GpuHealth
 
     node = in_thread(online_gpu_node, hostname="gpu-rows", gpu_vendor=GpuVendor.NVIDIA, gpu_count=2)
-    gpus = [GpuHealth(node=node, index=i, uuid=f"GPU-{i}") for i in (0, 1)]
-    in_thread(GpuHealth.objects.bulk_create, gpus)
     page.clock.install()  # the 30 s reread of the jobs, fast-forwarded below
     log_in(page, asgi_server.url)
     page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
-    expect(page.locator('tr[data-gpu="1"]')).to_have_class("gpu-healthy")
+    expect(page.locator("#gpu-table")).to_be_hidden()  # no verdict read yet
     page.evaluate("window.__sameDocument = true")
+
+    # The first verdict: its rows, and the table, come with the node's push.
+    gpus = [GpuHealth(node=node, index=i, uuid=f"GPU-{i}") for i in (0, 1)]
+    in_thread(GpuHealth.objects.bulk_create, gpus)
+    in_thread(_push, node.pk)
+    expect(page.locator("#gpu-table")).to_be_visible(timeout=3000)
+    expect(page.locator('tr[data-gpu="1"]')).to_have_class("gpu-healthy")
 
     in_thread(_gpu_verdict, node.pk, 1, "XID 79: GPU has fallen off the bus")
 

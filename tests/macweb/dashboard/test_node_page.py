@@ -218,3 +218,11 @@ def test_the_gpu_rows_answer_anonymous_and_unknown_with_json(client_user):
     missing = client_user.get("/nodes/999999/gpus.html")
     assert (missing.status_code, missing.json()) == (404, {"node": ["no node with id 999999"]})
     assert client_user.post(f"/nodes/{node.pk}/gpus.html").status_code == 405
+
+
+def test_a_gpu_node_without_a_verdict_yet_has_its_table_hidden_for_the_refresh(client_user):
+    node = online_gpu_node(gpu_count=8)
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    assert '<div class="table-scroll" id="gpu-table" hidden>' in html
+    assert f'<tbody id="gpu-rows" data-url="/nodes/{node.pk}/gpus.html">' in html
+    assert "No verdict read yet" in html

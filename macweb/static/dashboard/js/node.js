@@ -200,6 +200,8 @@ async function loadGpus() {
     if (response.ok) {
       rows.innerHTML = await response.text();
       refreshTimes(rows);
+      // A node whose first verdict came after the page was drawn gets its table now.
+      document.getElementById("gpu-table").hidden = !rows.querySelector("tr");
     }
   } catch (e) {
     // the master did not answer: the next push or tick asks again
