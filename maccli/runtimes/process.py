@@ -185,6 +185,10 @@ class ProcessRuntime(Runtime):
 
     def _boot(self, role: str, sup: Supervisor) -> None:
         if self.systemd is not None:
+            if role == "master":
+                # A Docker master's boot-time rules (maccli.systemd) have no network to
+                # guard now: left enabled, the unit would fail at every boot.
+                self.systemd.remove_isolation()
             self.systemd.install(role, sup.command(foreground=True), sup.dir, self.grace)
             sup.wait_answering(30, sup.dir / "logs" / "supervisord.log")
         else:

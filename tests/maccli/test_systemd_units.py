@@ -234,3 +234,27 @@ def test_a_master_stop_whose_unit_systemd_will_not_remove_still_stops(tmp_path, 
     runtime.stop("master", [])
     said = capsys.readouterr()
     assert f"{ISOLATION_UNIT} not removed: systemctl disable --now" in said.out + said.err
+
+
+def test_a_master_moved_to_processes_takes_its_docker_boot_unit_away(tmp_path):
+    units_dir = tmp_path / "units"
+    units_dir.mkdir()
+    (units_dir / ISOLATION_UNIT).write_text(_isolation_text())  # left by a Docker master
+    systemctl = StandInSystemctl(units_dir)
+    runtime = ProcessRuntime(
+        tmp_path / "state", grace=5, systemd=SystemdUnits(units_dir, run=systemctl)
+    )
+    systemctl.running[ISOLATION_UNIT] = subprocess.Popen(["sleep", "60"])  # RemainAfterExit
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    port = free_port()
+    spec = ServiceSpec(
+        "svc", [sys.executable, str(script), str(port)], port=port, liveness_path="/health"
+    )
+    try:
+        runtime.start("master", [spec])
+        assert not (units_dir / ISOLATION_UNIT).exists()
+        assert ["systemctl", "disable", "--now", ISOLATION_UNIT] in systemctl.calls
+        assert (units_dir / "mac-master.service").exists()
+    finally:
+        runtime.stop("master", [spec])
