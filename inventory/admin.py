@@ -222,3 +222,10 @@ class GpuFaultAdmin(ReadOnlyAdmin):
     list_display = ("gpu", "fault", "hostname", "gpu_index", "boot_id", "first_seen", "last_seen")
     list_filter = ("fault",)
     search_fields = ("gpu", "hostname", "fault")
+
+    def delete_model(self, request: HttpRequest, obj: GpuFault) -> None:
+        self.delete_queryset(request, GpuFault.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset) -> None:
+        # As the API's forget: an event per node, which its next sweep judges afresh.
+        services.forget_fault_rows(queryset, actor=f"admin:{request.user.get_username()}")

@@ -63,6 +63,8 @@ class EventKind(models.TextChoices):
     HEALTH_HEALTHY = "health_healthy", "GPUs healthy"
     HEALTH_DEGRADED = "health_degraded", "GPU degraded"
     HEALTH_UNHEALTHY = "health_unhealthy", "GPU unhealthy"
+    # A GPU's fault history forgotten by a person (inventory.services.changes).
+    FAULTS_FORGOTTEN = "faults_forgotten", "GPU fault history forgotten"
     # What MAC did, or chose not to do, to the node in Slurm (scheduler.drainpass).
     SLURM_DRAIN = "slurm_drain", "Drained in Slurm"
     SLURM_REBOOT = "slurm_reboot", "Reboot asked of Slurm"

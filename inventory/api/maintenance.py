@@ -7,15 +7,13 @@ unsilences the node in Alertmanager).
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.generics import get_object_or_404
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from inventory import services
+from inventory.api.staff import StaffView, staff_responses
 from inventory.models import Node
 
 
@@ -35,21 +33,16 @@ class MaintenanceResultSerializer(MaintenanceSerializer):
     )
 
 
-class NodeMaintenanceView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsAdminUser]
-
+class NodeMaintenanceView(StaffView):
     @extend_schema(
         operation_id="node_maintenance",
         summary="Put a node in maintenance, or take it out (staff)",
         request=MaintenanceSerializer,
-        responses={
-            200: MaintenanceResultSerializer,
-            400: OpenApiResponse(description='{"maintenance": ["..."]}'),
-            401: OpenApiResponse(description="no session and no valid API token"),
-            403: OpenApiResponse(description="the user is not staff"),
-            404: OpenApiResponse(description="no node has that id"),
-        },
+        responses=staff_responses(
+            MaintenanceResultSerializer,
+            e400='{"maintenance": ["..."]}',
+            e404="no node has that id",
+        ),
     )
     def put(self, request, pk: int):
         body = MaintenanceSerializer(data=request.data)

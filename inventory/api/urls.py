@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from inventory.api import maintenance, node_events, views
+from inventory.api import faults, maintenance, node_events, views
 
 router = SimpleRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
@@ -17,6 +17,11 @@ urlpatterns = [
         "nodes/<int:pk>/maintenance",
         maintenance.NodeMaintenanceView.as_view(),
         name="node-maintenance",
+    ),
+    path(
+        "nodes/<int:pk>/gpus/<int:index>/faults",
+        faults.GpuFaultsView.as_view(),
+        name="gpu-faults",
     ),
     *router.urls,
 ]

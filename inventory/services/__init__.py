@@ -15,6 +15,8 @@ is never shown.
 from inventory.services.changes import (
     add_node_by_admin,
     edit_node_by_admin,
+    forget_fault_rows,
+    forget_gpu_faults,
     remove_node,
     remove_nodes,
     reset_node_key,
@@ -50,6 +52,8 @@ __all__ = [
     "add_node_by_admin",
     "deregister_node",
     "edit_node_by_admin",
+    "forget_fault_rows",
+    "forget_gpu_faults",
     "hash_node_key",
     "new_node_key",
     "node_for_key",

@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.choices import EventKind
-from inventory.models import Node, NodeEvent
+from inventory.models import GpuFault, Node, NodeEvent
 from inventory.services.events import (
     announce_maintenance_on_commit,
     new_event,
@@ -139,3 +139,53 @@ def edit_node_by_admin(node: Node, changes: dict[str, tuple], *, actor: str) -> 
             data={"fields": sorted(changes)},
         )
         push_on_commit([node])
+
+
+def forget_gpu_faults(node: Node, index: int, *, actor: str) -> tuple[str, int] | None:
+    """Forget the fault history of the node's GPU `index` (kept by its serial, else its
+    UUID), after a repair: MAC_GPU_FAULT_REBOOTS counts from nothing again. The node's
+    fingerprint is cleared, so its next sweep judges its answer afresh and a verdict
+    that history escalated to inspect_hardware ends there. Returns (the GPU's identity,
+    the boots' rows forgotten), or None where the node has no GPU of that index."""
+    gpu = node.gpus.filter(index=index).first()
+    if gpu is None:
+        return None
+    identity = gpu.serial or gpu.uuid
+    with transaction.atomic():
+        forgotten = GpuFault.objects.filter(gpu=identity).delete()[0] if identity else 0
+        Node.objects.filter(pk=node.pk).update(health_digest="")
+        record_event(
+            node,
+            EventKind.FAULTS_FORGOTTEN,
+            f"GPU {index} ({identity or 'no serial or UUID'}): {forgotten} boot(s) of its "
+            "fault history forgotten; the next sweep judges it afresh",
+            actor=actor,
+            data={"index": index, "gpu": identity, "forgotten": forgotten},
+        )
+    return identity, forgotten
+
+
+def forget_fault_rows(rows, *, actor: str) -> int:
+    """Delete fault-history rows picked in the admin, as forget_gpu_faults does for one
+    GPU: each node concerned gets an event and is judged afresh at its next sweep."""
+    picked = list(rows.select_related("node"))
+    with transaction.atomic():
+        GpuFault.objects.filter(pk__in=[row.pk for row in picked]).delete()
+        by_node: dict[int, list[GpuFault]] = {}
+        for row in picked:
+            if row.node_id is not None:
+                by_node.setdefault(row.node_id, []).append(row)
+        Node.objects.filter(pk__in=list(by_node)).update(health_digest="")
+        NodeEvent.objects.bulk_create(
+            new_event(
+                faults[0].node,
+                EventKind.FAULTS_FORGOTTEN,
+                f"{len(faults)} boot(s) of GPU fault history forgotten ("
+                + ", ".join(sorted({f"GPU {f.gpu_index} {f.fault}" for f in faults}))
+                + "); the next sweep judges it afresh",
+                actor=actor,
+                data={"gpus": sorted({f.gpu for f in faults}), "forgotten": len(faults)},
+            )
+            for faults in by_node.values()
+        )
+    return len(picked)

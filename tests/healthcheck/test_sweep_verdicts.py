@@ -201,3 +201,36 @@ def test_node_verdicts_lists_every_node_for_the_scheduler_link(gpu_nodes):
         "boot_id",
     }  # fmt: skip
     assert nvidia["boot_id"] == Node.objects.get(pk=nodes["nvidia"].pk).boot_id != ""
+
+
+def test_a_repaired_gpus_history_forgotten_ends_its_escalation_at_the_next_sweep(gpu_nodes, staff):
+    from rest_framework.test import APIClient
+
+    runner, nodes = gpu_nodes
+    node = nodes["nvidia"]
+    runner.inject(node.ip, "xid", 3, 79)
+    run_sweep()
+    runner.reboot(node.ip)
+    run_sweep()
+    runner.inject(node.ip, "xid", 3, 79, length=60)  # still there at the sweeps below
+    run_sweep()
+    assert fresh(node).health_action == "inspect_hardware"
+    serial = gpu(node, 3).serial
+    run_sweep()  # the same answer: not judged again, the escalation stays
+    assert fresh(node).health_action == "inspect_hardware"
+
+    api = APIClient()
+    api.force_authenticate(staff)
+    answer = api.delete(f"/api/v1/nodes/{node.pk}/gpus/3/faults")
+
+    assert answer.status_code == 200, answer.content
+    assert answer.json() == {
+        "id": node.pk, "hostname": node.hostname, "index": 3, "gpu": serial, "forgotten": 2,
+    }  # fmt: skip
+    event = fresh(node).events.get(kind=EventKind.FAULTS_FORGOTTEN)
+    assert event.actor == "api:admin" and f"GPU 3 ({serial}): 2 boot(s)" in event.message
+    run_sweep()  # the same answer, judged afresh: this boot's fault is its first
+    node = fresh(node)
+    assert (node.health_state, node.health_action) == ("unhealthy", "reboot")
+    assert "back after" not in node.health_evidence
+    assert GpuFault.objects.filter(gpu=serial).count() == 1

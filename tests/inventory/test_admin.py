@@ -238,3 +238,40 @@ def test_gpu_verdicts_and_fault_history_are_shown_read_only(admin_client, make_n
     faults = admin_client.get("/admin/inventory/gpufault/").content.decode()
     assert "GPU-d" in gpus and "xid:79" in faults
     assert admin_client.get("/admin/inventory/gpuhealth/add/").status_code == 403
+
+
+def test_deleting_fault_history_in_the_admin_says_so_and_has_the_node_judged_afresh(
+    admin_client, make_node
+):
+    from inventory.models import GpuFault
+
+    node = make_node("gpu-fixed", health_state="unhealthy", health_action="inspect_hardware",
+                     health_digest="d41d8cd9")  # fmt: skip
+    rows = [
+        GpuFault.objects.create(
+            gpu="1650",
+            fault="xid:79",
+            boot_id=f"b-{n}",
+            node=node,
+            hostname="gpu-fixed",
+            gpu_index=3,
+        )
+        for n in (1, 2)
+    ]
+    other = make_node("gpu-other", health_digest="abc")
+    GpuFault.objects.create(gpu="9999", fault="xid:48", boot_id="b-1", node=other,
+                            hostname="gpu-other", gpu_index=0)  # fmt: skip
+
+    response = admin_client.post(
+        "/admin/inventory/gpufault/",
+        {"action": "delete_selected", "_selected_action": [r.pk for r in rows], "post": "yes"},
+    )
+
+    assert response.status_code == 302
+    assert list(GpuFault.objects.values_list("gpu", flat=True)) == ["9999"]
+    node.refresh_from_db()
+    other.refresh_from_db()
+    assert (node.health_digest, other.health_digest) == ("", "abc")
+    event = NodeEvent.objects.get(node=node, kind=EventKind.FAULTS_FORGOTTEN)
+    assert event.actor == "admin:admin"
+    assert event.message.startswith("2 boot(s) of GPU fault history forgotten (GPU 3 xid:79)")

@@ -92,3 +92,29 @@ def test_the_gpus_endpoint(auth_client, fleet_with_verdicts):
     assert gpus.json()[0]["fix"] == "" and gpus.json()[0]["evidence"] == []
     assert auth_client.get("/api/v1/nodes/999999/gpus/").status_code == 404
     assert APIClient().get(f"/api/v1/nodes/{sick.pk}/gpus/").status_code == 401
+
+
+def test_forgetting_a_gpus_faults_is_for_staff_and_names_what_is_missing(
+    auth_client, staff, fleet_with_verdicts
+):
+    from rest_framework.test import APIClient
+
+    from inventory.models import GpuFault
+
+    sick = fleet_with_verdicts["sick"]
+    GpuFault.objects.create(gpu="1650924060123", fault="xid:79", boot_id="b1", node=sick,
+                            hostname=sick.hostname, gpu_index=3)  # fmt: skip
+    url = f"/api/v1/nodes/{sick.pk}/gpus/3/faults"
+    assert APIClient().delete(url).status_code == 401
+    assert auth_client.delete(url).status_code == 403  # an operator, not staff
+    assert GpuFault.objects.count() == 1
+    api_client = APIClient()
+    api_client.force_authenticate(staff)
+    missing = api_client.delete(f"/api/v1/nodes/{sick.pk}/gpus/5/faults")
+    assert missing.status_code == 404
+    assert missing.json() == {"index": ["gpu-sick has no GPU 5 in its verdicts (GPUs: 0, 3)"]}
+    assert api_client.delete("/api/v1/nodes/999999/gpus/3/faults").status_code == 404
+    assert api_client.get(url).status_code == 405
+    done = api_client.delete(url)
+    assert done.json()["forgotten"] == 1 and not GpuFault.objects.exists()
+    assert api_client.delete(url).json()["forgotten"] == 0  # nothing left: still fine
