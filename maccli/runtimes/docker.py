@@ -352,7 +352,7 @@ class DockerRuntime(Runtime):
         if self.systemd is None:
             output.warn(
                 "At boot Docker restarts the master's containers, not MAC's rules: run "
-                "`mac start master` after each boot (no systemd here, or MAC_SYSTEMD=no)."
+                "`mac start master` after each boot (no systemd here, not root, or MAC_SYSTEMD=no)."
             )
             return
         host = os.environ.get("DOCKER_HOST", "")
