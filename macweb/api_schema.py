@@ -1,10 +1,14 @@
-"""The OpenAPI schema view: one schema generation at a time per process.
+"""The OpenAPI schema view: generated once per process and format, one generation at a time.
 
 drf-spectacular resolves its extension classes lazily, and not thread-safely: when
 several threads of a fresh process generate the schema at once, some of them fail in
 the extension loader with an AttributeError, a 500 for the client (seen by the
-schemathesis test; tfranzel/drf-spectacular#1122). Generation takes a fraction of a
-second and is rare, so a lock around it costs nothing that matters.
+schemathesis test; tfranzel/drf-spectacular#1122). Hence the lock. And as the schema is
+public (SERVE_PUBLIC: the same for every caller) and only changes with the code, each
+format's answer is kept for the process's life: the lock used to queue every
+/api/v1/docs reader behind a full generation, which under load was seconds. A request
+for another version or language is answered fresh, never kept (its words are the
+caller's: a cache keyed by them could be grown without end).
 """
 
 from __future__ import annotations
@@ -13,12 +17,23 @@ import threading
 
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.response import Response
 
 
 class SchemaView(SpectacularAPIView):
     _generating = threading.Lock()
+    _kept: dict[str, tuple[dict, dict[str, str]]] = {}
 
     @extend_schema(exclude=True)  # as the view it wraps: the schema is not in itself
     def get(self, request, *args, **kwargs):
+        own_words = request.GET.get("lang") or request.GET.get("version")
+        renderer = self.perform_content_negotiation(request, force=True)[0].format
         with self._generating:
-            return super().get(request, *args, **kwargs)
+            kept = None if own_words else self._kept.get(renderer)
+            if kept is None:
+                response = super().get(request, *args, **kwargs)
+                kept = (response.data, {k: v for k, v in response.items()})
+                if not own_words:
+                    self._kept[renderer] = kept
+        data, headers = kept
+        return Response(data, headers=headers)

@@ -43,3 +43,36 @@ def test_concurrent_first_schema_requests_all_succeed(attempt, tmp_path: Path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["200"] * 8, done.stderr[-2000:]
+
+
+@pytest.mark.django_db
+def test_the_schema_is_generated_once_per_format_and_never_kept_for_callers_words(
+    client, monkeypatch
+):
+    from drf_spectacular.generators import SchemaGenerator
+
+    from macweb.api_schema import SchemaView
+
+    monkeypatch.setattr(SchemaView, "_kept", {})
+    generated = []
+    original = SchemaGenerator.get_schema
+
+    def counting(self, *args, **kwargs):
+        generated.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counting)
+    json_type = "application/vnd.oai.openapi+json"
+    first = client.get("/api/v1/schema/", HTTP_ACCEPT=json_type)
+    again = client.get("/api/v1/schema/", HTTP_ACCEPT=json_type)
+    assert (first.status_code, again.status_code, len(generated)) == (200, 200, 1)
+    assert first.content == again.content and "/api/v1/register" in first.json()["paths"]
+    assert again["Content-Disposition"] == first["Content-Disposition"]
+    assert again["Content-Disposition"].endswith('.json"')
+    yaml_answer = client.get("/api/v1/schema/")  # YAML: generated for its own format once
+    assert yaml_answer.status_code == 200 and b"openapi:" in yaml_answer.content
+    client.get("/api/v1/schema/")
+    assert len(generated) == 2
+    for word in ("fr", "de", "xx-not-a-language"):
+        assert client.get(f"/api/v1/schema/?lang={word}").status_code == 200
+    assert len(generated) == 5 and len(SchemaView._kept) == 2
