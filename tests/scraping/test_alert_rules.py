@@ -191,26 +191,33 @@ def test_the_backstop_holds_its_alerts_while_the_master_cannot_be_scraped(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("master_up", "node_up", "held_until", "ended_at"),
+    ("master_up", "node_up", "heartbeat", "held_until", "ended_at"),
     [
         # The master unreachable from 2m: held while it answered within 2 minutes, then
         # resolved as before the hold existed, when MacMasterDown (for: 2m) pages.
-        ("1 1 0 0 0 0", "0 0 stale _ _ _", "2m", "4m"),
+        ("1 1 0 0 0 0", "0 0 stale _ _ _", None, "2m", "4m"),
         # Deregistered while the master could not be scraped: the first scrape that
         # answers no longer lists the node, and the held alert ends there.
-        ("1 1 0 1 1", "0 0 stale _ _", "2m", "3m"),
+        ("1 1 0 1 1", "0 0 stale _ _", None, "2m", "3m"),
         # A configuration without the mac-master job has no `up` of it: an alert whose
         # series ends is resolved as before, not held for ever.
-        (None, "0 0 stale _ _", "1m", "2m"),
+        (None, "0 0 stale _ _", None, "1m", "2m"),
+        # Only the API down: the worker's sweep finds the node back and puts its
+        # sys-exporter back in the targets; scraped at 3m, the held alert ends there
+        # (held on, it would re-open the alert the worker's post ended).
+        ("1 1 0 0 0 0", "0 0 stale _ _ _", "_ _ _ 1 1 1", "2m", "3m"),
     ],
-    ids=["master-down-past-2m", "deregistered-meanwhile", "master-not-scraped"],
+    ids=["master-down-past-2m", "deregistered-meanwhile", "master-not-scraped", "back-meanwhile"],
 )
-def test_a_held_alert_ends(tmp_path, master_up, node_up, held_until, ended_at):
+def test_a_held_alert_ends(tmp_path, master_up, node_up, heartbeat, held_until, ended_at):
     since = "2026-12-05T10:00:00Z"
     down = {**MASTER, **NODE, "gpu_vendor": "nvidia", "down_since": since}
     inputs = [series("mac_node_up", down, node_up)]
     if master_up is not None:
         inputs.append(series("up", MASTER, master_up))
+    if heartbeat is not None:
+        target = {"job": "sys-exporter", "instance": "198.18.0.3:29101", **NODE}
+        inputs.append(series("up", target, heartbeat))
     promtool_test(
         tmp_path,
         inputs,

@@ -136,10 +136,16 @@ def test_the_offline_backstop_holds_in_the_store_as_in_prometheus(young_store):
          [1] * 16),
         ("ALERTS", {**alert, "alertstate": "pending", "node": "11", "hostname": "gpu-11"},
          [1] * 16),
+        # gpu-12 is back: the worker's sweep put its sys-exporter back in the targets,
+        # scraped from the 7th step on; its held alert ends there.
+        ("ALERTS", {**alert, "alertstate": "firing", "node": "12", "hostname": "gpu-12"},
+         [1] * 16),
+        ("up", {"job": "sys-exporter", "instance": "198.18.0.12:29101", "node": "12"},
+         [0] * 6 + [1] * 10),
     ]  # fmt: skip
     stamps = import_minutes(young_store, series)
     wait_for(
-        lambda: len(query(young_store, 'ALERTS{alertname="MacNodeOffline"} or up')) == 3,
+        lambda: len(query(young_store, 'ALERTS{alertname="MacNodeOffline"} or up')) == 5,
         timeout=30,
         what="the import",
     )
@@ -148,7 +154,8 @@ def test_the_offline_backstop_holds_in_the_store_as_in_prometheus(young_store):
         return {r["metric"]["hostname"] for r in query(young_store, expr, at=at_ms / 1000)}
 
     assert held(stamps[2]) == set()  # the master answers: its series alone decide
-    assert held(stamps[8]) == {"gpu-10"}  # it has not for 75 s: the firing alert is kept
+    assert held(stamps[5]) == {"gpu-10", "gpu-12"}  # it does not: the firing ones are kept
+    assert held(stamps[8]) == {"gpu-10"}  # 75 s on; gpu-12's heartbeat is scraped again
     assert held(stamps[15]) == set()  # for 3 minutes: MacMasterDown's turn, not held
     # The labels of the master's post, less those the rule itself adds.
     [answer] = query(young_store, expr, at=stamps[8] / 1000)
