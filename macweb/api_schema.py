@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.response import Response
@@ -26,7 +27,8 @@ class SchemaView(SpectacularAPIView):
 
     @extend_schema(exclude=True)  # as the view it wraps: the schema is not in itself
     def get(self, request, *args, **kwargs):
-        own_words = request.GET.get("lang") or request.GET.get("version")
+        # `lang` changes the schema only where translations are on (drf-spectacular).
+        own_words = (settings.USE_I18N and request.GET.get("lang")) or request.GET.get("version")
         renderer = self.perform_content_negotiation(request, force=True)[0].format
         with self._generating:
             kept = None if own_words else self._kept.get(renderer)

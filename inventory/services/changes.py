@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from inventory.choices import EventKind
@@ -175,7 +176,12 @@ def forget_fault_rows(rows, *, actor: str) -> int:
         for row in picked:
             if row.node_id is not None:
                 by_node.setdefault(row.node_id, []).append(row)
-        Node.objects.filter(pk__in=list(by_node)).update(health_digest="")
+        # The nodes the GPUs are on now too (a GPU moved since its faults were seen).
+        identities = {row.gpu for row in picked}
+        holders = Node.objects.filter(
+            Q(pk__in=list(by_node)) | Q(gpus__serial__in=identities) | Q(gpus__uuid__in=identities)
+        )
+        Node.objects.filter(pk__in=holders.values("pk")).update(health_digest="")
         NodeEvent.objects.bulk_create(
             new_event(
                 faults[0].node,

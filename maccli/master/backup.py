@@ -110,7 +110,8 @@ def backup(folder: str) -> int:
             f"-dst=fs://{target}",
         ],
         volumes={scaleout.STORE_VOLUME: layout.store_data},
-        folders=[target, *_program(cfg, "MAC_VMBACKUP_BIN")],
+        folders=[target],
+        programs=_program(cfg, layout, "MAC_VMBACKUP_BIN"),
         env_names=[CREATE_URL],
         network=True,
     )
@@ -122,10 +123,12 @@ def backup(folder: str) -> int:
     return 0
 
 
-def _program(cfg: NodeConfig, setting: str) -> list[Path]:
-    """The host's own vmbackup or vmrestore (MAC_*_BIN), for a container to mount."""
-    chosen = cfg.get(setting)
-    return [Path(chosen)] if chosen and chosen in scaleout.host_programs(cfg) else []
+def _program(cfg: NodeConfig, layout: Layout, setting: str) -> list[Path]:
+    """The host's own vmbackup or vmrestore (MAC_*_BIN), for the tool's container to
+    mount; none under the process runtime, which runs it where it is."""
+    if not layout.docker or not cfg.get(setting):
+        return []
+    return [Path(scaleout.host_program(cfg, setting))]
 
 
 def restore(folder: str) -> int:
@@ -146,7 +149,8 @@ def restore(folder: str) -> int:
             f"-storageDataPath={layout.store_data}",
         ],
         volumes={scaleout.STORE_VOLUME: layout.store_data},
-        folders=[source, *_program(cfg, "MAC_VMRESTORE_BIN")],
+        folders=[source],
+        programs=_program(cfg, layout, "MAC_VMRESTORE_BIN"),
     )
     _run(argv)
     output.ok(f"Restored the metrics store from {source} into {layout.store_data}.")

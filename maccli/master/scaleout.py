@@ -231,29 +231,29 @@ def binary(cfg: NodeConfig, layout: Layout, setting: str, name: str) -> str:
     """The engine's program: Debian's (MAC's image's, under Docker), or MAC_*_BIN, a
     program of this host's, which a container runs from a read-only mount at the same
     path (host_programs): Debian 13's 1.112 on a Debian 12 master, say (docs/scaling.md)."""
-    return cfg.get(setting) or f"/usr/bin/{name}"
+    chosen = cfg.get(setting)
+    return str(Path(chosen)) if chosen else f"/usr/bin/{name}"
+
+
+def host_program(cfg: NodeConfig, setting: str) -> str:
+    """The program a MAC_*_BIN that is set names, as binary() writes it. CliError for
+    one that is not an executable file here: a container would fail with a less clear
+    word, after the start."""
+    path = cfg.get(setting) or ""
+    program = Path(path)
+    if not (program.is_absolute() and program.is_file() and os.access(program, os.X_OK)):
+        raise CliError(
+            f"{setting}={path} is not an executable file on this host: under Docker "
+            "the engine's container runs it from a read-only mount at the same path.",
+            hint="Give the program's absolute path, or leave the setting out for the image's own:",
+            commands=[f"ls -l {path}", f"mac env unset {setting}"],
+        )
+    return str(program)
 
 
 def host_programs(cfg: NodeConfig) -> list[str]:
-    """The MAC_*_BIN programs of this host the engines' containers mount. CliError for
-    one that is not an executable file here: a container would fail with a less clear
-    word, after the start."""
-    found = []
-    for setting in ENGINE_PROGRAMS:
-        path = cfg.get(setting)
-        if not path:
-            continue
-        program = Path(path)
-        if not (program.is_absolute() and program.is_file() and os.access(program, os.X_OK)):
-            raise CliError(
-                f"{setting}={path} is not an executable file on this host: under Docker "
-                "the engine's container runs it from a read-only mount at the same path.",
-                hint="Give the program's absolute path, or leave the setting out for the "
-                "image's own:",
-                commands=[f"ls -l {path}", f"mac env unset {setting}"],
-            )
-        found.append(str(program))
-    return found
+    """The MAC_*_BIN programs of this host the engines' containers mount (host_program)."""
+    return [host_program(cfg, setting) for setting in ENGINE_PROGRAMS if cfg.get(setting)]
 
 
 def specs(

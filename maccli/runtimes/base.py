@@ -159,13 +159,15 @@ class Runtime(ABC):
         *,
         volumes: Mapping[str, Path] | None = None,
         folders: Sequence[Path] = (),
+        programs: Sequence[Path] = (),
         env_names: Sequence[str] = (),
         network: bool = False,
     ) -> list[str]:
         """The command line that runs `argv` once beside the role's services, seeing what
         they see: `volumes` (a runtime's named volume: where the services have it) and
-        this host's `folders` at their own paths, the environment's `env_names`, and on
-        `network` the services' own network. On this host, `argv` itself."""
+        this host's `folders` at their own paths, its `programs` read-only at theirs, the
+        environment's `env_names`, and on `network` the services' own network. On this
+        host, `argv` itself."""
         return list(argv)
 
     def running_network(self, specs: Sequence[ServiceSpec]) -> AgentNetwork | None:

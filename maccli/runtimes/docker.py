@@ -439,11 +439,13 @@ class DockerRuntime(Runtime):
         *,
         volumes: Mapping[str, Path] | None = None,
         folders: Sequence[Path] = (),
+        programs: Sequence[Path] = (),
         env_names: Sequence[str] = (),
         network: bool = False,
     ) -> list[str]:
         """`docker run` of MAC's image: a volume by its Compose name (project_volume), each
-        folder at its own path, on the master's network when asked."""
+        folder at its own path, each program read-only at its own, on the master's
+        network when asked."""
         command = ["docker", "run", "--rm"]
         if network:
             command += ["--network", f"{self.project}_{MASTER_NETWORK}"]
@@ -453,6 +455,8 @@ class DockerRuntime(Runtime):
             command += ["-v", f"{self.project}_{volume}:{inside}"]
         for folder in folders:
             command += ["-v", f"{folder}:{folder}"]
+        for program in programs:
+            command += ["-v", f"{program}:{program}:ro"]
         return [*command, "--entrypoint", argv[0], self.image, *argv[1:]]
 
     def prune(self, unwanted: Callable[[str], bool]) -> list[str]:

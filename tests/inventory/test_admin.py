@@ -243,7 +243,7 @@ def test_gpu_verdicts_and_fault_history_are_shown_read_only(admin_client, make_n
 def test_deleting_fault_history_in_the_admin_says_so_and_has_the_node_judged_afresh(
     admin_client, make_node
 ):
-    from inventory.models import GpuFault
+    from inventory.models import GpuFault, GpuHealth
 
     node = make_node("gpu-fixed", health_state="unhealthy", health_action="inspect_hardware",
                      health_digest="d41d8cd9")  # fmt: skip
@@ -259,6 +259,9 @@ def test_deleting_fault_history_in_the_admin_says_so_and_has_the_node_judged_afr
         for n in (1, 2)
     ]
     other = make_node("gpu-other", health_digest="abc")
+    # GPU 1650 has moved to gpu-moved since its faults were seen: judged afresh too.
+    moved = make_node("gpu-moved", health_digest="fff")
+    GpuHealth.objects.create(node=moved, index=0, serial="1650")
     GpuFault.objects.create(gpu="9999", fault="xid:48", boot_id="b-1", node=other,
                             hostname="gpu-other", gpu_index=0)  # fmt: skip
 
@@ -271,7 +274,8 @@ def test_deleting_fault_history_in_the_admin_says_so_and_has_the_node_judged_afr
     assert list(GpuFault.objects.values_list("gpu", flat=True)) == ["9999"]
     node.refresh_from_db()
     other.refresh_from_db()
-    assert (node.health_digest, other.health_digest) == ("", "abc")
+    moved.refresh_from_db()
+    assert (node.health_digest, other.health_digest, moved.health_digest) == ("", "abc", "")
     event = NodeEvent.objects.get(node=node, kind=EventKind.FAULTS_FORGOTTEN)
     assert event.actor == "admin:admin"
     assert event.message.startswith("2 boot(s) of GPU fault history forgotten (GPU 3 xid:79)")

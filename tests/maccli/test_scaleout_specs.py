@@ -283,3 +283,17 @@ def test_a_program_that_is_not_an_executable_file_here_is_refused(tmp_path, give
         scaleout.host_programs(cfg)
     assert raised.value.message.startswith(f"MAC_VMAGENT_BIN={given} is not an executable file")
     assert "mac env unset MAC_VMAGENT_BIN" in raised.value.commands
+
+
+def test_a_program_path_is_mounted_as_the_engine_runs_it_and_backups_mount_theirs(tmp_path):
+    program = tmp_path / "vm" / "vmbackup"
+    program.parent.mkdir()
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    given = f"{tmp_path}//vm/./vmbackup"  # as typed: the same file
+    cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="1", MAC_VMBACKUP_BIN=given)
+    layout = docker_layout(cfg)
+    assert scaleout.binary(cfg, layout, "MAC_VMBACKUP_BIN", "vmbackup") == str(program)
+    assert scaleout.host_programs(cfg) == [str(program)]
+    argv = DockerRuntime(tmp_path).one_off(["x"], programs=[program])
+    assert f"{program}:{program}:ro" in argv

@@ -73,6 +73,10 @@ def test_the_schema_is_generated_once_per_format_and_never_kept_for_callers_word
     assert yaml_answer.status_code == 200 and b"openapi:" in yaml_answer.content
     client.get("/api/v1/schema/")
     assert len(generated) == 2
-    for word in ("fr", "de", "xx-not-a-language"):
-        assert client.get(f"/api/v1/schema/?lang={word}").status_code == 200
+    # Another version is the caller's own words: answered fresh, never kept.
+    for word in ("2", "3", "xx-not-a-version"):
+        assert client.get(f"/api/v1/schema/?version={word}").status_code == 200
     assert len(generated) == 5 and len(SchemaView._kept) == 2
+    # Without translations, `lang` changes nothing: the kept answer.
+    assert client.get("/api/v1/schema/?lang=fr").status_code == 200
+    assert len(generated) == 5

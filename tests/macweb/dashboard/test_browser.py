@@ -379,6 +379,9 @@ def test_the_node_pages_gpu_rows_follow_verdicts_and_jobs_in_place(page, asgi_se
     in_thread(_push, node.pk)
     expect(page.locator("#gpu-table")).to_be_visible(timeout=3000)
     expect(page.locator('tr[data-gpu="1"]')).to_have_class("gpu-healthy")
+    expect(page.locator("#node-health-evidence")).to_have_text(
+        "Every GPU answers healthy: no XID, ECC, remap, NVLink or slowdown evidence."
+    )
 
     in_thread(_gpu_verdict, node.pk, 1, "XID 79: GPU has fallen off the bus")
 

@@ -189,24 +189,46 @@ async function loadScrapes() {
 
 // The GPU rows (each GPU's verdict, evidence and the job on it) are reread in place, as
 // the server renders them: after each push for this node, and every 30 s, since Slurm's
-// jobs move without a push. One read at a time; a failed one waits for the next.
+// jobs move without a push. One read at a time; a push during a read asks for one more
+// (the read may have left before the change). A failed read waits for the next.
 let gpusLoading = false;
+let gpusAgain = false;
 async function loadGpus() {
   const rows = document.getElementById("gpu-rows");
-  if (!rows || gpusLoading) return;
+  if (!rows) return;
+  if (gpusLoading) {
+    gpusAgain = true;
+    return;
+  }
   gpusLoading = true;
   try {
     const response = await fetch(rows.dataset.url, { credentials: "same-origin" });
     if (response.ok) {
       rows.innerHTML = await response.text();
       refreshTimes(rows);
-      // A node whose first verdict came after the page was drawn gets its table now.
-      document.getElementById("gpu-table").hidden = !rows.querySelector("tr");
+      showFirstVerdict(rows.querySelector("tr") !== null);
     }
   } catch (e) {
     // the master did not answer: the next push or tick asks again
   } finally {
     gpusLoading = false;
+    if (gpusAgain) {
+      gpusAgain = false;
+      loadGpus();
+    }
+  }
+}
+
+// A node whose first verdict came after the page was drawn: its table, and for a healthy
+// one the line that says so in place of "No verdict read yet".
+function showFirstVerdict(haveRows) {
+  document.getElementById("gpu-table").hidden = !haveRows;
+  const evidence = document.getElementById("node-health-evidence");
+  if (haveRows && evidence && evidence.hasAttribute("data-waiting")) {
+    evidence.removeAttribute("data-waiting");
+    if (evidence.textContent.startsWith("No verdict read yet")) {
+      evidence.textContent = "Every GPU answers healthy: no XID, ECC, remap, NVLink or slowdown evidence.";
+    }
   }
 }
 
