@@ -34,7 +34,8 @@ class SchemaView(SpectacularAPIView):
             kept = None if own_words else self._kept.get(renderer)
             if kept is None:
                 response = super().get(request, *args, **kwargs)
-                kept = (response.data, {k: v for k, v in response.items()})
+                # Its file name; the renderer sets the type, DRF the rest, at each answer.
+                kept = (response.data, {"Content-Disposition": response["Content-Disposition"]})
                 if not own_words:
                     self._kept[renderer] = kept
         data, headers = kept

@@ -121,6 +121,11 @@ def stale_error(role: str, names: str) -> CliError:
     )
 
 
+def _words(exc: CliError | OSError) -> str:
+    """What a failed systemd step said, for a warning."""
+    return exc.message if isinstance(exc, CliError) else str(exc)
+
+
 class DockerRuntime(Runtime):
     name = "docker"
     own_network = True
@@ -360,8 +365,7 @@ class DockerRuntime(Runtime):
         try:
             self.systemd.install_isolation(dockerfence.boot_command(network), environment)
         except (CliError, OSError) as exc:
-            said = exc.message if isinstance(exc, CliError) else str(exc)
-            output.warn(f"the rules will not come back at boot by themselves: {said}")
+            output.warn(f"the rules will not come back at boot by themselves: {_words(exc)}")
             return
         output.say(
             f"At boot:     {ISOLATION_UNIT} puts the rules back after docker.service "
@@ -401,8 +405,7 @@ class DockerRuntime(Runtime):
                 try:
                     self.systemd.remove_isolation()
                 except (CliError, OSError) as exc:
-                    said = exc.message if isinstance(exc, CliError) else str(exc)
-                    output.warn(f"{ISOLATION_UNIT} not removed: {said}")
+                    output.warn(f"{ISOLATION_UNIT} not removed: {_words(exc)}")
         return self.status(role, specs)
 
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:

@@ -56,6 +56,8 @@ class Fence:
     bridge: str = ""
     backends: list[str] = field(default_factory=list)
     problem: str = ""
+    # Docker has not made the network or its chain yet (at boot: worth waiting for).
+    early: bool = False
 
 
 def rules(bridge: str) -> list[list[str]]:
@@ -135,7 +137,7 @@ def install(network: str, run: Runner = run_command) -> Fence:
         return Fence(problem="the Docker engine is on another machine (DOCKER_HOST)")
     bridge = bridge_of(network, run)
     if not bridge:
-        return Fence(problem=f"the network {network} was not found")
+        return Fence(problem=f"the network {network} was not found", early=True)
     return install_for_bridge(bridge, run)
 
 
@@ -143,7 +145,7 @@ def install_for_bridge(bridge: str, run: Runner = run_command) -> Fence:
     """MAC's rules for the bridge `bridge`, replacing MAC's earlier ones."""
     backends = backends_with_chain(run)
     if not backends:
-        return Fence(bridge, problem=f"no iptables table holds Docker's {CHAIN} chain")
+        return Fence(bridge, problem=f"no iptables table holds Docker's {CHAIN} chain", early=True)
     for backend in backends:
         problem = _remove_ours(backend, run)
         for position, rule in enumerate(rules(bridge), start=1):
@@ -210,8 +212,7 @@ def main(argv: list[str] | None = None, run: Runner = run_command) -> int:
     deadline = time.monotonic() + args.wait
     fence = install(args.network, run)
     # At boot dockerd may not have restored the network, or made its chain, yet.
-    waiting = ("was not found", f"holds Docker's {CHAIN} chain")
-    while fence.problem.endswith(waiting) and time.monotonic() < deadline:
+    while fence.early and time.monotonic() < deadline:
         time.sleep(1.0)
         fence = install(args.network, run)
     print(describe(fence, args.network))

@@ -122,18 +122,23 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
+def _server_spec(tmp_path) -> ServiceSpec:
+    """A service that answers /health on a free port, as supervisord runs one."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    port = free_port()
+    return ServiceSpec(
+        "svc", [sys.executable, str(script), str(port)], port=port, liveness_path="/health"
+    )
+
+
 def test_start_installs_and_enables_the_unit_and_stop_removes_it(tmp_path):
     units_dir = tmp_path / "units"
     systemctl = StandInSystemctl(units_dir)
     runtime = ProcessRuntime(
         tmp_path / "state", grace=5, systemd=SystemdUnits(units_dir, run=systemctl)
     )
-    script = tmp_path / "server.py"
-    script.write_text(SERVER)
-    port = free_port()
-    spec = ServiceSpec(
-        "svc", [sys.executable, str(script), str(port)], port=port, liveness_path="/health"
-    )
+    spec = _server_spec(tmp_path)
     try:
         [state] = runtime.start("agent", [spec])
         assert state.running and state.health == "ok"
@@ -245,12 +250,7 @@ def test_a_master_moved_to_processes_takes_its_docker_boot_unit_away(tmp_path):
         tmp_path / "state", grace=5, systemd=SystemdUnits(units_dir, run=systemctl)
     )
     systemctl.running[ISOLATION_UNIT] = subprocess.Popen(["sleep", "60"])  # RemainAfterExit
-    script = tmp_path / "server.py"
-    script.write_text(SERVER)
-    port = free_port()
-    spec = ServiceSpec(
-        "svc", [sys.executable, str(script), str(port)], port=port, liveness_path="/health"
-    )
+    spec = _server_spec(tmp_path)
     try:
         runtime.start("master", [spec])
         assert not (units_dir / ISOLATION_UNIT).exists()

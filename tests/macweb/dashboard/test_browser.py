@@ -340,7 +340,6 @@ def test_the_job_page_draws_the_charts_of_its_gpus(page, asgi_server, chart_env,
 def _gpu_verdict(node_id: int, index: int, words: str) -> None:
     """What a sweep writes for a GPU gone unhealthy, and its push of the node."""
     from contract.verdicts import Evidence, HealthAction, HealthState
-    from inventory.live import broadcast_node_changes
     from inventory.models import GpuHealth
 
     lost = Evidence(
@@ -351,10 +350,11 @@ def _gpu_verdict(node_id: int, index: int, words: str) -> None:
         state="unhealthy", action="reboot", evidence=[lost.as_dict()]
     )
     Node.objects.filter(pk=node_id).update(health_state="unhealthy", health_action="reboot")
-    broadcast_node_changes([Node.objects.get(pk=node_id).summary()])
+    _push(node_id)
 
 
 def _push(node_id: int) -> None:
+    """The sweep's push of the node, as it is now."""
     from inventory.live import broadcast_node_changes
 
     broadcast_node_changes([Node.objects.get(pk=node_id).summary()])
