@@ -55,7 +55,7 @@ from healthcheck.verdicts import observe
 from inventory.choices import EventKind, NodeStatus, StatusReason
 from inventory.live import broadcast_node_changes
 from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
-from inventory.services.health import HealthChanges, judge_health, save_health
+from inventory.services.health import HealthChanges, drop_overtaken, judge_health, save_health
 from scheduler.tasks import queue_drain_pass
 from scraping.targets import write_targets
 
@@ -217,34 +217,46 @@ def _update_groups(changed: list[dict]) -> dict[tuple, list[int]]:
 
 
 def _drop_stale(judgement: Judgement) -> None:
-    """Optimistic concurrency for status changes, inside save_changes' transaction.
+    """Optimistic concurrency, inside save_changes' transaction.
 
     The rows were judged as they were when loaded, seconds ago; by now another writer
-    may have applied that very change (a retried chunk task running beside the first
-    attempt, whose worker looked dead). The rows about to change status are locked and
-    those whose status is no longer the one judged from are left out, with their
-    event: a change is written, and its event added, once. Status changes are few
-    per sweep, so this costs one small SELECT ... FOR UPDATE when there are any.
+    may have come between:
+
+    - a status change already applied (a retried chunk task running beside the first
+      attempt, whose worker looked dead): those whose status is no longer the one judged
+      from are left out, with their event: a change is written, and its event added, once;
+    - a GPU verdict judged from a fingerprint the row no longer has (a fault-history
+      forget, or that retried chunk): left out, and judged afresh by the next sweep
+      (inventory.services.health.drop_overtaken).
+
+    The rows about to change either way are locked, in id order (so writers that lock
+    the same way never deadlock), and read once. Both kinds of change are few per
+    sweep, so this costs one small SELECT ... FOR UPDATE when there are any.
     """
     moving = {
         row["id"]: row["previous_status"] for row in judgement.changed if row["status_changed"]
     }
-    if not moving:
+    ids = sorted(set(moving) | set(judgement.health.nodes))
+    if not ids:
         return
-    ids = sorted(moving)
-    current: dict[int, str] = {}
-    for start in range(0, len(ids), ID_CHUNK):  # in id order: no deadlock between writers
+    current: dict[int, tuple[str, str]] = {}
+    for start in range(0, len(ids), ID_CHUNK):
         current.update(
-            Node.objects.select_for_update()
+            (node_id, (status, digest))
+            for node_id, status, digest in Node.objects.select_for_update()
             .filter(id__in=ids[start : start + ID_CHUNK])
             .order_by("id")
-            .values_list("id", "status")
+            .values_list("id", "status", "health_digest")
         )
-    stale = {node_id for node_id, old in moving.items() if current.get(node_id) != old}
+    stale = {node_id for node_id, old in moving.items() if current.get(node_id, ("",))[0] != old}
     if stale:
         log.info("sweep: %d status changes already applied by another writer", len(stale))
         judgement.changed = [row for row in judgement.changed if row["id"] not in stale]
         judgement.events = [event for event in judgement.events if event.node_id not in stale]
+    digests = {node_id: digest for node_id, (_, digest) in current.items()}
+    overtaken = drop_overtaken(judgement.health, digests)
+    if overtaken:
+        log.info("sweep: %d GPU verdicts judged from a changed row; next sweep", len(overtaken))
 
 
 def save_changes(judgement: Judgement, now: datetime) -> None:

@@ -16,6 +16,7 @@ from inventory.services.events import (
     push_on_commit,
     record_event,
 )
+from inventory.services.health import forgotten_mark
 
 
 def remove_node(node: Node, *, actor: str, message: str) -> None:
@@ -145,7 +146,7 @@ def edit_node_by_admin(node: Node, changes: dict[str, tuple], *, actor: str) -> 
 def forget_gpu_faults(node: Node, index: int, *, actor: str) -> tuple[str, int] | None:
     """Forget the fault history of the node's GPU `index` (kept by its serial, else its
     UUID), after a repair: MAC_GPU_FAULT_REBOOTS counts from nothing again. The node's
-    fingerprint is cleared, so its next sweep judges its answer afresh and a verdict
+    fingerprint is replaced, so its next sweep judges its answer afresh and a verdict
     that history escalated to inspect_hardware ends there. Returns (the GPU's identity,
     the boots' rows forgotten), or None where the node has no GPU of that index."""
     gpu = node.gpus.filter(index=index).first()
@@ -153,8 +154,8 @@ def forget_gpu_faults(node: Node, index: int, *, actor: str) -> tuple[str, int] 
         return None
     identity = gpu.serial or gpu.uuid
     with transaction.atomic():
+        Node.objects.filter(pk=node.pk).update(health_digest=forgotten_mark())
         forgotten = GpuFault.objects.filter(gpu=identity).delete()[0] if identity else 0
-        Node.objects.filter(pk=node.pk).update(health_digest="")
         record_event(
             node,
             EventKind.FAULTS_FORGOTTEN,
@@ -171,7 +172,6 @@ def forget_fault_rows(rows, *, actor: str) -> int:
     GPU: each node concerned gets an event and is judged afresh at its next sweep."""
     picked = list(rows.select_related("node"))
     with transaction.atomic():
-        GpuFault.objects.filter(pk__in=[row.pk for row in picked]).delete()
         by_node: dict[int, list[GpuFault]] = {}
         for row in picked:
             if row.node_id is not None:
@@ -181,7 +181,12 @@ def forget_fault_rows(rows, *, actor: str) -> int:
         holders = Node.objects.filter(
             Q(pk__in=list(by_node)) | Q(gpus__serial__in=identities) | Q(gpus__uuid__in=identities)
         )
-        Node.objects.filter(pk__in=holders.values("pk")).update(health_digest="")
+        # Locked in id order, as the sweep locks them: no deadlock between the two.
+        ids = sorted(set(holders.values_list("pk", flat=True)))
+        list(Node.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk"))
+        Node.objects.filter(pk__in=ids).update(health_digest=forgotten_mark())
+        # After the nodes' locks, as the sweep takes them before it writes fault rows.
+        GpuFault.objects.filter(pk__in=[row.pk for row in picked]).delete()
         NodeEvent.objects.bulk_create(
             new_event(
                 faults[0].node,

@@ -29,6 +29,7 @@ the scheduler link reads ``node_verdicts()`` after each sweep.
 
 from __future__ import annotations
 
+import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -85,6 +86,8 @@ class HealthChanges:
     events: list[NodeEvent] = field(default_factory=list)
     # (GPU serial or UUID, fault key, boot id, node id, the exporter's GPU index, words)
     faults: list[tuple[str, str, str, int, int, str]] = field(default_factory=list)
+    # node id -> the fingerprint its row had when judged (see drop_overtaken)
+    judged_from: dict[int, str] = field(default_factory=dict)
 
     @property
     def changed_ids(self) -> list[int]:
@@ -117,6 +120,7 @@ def judge_health(
             continue  # no verdict in an answer after all: keep the last one
         fresh[node_id] = [report for report in reports if report is not None]
         changes.nodes[node_id] = {"health_digest": seen.digest}
+        changes.judged_from[node_id] = row.get("health_digest") or ""
     if fresh:
         _judge_changed(changes, by_id, fresh, now)
     return changes
@@ -289,6 +293,38 @@ def _event(row: dict, state, action, line: str, gpus: list[GpuVerdict], now: dat
         actor=ACTOR,
         created_at=now,
     )
+
+
+def drop_overtaken(changes: HealthChanges, digests: dict[int, str]) -> set[int]:
+    """Leave out the nodes whose row changed fingerprint since they were judged.
+
+    ``digests`` are the rows' fingerprints now, read under their row locks inside the
+    sweep's transaction. A different one means another writer came between the judgement
+    and this write: a fault-history forget (forget_gpu_faults) that the judgement, made
+    from the history before it, would undo by writing the old escalation back with a
+    fingerprint that stops the next sweeps from judging again; or a retried sweep chunk
+    that already wrote this very change and its event. Those nodes are written by
+    nobody now, and the next sweep judges them afresh. Returns their ids.
+    """
+    overtaken = {
+        node_id
+        for node_id, digest in changes.judged_from.items()
+        if node_id in changes.nodes and digests.get(node_id, digest) != digest
+    }
+    if overtaken:
+        for node_id in overtaken:
+            changes.nodes.pop(node_id, None)
+            changes.gpus.pop(node_id, None)
+        changes.faults = [fault for fault in changes.faults if fault[3] not in overtaken]
+        changes.events = [event for event in changes.events if event.node_id not in overtaken]
+    return overtaken
+
+
+def forgotten_mark() -> str:
+    """A fingerprint no answer has: written where fault history is forgotten, so that
+    the next sweep judges the node afresh and a sweep judged before the forget sees its
+    row overtaken (drop_overtaken), even where the row had no fingerprint yet."""
+    return f"forgotten:{secrets.token_hex(8)}"
 
 
 def save_health(changes: HealthChanges, now: datetime) -> None:

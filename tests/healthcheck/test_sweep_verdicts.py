@@ -234,3 +234,64 @@ def test_a_repaired_gpus_history_forgotten_ends_its_escalation_at_the_next_sweep
     assert (node.health_state, node.health_action) == ("unhealthy", "reboot")
     assert "back after" not in node.health_evidence
     assert GpuFault.objects.filter(gpu=serial).count() == 1
+
+
+def test_a_forget_between_a_sweeps_judgement_and_its_write_is_not_undone(gpu_nodes):
+    from django.utils import timezone
+
+    from healthcheck.sweep import judge, load_nodes, probe_nodes, save_changes
+
+    runner, nodes = gpu_nodes
+    node = nodes["nvidia"]
+    runner.inject(node.ip, "xid", 3, 79)
+    run_sweep()
+    runner.reboot(node.ip)
+    run_sweep()
+    runner.inject(node.ip, "xid", 3, 79, length=60)
+    # This sweep reads the history of both boots and judges an escalation...
+    rows = load_nodes()
+    now = timezone.now()
+    judgement = judge(rows, probe_nodes(rows), now)
+    assert judgement.health.nodes[node.pk]["health_action"] == "inspect_hardware"
+    # ...the GPU is repaired and its history forgotten before that sweep writes...
+    assert services.forget_gpu_faults(fresh(node), 3, actor="admin:ops") is not None
+
+    save_changes(judgement, now)
+
+    # ...so it writes neither the escalation nor its event, and leaves the node to be
+    # judged afresh: the escalation the history no longer holds is never shown.
+    node = fresh(node)
+    assert node.health_action == "none" and node.health_digest.startswith("forgotten:")
+    assert not node.events.filter(kind=EventKind.HEALTH_UNHEALTHY, data__action="inspect_hardware")
+    run_sweep()
+    node = fresh(node)
+    assert (node.health_state, node.health_action) == ("unhealthy", "reboot")
+    assert "back after" not in node.health_evidence
+    assert GpuFault.objects.filter(gpu=gpu(node, 3).serial).count() == 1
+
+
+def test_a_sweep_judged_before_an_admins_forget_of_rows_is_not_undone(gpu_nodes):
+    from django.utils import timezone
+
+    from healthcheck.sweep import judge, load_nodes, probe_nodes, save_changes
+
+    runner, nodes = gpu_nodes
+    node = nodes["nvidia"]
+    runner.inject(node.ip, "xid", 3, 79)
+    run_sweep()
+    runner.reboot(node.ip)
+    run_sweep()
+    runner.inject(node.ip, "xid", 3, 79, length=60)
+    rows = load_nodes()
+    now = timezone.now()
+    judgement = judge(rows, probe_nodes(rows), now)
+    other = nodes["amd"]
+    before = fresh(other).health_digest
+
+    assert services.forget_fault_rows(GpuFault.objects.all(), actor="admin:ops") == 1
+    save_changes(judgement, now)
+
+    assert fresh(node).health_action == "none"  # as before: the judgement was overtaken
+    assert fresh(other).health_digest == before  # a node without those GPUs is untouched
+    run_sweep()
+    assert fresh(node).health_action == "reboot"
