@@ -295,3 +295,24 @@ def test_a_sweep_judged_before_an_admins_forget_of_rows_is_not_undone(gpu_nodes)
     assert fresh(other).health_digest == before  # a node without those GPUs is untouched
     run_sweep()
     assert fresh(node).health_action == "reboot"
+
+
+def test_two_attempts_of_one_chunk_write_a_verdict_change_and_its_event_once(gpu_nodes):
+    from django.utils import timezone
+
+    from healthcheck.sweep import judge, load_nodes, probe_nodes, save_changes
+
+    runner, nodes = gpu_nodes
+    node = nodes["nvidia"]
+    runner.inject(node.ip, "xid", 3, 79, length=60)
+    rows = load_nodes()  # both attempts loaded and probed before either saved
+    probes = probe_nodes(rows)
+    now = timezone.now()
+    first, second = judge(rows, probes, now), judge(rows, probes, now)
+
+    save_changes(first, now)
+    save_changes(second, now)
+
+    assert fresh(node).health_action == "reboot"
+    assert node.events.filter(kind=EventKind.HEALTH_UNHEALTHY).count() == 1
+    assert second.health.nodes == {} and second.health.events == []
