@@ -9,11 +9,11 @@ writing their configuration, rules and keys), never from command lines of our ow
   page, sys-exporter; each page collected once per scrape interval and gzipped once
   when asked, as a real exporter does) plus ``python -m bench.hostpages`` (node_exporter's
   captured output, HOST_SERIES series per node), about 2,000 series per node;
-- a stand-in for the master's API (this process): the http_sd answers of
-  scraping.httpsd, made by scraping.targets.target_groups for the fleet as if
-  registered (sys-exporter, dcgm-exporter, nic-exporter), and a small /metrics page;
-  the host pages are one more job with the same labels (MAC's configuration plus that
-  job, appended to the file the prestart wrote);
+- the targets files the sweep would write (scraping.targets.target_groups for the
+  fleet as if registered: sys-exporter, dcgm-exporter, nic-exporter), whole for
+  Prometheus and each scraper's shard for the store path, and a stand-in for the
+  master's /metrics (this process); the host pages are one more job with the same
+  labels (MAC's configuration plus that job, appended to the file the prestart wrote);
 - engine ``prometheus`` (MAC_SCRAPE_SHARDS=0): mac-prometheus with MAC's rules;
 - engine ``vm`` (MAC_SCRAPE_SHARDS=--shards): the store (victoria-metrics), the
   scraper(s) (vmagent), the rules (vmalert with MAC's rules) and the targets view.
@@ -24,7 +24,7 @@ seconds more: a fresh store registers the fleet's series while its scraper buffe
 takes the backlog at about twice the rate, and a window over that catch-up measured
 twice the work), then over WINDOW seconds measure every process's CPU (user+system per
 wall second, children included) and RSS, apart: each engine process, the fleet's two
-servers, and this process (the http_sd stand-in). The engine's figure is the sum of what
+servers, and this process (the master's stand-in). The engine's figure is the sum of what
 MAC starts for it, the fleet's never counted in it. Also the engine's counters (active
 series, ingested samples per second), the machine's load average and busy share, the
 scrapes (the raw `up` samples of every exporter target over the window: a gap longer
@@ -109,7 +109,7 @@ HOST_JOB = "host-capture"  # the node_exporter-sized pages (bench.hostpages)
 JOBS = (*EXPORTERS, HOST_JOB)
 # What each engine process is called in the tables (the spec's name otherwise).
 SHOWN = {"store": "store (victoria-metrics)", "rules": "rules (vmalert)"}
-FLEET = ("fleet: simfleet", "fleet: host pages", "bench: http_sd stand-in")
+FLEET = ("fleet: simfleet", "fleet: host pages", "bench: master stand-in")
 
 
 @dataclass
@@ -203,7 +203,7 @@ def counter(url: str, name: str) -> float:
     return total
 
 
-# -- the fleet as registered, and the master's http_sd ------------------------------------
+# -- the fleet as registered, and the master's /metrics -----------------------------------
 
 
 def fleet_rows(nodes: int) -> list[dict]:
@@ -235,33 +235,13 @@ def job_groups(rows: list[dict]) -> dict[str, list[tuple[int, str]]]:
 
 
 class MasterStandIn:
-    """The master's http_sd (/api/v1/sd/<job>?shard=K&of=N, scraping.httpsd's answer)
-    and its /metrics, on loopback, in a thread of this process."""
+    """The master's /metrics (shard 0 and Prometheus scrape it), on loopback, in a thread
+    of this process."""
 
-    def __init__(self, groups: dict[str, list[tuple[int, str]]]) -> None:
-        from scraping.httpsd import shard_of
-        from scraping.targets import dump_groups
-
-        answers: dict[str, bytes] = {}
-
-        def answer(job: str, shard: int, of: int) -> bytes:
-            key = f"{job}/{shard}/{of}"
-            if key not in answers:
-                # A job the fleet has no target of (sys-manager, bmc-agent...): none.
-                mine = [line for i, line in groups.get(job, ()) if shard_of(i, of) == shard]
-                answers[key] = dump_groups(mine)
-            return answers[key]
-
+    def __init__(self) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                parts = urllib.parse.urlsplit(self.path)
-                query = dict(urllib.parse.parse_qsl(parts.query))
-                if parts.path.startswith("/api/v1/sd/"):
-                    job = parts.path.rsplit("/", 1)[1]
-                    body = answer(job, int(query.get("shard", 0)), int(query.get("of", 1)))
-                    kind = "application/json"
-                else:
-                    body, kind = b"mac_bench_master_up 1\n", "text/plain; version=0.0.4"
+                body, kind = b"mac_bench_master_up 1\n", "text/plain; version=0.0.4"
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
@@ -407,7 +387,7 @@ class Engine:
             "MAC_SCRAPE_SHARDS": str(self.shards),
             "MAC_SCRAPE_INTERVAL": f"{INTERVAL}s",
             "MAC_MASTER_BIND": "127.0.0.1",
-            # The scrapers' http_sd and the master's /metrics: this process's stand-in.
+            # The master's /metrics: this process's stand-in.
             "MAC_MASTER_PORT": str(master_port),
             "MAC_TLS_PORT": str(master_port),
             "MAC_ALERTMANAGER_URL": f"http://127.0.0.1:{free_port()}",
@@ -472,14 +452,19 @@ class Engine:
             raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip()[-2000:]}")
 
     def start(self, groups: dict[str, list[tuple[int, str]]]) -> None:
-        from scraping.targets import dump_groups
+        from scraping.targets import dump_groups, shard_folder, shard_of
 
         env0 = {**self.base_env, **self.engine_specs[0].env}
         for argv in self.first:
             self._run(argv, env0)
         self.sd_dir.mkdir(parents=True, exist_ok=True)
-        for job, lines in groups.items():  # what the sweep writes for mac-prometheus
+        for job, lines in groups.items():  # what the sweep writes: whole, and each share
             (self.sd_dir / f"{job}.json").write_bytes(dump_groups([line for _, line in lines]))
+            for shard in range(self.shards):
+                folder = shard_folder(self.sd_dir, shard, self.shards)
+                folder.mkdir(parents=True, exist_ok=True)
+                mine = [line for i, line in lines if shard_of(i, self.shards) == shard]
+                (folder / f"{job}.json").write_bytes(dump_groups(mine))
         for spec in self.engine_specs:
             env = {**self.base_env, **spec.env}
             for argv in spec.prestart:
@@ -752,7 +737,7 @@ def measure(
 ) -> Sample:
     work = Path(tempfile.mkdtemp(prefix="mac-scale-"))
     groups = job_groups(fleet_rows(nodes))
-    master = MasterStandIn(groups)
+    master = MasterStandIn()
     fleet: list[subprocess.Popen] = []
     engine: Engine | None = None
     try:

@@ -304,8 +304,14 @@ def save_changes(judgement: Judgement, now: datetime) -> None:
 
 def write_targets_for(rows: Iterable[dict], sd_dir: Path | None = None) -> list[str]:
     """The file-SD targets of every node (sys-exporter while Online, each other exporter
-    while its own probe answers: scraping.targets); returns the jobs rewritten."""
-    return write_targets(rows, Path(sd_dir or settings.SD_DIR), cluster_name=settings.CLUSTER_NAME)
+    while its own probe answers: scraping.targets), and in scale-out mode each scraper's
+    share; returns the files rewritten."""
+    return write_targets(
+        rows,
+        Path(sd_dir or settings.SD_DIR),
+        cluster_name=settings.CLUSTER_NAME,
+        shards=settings.SCRAPE_SHARDS,  # scale-out's scrapers read their shares
+    )
 
 
 def write_targets_step(rows: Iterable[dict], stats: SweepStats, sd_dir: Path | None) -> None:

@@ -4,9 +4,10 @@
 and one vmalert (maccli.master.scaleout says how). This module holds the master side:
 
 - scraper_config(): shard K's scrape configuration, which is MAC's Prometheus
-  configuration for that shard (scraping.promconfig with HttpSd): every exporter
-  job discovers shard K's nodes from the master's http_sd (scraping.httpsd), so all
-  of one node's targets go to one scraper, and only shard 0 scrapes the master itself;
+  configuration for that shard (scraping.promconfig with file_shard): every exporter
+  job reads shard K's targets files, written by the sweep (scraping.targets), so all
+  of one node's targets go to one scraper, the API's being down stops no scraper from
+  learning its targets, and only shard 0 scrapes the master itself;
 - store_scrape_config(): what the store scrapes on its own, the scrapers' /metrics,
   so that `up{job="mac-scraper"}` says when one is down (rule MacScraperDown);
 - check_scrapers() / check_store() / check_rules() / check_targets_view(): /health's
@@ -45,8 +46,8 @@ from django.core.cache import cache
 from django.db import connections
 
 from inventory.models import Node
-from scraping.httpsd import shard_of
 from scraping.promconfig import HttpSd, render_prometheus_config
+from scraping.targets import shard_of
 
 # MAC's own rules for scale-out mode, beside the shipped alerts.yml.
 SCALEOUT_RULES = Path(__file__).resolve().parent / "prometheus" / "scaleout.yml"
@@ -66,23 +67,35 @@ log = logging.getLogger(__name__)
 
 
 def scraper_config(
-    shard: int, of: int, master: str, token_file: str, metrics_token_file: str | None
+    shard: int,
+    of: int,
+    master: str,
+    metrics_token_file: str | None,
+    *,
+    sd_dir: str = "",
+    sd_token_file: str | None = None,
 ) -> dict:
     """Shard `shard` of `of`'s scrape configuration (vmagent reads Prometheus's format).
 
-    vmagent parses strictly and has no rule evaluation nor per-config http_sd refresh
-    (its -promscrape.httpSDCheckInterval flag does that): those two keys go.
+    MAC's Prometheus configuration with the exporter jobs reading that shard's files
+    under `sd_dir`, which the sweep writes beside the whole ones (scraping.targets): the
+    scrapers `mac` runs are on the master's host and need nothing of the API to learn
+    their targets. With `sd_token_file`, for a scraper on another host, they read the
+    master's http_sd instead (scraping.httpsd, the same split). vmagent parses strictly
+    and has no rule evaluation nor per-config discovery refresh (its
+    -promscrape.fileSDCheckInterval and httpSDCheckInterval flags do that): those go.
     """
     config = render_prometheus_config(
-        "",
+        sd_dir,
         [master],
         scrape_interval=settings.SCRAPE_INTERVAL,
         metrics_token_file=metrics_token_file,
-        http_sd=HttpSd(master=master, shard=shard, of=of, token_file=token_file),
+        http_sd=HttpSd(master, shard, of, sd_token_file) if sd_token_file else None,
+        file_shard=None if sd_token_file else (shard, of),
     )
     config["global"].pop("evaluation_interval", None)
     for job in config["scrape_configs"]:
-        for sd in job.get("http_sd_configs", ()):
+        for sd in (*job.get("file_sd_configs", ()), *job.get("http_sd_configs", ())):
             sd.pop("refresh_interval", None)
     return config
 

@@ -12,12 +12,9 @@ The answer is what Prometheus's HTTP SD expects, a JSON list of target groups
 application/json), made by scraping.targets.target_groups: the same targets and
 labels as the file-SD files, so the two never disagree.
 
-A node's shard is the hash of its node id, modulo N, computed exactly as
-Prometheus's own `hashmod` relabelling computes it over the `node` label (the low
-64 bits of the MD5 of the id in decimal, big-endian). The node id never changes
-while the node is registered, even when its IP does, so a node keeps its shard
-when other nodes join or leave, and all of one node's jobs land on the same
-Prometheus. Changing N moves nodes, as with any hashmod.
+A node's shard is scraping.targets.shard_of (Prometheus's own `hashmod` over the
+`node` label): the split of the shard files that scale-out mode's scrapers read on the
+master's host, so a Prometheus elsewhere and those scrapers agree on who scrapes what.
 
 Errors say what is wrong: 401 without the token (or while no token is set),
 404 for a job that Prometheus does not scrape, 400 naming `shard` or `of` when one
@@ -26,7 +23,6 @@ is missing, not an integer, or out of range.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 
 from django.conf import settings
@@ -35,7 +31,7 @@ from django.views.decorators.http import require_GET
 
 from contract.bearer import bearer_matches
 from inventory.models import Node
-from scraping.targets import SCRAPED_SERVICES, dump_groups, target_groups
+from scraping.targets import SCRAPED_SERVICES, dump_groups, shard_of, target_groups
 
 # The columns target_groups() needs.
 TARGET_FIELDS = (
@@ -57,12 +53,6 @@ class ShardError(ValueError):
     def __init__(self, parameter: str, message: str) -> None:
         super().__init__(message)
         self.parameter = parameter
-
-
-def shard_of(node_id: int, of: int) -> int:
-    """The shard (0..of-1) of a node: Prometheus's hashmod of the node id."""
-    digest = hashlib.md5(str(node_id).encode(), usedforsecurity=False).digest()
-    return int.from_bytes(digest[8:], "big") % of
 
 
 def parse_shard(query: QueryDict | Mapping[str, str]) -> tuple[int, int]:

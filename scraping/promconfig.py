@@ -21,7 +21,10 @@ from a file when the master sets one. Used two ways:
 - `manage.py prometheus_config --shard K --of N --out FILE` writes the config of
   one of N Prometheus servers: the exporter jobs read the master's http_sd
   endpoint for shard K (scraping.httpsd) instead of the files, and only shard 0
-  scrapes the master itself, so every target is scraped exactly once.
+  scrapes the master itself, so every target is scraped exactly once;
+- scale-out mode's scrapers (scraping.engines) take the same configuration with
+  `file_shard=(K, N)`: their exporter jobs read shard K's files, which the sweep writes
+  beside the whole ones on the master's host (scraping.targets).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from contract.services import (
     MASTER_API_PORT,
     MASTER_PROMETHEUS_PORT,
 )
-from scraping.targets import SCRAPED_SERVICES
+from scraping.targets import SCRAPED_SERVICES, shard_folder
 
 # MAC's alert rules, shipped as package data beside this module.
 ALERT_RULES = Path(__file__).resolve().parent / "prometheus" / "alerts.yml"
@@ -80,11 +83,14 @@ def render_prometheus_config(
     http_sd: HttpSd | None = None,
     alertmanagers: Iterable[str] = (),
     master_ca_file: str | None = None,
+    file_shard: tuple[int, int] | None = None,
 ) -> dict:
     """The configuration as a dict (yaml.safe_dump it, or use render_prometheus_yaml).
 
     With `http_sd`, the exporter jobs discover their targets from the master's http_sd
     endpoint for that shard (`sd_dir` is not used) and only shard 0 scrapes the master.
+    With `file_shard` (K, N), they read shard K's files under `sd_dir`, and likewise
+    only shard 0 scrapes the master.
 
     `rule_files` are alert rule files Prometheus loads (ALERT_RULES for MAC's own);
     `alertmanagers` the URLs of the Alertmanagers their alerts go to.
@@ -93,7 +99,10 @@ def render_prometheus_config(
     2.x reads it for every scrape of the master (`authorization.credentials_file`).
     `master_ca_file` (the master's CA) makes the master's scrape HTTPS, verified against it.
     """
+    shard = (http_sd.shard, http_sd.of) if http_sd is not None else file_shard
     sd_path = PurePosixPath(sd_dir)
+    if file_shard is not None:
+        sd_path = PurePosixPath(shard_folder(sd_dir, *file_shard))
     master_job: dict = {
         "job_name": "mac-master",
         "metrics_path": "/metrics",
@@ -104,7 +113,7 @@ def render_prometheus_config(
     if master_ca_file:
         master_job["scheme"] = "https"
         master_job["tls_config"] = {"ca_file": master_ca_file}
-    scrape_configs = [master_job] if http_sd is None or http_sd.shard == 0 else []
+    scrape_configs = [master_job] if shard is None or shard[0] == 0 else []
     for service in services:
         job: dict = {"job_name": service, "metrics_path": "/metrics"}
         if http_sd is None:
@@ -129,9 +138,9 @@ def render_prometheus_config(
     global_config = {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval}
     if scrape_timeout:
         global_config["scrape_timeout"] = scrape_timeout
-    if http_sd is not None:
+    if shard is not None:
         # Says which shard a series came from, for federation or a query layer above.
-        global_config["external_labels"] = {"mac_shard": f"{http_sd.shard}/{http_sd.of}"}
+        global_config["external_labels"] = {"mac_shard": f"{shard[0]}/{shard[1]}"}
     config: dict = {"global": global_config}
     managers = list(alertmanagers)
     if managers:

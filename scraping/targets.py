@@ -27,6 +27,14 @@ and nic-exporter stays in nic-exporter.json: the NIC bandwidth chart keeps
 working. What left the files is still visible on the master's own /metrics
 (mac_node_up, mac_node_exporter_up), where alert rules can fire on it.
 
+In scale-out mode (MAC_SCRAPE_SHARDS=N) the sweep also writes each scraper's share,
+`<MAC_SD_DIR>/shard-K-of-N/<service>.json` for K in 0..N-1: the same groups, each node
+in shard shard_of(node id, N) only, the split the http_sd endpoint makes. The scrapers
+run beside the master and read these files, so they keep learning their targets while
+the API is down (a node back online is scraped again at once, which is what lets the
+backstop alert's hold let go: docs/alerts.md); http_sd serves Prometheus servers on
+other hosts.
+
 Writes are atomic: the new content goes to a temporary file in the same
 directory, is fsynced, renamed over the old file with os.replace, and the
 directory is fsynced, so Prometheus (which watches the directory) only ever
@@ -36,7 +44,10 @@ content changes, holds `[]` when there are no targets, and is never deleted.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -51,8 +62,27 @@ DEFAULT_CLUSTER_NAME = "mac"
 SCRAPED_SERVICES: tuple[str, ...] = tuple(name for name in BY_NAME if name != "mango-sdk-agent")
 
 
+# The folders of the scrapers' shares: shard-K-of-N.
+SHARD_FOLDER = re.compile(r"shard-(\d+)-of-(\d+)")
+
+
 def target_file(sd_dir: Path, service: str) -> Path:
     return Path(sd_dir) / f"{service}.json"
+
+
+def shard_folder(sd_dir: Path | str, shard: int, of: int) -> Path:
+    """Where scraper `shard` of `of` finds its targets files."""
+    return Path(sd_dir) / f"shard-{shard}-of-{of}"
+
+
+def shard_of(node_id: int, of: int) -> int:
+    """The shard (0..of-1) of a node: the low 64 bits of the MD5 of its id in decimal,
+    big-endian, modulo `of`, as Prometheus's `hashmod` relabelling computes it over the
+    `node` label. The id never changes while the node is registered, even when its IP
+    does, so a node keeps its shard when others join or leave, and all of one node's
+    jobs land on one scraper. Changing `of` moves nodes, as with any hashmod."""
+    digest = hashlib.md5(str(node_id).encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[8:], "big") % of
 
 
 def _address(ip: str, port: int) -> str:
@@ -131,14 +161,34 @@ def dump_groups(lines: list[str]) -> bytes:
 
 
 def write_targets(
-    nodes: Iterable[Mapping], sd_dir: Path, *, cluster_name: str = DEFAULT_CLUSTER_NAME
+    nodes: Iterable[Mapping],
+    sd_dir: Path,
+    *,
+    cluster_name: str = DEFAULT_CLUSTER_NAME,
+    shards: int = 0,
 ) -> list[str]:
-    """Write every job's file whose content changed; returns the services rewritten."""
+    """Write every job's file whose content changed, and with `shards` >= 1 each shard's
+    (module docstring); returns the files rewritten, as paths under `sd_dir`
+    (`dcgm-exporter`, `shard-1-of-2/dcgm-exporter`)."""
     sd_dir = Path(sd_dir)
-    sd_dir.mkdir(parents=True, exist_ok=True)
+    rows = list(nodes)
+    changed = _write_changed(sd_dir, render_targets(rows, cluster_name=cluster_name))
+    if shards >= 1:
+        share: list[list[Mapping]] = [[] for _ in range(shards)]
+        for row in rows:
+            share[shard_of(row["id"], shards)].append(row)
+        for shard, mine in enumerate(share):
+            folder = shard_folder(sd_dir, shard, shards)
+            rendered = render_targets(mine, cluster_name=cluster_name)
+            changed += [f"{folder.name}/{name}" for name in _write_changed(folder, rendered)]
+    return changed
+
+
+def _write_changed(folder: Path, rendered: dict[str, bytes]) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
     changed = []
-    for service, content in render_targets(nodes, cluster_name=cluster_name).items():
-        path = target_file(sd_dir, service)
+    for service, content in rendered.items():
+        path = target_file(folder, service)
         try:
             if path.read_bytes() == content:
                 continue
@@ -149,14 +199,23 @@ def write_targets(
     return changed
 
 
-def ensure_target_files(sd_dir: Path) -> list[str]:
-    """Create the missing job files as `[]` (Prometheus starts cleanly); keep existing ones."""
+def ensure_target_files(sd_dir: Path, shards: int = 0) -> list[str]:
+    """Create the missing job files as `[]` (Prometheus and the scrapers start cleanly),
+    those of each of `shards` shards too; keep existing ones. The shares of another
+    number of scrapers (MAC_SCRAPE_SHARDS changed) are removed: no scraper reads them,
+    and their nodes are in the new shares. Returns the files created."""
     sd_dir = Path(sd_dir)
-    sd_dir.mkdir(parents=True, exist_ok=True)
+    folders = [sd_dir, *(shard_folder(sd_dir, k, shards) for k in range(shards))]
     created = []
-    for service in SCRAPED_SERVICES:
-        path = target_file(sd_dir, service)
-        if not path.exists():
-            write_atomically(path, b"[]\n")
-            created.append(service)
+    for folder in folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        for service in SCRAPED_SERVICES:
+            path = target_file(folder, service)
+            if not path.exists():
+                write_atomically(path, b"[]\n")
+                created.append(str(path.relative_to(sd_dir).with_suffix("")))
+    for old in sd_dir.iterdir():
+        match = SHARD_FOLDER.fullmatch(old.name)
+        if match and old.is_dir() and int(match.group(2)) != shards:
+            shutil.rmtree(old, ignore_errors=True)
     return created

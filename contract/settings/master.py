@@ -356,8 +356,8 @@ SECURITY = Group(
             "MAC_SD_TOKEN",
             Secret(),
             Derived("the metrics token"),
-            "the bearer token of the http_sd endpoint (scale-out's scrapers, sharded "
-            "Prometheus servers)",
+            "the bearer token of the http_sd endpoint (sharded Prometheus servers, "
+            "scrapers on other hosts)",
             MASTER,
             readme=True,
         ),

@@ -76,9 +76,7 @@ def _scaleout_overlay(
     programs = scaleout.host_programs(cfg) if starting else []
     overlay = scaleout.compose_overlay(engines, scaleout.env_overrides(cfg, layout), programs)
     path = scaleout.write_overlay(data, overlay)
-    # The token and the store's keys reach the containers through Compose's
-    # environment, never the file.
-    runtime.pass_values({"MAC_SD_TOKEN": scaleout.sd_token(cfg, data)})
+    # The store's keys reach the containers through Compose's environment, never the file.
     if not cfg.get("MAC_METRICS_STORE_URL"):
         runtime.pass_values(scaleout.store_keys(scaleout.folder(data)))
     return [path]

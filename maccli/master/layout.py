@@ -79,7 +79,7 @@ class Layout:
 
     @property
     def master(self) -> str:
-        """HOST:PORT of the master's http_sd and /metrics, for scale-out's scrapers."""
+        """HOST:PORT of the master's /metrics, for scale-out's scraper 0."""
         return f"{self.host('api-server')}:{self.api_port}" if self.docker else self.front_http
 
     @property

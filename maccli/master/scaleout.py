@@ -7,7 +7,8 @@ Instead of mac-prometheus the master then runs, from Debian's `victoria-metrics`
   MAC_METRICS_RETENTION; it also scrapes the scrapers (rule MacScraperDown). A site
   store (MAC_METRICS_STORE_URL) replaces it;
 - `scraper-K` for K in 0..N-1 (vmagent on MAC_SCRAPER_BASE_PORT + K): shard K of the
-  fleet, discovered from the master's http_sd, so one node's targets share a scraper;
+  fleet, read from the shard's targets files the sweep writes (scraping.targets), so
+  one node's targets share a scraper and a scraper needs nothing of the API;
 - `rules` (vmalert on MAC_RULES_PORT): MAC's rule files evaluated once, against the
   store, alerts sent to MAC's Alertmanager;
 - `prometheus` keeps its name and port (29090) but is the targets view
@@ -40,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from contract.atomicfile import write_atomically
-from maccli.master.layout import DOCKER_DATA, DOCKER_STORE_DATA, Layout
+from maccli.master.layout import DOCKER_DATA, DOCKER_STORE_DATA, DOCKER_TARGETS, Layout
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
 from node.config import NodeConfig
@@ -137,22 +138,6 @@ def _kept_secret(path: Path) -> str:
     return path.read_text().strip()
 
 
-def sd_token(cfg: NodeConfig, data: Path) -> str:
-    """MAC_SD_TOKEN, or one made once for this master (the scrapers' http_sd needs one)."""
-    given = cfg.get("MAC_SD_TOKEN")
-    if given:
-        return given
-    path = folder(data) / "sd_token"
-    try:
-        return _kept_secret(path)
-    except OSError as exc:
-        raise CliError(
-            f"cannot keep the scrapers' http_sd token in {path}: {exc}",
-            hint="Set one yourself, then run again:",
-            commands=["mac env set MAC_SD_TOKEN=<a long random string>"],
-        ) from None
-
-
 # The store's endpoints that change it or show its settings, each closed by a key of
 # its own (victoria-metrics' -*AuthKey flags): series deletion, snapshots, merges and
 # flushes, the query cache's reset, its configuration, flags and profiler. Its
@@ -198,8 +183,8 @@ def store_keys(work: Path) -> dict[str, str]:
 
 
 def env_overrides(cfg: NodeConfig, layout: Layout) -> dict[str, str]:
-    """What every master process must agree on in scale-out mode (MAC_SD_TOKEN aside:
-    the runtime hands it over, see sd_token).
+    """What every master process must agree on in scale-out mode (the sweep writes each
+    scraper's targets files for MAC_SCRAPE_SHARDS of them).
 
     MAC_PROMETHEUS_URL (queries) is the store; MAC_TARGETS_URL (who scrapes what, and
     each target's health) is the merged targets view on 29090.
@@ -314,8 +299,9 @@ def specs(
             f"-remoteWrite.maxDiskUsagePerURL={buffer}",
             # Its /metrics (scraped by the store), /health and /api/v1/targets (the view).
             f"-httpListenAddr={layout.listen}:{port}",
-            # The targets change at most once per sweep: look for changes as often.
-            f"-promscrape.httpSDCheckInterval={sd_check}",
+            # Its shard's targets files, written by the sweep: they change at most once
+            # per sweep, so look for changes as often (the default is every 5 minutes).
+            f"-promscrape.fileSDCheckInterval={sd_check}",
             # Parse each page as it arrives instead of whole: at 1,000 GPU nodes on a quiet
             # 2-core machine it held every scrape where the default missed 1,893 of
             # 16,000, for 0.3 GiB more (docs/benchmarks.md, Metrics at scale).
@@ -391,7 +377,8 @@ def store_data(data: Path) -> Path:
 ENGINE_ENVIRONMENT: dict[str, str | None] = {
     "GOGC": ENGINE_GOGC,  # see COST_ENV
     "MAC_DATA_DIR": str(DOCKER_DATA),
-    "MAC_SD_TOKEN": None,
+    # The sweep's targets files: each scraper reads its shard's (scraping.targets).
+    "MAC_SD_DIR": str(DOCKER_TARGETS),
     "MAC_METRICS_TOKEN": None,
     "MAC_SCRAPE_INTERVAL": None,
     "MAC_ALERT_FOR": None,
@@ -430,6 +417,9 @@ def compose_overlay(
             services["prometheus"] = {"entrypoint": [], "command": _escaped(spec.argv)}
             continue
         volumes = [f"mac-data:{DOCKER_DATA}"]
+        if spec.name.startswith("scraper-"):
+            # The sweep's targets files (the worker writes them): its shard's are read.
+            volumes.append(f"mac-targets:{DOCKER_TARGETS}")
         if spec.name == "store":
             volumes.append(f"{STORE_VOLUME}:{DOCKER_STORE_DATA}")
         if spec.argv[0] in programs:

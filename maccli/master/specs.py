@@ -315,7 +315,6 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
         # replace mac-prometheus, and every process reads metrics from the store.
         if not docker:
             env.update(scaleout.env_overrides(cfg, layout))
-            env["MAC_SD_TOKEN"] = scaleout.sd_token(cfg, data)
         specs = [spec for spec in specs if spec.name != "prometheus"]
         specs += scaleout.specs(
             cfg, layout, env, views_port=_host_port(cfg, layout, "prometheus"),

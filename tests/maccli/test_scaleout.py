@@ -37,7 +37,7 @@ from testkit.metrics_writes import PROBE, datasource_reads, send, spelled_writes
 from testkit.ports import free_port
 from testkit.processes import exited
 from testkit.simfleet import FleetThread, loopback_base, register_fleet
-from testkit.waiting import wait_for
+from testkit.waiting import http_status, wait_for
 
 NODES = 40
 SHARDS = 2
@@ -361,6 +361,33 @@ def test_one_killed_node_notifies_exactly_once(scale):
     # same labels: several more evaluation and group intervals must not bring a second one.
     time.sleep(10)
     assert len(firing()) == 1
+
+
+def test_a_node_back_online_is_scraped_again_while_the_api_is_down(scale):
+    index = 7
+    node = scale.fleet.nodes[index]
+    node_id = scale.nodes[node.hostname]["id"]
+    shard = shard_of(node_id, SHARDS)
+    scale.fleet.set_node_mode(index, "refuse")
+    wait_for(lambda: str(node_id) not in scale.scraper_nodes(shard), timeout=60,
+             what="the dead node out of its scraper's targets")  # fmt: skip
+    # The API server (gunicorn and its workers, one process group) stops answering; the
+    # worker's sweeps go on, and the scrapers read the files those sweeps write.
+    group = os.getpgid(scale.master.service_pid("api-server"))
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{scale.master.url}/health", timeout=2)
+        scale.fleet.set_node_mode(index, "answer")
+        wait_for(lambda: str(node_id) in scale.scraper_nodes(shard), timeout=30, interval=0.5,
+                 what="the node back in its scraper's targets with the API down")  # fmt: skip
+        up = f'up{{job="sys-exporter",node="{node_id}"}}'
+        wait_for(lambda: [r["value"][1] for r in scale.query(up)] == ["1"], timeout=30,
+                 interval=0.5, what="its heartbeat scraped into the store again")  # fmt: skip
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    wait_for(lambda: http_status(f"{scale.master.url}/health", timeout=5) in (200, 503),
+             timeout=60, what="the API answering again")  # fmt: skip
 
 
 def _scraper_pid(scale: ScaleOut, index: int) -> int:

@@ -110,14 +110,19 @@ def test_the_store_gets_its_keys_from_its_environment_never_its_command_line(tmp
     assert not any(k in spec.env for spec in others for k in keys)
 
 
-def test_it_makes_the_sd_token_once_and_keeps_it_private(tmp_path):
-    first = master_specs(_config(tmp_path, MAC_SCRAPE_SHARDS="2"))[0].env["MAC_SD_TOKEN"]
-    again = master_specs(_config(tmp_path, MAC_SCRAPE_SHARDS="2"))[0].env["MAC_SD_TOKEN"]
-    assert first == again and len(first) >= 32
-    token_file = tmp_path / "data" / "scaleout" / "sd_token"
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-    given = master_specs(_config(tmp_path, MAC_SCRAPE_SHARDS="2", MAC_SD_TOKEN="site-token"))
-    assert given[0].env["MAC_SD_TOKEN"] == "site-token"
+def test_the_scrapers_read_their_shares_of_the_sweeps_targets_files(tmp_path):
+    cfg = _config(tmp_path, MAC_SCRAPE_SHARDS="2", MAC_PROBE_INTERVAL="20")
+    specs = {spec.name: spec for spec in master_specs(cfg)}
+    for k in range(2):
+        argv = specs[f"scraper-{k}"].argv
+        # as often as the sweep rewrites them, not vmagent's default 5 minutes
+        assert "-promscrape.fileSDCheckInterval=20s" in argv
+        assert not any(arg.startswith("-promscrape.httpSD") for arg in argv)
+    # No process needs an http_sd token of its own any more: none is made.
+    assert not any("MAC_SD_TOKEN" in spec.env for spec in specs.values())
+    assert not (tmp_path / "data" / "scaleout" / "sd_token").exists()
+    # The worker writes the shares: it knows how many scrapers there are.
+    assert specs["worker"].env["MAC_SCRAPE_SHARDS"] == "2"
 
 
 def test_each_scraper_buffers_on_a_bounded_disk_while_the_store_is_away(tmp_path):
@@ -193,9 +198,11 @@ def test_under_docker_the_engines_reach_each_other_by_service_name(tmp_path):
     assert master_env["MAC_SCRAPER_URLS"] == "http://scraper-0:29430,http://scraper-1:29431"
     assert master_env["MAC_TARGETS_URL"] == "http://prometheus:29090"
     assert master_env["MAC_RULES_URL"] == "http://rules:29480"
-    # The http_sd token is passed through from mac's environment, never written down.
-    assert "MAC_SD_TOKEN" not in master_env
-    assert scraper["environment"]["MAC_SD_TOKEN"] is None
+    # Each scraper reads its share of the sweep's targets files on the targets volume.
+    assert "MAC_SD_TOKEN" not in master_env and "MAC_SD_TOKEN" not in scraper["environment"]
+    assert scraper["environment"]["MAC_SD_DIR"] == "/var/lib/mac-targets"
+    assert "mac-targets:/var/lib/mac-targets" in scraper["volumes"]
+    assert "mac-targets:/var/lib/mac-targets" not in services["store"]["volumes"]
     assert scraper["environment"]["GOGC"] == services["store"]["environment"]["GOGC"] == "100"
     # So are the store's keys, to the store alone.
     store = services["store"]
@@ -214,8 +221,7 @@ def test_compose_reads_the_overlay_over_the_master_file(tmp_path):
         ["docker-compose", "-p", "mac", "-f", str(REPO / "docker" / "docker-compose.master.yml"),
          "-f", str(path), "config"],
         capture_output=True, text=True, check=False, timeout=60,
-        env={"PATH": os.environ["PATH"], "MAC_SD_TOKEN": "passed-through",
-             "MAC_VM_deleteAuthKey": "delete-key-passed-through"},
+        env={"PATH": os.environ["PATH"], "MAC_VM_deleteAuthKey": "delete-key-passed-through"},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "passed-through" not in path.read_text()  # secrets stay out of the file
@@ -223,8 +229,7 @@ def test_compose_reads_the_overlay_over_the_master_file(tmp_path):
     assert merged["prometheus"]["entrypoint"] in ([], None)
     assert merged["prometheus"]["command"][:3] == ["python", "-m", "scraping.targetsview"]
     assert merged["api-server"]["environment"]["MAC_PROMETHEUS_URL"] == "http://store:29428"
-    assert merged["api-server"]["environment"]["MAC_SD_TOKEN"] == "passed-through"
-    assert merged["scraper-0"]["environment"]["MAC_SD_TOKEN"] == "passed-through"
+    assert merged["scraper-0"]["environment"]["MAC_SD_DIR"] == "/var/lib/mac-targets"
     assert merged["store"]["environment"]["MAC_VM_deleteAuthKey"] == "delete-key-passed-through"
     assert set(merged["store"]["networks"]) == {"master"}
 

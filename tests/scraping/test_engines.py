@@ -120,8 +120,10 @@ def _health(client) -> dict:
 
 
 def test_it_writes_a_scraper_config_per_shard_that_vmagent_accepts(tmp_path, settings):
-    settings.SD_TOKEN = "sd-token-for-tests"
+    settings.SD_TOKEN = ""  # the scrapers read files: no http_sd token needed
     settings.SCRAPE_INTERVAL = "5s"
+    settings.SD_DIR = tmp_path / "targets"
+    (settings.SD_DIR / "shard-0-of-3").mkdir(parents=True)  # MAC_SCRAPE_SHARDS was 3
     for shard in (0, 1):
         out = tmp_path / f"scraper-{shard}.yml"
         call_command("scaleout_config", "--scraper", str(shard), "--of", "2",
@@ -129,9 +131,11 @@ def test_it_writes_a_scraper_config_per_shard_that_vmagent_accepts(tmp_path, set
         config = yaml.safe_load(out.read_text())
         jobs = {job["job_name"]: job for job in config["scrape_configs"]}
         assert ("mac-master" in jobs) is (shard == 0)  # the master's series exist once
-        sd = jobs["sys-exporter"]["http_sd_configs"][0]
-        assert sd["url"].endswith(f"/api/v1/sd/sys-exporter?shard={shard}&of=2")
-        assert Path(sd["authorization"]["credentials_file"]).read_text() == "sd-token-for-tests"
+        (sd,) = jobs["sys-exporter"]["file_sd_configs"]
+        folder = settings.SD_DIR / f"shard-{shard}-of-2"
+        assert sd == {"files": [str(folder / "sys-exporter.json")]}
+        # Its files are there before the first sweep, so vmagent starts clean.
+        assert (folder / "sys-exporter.json").read_text() == "[]\n"
         assert config["global"]["external_labels"] == {"mac_shard": f"{shard}/2"}
         # vmagent itself parses it strictly.
         checked = subprocess.run(
@@ -139,17 +143,51 @@ def test_it_writes_a_scraper_config_per_shard_that_vmagent_accepts(tmp_path, set
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The shares of the old number of scrapers are gone; nobody reads them.
+    assert sorted(p.name for p in settings.SD_DIR.iterdir() if p.is_dir()) == [
+        "shard-0-of-2", "shard-1-of-2",
+    ]  # fmt: skip
 
 
-def test_it_refuses_a_scraper_config_without_the_sd_token(tmp_path, settings):
+def test_a_scraper_on_another_host_reads_the_masters_http_sd(tmp_path, settings):
     from django.core.management.base import CommandError
 
+    settings.SD_TOKEN = "sd-token-for-tests"
+    settings.SD_DIR = tmp_path / "targets"
+    out = tmp_path / "remote" / "scraper-1.yml"
+    out.parent.mkdir()
+    call_command("scaleout_config", "--scraper", "1", "--of", "2", "--http-sd",
+                 "--master", "master.example:28080", "--out", str(out))  # fmt: skip
+    config = yaml.safe_load(out.read_text())
+    (sd,) = {job["job_name"]: job for job in config["scrape_configs"]}["sys-exporter"][
+        "http_sd_configs"
+    ]
+    assert sd["url"] == "http://master.example:28080/api/v1/sd/sys-exporter?shard=1&of=2"
+    assert Path(sd["authorization"]["credentials_file"]).read_text() == "sd-token-for-tests"
+    assert "refresh_interval" not in sd  # vmagent refuses it: its flag says how often
+    assert not settings.SD_DIR.exists()  # no files of its own on the master's disk
+    checked = subprocess.run(
+        ["vmagent", f"-promscrape.config={out}", "-dryRun"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     settings.SD_TOKEN = ""
-    with pytest.raises(CommandError, match="MAC_SD_TOKEN"):
-        call_command("scaleout_config", "--scraper", "0", "--of", "2",
-                     "--master", "127.0.0.1:28080", "--out", str(tmp_path / "s.yml"))  # fmt: skip
+    with pytest.raises(CommandError, match="--http-sd reads the master's http_sd, which needs"):
+        call_command("scaleout_config", "--scraper", "0", "--of", "2", "--http-sd",
+                     "--master", "127.0.0.1:28080", "--out", str(out))  # fmt: skip
+
+
+def test_it_names_a_bad_scraper_flag_and_an_unwritable_targets_folder(tmp_path, settings):
+    from django.core.management.base import CommandError
+
     with pytest.raises(CommandError, match="--scraper"):
         call_command("scaleout_config", "--scraper", "2", "--of", "2",
+                     "--master", "127.0.0.1:28080", "--out", str(tmp_path / "s.yml"))  # fmt: skip
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    settings.SD_DIR = blocker / "targets"
+    with pytest.raises(CommandError, match=r"cannot write the targets files in .*not-a-folder"):
+        call_command("scaleout_config", "--scraper", "0", "--of", "2",
                      "--master", "127.0.0.1:28080", "--out", str(tmp_path / "s.yml"))  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from scraping.targets import (
     ensure_target_files,
     node_targets,
     render_targets,
+    shard_of,
     write_targets,
 )
 
@@ -178,3 +179,48 @@ def test_the_cluster_name_labels_every_group(tmp_path):
     for service in ("sys-exporter", "nic-exporter"):
         groups = json.loads((tmp_path / f"{service}.json").read_text())
         assert {group["labels"]["cluster_name"] for group in groups} == {"train-a"}
+
+
+def test_scale_out_shares_split_the_whole_files_by_node(tmp_path):
+    nodes = [row(n, f"10.0.0.{n}") for n in range(1, 21)]
+    write_targets(nodes, tmp_path, shards=3)
+    whole = listed((tmp_path / "sys-exporter.json").read_bytes())
+    shares = [listed((tmp_path / f"shard-{k}-of-3" / "sys-exporter.json").read_bytes())
+              for k in range(3)]  # fmt: skip
+    # each node in one share, and only one
+    assert sorted(a for share in shares for a in share) == sorted(whole) and len(whole) == 20
+    for k, addresses in enumerate(shares):
+        assert addresses, "20 nodes leave no shard of 3 empty"
+        assert {shard_of(int(a.split(":")[0].rsplit(".", 1)[1]), 3) for a in addresses} == {k}
+    # The labels are the whole file's, so a series is the same whoever scraped it.
+    share = json.loads((tmp_path / "shard-0-of-3" / "nic-exporter.json").read_text())
+    assert share and all(group in json.loads(render_targets(nodes)["nic-exporter"])
+                         for group in share)  # fmt: skip
+
+
+def test_a_change_rewrites_only_its_nodes_share(tmp_path):
+    nodes = [row(n, f"10.0.0.{n}") for n in range(1, 21)]
+    write_targets(nodes, tmp_path, shards=3)
+    nodes[4] = forwarding_off(5, "10.0.0.5")  # node 5 goes Offline
+
+    changed = write_targets(nodes, tmp_path, shards=3)
+
+    k = shard_of(5, 3)
+    assert changed == [
+        "sys-exporter", "dcgm-exporter", f"shard-{k}-of-3/sys-exporter",
+        f"shard-{k}-of-3/dcgm-exporter",
+    ]  # fmt: skip
+
+
+def test_ensure_makes_each_shares_files_and_removes_another_counts(tmp_path):
+    write_targets([row(1, "10.0.0.1")], tmp_path, shards=3)
+    created = ensure_target_files(tmp_path, 2)
+    assert "shard-1-of-2/sys-exporter" in created and "sys-exporter" not in created
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
+        "shard-0-of-2", "shard-1-of-2",
+    ]  # fmt: skip
+    assert (tmp_path / "shard-0-of-2" / "bmc-agent.json").read_text() == "[]\n"
+    # Back to one Prometheus: no share is left to read.
+    ensure_target_files(tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((tmp_path / "sys-exporter.json").read_text()) != []

@@ -84,7 +84,9 @@ class Command(BaseCommand):
         http_sd = self._http_sd(options, masters[0] if masters else LOCAL_MASTER, out)
         if http_sd is None:
             try:
-                ensure_target_files(sd_dir)  # Prometheus starts cleanly with "[]" files
+                # Prometheus starts cleanly with "[]" files; scale-out's shares stay while
+                # this master runs in that mode (a Prometheus of the site's own, by hand).
+                ensure_target_files(sd_dir, settings.SCRAPE_SHARDS)
             except OSError as exc:
                 raise CommandError(f"cannot create the targets directory {sd_dir}: {exc}") from None
         text = render_prometheus_yaml(

@@ -1,12 +1,16 @@
 """`manage.py scaleout_config`: the files of scale-out mode's engines (MAC_SCRAPE_SHARDS).
 
     --scraper K --of N --master HOST:PORT --out FILE   shard K's vmagent configuration
+                                                       (and its targets files, "[]" until
+                                                       the first sweep, in MAC_SD_DIR)
+        [--http-sd]                                    for a scraper on another host: its
+                                                       share from the master's http_sd
     --store-scrape FILE --scrapers A,B,...             what the store scrapes (the scrapers)
     --rules DIR                                        the rule files vmalert loads
 
 Each service of `mac start master` runs the one it needs before it starts, so the
 files are always written from the settings in effect (MAC_SCRAPE_INTERVAL,
-MAC_ALERT_FOR, MAC_RUNBOOK_BASE_URL, MAC_SD_TOKEN, MAC_METRICS_TOKEN).
+MAC_ALERT_FOR, MAC_RUNBOOK_BASE_URL, MAC_SD_DIR, MAC_METRICS_TOKEN).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from scraping.promconfig import (
     shipped_rule_names,
     with_promql_meaning,
 )
+from scraping.targets import ensure_target_files
 
 
 class Command(BaseCommand):
@@ -37,8 +42,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--scraper", help="this scraper's shard K (0..N-1)")
         parser.add_argument("--of", help="the number N of scrapers")
-        parser.add_argument("--master", help="HOST:PORT of the master's http_sd (its front door)")
+        parser.add_argument(
+            "--master", help="HOST:PORT of the master's /metrics (shard 0 scrapes it)"
+        )
         parser.add_argument("--out", help="file to write the scraper's configuration to")
+        parser.add_argument(
+            "--http-sd",
+            action="store_true",
+            help="for a scraper on another host: read the master's http_sd, not the files",
+        )
         parser.add_argument("--store-scrape", help="file to write the store's own scrape to")
         parser.add_argument("--scrapers", help="HOST:PORT of each scraper, comma-separated")
         parser.add_argument("--rules", help="folder to write the rule files vmalert loads to")
@@ -64,19 +76,35 @@ class Command(BaseCommand):
             raise CommandError(f"--{name}: {exc}") from None
         if not options["master"] or not options["out"]:
             raise CommandError("--scraper needs --master HOST:PORT and --out FILE")
-        if not settings.SD_TOKEN:
-            raise CommandError(
-                "scrapers discover their nodes through http_sd, which needs MAC_SD_TOKEN: "
-                "`mac start master` makes one; elsewhere set MAC_SD_TOKEN and run this again."
-            )
         out = Path(options["out"])
-        token = write_secret(out.parent / "sd_token", settings.SD_TOKEN)
         metrics = (
             write_secret(out.parent / "metrics_token", settings.METRICS_TOKEN)
             if settings.METRICS_TOKEN
             else None
         )
-        self._write(out, dump(scraper_config(shard, of, options["master"], token, metrics)))
+        if options["http_sd"]:
+            self._write(out, dump(self._remote_scraper(shard, of, options["master"], out, metrics)))
+            return
+        sd_dir = Path(settings.SD_DIR)
+        try:
+            # The scraper starts with its files there, "[]" until the first sweep.
+            ensure_target_files(sd_dir, of)
+        except OSError as exc:
+            raise CommandError(f"cannot write the targets files in {sd_dir}: {exc}") from None
+        config = scraper_config(shard, of, options["master"], metrics, sd_dir=str(sd_dir))
+        self._write(out, dump(config))
+
+    def _remote_scraper(
+        self, shard: int, of: int, master: str, out: Path, metrics: str | None
+    ) -> dict:
+        """A scraper on another host: its share from the master's http_sd, with the token."""
+        if not settings.SD_TOKEN:
+            raise CommandError(
+                "--http-sd reads the master's http_sd, which needs MAC_SD_TOKEN (or the "
+                "metrics token): set MAC_SD_TOKEN on the master, restart it, run this again."
+            )
+        token = write_secret(out.parent / "sd_token", settings.SD_TOKEN)
+        return scraper_config(shard, of, master, metrics, sd_token_file=token)
 
     def _rules(self, folder: Path) -> None:
         try:
