@@ -1,9 +1,12 @@
-"""What a master's containers need to know of slurm.conf: where slurmctld is, and munge's socket.
+"""What a master's containers need to know of slurm.conf: where slurmctld and slurmdbd are,
+and munge's socket.
 
 Slurm's tools in MAC's image read the cluster's own slurm.conf, mounted from the host.
-Two of its lines decide whether they can reach the controller from a container: the
+Three of its lines decide whether they can reach Slurm's daemons from a container: the
 controllers (`SlurmctldHost=name` or `name(address)`, or the older `ControlMachine` with
-`ControlAddr`, and their backups) and munge's socket (`AuthInfo=socket=PATH`, else
+`ControlAddr`, and their backups), the accounting daemon sacct asks
+(`AccountingStorageHost`, Slurm's default `localhost`, and its backup, where
+`AccountingStorageType` is slurmdbd) and munge's socket (`AuthInfo=socket=PATH`, else
 munge's default). As slurm.conf(5) has it: keys are case-insensitive, spaces may stand
 around `=`, a value may be quoted, `#` starts a comment, a line ending in `\\` goes on
 on the next, and `Include` reads another file (relative to slurm.conf's folder);
@@ -20,14 +23,17 @@ from pathlib import Path
 DEFAULT_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 _MAX_INCLUDES = 8
 _PAIR = re.compile(r'([A-Za-z][\w.]*)\s*=\s*("[^"]*"|\S+)')
+# Slurm's AccountingStorageHost where slurm.conf names none.
+DEFAULT_ACCOUNTING_HOST = "localhost"
 # Names that mean "this machine" wherever they are looked up, a container included.
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
 @dataclass(frozen=True)
 class Controller:
-    """One slurmctld: the name slurm.conf gives it, and its address where it says one
-    (an IP address, or a host name of the control network)."""
+    """One Slurm daemon's host (slurmctld, or slurmdbd for accounting): the name
+    slurm.conf gives it, and its address where it says one (an IP address, or a host
+    name of the control network)."""
 
     name: str
     address: str | None = None
@@ -59,6 +65,8 @@ class SlurmConf:
     path: Path
     controllers: tuple[Controller, ...]
     munge_socket: Path
+    # slurmdbd and its backup, where accounting goes through it (sacct asks it); else ()
+    accounting: tuple[Controller, ...] = ()
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -97,7 +105,8 @@ def _controller(value: str) -> Controller:
 
 
 def read_slurm_conf(path: Path) -> SlurmConf:
-    """The controllers and munge's socket of the slurm.conf at `path` (OSError if unreadable)."""
+    """The controllers, slurmdbd and munge's socket of the slurm.conf at `path` (OSError
+    if unreadable)."""
     pairs = _pairs(path)
     values = dict(pairs)
     controllers = [_controller(value) for key, value in pairs if key == "slurmctldhost"]
@@ -110,4 +119,11 @@ def read_slurm_conf(path: Path) -> SlurmConf:
         key, sep, value = option.partition("=")
         if sep and key.strip().lower() == "socket" and value.strip():
             socket = Path(value.strip())
-    return SlurmConf(path, tuple(controllers), socket)
+    accounting = []
+    if "slurmdbd" in values.get("accountingstoragetype", "").lower():
+        accounting.append(
+            Controller(values.get("accountingstoragehost") or DEFAULT_ACCOUNTING_HOST)
+        )
+        if values.get("accountingstoragebackuphost"):
+            accounting.append(Controller(values["accountingstoragebackuphost"]))
+    return SlurmConf(path, tuple(controllers), socket, tuple(accounting))

@@ -17,7 +17,11 @@ they need the same three things, taken from the host's slurm.conf (SLURM_CONF) w
   its own loopback, as Debian's 127.0.1.1, becomes the host's gateway address). A
   loopback address or `localhost` in slurm.conf cannot be reached from a container:
   with the drain on, `mac start master` says so rather than start a worker that cannot
-  drain; with it off (job reads only) it warns.
+  drain; with it off (job reads only) it warns;
+- slurmdbd's address, for sacct (the jobs that started and ended between two reads of
+  slurmctld), likewise resolved on the host; named by this machine itself (Slurm's
+  default `localhost`) it is out of the containers' reach, and `mac start master`
+  warns: slurmctld's reads go on, those short jobs are not seen.
 
 Without a slurm.conf at SLURM_CONF nothing is mounted, as the process runtime then
 does not talk to Slurm either.
@@ -101,7 +105,7 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
             hint="mac-worker mounts the cluster's slurm.conf from this host; make it readable:",
             commands=[f"ls -l {path}"],
         ) from None
-    conf = SlurmConf(path, conf.controllers, conf.munge_socket.resolve())
+    conf = SlurmConf(path, conf.controllers, conf.munge_socket.resolve(), conf.accounting)
     local = [c for c in conf.controllers if c.loopback]
     if local:
         named = ", ".join(f"{c.name}({c.address})" if c.address else c.name for c in local)
@@ -122,14 +126,29 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
                     "mac env set MAC_SLURM_DRAIN=off && mac restart master",
                 ],
             )
-    hosts = []
-    for controller in conf.controllers:
-        if controller.ip or controller.loopback or not controller.target:
+    _warn_local_accounting(conf)
+    hosts: list[str] = []
+    for daemon in (*conf.controllers, *conf.accounting):
+        if daemon.ip or daemon.loopback or not daemon.target:
             continue
-        address = _resolved(controller.target)
+        address = _resolved(daemon.target)
         if address is None:
             continue  # the containers' resolver may know it; `mac doctor` tells
         if ipaddress.ip_address(address).is_loopback:
             address = HOST_GATEWAY
-        hosts.append(f"{controller.target}:{address}")
+        if f"{daemon.target}:{address}" not in hosts:
+            hosts.append(f"{daemon.target}:{address}")
     return SlurmAccess(conf, tuple(hosts))
+
+
+def _warn_local_accounting(conf: SlurmConf) -> None:
+    """slurmdbd named by this machine itself: sacct in mac-worker cannot reach it."""
+    local = [host.target for host in conf.accounting if host.loopback]
+    if local:
+        output.warn(
+            f"{conf.path} names slurmdbd by this machine itself ({', '.join(local)}; "
+            "AccountingStorageHost, Slurm's default localhost where unset): sacct in "
+            "mac-worker cannot reach it, so jobs that start and end between two reads of "
+            "slurmctld are not seen under Docker. Set AccountingStorageHost to this "
+            "host's name or address (slurmdbd listening there), then: mac restart master"
+        )

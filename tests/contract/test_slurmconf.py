@@ -79,3 +79,17 @@ def test_this_machine_by_name_is_loopback_too_and_a_host_name_address_is_its_tar
     assert Controller("localhost").loopback and Controller("head", "LOCALHOST").loopback
     assert Controller("ctl", "ctl-ib").target == "ctl-ib" and not Controller("ctl", "ctl-ib").ip
     assert Controller("ctl", "10.0.0.1").ip and Controller("10.0.0.1").ip
+
+
+def test_slurmdbd_where_accounting_goes_through_it_localhost_by_default(tmp_path):
+    text = "SlurmctldHost=ctl\nAccountingStorageType=accounting_storage/slurmdbd\n"
+    conf = read_slurm_conf(_conf(tmp_path, text))
+    assert conf.accounting == (Controller("localhost"),) and conf.accounting[0].loopback
+    conf = read_slurm_conf(
+        _conf(tmp_path, text + "AccountingStorageHost=dbd01\nAccountingStorageBackupHost=dbd02\n")
+    )
+    assert conf.accounting == (Controller("dbd01"), Controller("dbd02"))
+    # No slurmdbd (no accounting, or to a text file): sacct asks nobody, nothing to reach.
+    assert read_slurm_conf(_conf(tmp_path, "SlurmctldHost=ctl\n")).accounting == ()
+    other = "AccountingStorageType=accounting_storage/none\nAccountingStorageHost=db\n"
+    assert read_slurm_conf(_conf(tmp_path, other)).accounting == ()

@@ -125,3 +125,19 @@ def test_a_slurm_conf_in_a_system_folder_is_mounted_alone_and_links_are_followed
     resolved = slurm_access(_config(SLURM_CONF=str(link)))
     assert resolved.environment == {"SLURM_CONF": str(real)}
     assert resolved.volumes[0] == f"{real.parent}:{real.parent}:ro"
+
+
+def test_slurmdbd_is_resolved_on_the_host_and_localhost_is_a_warning(tmp_path, monkeypatch, capsys):
+    conf = _slurm_conf(tmp_path, "ctl01", "AccountingStorageType=accounting_storage/slurmdbd\n")
+    monkeypatch.setattr(slurmaccess, "_resolved", {"ctl01": "10.4.0.1", "dbd": "127.0.1.1"}.get)
+    cfg = _config(SLURM_CONF=str(conf), MAC_SLURM_DRAIN="on")
+    access = slurm_access(cfg)  # Slurm's default localhost: the drain works, sacct cannot
+    assert access.hosts == ("ctl01:10.4.0.1",)
+    warned = capsys.readouterr().err
+    assert "names slurmdbd by this machine itself (localhost;" in warned
+    assert "jobs that start and end between two reads of slurmctld are not seen" in warned
+    with conf.open("a") as more:
+        more.write("AccountingStorageHost=dbd\n")
+    # The host's own name (Debian's 127.0.1.1): reached on the containers' gateway.
+    assert slurm_access(cfg).hosts == ("ctl01:10.4.0.1", "dbd:host-gateway")
+    assert "slurmdbd" not in capsys.readouterr().err
