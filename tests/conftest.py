@@ -35,6 +35,23 @@ def netns_marks(*tools: str, slow: bool = True) -> list[pytest.MarkDecorator]:
     return [*marks, pytest.mark.slow] if slow else marks
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Mark this run's environment, before xdist starts its workers, and stop what a
+    killed earlier run left running (testkit.leftovers)."""
+    from testkit.leftovers import mark_this_run, stop_leftovers
+
+    ours = mark_this_run()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the run that started this worker looked already
+    stopped = stop_leftovers(ours)
+    if stopped:
+        print(
+            f"stopped {len(stopped)} process(es) a killed earlier test run left:\n  "
+            + "\n  ".join(stopped),
+            file=sys.stderr,
+        )
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The data and static folders, made the way `mac start master` makes them.
 
