@@ -12,6 +12,11 @@ aiohttp clients logged in through the real login form.
    broadcast_node_changes call); we time from just before the UPDATE to the
    moment the last client has the message. Median and p99 over many rounds,
    with 200 clients beside 1 client as the baseline.
+3. Open node pages: each reads its GPU rows (`/nodes/<id>/gpus.html`, 8 GPUs with
+   their verdicts and the Slurm jobs holding them) every GPU_POLL seconds, as node.js
+   does. N pages are N / GPU_POLL requests a second, spread evenly over the window; we
+   time each and count the server's CPU seconds over the window (psutil), beside no
+   open page as the baseline, so the cost of one more open page can be read.
 
 Results go to docs/benchmarks.md (section "dashboard").
 """
@@ -38,6 +43,11 @@ from testkit import dashboard_servers as servers  # noqa: E402
 from testkit.processes import stop_process  # noqa: E402
 
 PAGE_RUNS = 15
+# node.js reads the GPU rows every 30 s (and after a push); the sizes of open node pages.
+GPU_POLL = 30.0
+OPEN_PAGES = (0, 100, 300, 1000)
+GPU_WINDOW = 30.0
+GPU_NODES = 1000  # nodes given 8 GPUs' rows and jobs; each open page shows one of them
 WS_ROUNDS = 40
 BIG_BATCH = 500  # a sweep in which 5 % of 10,000 nodes changed
 MARKER = re.compile(r'"status_detail": ?"(bench-[0-9]+-[0-9]+-[0-9]+)"')
@@ -78,18 +88,26 @@ async def time_page(session: aiohttp.ClientSession, url: str, runs: int) -> dict
     return {"ttfb": ttfb, "total": total, "bytes": size}
 
 
-async def measure_pages(base: str, label: str) -> list[str]:
+async def measure_pages(
+    base: str, label: str, *, gpu_node: int | None = None, only_gpus: bool = False
+) -> list[str]:
     rows = []
     jar = aiohttp.CookieJar(unsafe=True)
+    pages = [
+        ("login page (baseline, no nodes read)", "/accounts/login/"),
+        ("fleet page `/`", "/"),
+        ("fleet JSON `/fleet.json`", "/fleet.json"),
+        ("filtered page `/?status=offline&search=node-a`", "/?status=offline&search=node-a"),
+        ("last page `/?page=last`", "/?page=100000"),
+    ]
+    if only_gpus:
+        pages = [
+            ("node page `/nodes/<id>/` (8 GPUs, 4 held by a job)", f"/nodes/{gpu_node}/"),
+            ("its GPU rows `/nodes/<id>/gpus.html`", f"/nodes/{gpu_node}/gpus.html"),
+        ]
     async with aiohttp.ClientSession(cookie_jar=jar) as session:
         await log_in(session, base)
-        for name, path in [
-            ("login page (baseline, no nodes read)", "/accounts/login/"),
-            ("fleet page `/`", "/"),
-            ("fleet JSON `/fleet.json`", "/fleet.json"),
-            ("filtered page `/?status=offline&search=node-a`", "/?status=offline&search=node-a"),
-            ("last page `/?page=last`", "/?page=100000"),
-        ]:
+        for name, path in pages:
             if "login" in name:
                 # a fresh anonymous session: the login page for someone logged out
                 async with aiohttp.ClientSession() as anon:
@@ -172,6 +190,91 @@ async def measure_live(base: str, clients: int, rounds: int, node_ids: list[int]
     return {"last": last, "median_client": median_client, "lost": lost}
 
 
+def give_gpus(count: int) -> list[int]:
+    """The first `count` GPU nodes get 8 GPUs' verdict rows (one GPU of every tenth node
+    unhealthy with evidence) and a running Slurm job on 4 of them, as a busy cluster's."""
+    from django.utils import timezone
+
+    from contract.verdicts import Evidence, EvidenceSource, HealthAction, HealthState
+    from inventory.models import GpuHealth, Node
+    from scheduler.models import Job, JobGpu
+
+    now = timezone.now()
+    nodes = list(Node.objects.exclude(gpu_vendor="none").order_by("id")[:count])
+    rows, jobs = [], []
+    for n, node in enumerate(nodes):
+        for index in range(8):
+            evidence = []
+            if n % 10 == 0 and index == 3:
+                uuid, words = f"GPU-{node.pk:06d}-{index}", "XID 79: GPU has fallen off the bus"
+                item = Evidence(EvidenceSource.XID, "xid:79", words, HealthState.UNHEALTHY,
+                                HealthAction.REBOOT, now.timestamp(), str(index), uuid,
+                                f"1650{node.pk:06d}{index}")  # fmt: skip
+                evidence = [item.as_dict()]
+            rows.append(GpuHealth(
+                node=node, index=index, uuid=f"GPU-{node.pk:06d}-{index}",
+                serial=f"1650{node.pk:06d}{index}", vendor=node.gpu_vendor,
+                state=HealthState.UNHEALTHY if evidence else HealthState.HEALTHY,
+                action=HealthAction.REBOOT if evidence else HealthAction.NONE,
+                evidence=evidence,
+            ))  # fmt: skip
+        jobs.append(Job(job_id=100000 + n, name="train", user=f"user{n % 40}", state="RUNNING",
+                        nodes=[node.hostname], gpu_count=4, started=now))  # fmt: skip
+    GpuHealth.objects.bulk_create(rows, batch_size=2000)
+    Job.objects.bulk_create(jobs, batch_size=2000)
+    by_id = {job.job_id: job for job in Job.objects.filter(job_id__gte=100000)}
+    held = [
+        JobGpu(job=by_id[100000 + n], node=node, slurm_node=node.hostname, index=i, since=now)
+        for n, node in enumerate(nodes)
+        for i in range(4)
+    ]
+    JobGpu.objects.bulk_create(held, batch_size=2000)
+    return [node.pk for node in nodes]
+
+
+async def measure_gpu_polling(base: str, server_pid: int, pages: int, node_ids: list[int]) -> dict:
+    """`pages` open node pages for GPU_WINDOW seconds: each reads its GPU rows every
+    GPU_POLL s, the reads spread evenly; latencies (ms) and the server's CPU seconds."""
+    import psutil
+
+    server = psutil.Process(server_pid)
+
+    def cpu() -> float:
+        times = server.cpu_times()
+        return times.user + times.system + times.children_user + times.children_system
+
+    rate = pages / GPU_POLL
+    count = int(rate * GPU_WINDOW)
+    latencies: list[float] = []
+    failed = 0
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with aiohttp.ClientSession(cookie_jar=jar) as session:
+        await log_in(session, base)
+
+        async def one(path: str) -> None:
+            nonlocal failed
+            start = time.perf_counter()
+            async with session.get(base + path) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    failed += 1
+            latencies.append((time.perf_counter() - start) * 1000)
+
+        before, started = cpu(), time.monotonic()
+        tasks = []
+        for k in range(count):
+            # page k reads at its own moment of the interval, as pages opened at random do
+            await asyncio.sleep(max(0.0, started + k / rate - time.monotonic()))
+            node = node_ids[k % len(node_ids)]
+            tasks.append(asyncio.create_task(one(f"/nodes/{node}/gpus.html")))
+        await asyncio.sleep(max(0.0, started + GPU_WINDOW - time.monotonic()))
+        await asyncio.gather(*tasks)
+        seconds = time.monotonic() - started
+        used = cpu() - before
+    return {"requests": count, "latencies": latencies, "failed": failed,
+            "cpu": used / seconds, "seconds": seconds}  # fmt: skip
+
+
 async def run(args: argparse.Namespace) -> str:
     from inventory.models import Node
 
@@ -191,6 +294,13 @@ async def run(args: argparse.Namespace) -> str:
         ids = await asyncio.to_thread(
             lambda: list(Node.objects.order_by("id").values_list("id", flat=True)[:BIG_BATCH])
         )
+        progress(f"GPU rows for {GPU_NODES} nodes, then open node pages reading them")
+        gpu_ids = await asyncio.to_thread(give_gpus, GPU_NODES)
+        page_rows += await measure_pages(base, "10,000", gpu_node=gpu_ids[0], only_gpus=True)
+        polling = {}
+        for pages in OPEN_PAGES:
+            progress(f"{pages} open node pages, {GPU_WINDOW:.0f} s")
+            polling[pages] = await measure_gpu_polling(base, proc.pid, pages, gpu_ids)
         results = {}
         for clients, batch in ((1, 1), (200, 1), (1, BIG_BATCH), (200, BIG_BATCH)):
             progress(f"live updates with {clients} clients, {batch} changes per sweep")
@@ -216,6 +326,17 @@ async def run(args: argparse.Namespace) -> str:
             "| nodes | request | TTFB median | TTFB p99 | total median | payload KiB |",
             "|---|---|---|---|---|---|",
             *page_rows,
+            "",
+            f"Open node pages, each reading its GPU rows every {GPU_POLL:.0f} s as the page "
+            f"does (`/nodes/<id>/gpus.html`; {GPU_NODES:,} nodes with 8 GPUs' verdicts, 4 "
+            f"held by a running job; 10,000 nodes registered), {GPU_WINDOW:.0f} s each, the "
+            "reads spread evenly; the server's CPU over the window (user + system, cores), "
+            "the row with no open page as the baseline:",
+            "",
+            "| open pages | reads/s | reads | median ms | p95 ms | p99 ms | failed | "
+            "server CPU cores | above baseline | CPU ms per read |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *gpu_rows(polling),
             "",
             f"Live updates: {args.rounds} rounds; each round UPDATEs one node and calls "
             "broadcast_node_changes as the sweep does; latency from just before the UPDATE "
@@ -250,6 +371,23 @@ async def run(args: argparse.Namespace) -> str:
             "baseline from the same run.",
         ]
     )
+
+
+def gpu_rows(polling: dict[int, dict]) -> list[str]:
+    idle = polling[0]["cpu"]
+    rows = []
+    for pages, res in polling.items():
+        lat = res["latencies"]
+        above = res["cpu"] - idle
+        per_read = above * res["seconds"] / res["requests"] * 1000 if res["requests"] else None
+        rows.append(
+            f"| {pages:,} | {pages / GPU_POLL:.1f} | {res['requests']:,} | "
+            + (f"{median(lat):.1f} | {percentile(lat, 95):.1f} | {percentile(lat, 99):.1f} | "
+               if lat else "- | - | - | ")
+            + f"{res['failed']} | {res['cpu']:.3f} | {above:+.3f} | "
+            + (f"{per_read:.1f} |" if per_read is not None else "- |")
+        )  # fmt: skip
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
