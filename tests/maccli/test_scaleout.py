@@ -390,6 +390,48 @@ def test_a_node_back_online_is_scraped_again_while_the_api_is_down(scale):
              timeout=60, what="the API answering again")  # fmt: skip
 
 
+def test_vmalerts_end_of_one_incident_never_ends_the_next(scale):
+    """Down, back, down again within vmalert's memory of the resolved alert: the rule's
+    end of the first incident, which vmalert sends on, carries the first down_since, so
+    the second incident's alert stays firing in Alertmanager and is never resolved."""
+    index = 11
+    host = scale.fleet.nodes[index].hostname
+
+    def incidents(status: str) -> list[str]:
+        return [
+            alert["labels"]["down_since"]
+            for note in scale.webhook.matching(lambda body: True)
+            for alert in note.body["alerts"]
+            if alert["status"] == status
+            and alert["labels"].get("alertname") == "MacNodeOffline"
+            and alert["labels"].get("hostname") == host
+        ]
+
+    try:
+        scale.fleet.set_node_mode(index, "refuse")
+        first = wait_for(lambda: incidents("firing"), timeout=90, interval=0.5,
+                         what="the first incident's notification")[0]  # fmt: skip
+        scale.fleet.set_node_mode(index, "answer")
+        wait_for(lambda: first in incidents("resolved"), timeout=90, interval=0.5,
+                 what="the first incident's end")  # fmt: skip
+        scale.fleet.set_node_mode(index, "refuse")
+        second = wait_for(lambda: [d for d in incidents("firing") if d != first], timeout=90,
+                          interval=0.5, what="the second incident's notification")[0]  # fmt: skip
+        # Several evaluation rounds (2 s) and group intervals (2 s) in which vmalert keeps
+        # sending the first incident's end.
+        time.sleep(15)
+        query = urllib.parse.urlencode(
+            [("filter", 'alertname="MacNodeOffline"'), ("filter", f'hostname="{host}"')]
+        )
+        held = scale.master.get_json(f"{scale.master.am_url}/api/v2/alerts?{query}")
+        active = [a["labels"]["down_since"] for a in held if a["status"]["state"] == "active"]
+        assert active == [second]
+        assert second not in incidents("resolved")
+        assert incidents("firing").count(second) == 1  # and paged once
+    finally:
+        scale.fleet.set_node_mode(index, "answer")
+
+
 def _scraper_pid(scale: ScaleOut, index: int) -> int:
     path = scale.master.root / "state" / "master" / f"scraper-{index}.pid"
     return json.loads(path.read_text())["pid"]
