@@ -127,6 +127,13 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
                 ],
             )
     _warn_local_accounting(conf)
+    if conf.munge_socket.parent in SYSTEM_FOLDERS:
+        output.warn(
+            f"munge's socket {conf.munge_socket} is mounted into mac-worker alone (its "
+            "folder is the system's): when munged restarts it makes a new one, which the "
+            "worker does not see until `mac restart master`. A socket in a folder of its "
+            "own (munged's default /run/munge) has no such step."
+        )
     hosts: list[str] = []
     for daemon in (*conf.controllers, *conf.accounting):
         if daemon.ip or daemon.loopback or not daemon.target:

@@ -109,8 +109,17 @@ def check_slurm(ctx: CheckContext) -> CheckResult:
             f"mac-worker has no {conf}: it was started before it existed. {said[:200]}",
             "mac restart master    # mounts the host's slurm.conf into mac-worker",
         )
+    munge = "munge" in said.lower() or "authentication" in said.lower()
+    if where and ping.returncode != 0 and munge:
+        # The host's munged signs for the worker through the socket mounted at its start;
+        # a munged restarted since made a new one (the old mount, a lone file, is stale).
+        return _result(
+            CheckStatus.FAIL,
+            f"mac-worker cannot have its requests signed by this host's munged: {said[:300]}",
+            "sudo systemctl status munge    # munged runs here, with the cluster's key\n"
+            "mac restart master    # mac-worker mounts munge's socket as it is now",
+        )
     if ping.returncode != 0 or " is UP" not in ping.stdout:
-        munge = "munge" in said.lower() or "authentication" in said.lower()
         return _result(
             CheckStatus.FAIL,
             f"slurmctld does not answer (SLURM_CONF={conf}): {said[:300] or 'no answer'}",

@@ -141,3 +141,15 @@ def test_slurmdbd_is_resolved_on_the_host_and_localhost_is_a_warning(tmp_path, m
     # The host's own name (Debian's 127.0.1.1): reached on the containers' gateway.
     assert slurm_access(cfg).hosts == ("ctl01:10.4.0.1", "dbd:host-gateway")
     assert "slurmdbd" not in capsys.readouterr().err
+
+
+def test_a_munge_socket_alone_in_a_system_folder_is_mounted_with_a_warning(tmp_path, capsys):
+    conf = _slurm_conf(tmp_path, "ctl01(10.4.0.1)", "AuthInfo=socket=/run/munge.sock\n")
+    access = slurm_access(_config(SLURM_CONF=str(conf)))
+    assert "/run/munge.sock:/run/munge.sock:ro" in access.volumes
+    warned = capsys.readouterr().err
+    assert "munge's socket /run/munge.sock is mounted into mac-worker alone" in warned
+    assert "mac restart master" in warned
+    conf.write_text("SlurmctldHost=ctl01(10.4.0.1)\n")  # munged's own folder: no warning
+    slurm_access(_config(SLURM_CONF=str(conf)))
+    assert "munge" not in capsys.readouterr().err

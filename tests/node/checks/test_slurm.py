@@ -171,6 +171,12 @@ def test_a_process_master_with_docker_installed_but_no_worker_container_asks_the
             "mac-worker has no ",
             "mac restart master",
         ),
+        (
+            'scontrol: error: Munge encode failed: Failed to access "/run/munge.socket": '
+            "No such file or directory (retrying ...)",
+            "mac-worker cannot have its requests signed by this host's munged: ",
+            "sudo systemctl status munge",
+        ),
     ],
 )
 def test_under_docker_what_keeps_the_worker_from_slurm_is_named(tmp_path, said, detail, fix):
