@@ -173,6 +173,18 @@ class SystemdUnits:
         self._systemctl("daemon-reload")
 
 
+def isolation_unit_left(get: Callable[[str], str | None]) -> Path | None:
+    """The master's isolation unit an earlier start installed, where `mac` may no longer
+    touch systemd (MAC_SYSTEMD=no, or no longer root): it stays enabled and keeps putting
+    rules back at boot until someone removes it."""
+    try:
+        units = settings.values(get)["MAC_SYSTEMD_UNIT_DIR"]
+    except settings.SettingError:
+        return None
+    path = Path(units) / ISOLATION_UNIT
+    return path if path.exists() else None
+
+
 def systemd_units(get: Callable[[str], str | None]) -> SystemdUnits | None:
     """The units to use under MAC_SYSTEMD (auto | yes | no), or None for plain supervisord."""
     read = settings.values(get)

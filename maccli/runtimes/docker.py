@@ -140,6 +140,7 @@ class DockerRuntime(Runtime):
         project: str = COMPOSE_PROJECT,
         profiles: list[str] | None = None,
         systemd: SystemdUnits | None = None,
+        left_unit: Path | None = None,
     ) -> None:
         self.compose_dir = Path(compose_dir or default_compose_dir())
         # run_command's 10 s default (what runtime selection hands over) would cut a
@@ -147,8 +148,10 @@ class DockerRuntime(Runtime):
         self.run = run_long if run is run_command else run
         self.remove_stale = remove_stale
         self.project = project
-        # Where systemd runs: the boot-time unit that puts the master's rules back.
+        # Where systemd runs: the boot-time unit that puts the master's rules back. Where
+        # `mac` may not touch it, the one an earlier start left (maccli.systemd).
         self.systemd = systemd
+        self.left_unit = left_unit
         # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).
         self.profiles = list(profiles or [])
         # The agent's network mode (maccli.agent.network sets it); None: no overlay. And
@@ -354,6 +357,14 @@ class DockerRuntime(Runtime):
     def _isolate_at_boot(self, network: str) -> None:
         """The rules live in the kernel only; Docker restarts the containers at boot by
         itself, so a unit puts the rules back then (maccli.systemd)."""
+        if self.systemd is None and self.left_unit is not None:
+            output.warn(
+                f"{ISOLATION_UNIT}, installed by an earlier start, stays enabled and puts "
+                "the rules back at boot; mac no longer touches systemd here (not root, or "
+                "MAC_SYSTEMD=no). To have none: sudo systemctl disable "
+                f"{ISOLATION_UNIT} && sudo rm {self.left_unit}"
+            )
+            return
         if self.systemd is None:
             output.warn(
                 "At boot Docker restarts the master's containers, not MAC's rules: run "

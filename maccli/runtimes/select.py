@@ -7,7 +7,7 @@ from maccli.runtimes.base import Runtime
 from maccli.runtimes.docker import DockerRuntime
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import LOG_BACKUPS, LOG_MAX_BYTES
-from maccli.systemd import systemd_units
+from maccli.systemd import isolation_unit_left, systemd_units
 from node.config import NodeConfig
 from node.runner import Runner, run_command
 
@@ -15,6 +15,11 @@ from node.runner import Runner, run_command
 def docker_answers(run: Runner = run_command) -> bool:
     """A working engine, not merely a client: `docker info` must succeed."""
     return run(["docker", "info", "--format", "{{.ServerVersion}}"]).returncode == 0
+
+
+def _docker(cfg: NodeConfig, run: Runner, remove_stale: bool, units) -> DockerRuntime:
+    left = isolation_unit_left(cfg.get) if units is None else None
+    return DockerRuntime(run=run, remove_stale=remove_stale, systemd=units, left_unit=left)
 
 
 def choose_runtime(
@@ -37,7 +42,7 @@ def choose_runtime(
     if choice == "process":
         return process
     if choice == "docker":
-        return DockerRuntime(run=run, remove_stale=remove_stale, systemd=units)
+        return _docker(cfg, run, remove_stale, units)
     if choice != "auto":
         raise CliError(
             f"unknown runtime {choice!r}.",
@@ -48,5 +53,5 @@ def choose_runtime(
     if process.has_state(role):
         return process
     if docker_answers(run):
-        return DockerRuntime(run=run, remove_stale=remove_stale, systemd=units)
+        return _docker(cfg, run, remove_stale, units)
     return process

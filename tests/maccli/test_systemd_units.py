@@ -30,6 +30,7 @@ from maccli.systemd import (
     systemd_units,
     unit_name,
 )
+from node.config import NodeConfig
 from node.runner import CommandResult
 from testkit.ports import free_port
 
@@ -225,6 +226,26 @@ def test_without_systemd_a_docker_master_says_to_start_it_after_each_boot(tmp_pa
     DockerRuntime(tmp_path, run=_Engine())._isolate("master")
     said = capsys.readouterr()
     assert "run `mac start master` after each boot" in said.out + said.err
+
+
+def test_with_mac_systemd_no_a_unit_left_by_an_earlier_start_is_named(tmp_path, capsys):
+    from maccli.runtimes.select import choose_runtime
+    from testkit.macenv import scratch_mac_env
+
+    units_dir = tmp_path / "units"
+    units_dir.mkdir()
+    left = units_dir / ISOLATION_UNIT
+    left.write_text("[Unit]\n")
+    env = scratch_mac_env(tmp_path, MAC_SYSTEMD="no", MAC_SYSTEMD_UNIT_DIR=str(units_dir))
+    runtime = choose_runtime(NodeConfig.load(environ=env), "master", "docker", run=_Engine())
+    assert runtime.systemd is None and runtime.left_unit == left
+    runtime._isolate("master")
+    said = capsys.readouterr()
+    words = said.out + said.err
+    assert f"{ISOLATION_UNIT}, installed by an earlier start, stays enabled" in words
+    assert f"sudo systemctl disable {ISOLATION_UNIT} && sudo rm {left}" in words
+    assert "after each boot" not in words  # the unit does put them back
+    assert left.exists()  # mac leaves systemd alone, as MAC_SYSTEMD=no asks
 
 
 def test_a_master_stop_whose_unit_systemd_will_not_remove_still_stops(tmp_path, capsys):
