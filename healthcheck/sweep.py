@@ -55,6 +55,7 @@ from healthcheck.verdicts import observe
 from inventory.choices import EventKind, NodeStatus, StatusReason
 from inventory.live import broadcast_node_changes
 from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
+from inventory.services.contention import atomic_again
 from inventory.services.health import HealthChanges, drop_overtaken, judge_health, save_health
 from scheduler.tasks import queue_drain_pass
 from scraping.targets import write_targets
@@ -229,9 +230,12 @@ def _drop_stale(judgement: Judgement) -> None:
       forget, or that retried chunk): left out, and judged afresh by the next sweep
       (inventory.services.health.drop_overtaken).
 
-    The rows about to change either way are locked, in id order (so writers that lock
-    the same way never deadlock), and read once. Both kinds of change are few per
-    sweep, so this costs one small SELECT ... FOR UPDATE when there are any.
+    The rows about to change either way are locked, in id order, and read once; the
+    sweep's other updates then lock the rest in the database's order, so a writer
+    locking several of them at once can still meet it in a deadlock, which
+    save_fenced runs again. Usually few change; after a fleet-wide reboot or an agent
+    upgrade every GPU node's answer does, and the lock covers them all, without
+    holding up the rows that point at them (FOR NO KEY UPDATE).
     """
     moving = {
         row["id"]: row["previous_status"] for row in judgement.changed if row["status_changed"]
@@ -243,7 +247,7 @@ def _drop_stale(judgement: Judgement) -> None:
     for start in range(0, len(ids), ID_CHUNK):
         current.update(
             (node_id, (status, digest))
-            for node_id, status, digest in Node.objects.select_for_update()
+            for node_id, status, digest in Node.objects.select_for_update(no_key=True)
             .filter(id__in=ids[start : start + ID_CHUNK])
             .order_by("id")
             .values_list("id", "status", "health_digest")
@@ -365,12 +369,17 @@ def save_fenced(judgement: Judgement, now: datetime, fence: Fence) -> None:
     check: a write that rolls back pushes nothing, and a commit that then fails only
     pushes unchanged nodes, which is harmless.
     """
-    with transaction.atomic():
+
+    def save() -> None:
         save_changes(judgement, now)
         fence.check()
         changed = judgement.changed_ids
         if changed:
             get_redis().sadd(PENDING_KEY, *changed)
+
+    # An admin's action on several of these nodes may hold one of their rows: the
+    # database gives one side up, and this side runs again (inventory.services.contention).
+    atomic_again(save, "the sweep's write")
 
 
 def probe_and_save(

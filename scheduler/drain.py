@@ -131,7 +131,9 @@ def mac_reason(node: MacNode) -> str:
     line = " ".join(node.evidence.split())  # one line, whatever the evidence held
     if not line:
         line = f"GPU {node.state}; {node.action}"
-    return f"{MAC_REASON_PREFIX} {line}"[:REASON_LIMIT]
+    # Slurm keeps the reason without trailing spaces: a cut that ends on one must not
+    # make MAC's reason differ from the one Slurm shows, and be written again each pass.
+    return f"{MAC_REASON_PREFIX} {line}"[:REASON_LIMIT].rstrip()
 
 
 def hold_of(node: SlurmNode) -> Hold:

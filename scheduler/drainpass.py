@@ -38,7 +38,17 @@ from inventory.services import node_verdicts
 from inventory.services.scheduling import clear_slurm_view, save_slurm_view
 from scheduler import link
 from scheduler.config import NodeNameMap, slurm_client, slurm_configured
-from scheduler.drain import ACTIONS, Decision, MacNode, Plan, Policy, Step, hold_of, plan
+from scheduler.drain import (
+    ACTIONS,
+    REASON_LIMIT,
+    Decision,
+    MacNode,
+    Plan,
+    Policy,
+    Step,
+    hold_of,
+    plan,
+)
 from scheduler.drain import state_words as slurm_state_words
 from scheduler.models import DrainRecord
 from scheduler.slurm import (
@@ -209,12 +219,6 @@ def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) ->
                 client.reboot_asap(name, step.reason)
             else:
                 client.resume(name)
-        except SlurmUnreachable as exc:
-            link.failed(_words(exc))
-            result.error = str(exc)
-            log.warning("drain: slurmctld stopped answering: %s", exc)
-            outcome.extend(s for s in plan_.steps[index:] if s.decision not in ACTIONS)
-            return outcome
         except SlurmUnknownNode:
             outcome.append(
                 Step(step.node, Decision.UNKNOWN, step.reason,
@@ -230,6 +234,14 @@ def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) ->
                      f"Slurm refused to {verb} {name}: {exc.detail}{fix}")
             )  # fmt: skip
             continue
+        except SlurmError as exc:
+            # slurmctld stopped answering (or the tool went away, or said what we cannot
+            # read): stop here; what was done is recorded, what is left waits.
+            link.failed(_words(exc))
+            result.error = str(exc)
+            log.warning("drain: stopped before %s %s: %s", step.decision, name, exc)
+            outcome.extend(s for s in plan_.steps[index:] if s.decision not in ACTIONS)
+            return outcome
         log.info("drain: %s %s (%s)", step.decision, name, step.reason)
         result.done.append(step)
         outcome.append(step)
@@ -270,7 +282,8 @@ def record(
         node = step.node
         decided.add(node.id)
         record_ = records.get(node.id)
-        key = (str(step.decision), step.reason, dry_run)
+        # As the record keeps it: someone else's reason (a held node's) may be longer.
+        key = (str(step.decision), step.reason[:REASON_LIMIT], dry_run)
         acted = step.decision in ACTIONS and not dry_run
         if not acted and record_ and (record_.decision, record_.reason, record_.dry_run) == key:
             continue  # the same refusal or dry-run decision as last time: said once already

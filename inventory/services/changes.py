@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from inventory.choices import EventKind
 from inventory.models import GpuFault, Node, NodeEvent
+from inventory.services.contention import atomic_again
 from inventory.services.events import (
     announce_maintenance_on_commit,
     new_event,
@@ -55,7 +56,8 @@ def set_maintenance_of(
 ) -> list[Node]:
     """set_maintenance() for many nodes, one push; returns the nodes it changed."""
     nodes = list(nodes)
-    with transaction.atomic():
+
+    def switch() -> list[Node]:
         # Locked in id order, so that two admins acting on overlapping sets cannot
         # deadlock; only rows that still have the old value change (and get an event).
         pending = Node.objects.select_for_update().filter(
@@ -74,7 +76,10 @@ def set_maintenance_of(
         )
         push_on_commit(changed)
         announce_maintenance_on_commit((node.pk for node in changed), deferred)
-    return changed
+        return changed
+
+    # A sweep writing the same rows may hold one of them (inventory.services.contention).
+    return atomic_again(switch, "maintenance")
 
 
 def reset_node_key(node: Node, *, actor: str) -> None:
@@ -153,7 +158,8 @@ def forget_gpu_faults(node: Node, index: int, *, actor: str) -> tuple[str, int] 
     if gpu is None:
         return None
     identity = gpu.serial or gpu.uuid
-    with transaction.atomic():
+
+    def forget() -> int:
         Node.objects.filter(pk=node.pk).update(health_digest=forgotten_mark())
         forgotten = GpuFault.objects.filter(gpu=identity).delete()[0] if identity else 0
         record_event(
@@ -164,14 +170,17 @@ def forget_gpu_faults(node: Node, index: int, *, actor: str) -> tuple[str, int] 
             actor=actor,
             data={"index": index, "gpu": identity, "forgotten": forgotten},
         )
-    return identity, forgotten
+        return forgotten
+
+    return identity, atomic_again(forget, "the forget of fault history")
 
 
 def forget_fault_rows(rows, *, actor: str) -> int:
     """Delete fault-history rows picked in the admin, as forget_gpu_faults does for one
     GPU: each node concerned gets an event and is judged afresh at its next sweep."""
     picked = list(rows.select_related("node"))
-    with transaction.atomic():
+
+    def forget() -> None:
         by_node: dict[int, list[GpuFault]] = {}
         for row in picked:
             if row.node_id is not None:
@@ -181,11 +190,12 @@ def forget_fault_rows(rows, *, actor: str) -> int:
         holders = Node.objects.filter(
             Q(pk__in=list(by_node)) | Q(gpus__serial__in=identities) | Q(gpus__uuid__in=identities)
         )
-        # Locked in id order, as the sweep locks them: no deadlock between the two.
+        # Locked in id order, before the fault rows (as the sweep writes fault rows after
+        # its node rows); a sweep that locks them otherwise makes this run again.
         ids = sorted(set(holders.values_list("pk", flat=True)))
-        list(Node.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk"))
+        locked = Node.objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
+        list(locked.values_list("pk"))
         Node.objects.filter(pk__in=ids).update(health_digest=forgotten_mark())
-        # After the nodes' locks, as the sweep takes them before it writes fault rows.
         GpuFault.objects.filter(pk__in=[row.pk for row in picked]).delete()
         NodeEvent.objects.bulk_create(
             new_event(
@@ -199,4 +209,6 @@ def forget_fault_rows(rows, *, actor: str) -> int:
             )
             for faults in by_node.values()
         )
+
+    atomic_again(forget, "the forget of fault history")
     return len(picked)

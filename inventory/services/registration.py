@@ -27,6 +27,7 @@ from contract.master_api import REPORTED_FIELDS
 from inventory.choices import EventKind, GpuVendor
 from inventory.models import Node, NodeEvent
 from inventory.services.changes import remove_node
+from inventory.services.contention import unreachable
 from inventory.services.events import push_on_commit, record_event
 from inventory.services.keys import new_node_key, node_key_matches
 
@@ -137,20 +138,13 @@ def register_node(
             # A deadlock (PostgreSQL) or a busy database (SQLite) under heavy
             # contention: the whole lookup is safe to repeat after a short pause.
             # A server that cannot be reached is no contention: fail at once (503).
-            if attempt == _MAX_ATTEMPTS or _unreachable(exc):
+            if attempt == _MAX_ATTEMPTS or unreachable(exc):
                 raise
             time.sleep(0.02 * attempt)
     raise RegistrationError(
         f"could not register {reg.hostname}: it kept conflicting with concurrent "
         "registrations; retry in a few seconds."
     )
-
-
-def _unreachable(exc: OperationalError) -> bool:
-    """No server answered (refused, timed out, no pooled connection): psycopg reports
-    those without an SQLSTATE, unlike a deadlock (40P01) or a serialization failure."""
-    cause = exc.__cause__
-    return cause is not None and hasattr(cause, "sqlstate") and cause.sqlstate is None
 
 
 def _locked(**lookup) -> Node | None:
