@@ -457,18 +457,21 @@ class Engine:
         env0 = {**self.base_env, **self.engine_specs[0].env}
         for argv in self.first:
             self._run(argv, env0)
-        self.sd_dir.mkdir(parents=True, exist_ok=True)
-        for job, lines in groups.items():  # what the sweep writes: whole, and each share
-            (self.sd_dir / f"{job}.json").write_bytes(dump_groups([line for _, line in lines]))
-            for shard in range(self.shards):
-                folder = shard_folder(self.sd_dir, shard, self.shards)
-                folder.mkdir(parents=True, exist_ok=True)
-                mine = [line for i, line in lines if shard_of(i, self.shards) == shard]
-                (folder / f"{job}.json").write_bytes(dump_groups(mine))
         for spec in self.engine_specs:
             env = {**self.base_env, **spec.env}
             for argv in spec.prestart:
                 self._run(argv, env)
+            # What the sweep writes, whole and each share (after the prestart, which
+            # writes the shares from an inventory the bench does not fill).
+            self.sd_dir.mkdir(parents=True, exist_ok=True)
+            for job, lines in groups.items():
+                all_lines = [line for _, line in lines]
+                (self.sd_dir / f"{job}.json").write_bytes(dump_groups(all_lines))
+                for shard in range(self.shards):
+                    folder = shard_folder(self.sd_dir, shard, self.shards)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    mine = [line for i, line in lines if shard_of(i, self.shards) == shard]
+                    (folder / f"{job}.json").write_bytes(dump_groups(mine))
             self._add_host_job(spec)
             argv, env = edited(spec.argv, env, self.edits, spec.name)
             log = (self.work / f"{spec.name}.log").open("w")

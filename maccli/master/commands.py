@@ -76,7 +76,10 @@ def _scaleout_overlay(
     programs = scaleout.host_programs(cfg) if starting else []
     overlay = scaleout.compose_overlay(engines, scaleout.env_overrides(cfg, layout), programs)
     path = scaleout.write_overlay(data, overlay)
-    # The store's keys reach the containers through Compose's environment, never the file.
+    # The store's keys (and an earlier release's http_sd token) reach the containers
+    # through Compose's environment, never the file.
+    if not cfg.get("MAC_SD_TOKEN") and scaleout.kept_sd_token(data):
+        runtime.pass_values({"MAC_SD_TOKEN": scaleout.kept_sd_token(data)})
     if not cfg.get("MAC_METRICS_STORE_URL"):
         runtime.pass_values(scaleout.store_keys(scaleout.folder(data)))
     return [path]

@@ -138,6 +138,16 @@ def _kept_secret(path: Path) -> str:
     return path.read_text().strip()
 
 
+def kept_sd_token(data: Path) -> str:
+    """The http_sd token an earlier release made for this master in scale-out mode, where
+    MAC_SD_TOKEN is not set: scrapers on other hosts may still send it, so the API keeps
+    taking it (a new master makes none; http_sd then takes the metrics token)."""
+    try:
+        return (folder(data) / "sd_token").read_text().strip()
+    except OSError:
+        return ""
+
+
 # The store's endpoints that change it or show its settings, each closed by a key of
 # its own (victoria-metrics' -*AuthKey flags): series deletion, snapshots, merges and
 # flushes, the query cache's reset, its configuration, flags and profiler. Its

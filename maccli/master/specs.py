@@ -315,6 +315,8 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
         # replace mac-prometheus, and every process reads metrics from the store.
         if not docker:
             env.update(scaleout.env_overrides(cfg, layout))
+            if not cfg.get("MAC_SD_TOKEN") and scaleout.kept_sd_token(data):
+                env["MAC_SD_TOKEN"] = scaleout.kept_sd_token(data)
         specs = [spec for spec in specs if spec.name != "prometheus"]
         specs += scaleout.specs(
             cfg, layout, env, views_port=_host_port(cfg, layout, "prometheus"),

@@ -123,6 +123,11 @@ def test_the_scrapers_read_their_shares_of_the_sweeps_targets_files(tmp_path):
     assert not (tmp_path / "data" / "scaleout" / "sd_token").exists()
     # The worker writes the shares: it knows how many scrapers there are.
     assert specs["worker"].env["MAC_SCRAPE_SHARDS"] == "2"
+    # The token an earlier release made is still taken: scrapers elsewhere may send it.
+    (tmp_path / "data" / "scaleout").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "data" / "scaleout" / "sd_token").write_text("made-by-an-earlier-release\n")
+    specs = {spec.name: spec for spec in master_specs(cfg)}
+    assert specs["api-server"].env["MAC_SD_TOKEN"] == "made-by-an-earlier-release"
 
 
 def test_each_scraper_buffers_on_a_bounded_disk_while_the_store_is_away(tmp_path):

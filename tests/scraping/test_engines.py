@@ -7,6 +7,7 @@ the store reports free, a dead scraper a vmagent that was stopped.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -119,11 +120,15 @@ def _health(client) -> dict:
     return response.json()
 
 
+@pytest.mark.django_db
 def test_it_writes_a_scraper_config_per_shard_that_vmagent_accepts(tmp_path, settings):
+    from testkit.factories import online_gpu_node
+
     settings.SD_TOKEN = ""  # the scrapers read files: no http_sd token needed
     settings.SCRAPE_INTERVAL = "5s"
     settings.SD_DIR = tmp_path / "targets"
     (settings.SD_DIR / "shard-0-of-3").mkdir(parents=True)  # MAC_SCRAPE_SHARDS was 3
+    nodes = [online_gpu_node(f"gpu-{n:02d}", f"10.0.0.{n}") for n in range(1, 9)]
     for shard in (0, 1):
         out = tmp_path / f"scraper-{shard}.yml"
         call_command("scaleout_config", "--scraper", str(shard), "--of", "2",
@@ -134,8 +139,13 @@ def test_it_writes_a_scraper_config_per_shard_that_vmagent_accepts(tmp_path, set
         (sd,) = jobs["sys-exporter"]["file_sd_configs"]
         folder = settings.SD_DIR / f"shard-{shard}-of-2"
         assert sd == {"files": [str(folder / "sys-exporter.json")]}
-        # Its files are there before the first sweep, so vmagent starts clean.
-        assert (folder / "sys-exporter.json").read_text() == "[]\n"
+        # Its share is there before the first sweep at this number of scrapers, as the
+        # inventory has it: no gap in the metrics while the worker catches up.
+        listed = {
+            g["labels"]["node"] for g in json.loads((folder / "sys-exporter.json").read_text())
+        }
+        assert listed == {str(n.pk) for n in nodes if shard_of(n.pk, 2) == shard}
+        assert (folder / "bmc-agent.json").read_text() == "[]\n"  # a job none of them runs
         assert config["global"]["external_labels"] == {"mac_shard": f"{shard}/2"}
         # vmagent itself parses it strictly.
         checked = subprocess.run(
@@ -177,6 +187,7 @@ def test_a_scraper_on_another_host_reads_the_masters_http_sd(tmp_path, settings)
                      "--master", "127.0.0.1:28080", "--out", str(out))  # fmt: skip
 
 
+@pytest.mark.django_db
 def test_it_names_a_bad_scraper_flag_and_an_unwritable_targets_folder(tmp_path, settings):
     from django.core.management.base import CommandError
 

@@ -1,8 +1,8 @@
 """`manage.py scaleout_config`: the files of scale-out mode's engines (MAC_SCRAPE_SHARDS).
 
     --scraper K --of N --master HOST:PORT --out FILE   shard K's vmagent configuration
-                                                       (and its targets files, "[]" until
-                                                       the first sweep, in MAC_SD_DIR)
+                                                       (and the shares' targets files, in
+                                                       MAC_SD_DIR, from the inventory)
         [--http-sd]                                    for a scraper on another host: its
                                                        share from the master's http_sd
     --store-scrape FILE --scrapers A,B,...             what the store scrapes (the scrapers)
@@ -19,10 +19,12 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from contract.atomicfile import write_atomically
+from inventory.models import Node
 from scraping.engines import SCALEOUT_RULES, dump, scraper_config, store_scrape_config
-from scraping.httpsd import ShardError, parse_shard
+from scraping.httpsd import TARGET_FIELDS, ShardError, parse_shard
 from scraping.management.commands.prometheus_config import write_secret
 from scraping.promconfig import (
     RulesError,
@@ -31,7 +33,7 @@ from scraping.promconfig import (
     shipped_rule_names,
     with_promql_meaning,
 )
-from scraping.targets import ensure_target_files
+from scraping.targets import ensure_target_files, write_targets
 
 
 class Command(BaseCommand):
@@ -85,14 +87,26 @@ class Command(BaseCommand):
         if options["http_sd"]:
             self._write(out, dump(self._remote_scraper(shard, of, options["master"], out, metrics)))
             return
-        sd_dir = Path(settings.SD_DIR)
+        # Absolute: vmagent reads a relative file_sd path from the config file's folder.
+        sd_dir = Path(settings.SD_DIR).resolve()
         try:
-            # The scraper starts with its files there, "[]" until the first sweep.
-            ensure_target_files(sd_dir, of)
+            self._targets(sd_dir, of)
         except OSError as exc:
             raise CommandError(f"cannot write the targets files in {sd_dir}: {exc}") from None
         config = scraper_config(shard, of, options["master"], metrics, sd_dir=str(sd_dir))
         self._write(out, dump(config))
+
+    def _targets(self, sd_dir: Path, of: int) -> None:
+        """The shares of `of` scrapers as the inventory has them now, so that a scraper
+        (the first, or one of a new number of them) starts with its targets rather than
+        nothing until the worker's next sweep; "[]" where the database cannot say."""
+        try:
+            rows = list(Node.objects.order_by().values(*TARGET_FIELDS))
+        except DatabaseError as exc:
+            self.stderr.write(f"the inventory is not readable ({exc}); the sweep writes them")
+        else:
+            write_targets(rows, sd_dir, cluster_name=settings.CLUSTER_NAME, shards=of)
+        ensure_target_files(sd_dir, of)  # and no share of another number of scrapers
 
     def _remote_scraper(
         self, shard: int, of: int, master: str, out: Path, metrics: str | None
