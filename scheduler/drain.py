@@ -92,6 +92,7 @@ class MacNode:
     maintenance: bool = False
     boot_id: str = ""
     rebooted_boot: str = ""  # the boot MAC asked Slurm to reboot ("?" when unknown)
+    wrote: str = ""  # the reason MAC last wrote into Slurm for it ("" when not known)
 
     @property
     def unhealthy(self) -> bool:
@@ -203,6 +204,16 @@ def plan(
                     )
                 )  # fmt: skip
             continue
+        if hold_of(found) is Hold.MAC and _edited(node, found):
+            if node.unhealthy and not node.maintenance:
+                result.steps.append(
+                    Step(
+                        node, Decision.HELD, found.reason,
+                        f"Not changed: {found.name}'s reason is MAC's as someone edited it "
+                        f"({found.reason}); MAC leaves it, and its resume, to them",
+                    )
+                )  # fmt: skip
+            continue
         if node.maintenance:
             continue
         if hold_of(found) is Hold.MAC:
@@ -232,6 +243,14 @@ def plan(
         else:
             result.steps.append(Step(node, Decision.DRAIN, reason, reason))
     return result
+
+
+def _edited(node: MacNode, found: SlurmNode) -> bool:
+    """A `MAC:` reason that is neither the one MAC last wrote nor the one it would write
+    now: someone added to it ("...; RMA 1234, keep drained"). MAC neither overwrites nor
+    resumes that. Where MAC's last reason is not known (the node registered anew), the
+    prefix alone says whose it is."""
+    return bool(node.wrote) and found.reason not in (node.wrote, mac_reason(node))
 
 
 def _may_reboot(node: MacNode, policy: Policy) -> bool:

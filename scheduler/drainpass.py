@@ -61,6 +61,8 @@ from scheduler.slurm import (
 )
 
 log = logging.getLogger(__name__)
+# The decisions whose reason MAC wrote into Slurm.
+WROTE = frozenset({Decision.DRAIN, Decision.REASON, Decision.REBOOT})
 
 ACTOR = "mac-drain"
 BUDGET_KEY = "scheduler:drain:budget"
@@ -178,6 +180,13 @@ def _words(exc: SlurmError) -> str:
     return f"{' '.join(exc.command)}: {exc.detail}" if exc.detail else str(exc)
 
 
+def _written(record: DrainRecord | None) -> str:
+    """The reason MAC last wrote into Slurm for the node, where its record says so."""
+    if record is None or record.dry_run or record.decision not in WROTE:
+        return ""
+    return record.reason
+
+
 def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacNode]:
     """Every MAC node with its verdict (inventory.services.node_verdicts), for the plan."""
     nodes = []
@@ -196,6 +205,7 @@ def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacN
                 maintenance=row["maintenance"],
                 boot_id=row["boot_id"],
                 rebooted_boot=record.rebooted_boot if record else "",
+                wrote=_written(record),
             )
         )
     return nodes

@@ -132,6 +132,35 @@ def test_an_escalated_verdict_rewrites_only_macs_own_reason():
     assert plan([sick(1)], cluster(3, n=drained), set(), ON).steps == []  # same words: nothing
 
 
+def test_macs_reason_someone_added_to_is_theirs_to_resume():
+    wrote = f"MAC: {XID79}"
+    edited = slurm(1, "idle", ("DRAIN",), f"{wrote} -- RMA 1234, keep drained", "ops")
+    # Healed: MAC resumes its own drain, never the one someone added to.
+    healed = mac(1, streak=10, wrote=wrote)
+    assert plan([healed], cluster(3, n=edited), set(), ON).steps == []
+    ours = slurm(1, "idle", ("DRAIN",), wrote, "root")
+    [step] = plan([healed], cluster(3, n=ours), set(), ON).steps
+    assert step.decision is Decision.RESUME
+    # Still unhealthy, with new words: MAC's own reason is brought up to date, an edited
+    # one is left (and said, once, in the node's history).
+    worse = sick(1, action=HealthAction.INSPECT_HARDWARE, evidence="XID 79 again", wrote=wrote)
+    [step] = plan([worse], cluster(3, n=edited), set(), ON).steps
+    assert step.decision is Decision.HELD and "RMA 1234" in step.why
+    [step] = plan([worse], cluster(3, n=ours), set(), ON).steps
+    assert step.decision is Decision.REASON
+    # MAC's last words unknown (the node registered anew): the prefix says whose it is.
+    [step] = plan([mac(1, streak=10)], cluster(3, n=edited), set(), ON).steps
+    assert step.decision is Decision.RESUME
+
+
+def test_a_reason_cut_at_the_limit_ends_as_slurm_keeps_it():
+    words = "x" * 494 + " tail"  # the 500-character cut ends on the space
+    reason = mac_reason(sick(1, evidence=words))
+    assert len(reason) == 499 and not reason.endswith(" ")
+    drained = slurm(1, "idle", ("DRAIN",), reason, "root")  # Slurm keeps it so
+    assert plan([sick(1, evidence=words)], cluster(3, n=drained), set(), ON).steps == []
+
+
 def test_the_budget_counts_macs_drains_in_effect_and_drains_the_oldest_first():
     nodes = [sick(i, since=2000.0 - i) for i in range(5)] + [mac(i) for i in range(5, 20)]
     result = plan(nodes, cluster(20), set(), ON)

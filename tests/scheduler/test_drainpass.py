@@ -1,0 +1,56 @@
+"""What the drain pass records (scheduler.drainpass.record), on the database alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.drainpolicy import DrainBudget, DrainMode
+from contract.verdicts import HealthAction, HealthState
+from inventory.choices import EventKind
+from scheduler.drain import Decision, MacNode, Policy, Step
+from scheduler.drainpass import PassResult, load_nodes, record
+from scheduler.models import DrainRecord
+from testkit.factories import make_node
+
+pytestmark = pytest.mark.django_db
+ON = Policy(DrainMode.ON, DrainBudget(share=0.1))
+
+
+def _mac(node) -> MacNode:
+    return MacNode(
+        id=node.pk, hostname=node.hostname, slurm_name=node.hostname,
+        state=HealthState.UNHEALTHY, action=HealthAction.REBOOT, evidence="XID 79", streak=1,
+        since=0.0,
+    )  # fmt: skip
+
+
+def test_an_administrators_long_reason_is_recorded_once_and_stops_nothing():
+    held, sick = make_node("gpu-01"), make_node("gpu-02")
+    ticket = "drained for ticket 4711: " + "the whole story of the fault, pasted. " * 20
+    assert len(ticket) > 500
+    steps = [
+        Step(_mac(held), Decision.HELD, ticket, f"Not drained: gpu-01 is drained: {ticket}"),
+        Step(_mac(sick), Decision.DRAIN, "MAC: XID 79", "MAC: XID 79"),
+    ]
+    records: dict = {}
+
+    events = record(steps, records, [], ON, PassResult())
+
+    # Both reached the nodes' histories: the long reason did not stop the pass.
+    assert [e.kind for e in events] == [EventKind.SLURM_NOT_DRAINED, EventKind.SLURM_DRAIN]
+    assert DrainRecord.objects.get(node=held).reason == ticket[:500]
+    # The same refusal next pass: said once already.
+    assert record(steps[:1], records, [], ON, PassResult()) == []
+
+
+def test_the_reason_mac_wrote_is_what_the_next_plan_knows():
+    node = make_node("gpu-03")
+    record([Step(_mac(node), Decision.DRAIN, "MAC: XID 79", "")], {}, [], ON, PassResult())
+    records = {r.node_id: r for r in DrainRecord.objects.all()}
+
+    class Names:
+        def to_slurm(self, hostname: str) -> str:
+            return hostname
+
+    (loaded,) = [n for n in load_nodes(Names(), records) if n.id == node.pk]
+    assert loaded.wrote == "MAC: XID 79"
