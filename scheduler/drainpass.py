@@ -20,6 +20,7 @@ which is as close as Slurm's tools allow.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -147,7 +148,8 @@ def run_drain_pass(client: SlurmClient | None = None, now: float | None = None) 
     nodes = load_nodes(names, records)
     decided = plan(nodes, slurm, reserved, policy)
     result = PassResult(plan=decided)
-    steps = act(decided, client, policy, result) if policy.mode is DrainMode.ON else decided.steps
+    on = policy.mode is DrainMode.ON
+    steps = act(decided, client, policy, result, records) if on else decided.steps
     if policy.mode is DrainMode.ON and result.done:
         try:
             slurm = {node.name: node for node in client.nodes()}  # as it is now
@@ -211,7 +213,13 @@ def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacN
     return nodes
 
 
-def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) -> list[Step]:
+def act(
+    plan_: Plan,
+    client: SlurmClient,
+    policy: Policy,
+    result: PassResult,
+    records: dict[int, DrainRecord] | None = None,
+) -> list[Step]:
     """Carry out the plan's actions; the steps as they turned out (a refusal replaces its step).
 
     An unreachable controller stops the pass: what is left waits for the next one.
@@ -226,6 +234,7 @@ def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) ->
             if step.decision in (Decision.DRAIN, Decision.REASON):
                 client.drain(name, step.reason)
             elif step.decision is Decision.REBOOT:
+                _note_reboot(step.node, records if records is not None else {})
                 client.reboot_asap(name, step.reason)
             else:
                 client.resume(name)
@@ -256,6 +265,17 @@ def act(plan_: Plan, client: SlurmClient, policy: Policy, result: PassResult) ->
         result.done.append(step)
         outcome.append(step)
     return outcome
+
+
+def _note_reboot(node: MacNode, records: dict[int, DrainRecord]) -> None:
+    """The boot MAC asks Slurm to end, kept before it asks: a reboot that slurmctld took
+    but whose answer never came (a deadline, a worker killed in between) must not be
+    asked a second time for the same boot. `records` gets the row record() goes on with."""
+    with contextlib.suppress(IntegrityError):  # the node deregistered during the pass
+        records[node.id], _ = DrainRecord.objects.update_or_create(
+            node_id=node.id,
+            defaults={"rebooted_boot": node.boot_id or "?", "rebooted_at": timezone.now()},
+        )
 
 
 def _message(step: Step, dry_run: bool) -> str:

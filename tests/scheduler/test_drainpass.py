@@ -54,3 +54,29 @@ def test_the_reason_mac_wrote_is_what_the_next_plan_knows():
 
     (loaded,) = [n for n in load_nodes(Names(), records) if n.id == node.pk]
     assert loaded.wrote == "MAC: XID 79"
+
+
+def test_a_reboot_whose_answer_never_came_is_not_asked_again_for_that_boot():
+    from scheduler.drain import Plan, _may_reboot
+    from scheduler.drainpass import act
+    from scheduler.slurm import SlurmUnreachable
+
+    node = make_node("gpu-04")
+    sick = MacNode(**{**_mac(node).__dict__, "boot_id": "boot-a"})
+
+    class TimedOut:
+        def reboot_asap(self, name: str, reason: str) -> None:
+            # slurmctld took it; its answer came too late
+            raise SlurmUnreachable(("scontrol", "reboot"), "timed out after 10 s")
+
+    records: dict = {}
+    plan_ = Plan(steps=[Step(sick, Decision.REBOOT, "MAC: XID 79", "MAC: XID 79")])
+    result = PassResult(plan=plan_)
+    steps = act(plan_, TimedOut(), ON, result, records)
+
+    assert steps == [] and "timed out" in result.error  # the pass stopped there
+    kept = DrainRecord.objects.get(node=node)
+    assert kept.rebooted_boot == "boot-a" and records[node.pk] == kept
+    again = MacNode(**{**sick.__dict__, "rebooted_boot": kept.rebooted_boot})
+    reboots = Policy(DrainMode.ON, DrainBudget(share=0.1), reboot=True)
+    assert _may_reboot(again, reboots) is False  # the next pass drains instead
