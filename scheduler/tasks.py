@@ -11,6 +11,7 @@ waiting when the next sweep queues a fresher one is dropped (`expires`).
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import asdict
 
 from celery import shared_task
@@ -35,12 +36,13 @@ LOCK_SECONDS = 120
     expires=settings.PROBE_INTERVAL,
 )
 def drain_nodes() -> dict:
-    if not cache.add(LOCK_KEY, "1", timeout=LOCK_SECONDS):
+    token = secrets.token_hex(8)
+    if not cache.add(LOCK_KEY, token, timeout=LOCK_SECONDS):
         return {"ran": False, "reason": "another pass is running"}
     try:
         result = run_drain_pass()
     finally:
-        cache.delete(LOCK_KEY)
+        _release(LOCK_KEY, token)
     if result.skipped:
         return {"ran": False, "reason": result.skipped, "error": result.error}
     return {
@@ -49,6 +51,13 @@ def drain_nodes() -> dict:
         "recorded": len(result.recorded),
         "error": result.error,
     }
+
+
+def _release(key: str, token: str) -> None:
+    """Free the lock only where it is still this run's: one that outlived LOCK_SECONDS
+    has lost it, and the lock is now the next run's."""
+    if cache.get(key) == token:
+        cache.delete(key)
 
 
 def queue_drain_pass() -> None:
@@ -73,7 +82,8 @@ def read_slurm_jobs() -> dict:
     """One read of job attribution (scheduler.jobread), while slurm.conf exists."""
     if not slurm_configured():
         return {"ran": False, "reason": f"no slurm.conf at {settings.SLURM_CONF}"}
-    if not cache.add(JOBS_LOCK_KEY, "1", timeout=LOCK_SECONDS):
+    token = secrets.token_hex(8)
+    if not cache.add(JOBS_LOCK_KEY, token, timeout=LOCK_SECONDS):
         return {"ran": False, "reason": "another read is running"}
     try:
         result = read_jobs(slurm_client())
@@ -81,5 +91,5 @@ def read_slurm_jobs() -> dict:
         log.warning("job attribution: could not read Slurm: %s", exc)
         return {"ran": False, "reason": str(exc)}
     finally:
-        cache.delete(JOBS_LOCK_KEY)
+        _release(JOBS_LOCK_KEY, token)
     return {"ran": True, **asdict(result)}
