@@ -172,9 +172,17 @@ def plan(
 ) -> Plan:
     """Decide what to do with every node (see the module docstring); nothing is done here."""
     reserved = set(reserved)
+    nodes = list(nodes)
     result = Plan()
     candidates: list[MacNode] = []
-    mapped = [node for node in nodes if node.slurm_name in slurm]
+    # Two MAC hosts that name one Slurm node (a typo in MAC_SLURM_NODE_MAP, or short
+    # names alike in two domains) would drain it for one and resume it for the other,
+    # pass after pass: neither acts on it.
+    sharing: dict[str, list[str]] = {}
+    for node in nodes:
+        sharing.setdefault(node.slurm_name, []).append(node.hostname)
+    shared = {name: hosts for name, hosts in sharing.items() if len(hosts) > 1}
+    mapped = [node for node in nodes if node.slurm_name in slurm and node.slurm_name not in shared]
     result.fleet = len(mapped)
     result.limit = policy.budget.limit(result.fleet)
     # Every drain of MAC's in effect counts, also on Slurm nodes MAC no longer monitors.
@@ -182,6 +190,17 @@ def plan(
         hold_of(node) is Hold.MAC and node.name not in reserved for node in slurm.values()
     )
     for node in nodes:
+        if node.slurm_name in shared:
+            if node.unhealthy and not node.maintenance:
+                hosts = ", ".join(sorted(shared[node.slurm_name]))
+                result.steps.append(
+                    Step(
+                        node, Decision.UNKNOWN, mac_reason(node),
+                        f"Not drained: MAC's hosts {hosts} all name Slurm's "
+                        f"{node.slurm_name}; give each its own in MAC_SLURM_NODE_MAP",
+                    )
+                )  # fmt: skip
+            continue
         found = slurm.get(node.slurm_name)
         if found is None:
             if node.unhealthy and not node.maintenance:

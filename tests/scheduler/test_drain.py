@@ -231,3 +231,15 @@ def test_maintenance_is_left_alone():
 ])  # fmt: skip
 def test_what_the_dashboard_shows_of_a_slurm_node(node, words, hold):
     assert (state_words(node), hold_of(node)) == (words, hold)
+
+
+def test_two_hosts_that_name_one_slurm_node_neither_drain_nor_resume_it():
+    # gpu-01.dc1 and gpu-01.dc2 both map to gpu-01 (short names alike, or a map's typo)
+    one = sick(1, hostname="gpu-01.dc1")
+    other = mac(1, hostname="gpu-01.dc2", streak=10)
+    drained = slurm(1, "idle", ("DRAIN",), mac_reason(one), "root")
+    result = plan([one, other], cluster(3, n=drained), set(), ON)
+    [step] = result.steps
+    assert step.decision is Decision.UNKNOWN and step.node is one
+    assert "gpu-01.dc1, gpu-01.dc2 all name Slurm's gpu-01" in step.why
+    assert result.fleet == 0  # and it counts in nobody's budget
