@@ -231,12 +231,10 @@ def parse_squeue_jobs(document: Mapping[str, Any]) -> list[SlurmJob]:
     jobs = []
     for record in document.get("jobs") or []:
         state = _job_state(record.get("job_state"))
-        allocated = [
-            node["nodename"]
-            for node in (record.get("job_resources") or {}).get("allocated_nodes") or []
-        ]
+        allocated = _allocated_nodes(record.get("job_resources") or {})
         nodes = tuple(allocated or _hosts(record.get("nodes")))
-        details = record.get("gres_detail") or []
+        # one entry per node, in the allocation's order; null where Slurm has none (24.05+)
+        details = [d if isinstance(d, str) else "" for d in record.get("gres_detail") or []]
         gpus = tuple(
             GpuAllocation(node, gres_indexes(detail))
             for node, detail in zip(allocated, details, strict=False)
@@ -263,6 +261,20 @@ def parse_squeue_jobs(document: Mapping[str, Any]) -> list[SlurmJob]:
             )
         )
     return jobs
+
+
+def _allocated_nodes(resources: Mapping[str, Any]) -> list[str]:
+    """The job's nodes in the order of its gres_detail: 22.05 to 23.11 list them as
+    `allocated_nodes` ({"nodename"}), 24.05 and later as `nodes.allocation` ({"index",
+    "name"}; `nodes` was the hostlist string before)."""
+    listed = resources.get("allocated_nodes") or []
+    if listed:
+        return [node["nodename"] for node in listed]
+    nodes = resources.get("nodes")
+    if isinstance(nodes, Mapping):
+        allocation = nodes.get("allocation") or []
+        return [node["name"] for node in sorted(allocation, key=lambda n: n.get("index", 0))]
+    return []
 
 
 def parse_sacct(text: str) -> list[SlurmJob]:

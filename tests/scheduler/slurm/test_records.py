@@ -232,3 +232,23 @@ def test_the_json_of_later_releases_is_read_too():
     )  # fmt: skip
     assert job.state == "RUNNING" and job.gpu_indexes("n1") == (4, 5) and job.started
     assert job.array_job_id is None
+
+
+def test_slurm_24_05_and_later_name_the_nodes_under_job_resources_nodes_allocation():
+    """data_parser v0.0.41 and on: job_resources.nodes is {count, list, allocation: [...]},
+    where 22.05 to 23.11 had job_resources.allocated_nodes; gres_detail keeps its order,
+    and holds null for a node without GRES."""
+    (job,) = parse_squeue_jobs(
+        {"jobs": [{"job_id": 8, "job_state": ["RUNNING"], "user_name": "ann",
+                   "start_time": {"set": True, "number": 1796323997},
+                   "nodes": "g[01-03]",
+                   "job_resources": {"nodes": {
+                       "count": 3, "list": "g[01-03]", "whole": False,
+                       "allocation": [{"index": 1, "name": "g02"}, {"index": 0, "name": "g01"},
+                                      {"index": 2, "name": "g03"}]}},
+                   "gres_detail": ["gpu:h200:2(IDX:0,3)", None, "gpu:h200:1(IDX:7)"]}]}
+    )  # fmt: skip
+    assert job.nodes == ("g01", "g02", "g03")
+    assert (job.gpu_indexes("g01"), job.gpu_indexes("g02"), job.gpu_indexes("g03")) == (
+        (0, 3), (), (7,),
+    )  # fmt: skip
