@@ -71,13 +71,3 @@ class NodeNameMap:
             if host == hostname:
                 return node
         return short_name(hostname)
-
-    def to_mac(self, node_name: str, hostnames: list[str] | tuple[str, ...] = ()) -> str | None:
-        """The MAC hostname of a Slurm node among `hostnames` (the inventory's), or None."""
-        for host, node in self.pairs:
-            if node == node_name:
-                return host
-        for host in hostnames:
-            if short_name(host) == node_name:
-                return host
-        return None

@@ -35,6 +35,7 @@ from scheduler.slurm import SlurmClient, SlurmError, SlurmJob
 
 log = logging.getLogger(__name__)
 
+# The last read whose sacct answered: the next sacct window starts there.
 LAST_READ_KEY = "scheduler:jobs:last-read"
 # sacct's window reaches back past the last read by this much: clocks of the master and
 # slurmdbd differ a little, and a job's record lands a fraction of a second after its end.
@@ -78,7 +79,11 @@ def read_jobs(client: SlurmClient, now: datetime | None = None) -> ReadResult:
         result.errors.append(f"sacct: {exc}")
     record(live, accounted, now, result)
     result.pruned = prune(now)
-    cache.set(LAST_READ_KEY, now, None)
+    if result.accounting:
+        # Only a window sacct answered for is done: after slurmdbd's outage the next one
+        # reaches back to it (up to SACCT_FIRST_WINDOW), for the jobs slurmctld
+        # replayed to it meanwhile and has forgotten since.
+        cache.set(LAST_READ_KEY, now, None)
     return result
 
 
@@ -120,6 +125,13 @@ def record(
         (row.job.job_id, row.slurm_node, row.index): row
         for row in JobGpu.objects.filter(until__isnull=True).select_related("job")
     }
+    node_of = _node_ids({name for _, name, _ in held})
+    # Held still, on a node MAC enrolled (or MAC_SLURM_NODE_MAP named) since the row began.
+    moved = [row for key, row in open_rows.items()
+             if key in held and row.node_id != node_of.get(row.slurm_node)]  # fmt: skip
+    for row in moved:
+        row.node_id = node_of.get(row.slurm_node)
+    JobGpu.objects.bulk_update(moved, ["node"], batch_size=500)
     # Ended: no longer held by a job slurmctld or sacct still lists (its end), or by a
     # job neither lists any more (this read).
     closing = []
@@ -148,21 +160,31 @@ def record(
     for row in reopening:
         row.until = None
         row.since = jobs[row.job.job_id].started or row.since
-    JobGpu.objects.bulk_update(reopening, ["until", "since"], batch_size=500)
+        row.node_id = node_of.get(row.slurm_node)
+    JobGpu.objects.bulk_update(reopening, ["until", "since", "node"], batch_size=500)
     # Begun: held now, with no row yet.
     known = open_rows.keys() | closed.keys()
-    names = NodeNameMap.from_settings()
-    hosts = dict(Node.objects.values_list("hostname", "id"))
-    node_ids = {name: hosts.get(names.to_mac(name, list(hosts)) or "") for _, name, _ in held}
     opening = [
         JobGpu(
-            job_id=ids[job_id], node_id=node_ids[name], slurm_node=name, index=index,
+            job_id=ids[job_id], node_id=node_of.get(name), slurm_node=name, index=index,
             since=jobs[job_id].started or now,
         )
         for job_id, name, index in sorted(held - known)
     ]  # fmt: skip
     JobGpu.objects.bulk_create(opening, batch_size=500)
     result.opened = len(opening) + len(reopening)
+
+
+def _node_ids(slurm_names: set[str]) -> dict[str, int]:
+    """MAC's node id of each of these Slurm NodeNames it monitors (MAC_SLURM_NODE_MAP, else
+    the short host name): one pass over the inventory, whatever the number of GPUs held."""
+    names = NodeNameMap.from_settings()
+    found: dict[str, int] = {}
+    for hostname, node_id in Node.objects.values_list("hostname", "id"):
+        name = names.to_slurm(hostname)
+        if name in slurm_names:
+            found.setdefault(name, node_id)
+    return found
 
 
 def _job_row(job: SlurmJob, now: datetime) -> Job:

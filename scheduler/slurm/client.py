@@ -132,8 +132,10 @@ class SlurmClient:
         """Every job slurmctld knows: pending, running, and finished within MinJobAge.
 
         Running jobs carry each node's GPU indexes; finished ones only their count.
+        `--all`: also the jobs of hidden partitions and of those the master's user may
+        not use (squeue leaves them out otherwise, and their GPUs would look free).
         """
-        return parse_squeue_jobs(self._json(("squeue", "--json")))
+        return parse_squeue_jobs(self._json(("squeue", "--all", "--json")))
 
     def accounting_jobs(
         self,

@@ -12,8 +12,6 @@ def test_it_maps_to_the_short_name_by_default():
     names = NodeNameMap.parse("")
 
     assert names.to_slurm("gpu-01.dc.example") == "gpu-01"
-    assert names.to_mac("gpu-01", ["cpu-9", "gpu-01.dc.example"]) == "gpu-01.dc.example"
-    assert names.to_mac("gpu-02", ["gpu-01.dc.example"]) is None
 
 
 def test_it_takes_the_sites_pairs_first():
@@ -21,7 +19,7 @@ def test_it_takes_the_sites_pairs_first():
 
     assert names.to_slurm("gpu-02.dc") == "n002"
     assert names.to_slurm("gpu-03.dc") == "gpu-03"
-    assert names.to_mac("n001") == "gpu-01.dc"
+    assert names.to_slurm("gpu-01.dc") == "n001"
 
 
 def test_it_reads_pairs_from_a_file(tmp_path):

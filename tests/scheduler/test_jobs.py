@@ -246,3 +246,50 @@ def test_a_requeued_job_back_on_the_same_gpus_holds_them_again_from_its_new_star
     ]  # fmt: skip
     assert result.opened == 2
     assert [job.job_id for job in jobs_on_gpu(node.pk, 1, NOW)] == [77]
+
+
+def test_a_gpu_held_before_its_node_was_enrolled_is_shown_once_it_is():
+    record([running(81, "node-8", (2,), NOW - timedelta(minutes=5))], [], NOW, ReadResult())
+    assert JobGpu.objects.get(job__job_id=81).node is None  # MAC does not monitor node-8 yet
+    node = online_gpu_node("node-8.dc.example")  # enrolled while the job runs
+
+    record([running(81, "node-8", (2,), NOW - timedelta(minutes=5))], [], NOW, ReadResult())
+
+    assert JobGpu.objects.get(job__job_id=81).node_id == node.pk
+    assert [job.job_id for job in jobs_on_gpu(node.pk, 2, NOW)] == [81]
+
+
+def test_a_read_whose_sacct_failed_leaves_its_window_for_the_next(settings):
+    from django.core.cache import cache
+
+    from scheduler.jobread import LAST_READ_KEY, read_jobs
+    from scheduler.slurm import SlurmUnreachable
+
+    class Slurm:
+        windows: list = []
+        answers = [SlurmUnreachable(("sacct",), "slurmdbd is down"), []]
+
+        def ping(self):
+            return []
+
+        def jobs(self):
+            return []
+
+        def accounting_jobs(self, start):
+            self.windows.append(start)
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    cache.set(LAST_READ_KEY, NOW - timedelta(minutes=10), None)
+    try:
+        slurm = Slurm()
+        failed = read_jobs(slurm, now=NOW)
+        read_jobs(slurm, now=NOW + timedelta(minutes=1))
+        assert not failed.accounting and failed.errors == ["sacct: sacct: slurmdbd is down"]
+        # The second window starts where the last answered one ended, not at the failed read.
+        assert slurm.windows[1] == NOW - timedelta(minutes=10) - timedelta(seconds=60)
+        assert cache.get(LAST_READ_KEY) == NOW + timedelta(minutes=1)
+    finally:
+        cache.delete(LAST_READ_KEY)
