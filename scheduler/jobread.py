@@ -88,8 +88,18 @@ def read_jobs(client: SlurmClient, now: datetime | None = None) -> ReadResult:
 
 
 def merge(live: list[SlurmJob], accounted: list[SlurmJob]) -> dict[int, SlurmJob]:
-    """One record per job that started: slurmctld's (it has the indexes) over sacct's."""
-    jobs = {job.job_id: job for job in accounted if job.started}
+    """One record per job that started: slurmctld's (it has the indexes) over sacct's.
+
+    sacct's unfinished jobs count only where squeue lists them too: squeue lists every
+    job that runs, so one only slurmdbd thinks runs is a runaway record of a job gone
+    (or one that started between the two calls, which the next read has).
+    """
+    listed = {job.job_id for job in live}
+    jobs = {
+        job.job_id: job
+        for job in accounted
+        if job.started and (job.finished or job.job_id in listed)
+    }
     jobs.update({job.job_id: job for job in live if job.started})
     return jobs
 

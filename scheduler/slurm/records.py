@@ -46,8 +46,14 @@ FINISHED_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
      "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
 )  # fmt: skip
-# States in which a job holds its nodes' GPUs (COMPLETING: its epilog still runs).
-HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "STOPPED"})
+# States in which a job holds its nodes' GPUs (COMPLETING: its epilog still runs). 22.05
+# names a running job by its passing flag (CONFIGURING while its nodes boot, SIGNALING,
+# STAGE_OUT...): it holds them then too, and a row closed and opened again would move
+# its start.
+HOLDING_STATES = frozenset(
+    {"RUNNING", "SUSPENDED", "COMPLETING", "STOPPED", "CONFIGURING", "RESIZING", "SIGNALING",
+     "STAGE_OUT", "POWER_UP_NODE"}
+)  # fmt: skip
 _GRES_ENTRY = re.compile(
     r"(?P<name>[^:(,]+)(?::(?P<type>[^:(,]+))?:(?P<count>\d+)(?:\((?P<idx>[^)]*)\))?"
 )

@@ -293,3 +293,16 @@ def test_a_read_whose_sacct_failed_leaves_its_window_for_the_next(settings):
         assert cache.get(LAST_READ_KEY) == NOW + timedelta(minutes=1)
     finally:
         cache.delete(LAST_READ_KEY)
+
+
+def test_a_runaway_job_slurmdbd_still_calls_running_ends_when_squeue_no_longer_lists_it():
+    started = NOW - timedelta(hours=2)
+    record([running(91, "node-9", (0,), started)], [], NOW - timedelta(hours=1), ReadResult())
+    # slurmctld lost it (a crash); slurmdbd's record still says RUNNING, with no end
+    runaway = running(91, "node-9", (), started)
+
+    record([], [runaway], NOW, ReadResult())
+
+    job = Job.objects.get(job_id=91)
+    assert job.ended == NOW - timedelta(hours=1)  # when MAC last saw it run
+    assert JobGpu.objects.get(job=job).until == NOW
