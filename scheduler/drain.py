@@ -242,6 +242,8 @@ def plan(
             continue
         if node.unhealthy:
             candidates.append(node)
+    # A node this pass resumes frees its place for one this pass drains.
+    result.drained -= sum(step.decision is Decision.RESUME for step in result.steps)
     room = max(0, result.limit - result.drained)
     for node in sorted(candidates, key=lambda n: (n.since, n.id)):
         reason = mac_reason(node)

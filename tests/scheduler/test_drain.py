@@ -243,3 +243,14 @@ def test_two_hosts_that_name_one_slurm_node_neither_drain_nor_resume_it():
     assert step.decision is Decision.UNKNOWN and step.node is one
     assert "gpu-01.dc1, gpu-01.dc2 all name Slurm's gpu-01" in step.why
     assert result.fleet == 0  # and it counts in nobody's budget
+
+
+def test_a_node_resumed_in_this_pass_frees_its_place_in_the_budget():
+    # 20 nodes, a budget of 2: one of MAC's two drains heals as another GPU fails
+    healed = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    still = slurm(2, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    nodes = [mac(0), mac(1, streak=5), sick(2), sick(3)] + [mac(i) for i in range(4, 20)]
+    result = plan(nodes, cluster(20, n=healed, m=still), set(), ON)
+    decisions = {s.node.slurm_name: s.decision for s in result.steps}
+    assert decisions == {"gpu-01": Decision.RESUME, "gpu-03": Decision.DRAIN}
+    assert result.drained == 2 and result.over_budget == []
