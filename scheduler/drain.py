@@ -117,6 +117,9 @@ class Plan:
     fleet: int = 0  # MAC's nodes that are Slurm nodes
     limit: int = 0  # the most of them MAC may keep drained
     drained: int = 0  # MAC's drains in effect, this plan's new ones included
+    # Slurm nodes MAC drained that no MAC node names any more (deregistered, or mapped
+    # elsewhere): MAC never resumes them, and they count in the budget.
+    unmonitored: list[str] = field(default_factory=list)
 
     @property
     def over_budget(self) -> list[Step]:
@@ -188,6 +191,10 @@ def plan(
     # Every drain of MAC's in effect counts, also on Slurm nodes MAC no longer monitors.
     result.drained = sum(
         hold_of(node) is Hold.MAC and node.name not in reserved for node in slurm.values()
+    )
+    named = {node.slurm_name for node in nodes}
+    result.unmonitored = sorted(
+        name for name, node in slurm.items() if hold_of(node) is Hold.MAC and name not in named
     )
     for node in nodes:
         if node.slurm_name in shared:

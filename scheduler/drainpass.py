@@ -423,6 +423,7 @@ def budget_state(decided: Plan, policy: Policy) -> dict:
         "limit": decided.limit,
         "drained": decided.drained,
         "held_back": held_back,
+        "unmonitored": decided.unmonitored,
     }
     cache.set(BUDGET_KEY, state, None)
     drainalert.post_budget_alert(state)

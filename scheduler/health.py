@@ -55,6 +55,15 @@ def check_budget(budget: dict) -> tuple[bool, str]:
         f"MAC {keeps} {budget['drained']} of the {budget['limit']} nodes "
         f"MAC_DRAIN_BUDGET={budget['budget']} allows of {budget['fleet']} drained"
     )
+    unmonitored = budget.get("unmonitored") or []
+    if unmonitored:
+        first = unmonitored[0]
+        figures += (
+            f"; {len(unmonitored)} of them on Slurm nodes MAC no longer monitors, which it "
+            f"never resumes: {', '.join(unmonitored[:20])}"
+            + (f" and {len(unmonitored) - 20} more" if len(unmonitored) > 20 else "")
+            + f" (resume by hand: scontrol update NodeName={first} State=RESUME)"
+        )
     held = budget["held_back"]
     if not held:
         return True, figures

@@ -254,3 +254,21 @@ def test_a_node_resumed_in_this_pass_frees_its_place_in_the_budget():
     decisions = {s.node.slurm_name: s.decision for s in result.steps}
     assert decisions == {"gpu-01": Decision.RESUME, "gpu-03": Decision.DRAIN}
     assert result.drained == 2 and result.over_budget == []
+
+
+def test_macs_drains_on_nodes_mac_no_longer_monitors_are_named():
+    from scheduler.health import check_budget
+
+    gone = slurm(7, "idle", ("DRAIN",), f"MAC: {XID79}", "root")  # deregistered for an RMA
+    nodes = [mac(i) for i in range(20) if i != 7]
+    result = plan(nodes, cluster(20, n=gone), set(), ON)
+    assert result.unmonitored == ["gpu-07"] and result.drained == 1 and result.steps == []
+    ok, words = check_budget(
+        {"mode": "on", "budget": "10%", "fleet": result.fleet, "limit": result.limit,
+         "drained": result.drained, "held_back": [], "unmonitored": result.unmonitored}
+    )  # fmt: skip
+    assert ok
+    assert (
+        "1 of them on Slurm nodes MAC no longer monitors, which it never resumes: gpu-07" in words
+    )
+    assert "scontrol update NodeName=gpu-07 State=RESUME" in words
