@@ -43,6 +43,7 @@ from scheduler.drain import (
     ACTIONS,
     REASON_LIMIT,
     Decision,
+    Hold,
     MacNode,
     Plan,
     Policy,
@@ -237,6 +238,18 @@ def act(
                 _note_reboot(step.node, records if records is not None else {})
                 client.reboot_asap(name, step.reason)
             else:
+                # Slurm was read at the pass's start, seconds ago: someone may have taken
+                # the node over since (drained it again with their reason). Asked again.
+                now_said = client.node(name)
+                if hold_of(now_said) is Hold.NONE:
+                    continue  # someone resumed it meanwhile: nothing left to do
+                if hold_of(now_said) is not Hold.MAC or now_said.reason != step.reason:
+                    outcome.append(
+                        Step(step.node, Decision.HELD, now_said.reason,
+                             f"Not resumed: {name}'s reason changed during the pass "
+                             f"({now_said.reason or 'none'}); MAC leaves it as it is")
+                    )  # fmt: skip
+                    continue
                 client.resume(name)
         except SlurmUnknownNode:
             outcome.append(

@@ -80,3 +80,39 @@ def test_a_reboot_whose_answer_never_came_is_not_asked_again_for_that_boot():
     again = MacNode(**{**sick.__dict__, "rebooted_boot": kept.rebooted_boot})
     reboots = Policy(DrainMode.ON, DrainBudget(share=0.1), reboot=True)
     assert _may_reboot(again, reboots) is False  # the next pass drains instead
+
+
+def test_a_resume_is_not_sent_for_a_node_someone_took_over_during_the_pass():
+    from datetime import UTC, datetime
+
+    from scheduler.drain import Plan
+    from scheduler.drainpass import act
+    from scheduler.slurm import SlurmNode
+
+    node = make_node("gpu-05")
+    healed = MacNode(**{**_mac(node).__dict__, "state": HealthState.HEALTHY, "streak": 5})
+    ours = "MAC: XID 79"
+
+    class Slurm:
+        resumed: list = []
+
+        def __init__(self, reason: str) -> None:
+            self.reason = reason
+
+        def node(self, name: str) -> SlurmNode:
+            return SlurmNode(name=name, state="idle", flags=frozenset({"DRAIN"}),
+                             reason=self.reason, reason_user="ops",
+                             reason_time=datetime.now(UTC), gpus=8, boot_time=None,
+                             partitions=())  # fmt: skip
+
+        def resume(self, name: str) -> None:
+            self.resumed.append(name)
+
+    step = Step(healed, Decision.RESUME, ours, "healthy for 5 sweeps")
+    taken = Slurm("RMA 1234: keep drained")  # an administrator's since the pass read Slurm
+    [outcome] = act(Plan(steps=[step]), taken, ON, PassResult())
+    assert outcome.decision is Decision.HELD and "RMA 1234" in outcome.why
+    assert taken.resumed == []
+    still = Slurm(ours)
+    assert act(Plan(steps=[step]), still, ON, PassResult()) == [step]
+    assert still.resumed == ["gpu-05"]
