@@ -430,6 +430,10 @@ def test_vmalerts_end_of_one_incident_never_ends_the_next(scale):
         assert incidents("firing").count(second) == 1  # and paged once
     finally:
         scale.fleet.set_node_mode(index, "answer")
+    # Back as it was for the tests after this one: scraped again by its scraper.
+    node_id = str(scale.nodes[host]["id"])
+    shard = shard_of(int(node_id), SHARDS)
+    wait_for(lambda: node_id in scale.scraper_nodes(shard), timeout=60, what="the node back")
 
 
 def _scraper_pid(scale: ScaleOut, index: int) -> int:
