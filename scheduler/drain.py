@@ -161,7 +161,12 @@ def state_words(node: SlurmNode, reserved: bool = False) -> str:
 
 
 def _held_words(node: SlurmNode, reserved: bool) -> str:
-    what = "reserved" if reserved or node.reserved else "drained" if node.drain else "down"
+    what = (
+        "reserved" if reserved or node.reserved
+        else "drained" if node.drain
+        else "down" if node.down
+        else "to be rebooted"
+    )  # fmt: skip
     who = f" by {node.reason_user}" if node.reason_user else ""
     said = f": {node.reason}" if node.reason else ""
     return f"{node.name} is {what}{who}{said}"

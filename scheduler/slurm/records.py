@@ -109,7 +109,9 @@ class SlurmNode:
         MAC never changes such a node: it does not drain it again with its own reason, and
         never resumes it.
         """
-        return self.reserved or ((self.drain or self.down) and not self.reason_is_mac)
+        # An administrator's `scontrol reboot` (no drain) is theirs too, as hold_of says.
+        held = self.drain or self.down or self.reboot_pending
+        return self.reserved or (held and not self.reason_is_mac)
 
 
 @dataclass(frozen=True)

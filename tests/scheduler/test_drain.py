@@ -97,6 +97,8 @@ def test_healthy_degraded_and_an_applications_xid_are_left_in_service():
         (slurm(1, "down", (), "cable", "root"), "down by root: cable"),
         (slurm(1, "idle", ("RESERVED",)), "reserved"),
         (slurm(1, "down", ("NOT_RESPONDING",), "Not responding", "slurm"), "down by slurm"),
+        # an administrator's plain `scontrol reboot`: no drain, the node still theirs
+        (slurm(1, "idle", ("REBOOT_REQUESTED",), "firmware", "bob"), "to be rebooted by bob"),
     ],
 )
 def test_a_node_someone_else_holds_is_never_touched(node, held):
