@@ -43,7 +43,7 @@ SACCT_OVERLAP = timedelta(seconds=60)
 # The first read (or one after a long outage) asks sacct no further back than this.
 SACCT_FIRST_WINDOW = timedelta(hours=1)
 JOB_FIELDS = (
-    "name", "user", "account", "partition", "state", "nodes", "gpu_count", "submitted",
+    "slurm_id", "name", "user", "account", "partition", "state", "nodes", "gpu_count", "submitted",
     "started", "ended", "seen",
 )  # fmt: skip
 
@@ -199,7 +199,8 @@ def _node_ids(slurm_names: set[str]) -> dict[str, int]:
 
 def _job_row(job: SlurmJob, now: datetime) -> Job:
     return Job(
-        job_id=job.job_id, name=job.name[:200], user=job.user[:100], account=job.account[:100],
+        job_id=job.job_id, slurm_id=(job.slurm_id or str(job.job_id))[:64],
+        name=job.name[:200], user=job.user[:100], account=job.account[:100],
         partition=job.partition[:100], state=job.state[:32], nodes=list(job.nodes),
         gpu_count=job.gpu_count, submitted=job.submitted, started=job.started, ended=job.ended,
         seen=now,
@@ -235,8 +236,8 @@ def current_jobs(node_ids: list[int] | None = None) -> dict[tuple[int, int], Job
 
 
 def job_words(job: Job) -> str:
-    """ "job 4242 (alice)": how a notification names a job."""
-    return f"job {job.job_id} ({job.user or 'unknown user'})"
+    """ "job 4242 (alice)", "job 4242_7 (alice)": how a notification names a job."""
+    return f"job {job.shown_id} ({job.user or 'unknown user'})"
 
 
 def alert_jobs(sender: object = None, rows: list[dict] = (), **kwargs) -> dict:

@@ -46,6 +46,9 @@ class Job(models.Model):
     (scheduler.jobread writes and prunes it)."""
 
     job_id = models.PositiveBigIntegerField(unique=True)
+    # The JobID Slurm shows people: "123_4" (an array's task), "123+1" (a component of a
+    # heterogeneous job), else job_id; "" for rows read before MAC kept it.
+    slurm_id = models.CharField(max_length=64, blank=True, default="")
     name = models.CharField(max_length=200, blank=True, default="")
     user = models.CharField(max_length=100, blank=True, default="")
     account = models.CharField(max_length=100, blank=True, default="")
@@ -63,7 +66,12 @@ class Job(models.Model):
         indexes = [models.Index(fields=["user", "-job_id"]), models.Index(fields=["ended"])]
 
     def __str__(self) -> str:
-        return f"job {self.job_id} ({self.user}, {self.state})"
+        return f"job {self.shown_id} ({self.user}, {self.state})"
+
+    @property
+    def shown_id(self) -> str:
+        """The id people know the job by (Slurm's JobID)."""
+        return self.slurm_id or str(self.job_id)
 
 
 class JobGpu(models.Model):

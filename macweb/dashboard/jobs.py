@@ -98,6 +98,9 @@ class JobChartSerializer(serializers.Serializer):
 
 class JobReportSerializer(serializers.Serializer):
     job_id = serializers.IntegerField(source="job.job_id")
+    slurm_id = serializers.CharField(
+        source="job.shown_id", help_text='Slurm\'s own JobID: "123_4", "123+1", or the job id'
+    )
     name = serializers.CharField(source="job.name")
     user = serializers.CharField(source="job.user")
     account = serializers.CharField(source="job.account")

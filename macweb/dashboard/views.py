@@ -180,7 +180,8 @@ def gpu_rows_with_jobs(node: Node) -> list[dict]:
     for row in rows:
         held_now = held.get((node.pk, row["index"]))
         row["job"] = held_now and {
-            "job_id": held_now.job.job_id, "user": held_now.job.user, "since": held_now.since,
+            "job_id": held_now.job.job_id, "shown_id": held_now.job.shown_id,
+            "user": held_now.job.user, "since": held_now.since,
         }  # fmt: skip
     return rows
 

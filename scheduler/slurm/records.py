@@ -140,6 +140,9 @@ class SlurmJob:
     ended: datetime | None  # only once finished
     array_job_id: int | None = None
     array_task_id: int | None = None
+    # The JobID Slurm shows people: "123_4" for an array's task, "123+1" for a
+    # heterogeneous job's component, else the job id itself.
+    slurm_id: str = ""
 
     @property
     def finished(self) -> bool:
@@ -266,6 +269,7 @@ def parse_squeue_jobs(document: Mapping[str, Any]) -> list[SlurmJob]:
                 started=started,
                 ended=_time(record.get("end_time")) if finished else None,
                 **_array(record.get("array_job_id"), record.get("array_task_id")),
+                slurm_id=_shown_id(record),
             )
         )
     return jobs
@@ -320,6 +324,7 @@ def parse_sacct(text: str) -> list[SlurmJob]:
                 started=_epoch_text(row["Start"]),
                 ended=_epoch_text(row["End"]) if state in FINISHED_STATES else None,
                 **_array(array_job if task.isdigit() else None, task if task.isdigit() else None),
+                slurm_id=row["JobID"],
             )
         )
     return jobs
@@ -452,6 +457,18 @@ def _hosts(text: Any) -> list[str]:
         return expand_hostlist(text)
     except HostlistError as exc:
         raise SlurmOutputError(("hostlist",), str(exc)) from None
+
+
+def _shown_id(record: Mapping[str, Any]) -> str:
+    """squeue's record as Slurm names the job to people: 123_4, 123+1, or 130."""
+    job_id = int(_number(record["job_id"]))
+    array, task = _number(record.get("array_job_id")), _number(record.get("array_task_id"))
+    if array and task is not None:
+        return f"{int(array)}_{int(task)}"
+    het, offset = _number(record.get("het_job_id")), _number(record.get("het_job_offset"))
+    if het and offset is not None:
+        return f"{int(het)}+{int(offset)}"
+    return str(job_id)
 
 
 def _array(job_id: Any, task_id: Any) -> dict[str, int | None]:

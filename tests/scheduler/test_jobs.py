@@ -306,3 +306,20 @@ def test_a_runaway_job_slurmdbd_still_calls_running_ends_when_squeue_no_longer_l
     job = Job.objects.get(job_id=91)
     assert job.ended == NOW - timedelta(hours=1)  # when MAC last saw it run
     assert JobGpu.objects.get(job=job).until == NOW
+
+
+def test_an_array_task_is_named_as_slurm_names_it(api_client, staff):
+    from dataclasses import replace
+
+    from scheduler.jobread import job_words
+
+    node = online_gpu_node("node-13")
+    task = replace(running(130, node.hostname, (0,), NOW), array_job_id=123, array_task_id=4,
+                   slurm_id="123_4")  # fmt: skip
+    record([task], [], NOW, ReadResult())
+
+    job = Job.objects.get(job_id=130)
+    assert (job.slurm_id, job_words(job)) == ("123_4", "job 123_4 (alice)")
+    api_client.force_authenticate(staff)
+    answer = api_client.get("/api/v1/jobs/130/").json()
+    assert (answer["job_id"], answer["slurm_id"]) == (130, "123_4")

@@ -151,6 +151,7 @@ def test_a_cancelled_array_task_is_read_from_accounting():
     )  # fmt: skip
     (job,) = parse_sacct(line)
     assert (job.job_id, job.array_job_id, job.array_task_id) == (41, 40, 3)
+    assert job.slurm_id == "40_3"  # as Slurm shows it to its user
     assert job.state == "CANCELLED" and job.finished and job.gpu_count == 8
     assert job.ended == datetime.fromtimestamp(1796324001, tz=UTC)
 
@@ -252,3 +253,16 @@ def test_slurm_24_05_and_later_name_the_nodes_under_job_resources_nodes_allocati
     assert (job.gpu_indexes("g01"), job.gpu_indexes("g02"), job.gpu_indexes("g03")) == (
         (0, 3), (), (7,),
     )  # fmt: skip
+
+
+def test_an_array_task_and_a_heterogeneous_component_keep_the_id_slurm_shows():
+    jobs = parse_squeue_jobs(
+        {"jobs": [
+            {"job_id": 130, "job_state": "RUNNING", "array_job_id": 123, "array_task_id": 4},
+            {"job_id": 201, "job_state": "RUNNING", "array_job_id": 0, "het_job_id": 200,
+             "het_job_offset": 1},
+            {"job_id": 7, "job_state": ["RUNNING"], "array_job_id": {"set": True, "number": 0},
+             "array_task_id": {"set": False, "number": 0}},
+        ]}
+    )  # fmt: skip
+    assert [job.slurm_id for job in jobs] == ["123_4", "200+1", "7"]
