@@ -56,6 +56,7 @@ from alerting.destinations import held_back
 from alerting.drainalert import ALERTNAME as DRAIN_BUDGET_ALERTNAME
 from alerting.models import NotificationChannel, channel_errors
 from alerting.nodealerts import INCIDENT_LABEL, POSTED_ALERTNAMES
+from alerting.secrets import scrub
 from contract.atomicfile import write_atomically
 
 CONFIG_FILE = "alertmanager.yml"
@@ -294,7 +295,7 @@ def build(channels: Iterable[NotificationChannel], directory: Path, timing: Timi
         alone = dump(render_config([channel], template_path, timing))
         error = check_config(alone, amtool)
         if error:
-            errors[channel.pk] = error
+            errors[channel.pk] = scrub(error, [channel])
         else:
             good.append(channel)
     text = dump(render_config(good, template_path, timing))

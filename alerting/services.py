@@ -25,6 +25,7 @@ from alerting.amconfig import TEST_LABEL
 from alerting.choices import ChannelKind
 from alerting.client import Alertmanager, AlertmanagerUnavailable
 from alerting.models import NotificationChannel, channel_errors
+from alerting.secrets import scrub
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
     result.included, result.left_out, result.held = built.included, built.errors, built.held
     _record_checks(channels, built.errors)
     _record_held(built.held)
-    whole = amconfig.check_config(built.text, amconfig.amtool_path())
+    whole = scrub(amconfig.check_config(built.text, amconfig.amtool_path()), channels)
     if whole:
         # Each channel passed alone, so this is MAC's bug or amtool's; keep what runs.
         log.error("alertmanager.yml not written, Alertmanager would refuse it: %s", whole)
@@ -99,8 +100,11 @@ def apply_channels(*, reload: bool = True, client: Alertmanager | None = None) -
             with bulkheads.ALERTMANAGER.slot():
                 (client or Alertmanager.from_settings()).reload()
         except (AlertmanagerUnavailable, bulkheads.BulkheadFull) as exc:
-            result.reload_error = str(exc)
-            log.warning("Alertmanager not reloaded (the next poll retries): %s", exc)
+            # Alertmanager's own complaint about the file may quote a channel's URL.
+            result.reload_error = scrub(str(exc), channels)
+            log.warning(
+                "Alertmanager not reloaded (the next poll retries): %s", result.reload_error
+            )
         else:
             cache.delete(RELOAD_PENDING_KEY)
             result.reloaded = True

@@ -2,7 +2,12 @@
 
 MAC makes its silences with `createdBy: "mac"` and matchers `node="<id>"` plus
 `cluster_name="<MAC_CLUSTER_NAME>"` (the labels every MAC alert carries), and touches
-no other silence: ones that people made stay as they are. `reconcile()` makes the
+no other silence: ones that people made stay as they are. The alerts the master posts
+itself (MacNodeOffline, MacGpuUnhealthy, MacGpuDegraded) are left out of the silence
+(`alertname!~...`): the master ends them itself when maintenance begins, and a muted
+end never reaches the receivers (Alertmanager drops a silenced resolved alert, so a
+pager would stay "firing"; and the notification log would then swallow the same alert
+firing again after maintenance). `reconcile()` makes the
 silences match the inventory:
 
 - a node in maintenance without an active MAC silence gets one (also after
@@ -24,6 +29,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from alerting.client import Alertmanager
+from alerting.nodealerts import POSTED_ALERTNAMES
 from inventory.models import Node
 
 CREATED_BY = "mac"
@@ -42,7 +48,19 @@ def matchers(node_id: int) -> list[dict]:
     return [
         {"name": "node", "value": str(node_id), "isRegex": False, "isEqual": True},
         {"name": "cluster_name", "value": settings.CLUSTER_NAME, "isRegex": False, "isEqual": True},
-    ]
+        {"name": "alertname", "value": "|".join(sorted(POSTED_ALERTNAMES)), "isRegex": True,
+         "isEqual": False},
+    ]  # fmt: skip
+
+
+def _same_matchers(silence: dict, node_id: int) -> bool:
+    """The silence has today's matchers (one made by an earlier release is replaced)."""
+
+    def key(item: dict) -> tuple:
+        return (item.get("name"), item.get("value"), bool(item.get("isRegex")),
+                item.get("isEqual", True))  # fmt: skip
+
+    return sorted(map(key, silence.get("matchers", []))) == sorted(map(key, matchers(node_id)))
 
 
 def new_silence(node_id: int, hostname: str, now: dt.datetime | None = None) -> dict:
@@ -106,7 +124,11 @@ def reconcile(
     for node_id in sorted(considered):
         existing = ours.get(node_id, [])
         if node_id in wanted:
-            lasting = [s for s in existing if _parse_time(s["endsAt"]) > renew_before]
+            lasting = [
+                s
+                for s in existing
+                if _parse_time(s["endsAt"]) > renew_before and _same_matchers(s, node_id)
+            ]
             if lasting:
                 continue
             client.create_silence(new_silence(node_id, wanted[node_id], now))

@@ -41,6 +41,17 @@ def test_a_bad_channel_is_left_out_and_the_others_still_reach_alertmanager(alert
     assert bad.receiver_name not in loaded
 
 
+def test_a_channel_amtool_refuses_for_its_url_never_shows_the_url(alertmanager, webhook):
+    # Django's validator takes it; Go's URL parser refuses it, and quotes it whole.
+    secret = "https://203.0.113.5/services/T000/B000/SECRETTOKEN%zz"
+    bad = webhook_channel("slack by hand", secret)
+
+    bad.refresh_from_db()
+    assert "invalid URL escape" in bad.config_error  # what is wrong, still said
+    assert "SECRETTOKEN" not in bad.config_error and "T000" not in bad.config_error
+    assert "https://203.0.113.5/\u2022\u2022\u2022\u2022" in bad.config_error
+
+
 def test_the_configuration_file_is_private_and_rewritten_only_on_change(alertmanager, webhook):
     webhook_channel("ops hook", webhook.url)
     path = services.config_path()

@@ -116,6 +116,23 @@ def test_a_node_in_maintenance_gets_no_alert_and_loses_the_one_it_had(alertmanag
     assert resting.pk not in nodealerts.post_node_alerts().firing
 
 
+def test_maintenance_ends_the_alert_and_its_silence_lets_the_end_reach_the_pager(
+    alertmanager, node_alert_hook, am_settings
+):
+    from alerting import silences
+
+    node = offline_node("gpu-43", "10.0.0.43")
+    nodealerts.post_node_alerts()
+    assert node_alert_hook.wait_for(about("gpu-43", "firing"), timeout=30)
+
+    set_maintenance(node, True, actor="admin:tester")
+    silences.reconcile()  # the silence first, as the maintenance task may well make it
+    nodealerts.post_node_alerts()  # then the sweep's post, which ends the alert
+
+    # Alertmanager drops a silenced alert's end: the pager would stay "firing".
+    assert node_alert_hook.wait_for(about("gpu-43", "resolved"), timeout=30)
+
+
 def test_a_master_that_stops_posting_lets_the_alert_end_by_its_ends_at(
     alertmanager, node_alert_hook, monkeypatch, am_settings
 ):

@@ -39,8 +39,12 @@ def test_maintenance_on_creates_a_silence_for_the_node_and_off_expires_it(
     [silence] = live(alertmanager)
     assert silence["createdBy"] == "mac"
     assert f"node {node.pk}" in silence["comment"] and "gpu-07" in silence["comment"]
-    matchers = {m["name"]: m["value"] for m in silence["matchers"]}
-    assert matchers == {"node": str(node.pk), "cluster_name": "mac"}
+    matchers = {m["name"]: (m["value"], m["isEqual"]) for m in silence["matchers"]}
+    assert matchers == {
+        "node": (str(node.pk), True), "cluster_name": ("mac", True),
+        # the master's own alerts are not silenced: it ends them, and the end must go out
+        "alertname": ("MacGpuDegraded|MacGpuUnhealthy|MacNodeOffline", False),
+    }  # fmt: skip
 
     with django_capture_on_commit_callbacks(execute=True):
         inventory.set_maintenance(node, False, actor="admin:tester")
@@ -94,3 +98,19 @@ def test_silences_lost_by_a_killed_alertmanager_come_back(alertmanager, make_nod
     assert sorted(done.created) == [first.pk, second.pk]
     assert len(live(alertmanager)) == 2
     assert silences.reconcile().created == []  # nothing made twice
+
+
+def test_a_silence_an_earlier_release_made_is_replaced_with_todays_matchers(
+    alertmanager, make_node
+):
+    node = make_node("gpu-09", "10.1.0.9", maintenance=True)
+    client = Alertmanager.from_settings()
+    old = silences.new_silence(node.pk, node.hostname)
+    old["matchers"] = old["matchers"][:2]  # node and cluster_name only, as before
+    client.create_silence(old)
+
+    done = silences.reconcile()
+
+    assert done.created == [node.pk]
+    [silence] = live(alertmanager)
+    assert {m["name"] for m in silence["matchers"]} == {"node", "cluster_name", "alertname"}
