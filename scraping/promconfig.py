@@ -145,6 +145,13 @@ def render_prometheus_config(
     managers = list(alertmanagers)
     if managers:
         config["alerting"] = {"alertmanagers": [alertmanager_config(url) for url in managers]}
+        if shard is not None:
+            # Prometheus puts its external labels on the alerts it sends: a backstop
+            # MacNodeOffline with mac_shard would not be the master's own post (two
+            # alerts, two notifications).
+            config["alerting"]["alert_relabel_configs"] = [
+                {"action": "labeldrop", "regex": "mac_shard"}
+            ]
     if rule_files:
         config["rule_files"] = list(rule_files)
     config["scrape_configs"] = scrape_configs

@@ -160,6 +160,11 @@ def test_the_shard_config_reads_http_sd_with_the_token_and_only_shard_0_scrapes_
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert "file_sd_configs" not in jobs["nic-exporter"]
         assert config["global"]["external_labels"] == {"mac_shard": f"{shard}/2"}
+        # ...which Prometheus would put on its alerts too: the backstop's MacNodeOffline
+        # must keep exactly the master's own labels (one alert, one notification).
+        assert config["alerting"]["alert_relabel_configs"] == [
+            {"action": "labeldrop", "regex": "mac_shard"}
+        ]
         assert f"--shard {shard} --of 2" in out.read_text()  # the header says how to redo it
 
 
