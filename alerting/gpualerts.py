@@ -132,8 +132,10 @@ def firing_alert(row: dict, ends_at: str, node_url: str, runbook: str) -> dict:
 def resolved_alert(key: str, hostname: str, ends_at: str, node_url: str) -> dict:
     node, gpu, alertname = key.split("/")
     row = {"node": node, "hostname": hostname, "gpu": gpu, "alertname": alertname}
+    # A name no longer known (posted by an earlier release) is ended all the same.
     row["severity"] = next(
-        SEVERITIES[state] for state, name in ALERTNAMES.items() if name == alertname
+        (SEVERITIES[state] for state, name in ALERTNAMES.items() if name == alertname),
+        SEVERITIES[HealthState.UNHEALTHY],
     )
     return {
         "labels": labels(row),

@@ -38,6 +38,7 @@ that Alertmanager accepted: a failed post is simply made again after the next sw
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -242,7 +243,10 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
     # One post at a time: two overlapping posts could end a node's alert after the
     # newer one fired it. The lock outlives a hung post by its timeout only.
     timeout = settings.ALERTMANAGER_TIMEOUT
-    if not cache.add(LOCK_KEY, "1", timeout=int(timeout) + 5):
+    token = secrets.token_hex(8)
+    # As long as a probe interval: a post of thousands of faulty GPUs' job names may take
+    # longer than Alertmanager's timeout, and must not lose its lock to the next post.
+    if not cache.add(LOCK_KEY, token, timeout=int(max(timeout + 5, settings.PROBE_INTERVAL))):
         return Post(skipped=True)
     try:
         client = client or Alertmanager(settings.ALERTMANAGER_URL, timeout)
@@ -272,7 +276,8 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
         record(post)
         return post
     finally:
-        cache.delete(LOCK_KEY)
+        if cache.get(LOCK_KEY) == token:  # a lock outlived is the next post's
+            cache.delete(LOCK_KEY)
 
 
 def record(post: Post) -> None:

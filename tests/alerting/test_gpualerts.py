@@ -168,3 +168,10 @@ def test_the_email_of_a_gpu_alert_says_the_gpu_the_evidence_and_the_fix(
     assert f"Evidence:  {XID79.words()}" in text
     assert "Action:    reboot" in text
     assert "sudo reboot" in text
+
+
+def test_an_alert_an_earlier_release_posted_under_another_name_is_still_ended():
+    from alerting.gpualerts import resolved_alert
+
+    alert = resolved_alert("7/3/MacGpuOld", "gpu-07", "2026-12-05T20:00:00Z", "http://mac")
+    assert alert["labels"]["alertname"] == "MacGpuOld" and alert["endsAt"].startswith("2026")
