@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
@@ -15,7 +15,7 @@ from healthcheck.health import run_health_checks
 from healthcheck.metrics import master_registry
 
 
-@require_GET
+@require_safe  # HEAD too: load balancers ask with it
 def health(request):
     report = run_health_checks(named=_logged_in(request))
     # Degraded (Alertmanager down) is still 200: agents and load balancers keep using it.

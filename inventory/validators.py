@@ -26,6 +26,12 @@ def normalize_hostname(value: object) -> str:
         raise ValueError("must not be empty.")
     if len(value) > MAX_HOSTNAME:
         raise ValueError(f"is {len(value)} characters long; the limit is {MAX_HOSTNAME}.")
+    if not value.isascii():
+        # Before lower(): the Kelvin sign (U+212A) lowers to "k" and would pass as ASCII.
+        raise ValueError(
+            "must be ASCII: RFC 1123 labels are letters, digits and hyphens (an "
+            "internationalised name goes in its xn-- form)."
+        )
     name = value.lower()
     for label in name.split("."):
         if not _LABEL.fullmatch(label):

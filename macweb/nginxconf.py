@@ -591,6 +591,12 @@ def _monitoring_locations(
         blocks.append(
             f"""\
         location /{name}/ {{
+            # A control character in the decoded path (%0D%0A) would end the gate's
+            # X-Original-URI header early and escape the prefix's rewrite below: the
+            # server would read another path than the gate decided on.
+            if ($uri ~ "[\\x00-\\x1f\\x7f]") {{
+                return 400 "A control character in the path is refused.\\n";
+            }}
             set $mac_gate_uri $uri;
 {upstream}            # The servers run with their route prefix at / (loopback use keeps working)
             # and their external URL at /{name}/ (the links they make). Last of the

@@ -37,6 +37,9 @@ HOSTILE_BODIES = [
     ('{"hostname": "gpu-01", "agent_version": "1\\u0000"}', "agent_version", "Null"),
     ('{"hostname": "gpu-01", "machine_id": "\\udbff"}', "machine_id", "urrogate"),
     ('{"hostname": "gpu\\u000001"}', "hostname", "not valid"),
+    # the Kelvin sign lowers to "k": refused as not ASCII before it is lowered
+    ('{"hostname": "gpu-0\\u212a"}', "hostname", "must be ASCII"),
+    ('{"hostname": "gp\\u00fc-01"}', "hostname", "xn--"),
 ]
 
 

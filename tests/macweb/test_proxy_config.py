@@ -285,6 +285,18 @@ def test_the_server_reads_the_very_path_the_gate_decided_on(tmp_path):
             assert decided == "/prometheus" + served, uri
 
 
+@pytest.mark.parametrize("tail", ["%0D%0AX-Injected:%20yes", "%0Ax", "%09", "%7F"])
+def test_a_control_character_in_the_path_reaches_neither_the_gate_nor_the_server(tmp_path, tail):
+    """%0D%0A would end the gate's X-Original-URI header early (a header of the caller's
+    own after it) and escape the prefix's rewrite: the server would read the raw path."""
+    with _front_door(tmp_path) as door:
+        _GateAndServer.seen = []
+        status, body = _call(f"{door}/prometheus/api/v1/query{tail}")
+        assert status == 400 and b"control character" in body
+        assert _GateAndServer.seen == []
+        assert _call(f"{door}/prometheus/api/v1/query%20x")[0] == 200  # a plain escape passes
+
+
 def test_peoples_pages_lead_to_prometheuss_classic_ui_and_the_dashboards_alerts(tmp_path):
     with _front_door(tmp_path) as door:
         for page, classic in PROMETHEUS_PAGES.items():
