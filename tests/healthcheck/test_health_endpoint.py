@@ -26,6 +26,12 @@ def test_it_answers_200_with_checks(client):
     assert body["checks"]["redis"]["ok"] is True
 
 
+def test_a_load_balancer_may_ask_with_head(client):
+    answer = client.head("/health")
+    assert answer.status_code == client.get("/health").status_code
+    assert answer.content == b""
+
+
 def test_it_answers_503_naming_redis_when_redis_is_down(client, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     response = client.get("/health")
