@@ -154,7 +154,9 @@ def build(
     """The GPU alerts of one post: (alerts, what now fires {key: hostname}, keys ended)."""
     firing = {alert_key(row): row["hostname"] for row in rows}
     alerts = [firing_alert(row, ends_at, node_url(row["node"]), runbook) for row in rows]
-    ended = sorted(key for key in posted if key not in firing)
+    # Ended: no longer firing, or firing under another host name (the node was renamed:
+    # the alert under the old name is another alert, ended here rather than left to time out).
+    ended = sorted(key for key, hostname in posted.items() if firing.get(key) != hostname)
     alerts += [
         resolved_alert(key, posted[key], now_iso, node_url(int(key.split("/")[0]))) for key in ended
     ]

@@ -175,3 +175,17 @@ def test_an_alert_an_earlier_release_posted_under_another_name_is_still_ended():
 
     alert = resolved_alert("7/3/MacGpuOld", "gpu-07", "2026-12-05T20:00:00Z", "http://mac")
     assert alert["labels"]["alertname"] == "MacGpuOld" and alert["endsAt"].startswith("2026")
+
+
+def test_a_renamed_node_ends_its_alert_under_the_old_name_at_once(alertmanager):
+    node = online_gpu_node("gpu-old")
+    verdict(node, 3, XID79)
+    nodealerts.post_node_alerts()
+    assert [a["labels"]["alertname"] for a in held(alertmanager, "gpu-old")] == ["MacGpuUnhealthy"]
+    Node.objects.filter(pk=node.pk).update(hostname="gpu-new")  # re-registered under a new name
+
+    post = nodealerts.post_node_alerts()
+
+    assert post.gpus_resolved == [f"{node.pk}/3/MacGpuUnhealthy"]
+    assert held(alertmanager, "gpu-old") == []  # ended now, not in two minutes
+    assert [a["labels"]["alertname"] for a in held(alertmanager, "gpu-new")] == ["MacGpuUnhealthy"]
