@@ -357,6 +357,9 @@ class Url(Kind):
     host: bool = True
     path: bool = True
     example: str = ""
+    # False where the URL's reader cannot send a user:password (it would only fail later,
+    # naming the host as unknown); the refusal never repeats the password.
+    credentials: bool = True
 
     def parse(self, name: str, text: str) -> str:
         example = self.example or f"{self.schemes[0]}://host:port" + ("/path" if self.path else "")
@@ -371,6 +374,13 @@ class Url(Kind):
             raise refuse(name, text, want, "is not a usable URL")
         if not self.path and (parts.path.strip("/") or parts.query):
             raise refuse(name, text, want, "has a path")
+        if not self.credentials and (parts.username or parts.password):
+            shown = text.replace(parts.netloc, parts.netloc.rpartition("@")[2])
+            raise ValueError(
+                f"{name}={shown!r} (its user:password left out here) carries credentials, "
+                "which MAC does not send there: give the URL without them, and let a proxy "
+                "on the master's side add them."
+            )
         return text.rstrip("/")
 
     def describe(self) -> str:

@@ -293,7 +293,7 @@ ALERTS = Group(
     (
         Setting(
             "MAC_ALERTMANAGER_URL",
-            Url(),
+            Url(credentials=False),
             Derived(
                 f"http://127.0.0.1:{MASTER_ALERTMANAGER_PORT} (MAC's own)",
                 lambda values: f"http://127.0.0.1:{values['MAC_ALERTMANAGER_PORT']}",

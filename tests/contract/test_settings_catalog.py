@@ -103,6 +103,10 @@ def test_unset_or_empty_gives_the_default_and_a_list_is_a_fresh_copy():
         ("NODE_NAME", "gpu_01", "NODE_NAME='gpu_01' is not a valid host name"),
         ("MAC_SCRAPER_BUFFER_BYTES", "2 GB", "MAC_SCRAPER_BUFFER_BYTES='2 GB' is not a size"),
         ("MAC_ALERT_EMAIL_TO", "ops", "MAC_ALERT_EMAIL_TO='ops' is not valid: give an email"),
+        # MAC's Alertmanager client sends no user:password; the refusal never shows it
+        ("MAC_ALERTMANAGER_URL", "https://ops:s3cret@am.example:9093",
+         "MAC_ALERTMANAGER_URL='https://am.example:9093' (its user:password left out here) "
+         "carries credentials"),
     ],
 )  # fmt: skip
 def test_a_bad_value_names_the_setting_and_what_to_give(name, text, message):
