@@ -202,49 +202,14 @@ def plan(
         name for name, node in slurm.items() if hold_of(node) is Hold.MAC and name not in named
     )
     for node in nodes:
-        if node.slurm_name in shared:
-            if node.unhealthy and not node.maintenance:
-                hosts = ", ".join(sorted(shared[node.slurm_name]))
-                result.steps.append(
-                    Step(
-                        node, Decision.UNKNOWN, mac_reason(node),
-                        f"Not drained: MAC's hosts {hosts} all name Slurm's "
-                        f"{node.slurm_name}; give each its own in MAC_SLURM_NODE_MAP",
-                    )
-                )  # fmt: skip
-            continue
         found = slurm.get(node.slurm_name)
-        if found is None:
+        left = _left_alone(node, found, shared, reserved)
+        if left is not None:
+            # Said in the node's history where MAC would otherwise have drained it.
             if node.unhealthy and not node.maintenance:
-                result.steps.append(
-                    Step(
-                        node, Decision.UNKNOWN, mac_reason(node),
-                        f"Not drained: Slurm has no node named {node.slurm_name} (MAC's host "
-                        f"{node.hostname}); set MAC_SLURM_NODE_MAP where the names differ",
-                    )
-                )  # fmt: skip
+                result.steps.append(Step(node, *left))
             continue
-        in_reservation = found.name in reserved
-        if found.held_by_others or in_reservation:
-            if node.unhealthy and not node.maintenance:
-                result.steps.append(
-                    Step(
-                        node, Decision.HELD, found.reason,
-                        f"Not drained: {_held_words(found, in_reservation)}; MAC leaves a "
-                        "node that someone else holds as it is",
-                    )
-                )  # fmt: skip
-            continue
-        if hold_of(found) is Hold.MAC and _edited(node, found):
-            if node.unhealthy and not node.maintenance:
-                result.steps.append(
-                    Step(
-                        node, Decision.HELD, found.reason,
-                        f"Not changed: {found.name}'s reason is MAC's as someone edited it "
-                        f"({found.reason}); MAC leaves it, and its resume, to them",
-                    )
-                )  # fmt: skip
-            continue
+        assert found is not None  # _left_alone answers for a node Slurm does not have
         if node.maintenance:
             continue
         if hold_of(found) is Hold.MAC:
@@ -276,6 +241,41 @@ def plan(
         else:
             result.steps.append(Step(node, Decision.DRAIN, reason, reason))
     return result
+
+
+def _left_alone(
+    node: MacNode, found: SlurmNode | None, shared: Mapping[str, list[str]], reserved: set[str]
+) -> tuple[Decision, str, str] | None:
+    """(decision, reason, why) where MAC must not act on the node in Slurm, else None: its
+    Slurm name is another MAC host's too, Slurm has no such node, someone else holds or
+    reserved it, or someone added to MAC's own reason."""
+    if node.slurm_name in shared:
+        hosts = ", ".join(sorted(shared[node.slurm_name]))
+        return (
+            Decision.UNKNOWN, mac_reason(node),
+            f"Not drained: MAC's hosts {hosts} all name Slurm's {node.slurm_name}; give each "
+            "its own in MAC_SLURM_NODE_MAP",
+        )  # fmt: skip
+    if found is None:
+        return (
+            Decision.UNKNOWN, mac_reason(node),
+            f"Not drained: Slurm has no node named {node.slurm_name} (MAC's host "
+            f"{node.hostname}); set MAC_SLURM_NODE_MAP where the names differ",
+        )  # fmt: skip
+    in_reservation = found.name in reserved
+    if found.held_by_others or in_reservation:
+        return (
+            Decision.HELD, found.reason,
+            f"Not drained: {_held_words(found, in_reservation)}; MAC leaves a node that "
+            "someone else holds as it is",
+        )  # fmt: skip
+    if hold_of(found) is Hold.MAC and _edited(node, found):
+        return (
+            Decision.HELD, found.reason,
+            f"Not changed: {found.name}'s reason is MAC's as someone edited it "
+            f"({found.reason}); MAC leaves it, and its resume, to them",
+        )  # fmt: skip
+    return None
 
 
 def _edited(node: MacNode, found: SlurmNode) -> bool:

@@ -31,19 +31,14 @@ from django.views.decorators.http import require_GET
 
 from contract.bearer import bearer_matches
 from inventory.models import Node
-from scraping.targets import SCRAPED_SERVICES, dump_groups, shard_of, target_groups
-
-# The columns target_groups() needs.
-TARGET_FIELDS = (
-    "id",
-    "hostname",
-    "ip",
-    "gpu_vendor",
-    "maintenance",
-    "status",
-    "exporters",
-    "exporter_health",
+from scraping.targets import (
+    SCRAPED_SERVICES,
+    TARGET_FIELDS,
+    dump_groups,
+    shard_of,
+    target_groups,
 )
+
 CONTENT_TYPE = "application/json"
 
 

@@ -58,6 +58,17 @@ from inventory.choices import NodeStatus
 # The cluster_name label when MAC_CLUSTER_NAME is not set.
 DEFAULT_CLUSTER_NAME = "mac"
 
+# The inventory's columns a node's targets are made from (node_targets, target_groups).
+TARGET_FIELDS = (
+    "id",
+    "hostname",
+    "ip",
+    "gpu_vendor",
+    "maintenance",
+    "status",
+    "exporters",
+    "exporter_health",
+)
 # mango-sdk-agent is an HTTP API, not an exporter: it has no /metrics to scrape.
 SCRAPED_SERVICES: tuple[str, ...] = tuple(name for name in BY_NAME if name != "mango-sdk-agent")
 
@@ -120,10 +131,18 @@ def target_groups(
 
     The one place that decides which targets exist and with which labels: the
     file-SD files (render_targets) and the http_sd endpoint (scraping.httpsd)
-    both serve these groups. Each node mapping needs id, hostname, ip, gpu_vendor,
-    maintenance, status, exporters and exporter_health; groups come in node-id order.
+    both serve these groups. Each node mapping needs TARGET_FIELDS; groups come in
+    node-id order.
     """
-    lines: dict[str, list[str]] = {name: [] for name in services}
+    groups = _node_groups(nodes, services, cluster_name)
+    return {name: [line for _, line in lines] for name, lines in groups.items()}
+
+
+def _node_groups(
+    nodes: Iterable[Mapping], services: Iterable[str], cluster_name: str
+) -> dict[str, list[tuple[int, str]]]:
+    """target_groups' lines, each with its node's id (the shares split them by it)."""
+    lines: dict[str, list[tuple[int, str]]] = {name: [] for name in services}
     for node in sorted(nodes, key=lambda row: row["id"]):
         wanted = [name for name in node_targets(node) if name in lines]
         if not wanted:
@@ -140,7 +159,7 @@ def target_groups(
         labels_json = json.dumps(labels, sort_keys=True, separators=(",", ":"))
         for name in wanted:
             address = json.dumps(_address(node["ip"], BY_NAME[name].port))
-            lines[name].append(f'{{"labels":{labels_json},"targets":[{address}]}}')
+            lines[name].append((node["id"], f'{{"labels":{labels_json},"targets":[{address}]}}'))
     return lines
 
 
@@ -171,16 +190,22 @@ def write_targets(
     (module docstring); returns the files rewritten, as paths under `sd_dir`
     (`dcgm-exporter`, `shard-1-of-2/dcgm-exporter`)."""
     sd_dir = Path(sd_dir)
-    rows = list(nodes)
-    changed = _write_changed(sd_dir, render_targets(rows, cluster_name=cluster_name))
-    if shards >= 1:
-        share: list[list[Mapping]] = [[] for _ in range(shards)]
-        for row in rows:
-            share[shard_of(row["id"], shards)].append(row)
-        for shard, mine in enumerate(share):
-            folder = shard_folder(sd_dir, shard, shards)
-            rendered = render_targets(mine, cluster_name=cluster_name)
-            changed += [f"{folder.name}/{name}" for name in _write_changed(folder, rendered)]
+    groups = _node_groups(nodes, SCRAPED_SERVICES, cluster_name)  # rendered once for all
+    whole = {name: dump_groups([line for _, line in lines]) for name, lines in groups.items()}
+    changed = _write_changed(sd_dir, whole)
+    if shards < 1:
+        return changed
+    shard_by_node: dict[int, int] = {}
+    shares = [{name: [] for name in groups} for _ in range(shards)]
+    for name, lines in groups.items():
+        for node_id, line in lines:
+            if node_id not in shard_by_node:
+                shard_by_node[node_id] = shard_of(node_id, shards)
+            shares[shard_by_node[node_id]][name].append(line)
+    for shard, mine in enumerate(shares):
+        folder = shard_folder(sd_dir, shard, shards)
+        rendered = {name: dump_groups(lines) for name, lines in mine.items()}
+        changed += [f"{folder.name}/{name}" for name in _write_changed(folder, rendered)]
     return changed
 
 

@@ -78,8 +78,9 @@ def _scaleout_overlay(
     path = scaleout.write_overlay(data, overlay)
     # The store's keys (and an earlier release's http_sd token) reach the containers
     # through Compose's environment, never the file.
-    if not cfg.get("MAC_SD_TOKEN") and scaleout.kept_sd_token(data):
-        runtime.pass_values({"MAC_SD_TOKEN": scaleout.kept_sd_token(data)})
+    kept = "" if cfg.get("MAC_SD_TOKEN") else scaleout.kept_sd_token(data)
+    if kept:
+        runtime.pass_values({"MAC_SD_TOKEN": kept})
     if not cfg.get("MAC_METRICS_STORE_URL"):
         runtime.pass_values(scaleout.store_keys(scaleout.folder(data)))
     return [path]

@@ -315,8 +315,9 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
         # replace mac-prometheus, and every process reads metrics from the store.
         if not docker:
             env.update(scaleout.env_overrides(cfg, layout))
-            if not cfg.get("MAC_SD_TOKEN") and scaleout.kept_sd_token(data):
-                env["MAC_SD_TOKEN"] = scaleout.kept_sd_token(data)
+            kept = "" if cfg.get("MAC_SD_TOKEN") else scaleout.kept_sd_token(data)
+            if kept:
+                env["MAC_SD_TOKEN"] = kept
         specs = [spec for spec in specs if spec.name != "prometheus"]
         specs += scaleout.specs(
             cfg, layout, env, views_port=_host_port(cfg, layout, "prometheus"),

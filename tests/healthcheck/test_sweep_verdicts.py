@@ -236,22 +236,30 @@ def test_a_repaired_gpus_history_forgotten_ends_its_escalation_at_the_next_sweep
     assert GpuFault.objects.filter(gpu=serial).count() == 1
 
 
-def test_a_forget_between_a_sweeps_judgement_and_its_write_is_not_undone(gpu_nodes):
+def _judged_from_two_boots(runner, node):
+    """XID 79 on GPU 3 in two boots, and a sweep that has judged (not yet written) the
+    escalation from that history: (its judgement, its time)."""
     from django.utils import timezone
 
-    from healthcheck.sweep import judge, load_nodes, probe_nodes, save_changes
+    from healthcheck.sweep import judge, load_nodes, probe_nodes
 
-    runner, nodes = gpu_nodes
-    node = nodes["nvidia"]
     runner.inject(node.ip, "xid", 3, 79)
     run_sweep()
     runner.reboot(node.ip)
     run_sweep()
     runner.inject(node.ip, "xid", 3, 79, length=60)
-    # This sweep reads the history of both boots and judges an escalation...
     rows = load_nodes()
     now = timezone.now()
-    judgement = judge(rows, probe_nodes(rows), now)
+    return judge(rows, probe_nodes(rows), now), now
+
+
+def test_a_forget_between_a_sweeps_judgement_and_its_write_is_not_undone(gpu_nodes):
+    from healthcheck.sweep import save_changes
+
+    runner, nodes = gpu_nodes
+    node = nodes["nvidia"]
+    # This sweep reads the history of both boots and judges an escalation...
+    judgement, now = _judged_from_two_boots(runner, node)
     assert judgement.health.nodes[node.pk]["health_action"] == "inspect_hardware"
     # ...the GPU is repaired and its history forgotten before that sweep writes...
     assert services.forget_gpu_faults(fresh(node), 3, actor="admin:ops") is not None
@@ -271,20 +279,11 @@ def test_a_forget_between_a_sweeps_judgement_and_its_write_is_not_undone(gpu_nod
 
 
 def test_a_sweep_judged_before_an_admins_forget_of_rows_is_not_undone(gpu_nodes):
-    from django.utils import timezone
-
-    from healthcheck.sweep import judge, load_nodes, probe_nodes, save_changes
+    from healthcheck.sweep import save_changes
 
     runner, nodes = gpu_nodes
     node = nodes["nvidia"]
-    runner.inject(node.ip, "xid", 3, 79)
-    run_sweep()
-    runner.reboot(node.ip)
-    run_sweep()
-    runner.inject(node.ip, "xid", 3, 79, length=60)
-    rows = load_nodes()
-    now = timezone.now()
-    judgement = judge(rows, probe_nodes(rows), now)
+    judgement, now = _judged_from_two_boots(runner, node)
     other = nodes["amd"]
     before = fresh(other).health_digest
 

@@ -24,7 +24,7 @@ from django.db import DatabaseError
 from contract.atomicfile import write_atomically
 from inventory.models import Node
 from scraping.engines import SCALEOUT_RULES, dump, scraper_config, store_scrape_config
-from scraping.httpsd import TARGET_FIELDS, ShardError, parse_shard
+from scraping.httpsd import ShardError, parse_shard
 from scraping.management.commands.prometheus_config import write_secret
 from scraping.promconfig import (
     RulesError,
@@ -33,7 +33,7 @@ from scraping.promconfig import (
     shipped_rule_names,
     with_promql_meaning,
 )
-from scraping.targets import ensure_target_files, write_targets
+from scraping.targets import TARGET_FIELDS, ensure_target_files, write_targets
 
 
 class Command(BaseCommand):
