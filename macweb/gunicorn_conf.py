@@ -32,3 +32,11 @@ keepalive = 75
 # gunicorn 27's control socket (one per user, shared by every gunicorn of that user):
 # MAC does not use it, and several masters or test servers on one host would share it.
 control_socket_disable = True
+
+
+# --- gunicorn's hooks.
+def post_worker_init(worker) -> None:
+    """Each worker's access log hides password-reset tokens (macweb.accesslog)."""
+    from macweb.accesslog import hide_in_access_logs
+
+    hide_in_access_logs()

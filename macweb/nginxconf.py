@@ -315,8 +315,14 @@ http {{
         "" 1;
         default 0;
     }}
-    log_format mac '$remote_addr [$time_local] "$request" $status $body_bytes_sent '
-                   '$request_time';
+    # A password-reset link's token never reaches the log (macweb/accesslog.py).
+    map $request $mac_logged_request {{
+        "~^(?<mac_head>\\S+ /accounts/reset/[^/?# ]+/)(?!set-password/)[^/?# ]+(?<mac_tail>.*)$"
+            "${{mac_head}}<hidden>${{mac_tail}}";
+        default $request;
+    }}
+    log_format mac '$remote_addr [$time_local] "$mac_logged_request" $status '
+                   '$body_bytes_sent $request_time';
     access_log /dev/stdout mac if=$answered_by_proxy;
 
     # Slow clients (MAC_API_REQUEST_TIMEOUT): the whole header within it, and no pause

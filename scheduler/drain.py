@@ -30,6 +30,7 @@ The same plan serves dry-run: the pass then records what it would have done.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -40,6 +41,9 @@ from scheduler.slurm import MAC_REASON_PREFIX, SlurmNode
 
 # Slurm keeps a reason of any length, but sinfo and people read the start of it.
 REASON_LIMIT = 500
+# The times in a verdict's line (contract.verdicts.clock_words): "at 14:02:11", with the
+# date once the day has passed.
+_CLOCK = re.compile(r" at (?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}")
 
 
 class Decision(StrEnum):
@@ -138,6 +142,13 @@ def mac_reason(node: MacNode) -> str:
     # Slurm keeps the reason without trailing spaces: a cut that ends on one must not
     # make MAC's reason differ from the one Slurm shows, and be written again each pass.
     return f"{MAC_REASON_PREFIX} {line}"[:REASON_LIMIT].rstrip()
+
+
+def same_but_times(written: str, reason: str) -> bool:
+    """Whether two reasons differ at most in their times. A fault that recurs (XID 119
+    every few minutes) moves its time, and a new day adds the date: neither is new
+    evidence, and writing each into Slurm would add a history event every pass."""
+    return _CLOCK.sub(" at", written) == _CLOCK.sub(" at", reason)
 
 
 def hold_of(node: SlurmNode) -> Hold:
@@ -301,7 +312,7 @@ def _mac_drained(node: MacNode, found: SlurmNode, policy: Policy) -> Step | None
         return None  # Slurm is rebooting it for MAC; it resumes by itself
     if node.unhealthy:
         reason = mac_reason(node)
-        if found.reason != reason:
+        if not same_but_times(found.reason, reason):
             return Step(node, Decision.REASON, reason, reason)
         return None
     if node.state is HealthState.HEALTHY and node.streak >= policy.resume_sweeps:

@@ -401,12 +401,22 @@ def gres_count(gres: str, name: str = "gpu") -> int:
 
 
 def tres_gpus(tres: str) -> int:
-    """The GPUs of a TRES string: "cpu=2,node=2,gres/gpu=4" → 4 (typed ones not counted twice)."""
+    """The GPUs of a TRES string: "cpu=2,node=2,gres/gpu=4" → 4.
+
+    Slurm writes the untyped total beside the typed ones ("gres/gpu=2,gres/gpu:h200=2"),
+    so the typed are summed only where no total is written: a site whose
+    AccountingStorageTRES names only the typed one (gres/gpu:a100) gets only those.
+    """
+    total, typed = None, 0
     for item in tres.split(","):
-        key, _, value = item.partition("=")
-        if key == "gres/gpu" and value.isdigit():
-            return int(value)
-    return 0
+        key, _, value = item.strip().partition("=")
+        if not value.isdigit():
+            continue
+        if key == "gres/gpu":
+            total = int(value)
+        elif key.startswith("gres/gpu:"):
+            typed += int(value)
+    return typed if total is None else total
 
 
 # ------------------------------------------------------------------ helpers

@@ -131,6 +131,36 @@ def test_it_refuses_oversized_headers(server):
     assert b"MAC_API_MAX_HEADER_BYTES" in received
 
 
+def _logged(path, needle: str, limit: float = 10.0) -> str:
+    """The log at `path` once it holds `needle` (the servers write their lines a little after
+    they answer)."""
+    deadline = time.monotonic() + limit
+    while True:
+        text = path.read_text(errors="replace")
+        if needle in text or time.monotonic() > deadline:
+            return text
+        time.sleep(0.1)
+
+
+def test_a_password_reset_token_never_reaches_either_log(server):
+    token = "cb5w0g-9f1c2d3e4a5b6c7d8e9f0a1b2c3d4e5f"
+    # The API server answers this one (an unknown link: Django's "invalid link" page).
+    status, _ = request(server, "GET", f"/accounts/reset/MQ/{token}/?next=1", source="127.0.3.9")
+    assert status == 200
+    # nginx answers this one itself (a header over its limit), and so logs it.
+    with server.connect(source="127.0.3.9") as sock:
+        sock.sendall(f"GET /accounts/reset/Mg/{token}/ HTTP/1.1\r\nHost: localhost\r\n".encode())
+        sock.sendall(b"X-Pad: " + b"a" * 40_000 + b"\r\n\r\n")
+        received, _ = read_until_closed(sock, 10)
+    assert received.startswith(b"HTTP/1.1 431"), received[:200]
+
+    api_log = _logged(server.log, "/accounts/reset/MQ/")
+    assert "/accounts/reset/MQ/<hidden>/?next=1" in api_log, api_log[-2000:]
+    proxy_log = _logged(server.log.parent / "proxy.log", "/accounts/reset/Mg/")
+    assert "GET /accounts/reset/Mg/<hidden>/ HTTP/1.1" in proxy_log, proxy_log[-2000:]
+    assert token not in api_log + proxy_log
+
+
 def test_it_still_answers_health_while_200_slow_clients_hang(server):
     hanging = []
     try:

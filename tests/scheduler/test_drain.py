@@ -134,6 +134,18 @@ def test_an_escalated_verdict_rewrites_only_macs_own_reason():
     assert plan([sick(1)], cluster(3, n=drained), set(), ON).steps == []  # same words: nothing
 
 
+def test_a_recurring_fault_moving_its_time_leaves_the_reason_alone():
+    drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    later = XID79.replace("14:02:11", "14:09:40")
+    assert plan([sick(1, evidence=later)], cluster(3, n=drained), set(), ON).steps == []
+    next_day = XID79.replace("14:02:11", "2026-12-04 14:02:11")
+    assert plan([sick(1, evidence=next_day)], cluster(3, n=drained), set(), ON).steps == []
+    # More evidence is new words, whatever its time.
+    more = later.replace("at 14:09:40", "at 14:09:40 (+1 more)")
+    [step] = plan([sick(1, evidence=more)], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.REASON and "(+1 more)" in step.reason
+
+
 def test_macs_reason_someone_added_to_is_theirs_to_resume():
     wrote = f"MAC: {XID79}"
     edited = slurm(1, "idle", ("DRAIN",), f"{wrote} -- RMA 1234, keep drained", "ops")

@@ -206,6 +206,10 @@ def test_gres_and_tres_counts():
     assert tres_gpus("cpu=2,node=2,billing=2,gres/gpu=4") == 4
     assert tres_gpus("cpu=1,gres/gpu=2,gres/gpu:h200=2") == 2
     assert tres_gpus("cpu=1") == 0
+    # Typed only (AccountingStorageTRES=gres/gpu:a100,gres/gpu:h200): their sum.
+    assert tres_gpus("cpu=1,gres/gpu:a100=2") == 2
+    assert tres_gpus("cpu=1,gres/gpu:a100=2,gres/gpu:h200=1") == 3
+    assert tres_gpus("gres/gpu:a100=x,gres/gpufoo=3") == 0
 
 
 def test_a_record_line_keeps_values_with_spaces():

@@ -1,0 +1,44 @@
+"""Access-log lines without the secret that a password-reset link carries.
+
+Django's reset link is /accounts/reset/<uid>/<token>/, and anyone who reads the token
+before it is used can set that user's password: the API server's log (uvicorn writes
+each request's path) must not keep it. The token is replaced by HIDDEN; the uid stays,
+so a line still says whose link was followed. nginx's own log, of the requests it
+answers itself, hides it the same way (RESET_TOKEN_MAP in macweb/nginxconf.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from contract.redact import HIDDEN
+
+# The token segment; Django's next step, .../<uid>/set-password/, holds no secret.
+_RESET_TOKEN = re.compile(r"(/accounts/reset/[^/?#\s]+/)(?!set-password/)[^/?#\s]+")
+
+
+def hide_reset_tokens(text: str) -> str:
+    """`text` with every reset link's token replaced by HIDDEN."""
+    return _RESET_TOKEN.sub(rf"\g<1>{HIDDEN}", text)
+
+
+class HideResetTokens(logging.Filter):
+    """A filter for an access logger: the record's message and arguments rewritten."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = hide_reset_tokens(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                hide_reset_tokens(arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        return True
+
+
+def hide_in_access_logs() -> None:
+    """Install the filter on the loggers that write request lines (uvicorn's, gunicorn's)."""
+    for name in ("uvicorn.access", "gunicorn.access"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, HideResetTokens) for f in logger.filters):
+            logger.addFilter(HideResetTokens())
