@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 # Losing an insert race needs one retry; more means something else is wrong.
 _MAX_ATTEMPTS = 5
+# The advisory lock that queues the node counts of MAC_MAX_NODES (one number for the
+# whole database: "MACNODES" read as a 64-bit integer).
+NODE_COUNT_LOCK = int.from_bytes(b"MACNODES", "big")
 AGENT_ACTOR = "agent"
 
 
@@ -191,13 +194,27 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
     # ids stay within the cap (a young inventory) counting, a query per new node, can be
     # skipped. Past that the insert is counted and, over the cap, undone with the
     # transaction.
-    if node.pk > settings.MAX_NODES and Node.objects.count() > settings.MAX_NODES:
+    if node.pk > settings.MAX_NODES and _count_one_at_a_time() > settings.MAX_NODES:
         raise NodeLimitReached(
             f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
             "deregister unused nodes or raise the limit."
         )
     event = record_event(node, EventKind.REGISTERED, f"registered from {reg.ip}", actor=actor)
     return RegistrationResult(node, True, key, [EventKind.REGISTERED], history=[event])
+
+
+def _count_one_at_a_time() -> int:
+    """The nodes, counted by one new node's transaction at a time.
+
+    Each transaction sees committed rows and its own (READ COMMITTED): two first
+    registrations at once would each count one node under the cap and both stay. On
+    PostgreSQL a transaction-scoped advisory lock queues the counts, so the second counts
+    after the first commits, its row included; SQLite has one writer at a time already.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NODE_COUNT_LOCK])
+    return Node.objects.count()
 
 
 def _update_by_hostname(

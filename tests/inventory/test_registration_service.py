@@ -3,7 +3,11 @@ every reported field stored."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
+from django.db import connection, transaction
 
 from inventory import services
 from inventory.models import Node, NodeEvent
@@ -56,3 +60,38 @@ def test_it_stores_a_new_node_with_every_reported_field():
     assert node.updated_at is not None and node.node_key_hash
     assert services.node_key_matches(node, result.node_key)
     assert list(node.events.values_list("kind", flat=True)) == ["registered"]
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite has one writer at a time already"
+)
+@pytest.mark.django_db(transaction=True)
+def test_two_first_registrations_at_once_never_pass_the_cap_together(settings, make_node):
+    settings.MAX_NODES = 2
+    make_node("gpu-01")
+    for spare in ("spare-1", "spare-2"):  # ids past the cap: the count is taken
+        make_node(spare).delete()
+    registered, errors = threading.Event(), []
+
+    def first_newcomer() -> None:
+        try:
+            # Its transaction stays open (and uncommitted) a while after its count.
+            with transaction.atomic():
+                services.register_node(services.Registration(hostname="gpu-02", ip="198.18.1.2"))
+                registered.set()
+                time.sleep(0.5)
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first_newcomer)
+    thread.start()
+    assert registered.wait(10)
+    # Its row is not committed yet; this count waits for it instead of passing beside it.
+    with pytest.raises(services.NodeLimitReached, match="MAC_MAX_NODES"):
+        services.register_node(services.Registration(hostname="gpu-03", ip="198.18.1.3"))
+    thread.join(10)
+
+    assert errors == []
+    assert sorted(Node.objects.values_list("hostname", flat=True)) == ["gpu-01", "gpu-02"]
