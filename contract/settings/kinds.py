@@ -272,15 +272,27 @@ class Choice(Kind):
 
 @dataclass(frozen=True)
 class Network(Kind):
-    """An IP network (10.0.0.0/8, fd00::/8); an address alone is its own /32 or /128."""
+    """An IP network (10.0.0.0/8, fd00::/8); an address alone is its own /32 or /128.
+
+    `everything`: whether 0.0.0.0/0 and ::/0, every address, may be given."""
+
+    everything: bool = True
 
     def parse(self, name: str, text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
         try:
-            return ipaddress.ip_network(text, strict=False)
+            network = ipaddress.ip_network(text, strict=False)
         except ValueError:
             raise refuse(
                 name, text, "give a network such as 10.0.0.0/8", "is not a network"
             ) from None
+        if network.prefixlen == 0 and not self.everything:
+            raise refuse(
+                name, text,
+                "name only the addresses or networks the trusted machines are in "
+                "(203.0.113.7, 10.1.2.0/28)",
+                "holds every address",
+            )  # fmt: skip
+        return network
 
     def describe(self) -> str:
         return "networks"

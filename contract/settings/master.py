@@ -335,7 +335,8 @@ SECURITY = Group(
         ),
         Setting(
             "MAC_TRUSTED_PROXIES",
-            ListOf(Network()),
+            # Every address trusted is every client choosing its own (docs/security.md).
+            ListOf(Network(everything=False)),
             [],
             "reverse proxies in front of the master whose X-Forwarded-For is believed",
             MASTER,

@@ -92,6 +92,10 @@ def test_unset_or_empty_gives_the_default_and_a_list_is_a_fresh_copy():
         ("MAC_REDIS_URL", "http://r:6379", "MAC_REDIS_URL='http://r:6379' is not a usable URL: "
          "give redis:// or rediss:// or unix://"),
         ("MAC_TRUSTED_PROXIES", "10.0.0.0/8,proxy", "MAC_TRUSTED_PROXIES='proxy' is not a network"),
+        # Every address trusted: any client would choose its own.
+        ("MAC_TRUSTED_PROXIES", "10.1.2.3, 0.0.0.0/0", "MAC_TRUSTED_PROXIES='0.0.0.0/0' holds "
+         "every address: name only the addresses or networks the trusted machines are in"),
+        ("MAC_TRUSTED_PROXIES", "::/0", "MAC_TRUSTED_PROXIES='::/0' holds every address"),
         ("MAC_REGISTER_RATE", "600", "MAC_REGISTER_RATE='600' is not a rate: use <count>/<period>"),
         ("MAC_ALERT_FOR", "MacNodeOffline:3m", "MAC_ALERT_FOR='MacNodeOffline:3m' has "
          "'MacNodeOffline:3m': write RULE=DURATION pairs"),
