@@ -259,10 +259,20 @@ def _update_by_ip(
 ) -> RegistrationResult:
     # A renamed host calling from its own address proves it holds that address; from
     # anywhere else only the node's key does.
-    if source != node.ip and not node_key_matches(node, node_key):
+    keyed = node_key_matches(node, node_key)
+    if source != node.ip and not keyed:
         raise AddressTaken(
             f"{reg.ip} is registered to {node.hostname}; deregister that node first, or "
             f"register from {reg.ip} itself (or with its node key) to rename it."
+        )
+    # ...unless it is another machine: hosts behind one NAT share the address they call
+    # from, and each keyless registration would rename the one node to the last caller.
+    if not keyed and node.machine_id and reg.machine_id and reg.machine_id != node.machine_id:
+        raise AddressTaken(
+            f"{reg.ip} is registered to {node.hostname}, another machine (its machine-id "
+            f"differs); hosts that reach the master from one address (behind NAT) each "
+            "need their own: give each agent a join token and MAC_AGENT_IP (its own "
+            "address), or deregister the other node if this host replaced it."
         )
     old = node.hostname
     node.hostname = reg.hostname

@@ -97,6 +97,24 @@ def test_registration_matched_by_ip_with_new_hostname_renames_node(register):
     assert event.data == {"old": "gpu-01", "new": "gpu-01-renamed"}
 
 
+def test_another_machine_behind_the_same_address_does_not_rename_the_node(register):
+    # Two hosts behind one NAT: the master sees one source address for both.
+    first = register("gpu-01", remote="10.0.0.5", machine_id="a" * 32).json()
+
+    other = register("gpu-02", remote="10.0.0.5", machine_id="b" * 32)
+
+    assert other.status_code == 409
+    detail = other.json()["detail"]
+    assert "another machine" in detail and "MAC_AGENT_IP" in detail
+    node = Node.objects.get()
+    assert (node.id, node.hostname) == (first["id"], "gpu-01")
+    assert EventKind.HOSTNAME_CHANGED not in kinds(node)
+    # The same machine renamed, or one whose machine-id is not known, still renames it.
+    assert register("gpu-01b", remote="10.0.0.5", machine_id="a" * 32).status_code == 200
+    assert register("gpu-01c", remote="10.0.0.5").status_code == 200
+    assert Node.objects.get().hostname == "gpu-01c"
+
+
 def test_moving_to_an_address_held_by_another_node_is_a_conflict(register):
     key = register("gpu-01", remote="10.0.0.5").json()["node_key"]
     register("gpu-02", remote="10.0.0.6")
