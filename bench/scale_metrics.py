@@ -42,7 +42,10 @@ specs without the flags and environment it sets for cost (maccli.master.scaleout
 COST_FLAGS and COST_ENV), i.e. VictoriaMetrics' defaults; `store-scrapes` is another: the
 store scrapes the fleet itself (scraper 0's configuration, stream parsing on) and the
 vmagent is left idle, which measures what the remote-write hop between them costs (MAC
-keeps the hop: vmagent buffers on disk what it scrapes while the store is away). An EDIT is
+keeps the hop: vmagent buffers on disk what it scrapes while the store is away);
+`norules` runs vmalert with no rule at all (bench/no_rules.yml), which measures what MAC's
+rules cost the store (vmalert's -evaluationInterval would leave the groups that have an
+interval of their own running). An EDIT is
 SERVICE:-flag=value (set or replace), SERVICE:-flag (a boolean), SERVICE:!-flag (drop)
 or SERVICE:NAME=value (environment, e.g. GOGC=30); SERVICE is scraper, store, rules,
 prometheus or fleet (the simfleet's options, e.g. fleet:--collect-interval=0). Several
@@ -299,13 +302,18 @@ def parse_tuning(text: str) -> tuple[str, list[Edit]]:
 
 # Built-in tuning `store-scrapes`: the engine swaps the scrapers' job over to the store.
 STORE_SCRAPES = "store-scrapes"
+# Built-in tuning `norules`: vmalert loads no rule.
+NO_RULES = "norules"
 
 
 def builtin_tuning(name: str) -> list[Edit]:
-    """`mac` (no edit), `defaults` (MAC's cost flags dropped) or `store-scrapes` (the
-    store scrapes the fleet; Engine makes the edits, which name its files)."""
+    """`mac` (no edit), `defaults` (MAC's cost flags dropped), `store-scrapes` (the
+    store scrapes the fleet; Engine makes the edits, which name its files) or `norules`
+    (vmalert without rules)."""
     if name in ("mac", STORE_SCRAPES):
         return []
+    if name == NO_RULES:
+        return [Edit("rules", "set", "-rule", str(Path(__file__).with_name("no_rules.yml")))]
     if name == "defaults":
         from maccli.master.scaleout import COST_ENV, COST_FLAGS
 
@@ -314,7 +322,8 @@ def builtin_tuning(name: str) -> list[Edit]:
             Edit(service, "env", name, "") for service, name in COST_ENV
         ]
     raise ValueError(
-        f"--tuning {name}: not built in (mac, defaults, {STORE_SCRAPES}); give NAME=EDIT ..."
+        f"--tuning {name}: not built in (mac, defaults, {STORE_SCRAPES}, {NO_RULES}); "
+        "give NAME=EDIT ..."
     )
 
 
@@ -529,11 +538,10 @@ class Engine:
             for url in self.scraper_urls
         )
 
-    def rules_round(self) -> float | None:
-        """vmalert's mean seconds per evaluation round of its slowest group (the groups
-        run side by side, each on its own interval: the slowest says whether one is late)."""
+    def rules_totals(self) -> dict[tuple, list[float]]:
+        """vmalert's seconds and rounds so far, per group ({} for Prometheus)."""
         if not self.shards:
-            return None
+            return {}
         text = http_get(f"{self.rules_url}/metrics").decode()
         totals: dict[tuple, list[float]] = {}
         for family in text_string_to_metric_families(text):
@@ -546,7 +554,21 @@ class Engine:
                 group = tuple(sorted(sample.labels.items()))
                 sum_and_count = totals.setdefault(group, [0.0, 0.0])
                 sum_and_count[1 if sample.name.endswith("_count") else 0] += sample.value
-        means = [total / count for total, count in totals.values() if count]
+        return totals
+
+    def rules_round(self, before: dict[tuple, list[float]]) -> float | None:
+        """vmalert's mean seconds per evaluation round of its slowest group over the rounds
+        since `before` (rules_totals() at the window's start). The groups run side by
+        side, each on its own interval: the slowest says whether one is late. Counted
+        from vmalert's start instead, the rounds of a fresh store still registering its
+        series (a trivial query then took 20 s) would be most of the figure."""
+        if not self.shards:
+            return None
+        means = []
+        for group, (total, count) in self.rules_totals().items():
+            total0, count0 = before.get(group, [0.0, 0.0])
+            if count > count0:
+                means.append((total - total0) / (count - count0))
         return max(means) if means else None
 
     def stop(self) -> None:
@@ -756,6 +778,7 @@ def measure(
         settled = settle(engine)
         cpu0 = {name: tree_cpu(p) for name, p in watched.items()}
         samples0, wall0 = engine.samples_total(), time.monotonic()
+        rules0 = engine.rules_totals()
         psutil.cpu_percent()
         time.sleep(window)
         busy = psutil.cpu_percent() / 100
@@ -766,7 +789,7 @@ def measure(
         load = os.getloadavg()
         rate = (engine.samples_total() - samples0) / wall
         series = engine.series()
-        rules = engine.rules_round()
+        rules = engine.rules_round(rules0)
         backlog = engine.backlog()
         # The last INTERVAL may not be queryable yet (the store's latency offset).
         targets, missed, failed = scrape_record(
@@ -942,7 +965,8 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
         lines += [
             "",
             "The rules and the targets view: vmalert's mean seconds per evaluation round of "
-            "its slowest group (groups run side by side, each every 15 s or its own interval; "
+            "its slowest group, over the rounds of the window (groups run side by side, each "
+            "every 15 s or its own interval; "
             "their queries run by the store, whose CPU counts them), and the CPU seconds "
             "the targets view spends on one merged /api/v1/targets (it works only when asked: "
             "the node page when a target is down, a person's curl); and the day of history "

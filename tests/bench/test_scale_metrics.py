@@ -17,6 +17,7 @@ import pytest
 
 from bench import hostpages
 from bench.scale_metrics import (
+    NO_RULES,
     STORE_SCRAPES,
     Engine,
     builtin_tuning,
@@ -82,6 +83,15 @@ def test_store_scrapes_gives_the_store_the_scraper_s_job(tmp_path) -> None:
     plain = Engine("vm", 1, tmp_path / "plain", 1, [])
     assert [s.name for s in plain.engine_specs] == ["store", "scraper-0", "rules", "prometheus"]
     assert plain.edits == []
+
+
+def test_norules_gives_vmalert_no_rule_at_all(tmp_path) -> None:
+    engine = Engine("vm", 1, tmp_path, 1, builtin_tuning(NO_RULES))
+    [rules] = [spec for spec in engine.engine_specs if spec.name == "rules"]
+    assert len([a for a in rules.argv if a.startswith("-rule=")]) == 2  # MAC's two files
+    argv, _ = edited(rules.argv, {}, engine.edits, "rules")
+    assert [a for a in argv if a.startswith("-rule=")] == [f"-rule={REPO}/bench/no_rules.yml"]
+    assert "groups: []" in (REPO / "bench" / "no_rules.yml").read_text()
 
 
 # The tests that run the bench itself: Prometheus and a 5-node fleet, for real.
