@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import subprocess
 import time
 import xmlrpc.client
@@ -36,7 +37,7 @@ from pathlib import Path
 import psutil
 from rich.text import Text
 
-from maccli.output import CliError, err, spinner
+from maccli.output import CliError, err, spinner, warn
 from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, service_health
 from maccli.runtimes.logfiles import file_logs
 from maccli.runtimes.pidfiles import PidFiles
@@ -232,6 +233,7 @@ class ProcessRuntime(Runtime):
         with log.open("ab") as handle:
             handle.write(f"\n==> {' '.join(command)}\n".encode())
             handle.flush()
+            began = handle.tell()
             try:
                 result = subprocess.run(
                     command,
@@ -253,6 +255,10 @@ class ProcessRuntime(Runtime):
                 hint=f"Its output is in {log}:\n{_tail(log)}\nFix the cause, then run again:",
                 commands=[f"tail -n 50 {log}", f"mac start {role}"],
             )
+        # A step that went through may still have a warning for the person starting it
+        # (migrate prints Django's system-check warnings, e.g. inventory.W001).
+        for warning in check_warnings(_read_from(log, began)):
+            warn(f"{spec.name}: {warning}")
 
     def _wait_ready(
         self, role: str, specs: Sequence[ServiceSpec], sup: Supervisor, started: set[str]
@@ -426,6 +432,30 @@ def _service_process(launcher_pid: int) -> psutil.Process | None:
     except psutil.Error:
         pass
     return None
+
+
+# Django's system-check warning as its commands print it: "?: (inventory.W001) text",
+# then "\tHINT: text" on the next line.
+_CHECK_WARNING = re.compile(
+    r"^\S*: \((?P<id>[\w.]+\.W\d+)\) (?P<msg>.*)(?:\n\s+HINT: (?P<hint>.*))?", re.M
+)
+
+
+def check_warnings(output: str) -> list[str]:
+    """Django's system-check warnings in a command's output: "<id>: <text> <hint>"."""
+    return [
+        f"{m['id']}: {m['msg']}" + (f" {m['hint']}" if m["hint"] else "")
+        for m in _CHECK_WARNING.finditer(output)
+    ]
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _tail(path: Path, lines: int = 8) -> str:

@@ -212,6 +212,28 @@ def test_start_steps_run_side_by_side_but_after_the_services_they_need(tmp_path,
     runtime.stop("agent", [first, beside, after])
 
 
+def test_a_steps_system_check_warning_is_shown_at_the_start(tmp_path, script, capsys):
+    runtime = ProcessRuntime(tmp_path / "state", grace=5)
+    spec = _spec(script, "api-server")
+    # As migrate prints Django's system checks (django.core.checks.CheckMessage).
+    printed = (
+        "System check identified some issues:\n\nWARNINGS:\n"
+        "?: (inventory.W001) MAC_TRUSTED_PROXIES=10.0.0.0/8 holds the address of 2 nodes.\n"
+        "\tHINT: Name only the reverse proxies' own addresses.\n"
+        "?: (models.E999) not a warning\nOperations to perform: nothing\n"
+    )
+    spec.prestart = [[sys.executable, "-c", f"import sys; sys.stderr.write({printed!r})"]]
+    runtime.start("master", [spec])
+    runtime.stop("master", [spec])
+
+    shown = capsys.readouterr().err
+    assert (
+        "Warning: api-server: inventory.W001: MAC_TRUSTED_PROXIES=10.0.0.0/8 holds the address "
+        "of 2 nodes. Name only the reverse proxies' own addresses." in shown
+    )
+    assert "E999" not in shown and "Operations" not in shown
+
+
 def test_a_failed_step_is_reported_and_what_needs_it_never_begins(tmp_path, script):
     runtime = ProcessRuntime(tmp_path / "state", grace=5)
     record = tmp_path / "steps"
