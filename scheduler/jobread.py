@@ -42,6 +42,9 @@ LAST_READ_KEY = "scheduler:jobs:last-read"
 SACCT_OVERLAP = timedelta(seconds=60)
 # The first read (or one after a long outage) asks sacct no further back than this.
 SACCT_FIRST_WINDOW = timedelta(hours=1)
+# A job row whose id Slurm gave to another job keeps its history under its id with its
+# row id above Slurm's 32-bit job ids (`_retire_reused_ids`).
+RETIRED_SHIFT = 32
 JOB_FIELDS = (
     "slurm_id", "name", "user", "account", "partition", "state", "nodes", "gpu_count", "submitted",
     "started", "ended", "seen",
@@ -121,6 +124,7 @@ def record(
 ) -> None:
     """Write the jobs and open or close their GPU allocations."""
     jobs = merge(live, accounted)
+    _retire_reused_ids(jobs)
     if jobs:
         Job.objects.bulk_create(
             [_job_row(job, now) for job in jobs.values()],
@@ -183,6 +187,32 @@ def record(
     ]  # fmt: skip
     JobGpu.objects.bulk_create(opening, batch_size=500)
     result.opened = len(opening) + len(reopening)
+
+
+def _retire_reused_ids(jobs: dict[int, SlurmJob]) -> int:
+    """Move the rows of earlier jobs whose id Slurm gave again (its state wiped, or its ids
+    wrapped at MaxJobId) out of the new job's way, with their GPUs: the new job would
+    otherwise take over their history, and a past fault on their GPUs would name it.
+
+    Another job, not the same one requeued, is one of another user or another name: a
+    requeue keeps both (and gets a new submit time, so that tells nothing)."""
+    retired = [
+        row
+        for row in Job.objects.filter(job_id__in=jobs).only("id", "job_id", "user", "name")
+        if _another_job(row, jobs[row.job_id])
+    ]
+    for row in retired:
+        log.info("Slurm gave job id %d again: the earlier job's row is kept apart", row.job_id)
+        row.job_id |= row.id << RETIRED_SHIFT
+    Job.objects.bulk_update(retired, ["job_id"], batch_size=500)
+    return len(retired)
+
+
+def _another_job(row: Job, job: SlurmJob) -> bool:
+    def differ(kept: str, read: str, limit: int) -> bool:
+        return bool(kept and read and kept != read[:limit])
+
+    return differ(row.user, job.user, 100) or differ(row.name, job.name, 200)
 
 
 def _node_ids(slurm_names: set[str]) -> dict[str, int]:

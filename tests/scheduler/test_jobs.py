@@ -3,6 +3,7 @@ answers to people who may not see a job (the lab tests are in test_jobs_lab.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -246,6 +247,30 @@ def test_a_requeued_job_back_on_the_same_gpus_holds_them_again_from_its_new_star
     ]  # fmt: skip
     assert result.opened == 2
     assert [job.job_id for job in jobs_on_gpu(node.pk, 1, NOW)] == [77]
+
+
+def test_a_job_id_slurm_gives_again_is_another_job_and_the_old_keeps_its_history():
+    node = online_gpu_node("node-6")
+    old_start, old_end = NOW - timedelta(hours=3), NOW - timedelta(hours=2)
+    first = running(1001, node.hostname, (0, 1), old_start)
+    record([first], [], old_start, ReadResult())
+    finished = replace(first, state="COMPLETED", gpus=(), ended=old_end)
+    record([], [finished], old_end, ReadResult())  # then slurmctld's state was wiped
+    again = replace(running(1001, node.hostname, (0,), NOW), user="bob", name="eval")
+
+    record([again], [], NOW, ReadResult())
+
+    old, new = Job.objects.order_by("started")
+    assert (old.user, old.shown_id, old.ended) == ("alice", "1001", old_end)
+    assert old.job_id != 1001 and Job.objects.get(job_id=1001) == new
+    assert (new.user, new.name, new.ended) == ("bob", "eval", None)
+    assert [(r.index, r.since, r.until) for r in old.gpus.order_by("index")] == [
+        (0, old_start, old_end), (1, old_start, old_end),
+    ]  # fmt: skip
+    assert [(r.index, r.since, r.until) for r in new.gpus.all()] == [(0, NOW, None)]
+    # A fault on GPU 0 during the first job is the first job's, not the new one's.
+    assert jobs_on_gpu(node.pk, 0, old_start + timedelta(minutes=5)) == [old]
+    assert jobs_on_gpu(node.pk, 0, NOW) == [new]
 
 
 def test_a_gpu_held_before_its_node_was_enrolled_is_shown_once_it_is():
