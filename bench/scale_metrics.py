@@ -142,6 +142,7 @@ class Sample:
     backlog_bytes: float | None = None
     # {process: its package and version}, e.g. "prometheus 2.42.0+ds-5+deb12u1 (this host's)"
     programs: dict[str, str] = field(default_factory=dict)
+    rules_group: str = ""  # vmalert's slowest group (rules_round_s)
 
     @property
     def held(self) -> bool:
@@ -556,20 +557,20 @@ class Engine:
                 sum_and_count[1 if sample.name.endswith("_count") else 0] += sample.value
         return totals
 
-    def rules_round(self, before: dict[tuple, list[float]]) -> float | None:
+    def rules_round(self, before: dict[tuple, list[float]]) -> tuple[float | None, str]:
         """vmalert's mean seconds per evaluation round of its slowest group over the rounds
         since `before` (rules_totals() at the window's start). The groups run side by
         side, each on its own interval: the slowest says whether one is late. Counted
         from vmalert's start instead, the rounds of a fresh store still registering its
         series (a trivial query then took 20 s) would be most of the figure."""
         if not self.shards:
-            return None
+            return None, ""
         means = []
         for group, (total, count) in self.rules_totals().items():
             total0, count0 = before.get(group, [0.0, 0.0])
             if count > count0:
-                means.append((total - total0) / (count - count0))
-        return max(means) if means else None
+                means.append(((total - total0) / (count - count0), dict(group).get("group", "")))
+        return max(means) if means else (None, "")
 
     def stop(self) -> None:
         stop_all(list(self.procs.values()))
@@ -789,7 +790,7 @@ def measure(
         load = os.getloadavg()
         rate = (engine.samples_total() - samples0) / wall
         series = engine.series()
-        rules = engine.rules_round(rules0)
+        rules, rules_group = engine.rules_round(rules0)
         backlog = engine.backlog()
         # The last INTERVAL may not be queryable yet (the store's latency offset).
         targets, missed, failed = scrape_record(
@@ -811,7 +812,7 @@ def measure(
         return Sample(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
             load, latency, view, rules, settled, **day, backlog_bytes=backlog,
-            programs=engine.programs,
+            programs=engine.programs, rules_group=rules_group,
         )  # fmt: skip
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         if engine is None or not engine.procs:
@@ -857,6 +858,7 @@ def _median_sample(samples: list[Sample]) -> Sample:
         [t for s in samples for t in s.chart_ms], **optional, settled_s=mid("settled_s"),
         chart_day_ms=[t for s in samples for t in s.chart_day_ms],
         day_samples=int(mid("day_samples")), programs=first.programs,
+        rules_group=next((s.rules_group for s in samples if s.rules_group), ""),
     )  # fmt: skip
 
 
@@ -955,7 +957,7 @@ def report(results: dict[tuple[str, str], list[list[Sample]]], args: argparse.Na
                     f"{rss / 2**20:,.0f} |"
                 )
     extra = [
-        f"| {row.engine} | {row.tuning} | {row.nodes:,} | {_figure(row.rules_round_s)} | "
+        f"| {row.engine} | {row.tuning} | {row.nodes:,} | {_rules(row)} | "
         f"{_figure(row.view_call_cpu_s)} | {_day(row)} | {_mib(row.backlog_bytes)} |"
         for rows in medians.values()
         for row in rows
@@ -1183,6 +1185,12 @@ def write_section(args: argparse.Namespace, text: str) -> None:
         return
     key = "scale-metrics-" + re.sub(r"[^a-z0-9]+", "-", args.section.lower()).strip("-")
     update_section(key, f"Metrics at scale: {args.section}", text)
+
+
+def _rules(row: Sample) -> str:
+    """vmalert's slowest round, and its group: "3.696 (mac-rdma-errors)"."""
+    figure = _figure(row.rules_round_s)
+    return f"{figure} ({row.rules_group})" if row.rules_group else figure
 
 
 def from_saved(args: argparse.Namespace) -> int:
