@@ -1,6 +1,6 @@
 """The master's answers that stop an agent command, as errors that say what to do next.
 
-Each maps one kind of Reply (no answer, an unhealthy master, 401/403/429 on
+Each maps one kind of Reply (no answer, an unhealthy master, 401/403/409/429 on
 registration, a failed deregistration) to the message and commands the operator
 runs; the code that talks to the master only decides when to raise them.
 """
@@ -54,6 +54,18 @@ def registration_error(cfg: NodeConfig, reply: Reply) -> CliError:
             hint="If this really is that node, have an admin reset its node key on the master "
             "(or give this node another NODE_NAME), then run again:",
             commands=["sudo mac env set --node NODE_NAME=<name>", "sudo mac start agent"],
+        )
+    if reply.status == 409:
+        return CliError(
+            prefix + f"{reply.reason()}.",
+            hint="The address the master sees for this node is another node's (nodes behind "
+            "one NAT, or a host that replaced it). Give this node its own address and a join "
+            "token, or have an admin deregister the other node, then run again:",
+            commands=[
+                "sudo mac env set --node MAC_AGENT_IP=<this node's own address>",
+                "sudo mac env set --node MAC_JOIN_TOKEN=<token>",
+                "sudo mac start agent",
+            ],
         )
     if reply.status == 429:
         wait = reply.headers.get("retry-after", "a few")

@@ -163,3 +163,21 @@ def test_registration_refused_by_the_master_names_the_reason(mac_env, live_maste
     assert "node key" in result.stderr.lower()
     assert "  sudo mac start agent" in result.stderr.splitlines()
     assert Node.objects.get(hostname=hostname).ip == "127.77.250.250"
+
+
+def test_a_409_says_how_a_node_behind_a_shared_address_gets_its_own(mac_env):
+    from contract.master_api import Reply
+    from maccli.agent.errors import registration_error
+    from node.config import NodeConfig
+
+    cfg = NodeConfig.load({**mac_env.env, "MASTER_IP": "127.0.0.1"})
+    said = "10.0.0.5 is registered to gpu-01, another machine (its machine-id differs)"
+    error = registration_error(cfg, Reply(409, {"detail": said}, {}))
+
+    assert error.message == (f"could not register with master at 127.0.0.1: HTTP 409 ({said}).")
+    assert "nodes behind one NAT" in error.hint
+    assert error.commands == [
+        "sudo mac env set --node MAC_AGENT_IP=<this node's own address>",
+        "sudo mac env set --node MAC_JOIN_TOKEN=<token>",
+        "sudo mac start agent",
+    ]
