@@ -176,3 +176,18 @@ def source_address(meta: dict, trusted_proxies: Sequence[IPNetwork] | None = Non
         if not trusted(addr):
             return str(addr)
     return str(remote)
+
+
+# A per-client limit counts an IPv6 client by its /64: the smallest block a host or a
+# site's LAN is given (RFC 6177), inside which it could take a new address per request.
+IPV6_COUNTED_PREFIX = 64
+
+
+def counted_address(address: str) -> str:
+    """What a per-client limit counts for `address`: an IPv4 address itself, an IPv6
+    one's /64 (as its first address, "2001:db8:1:2::"); "" stays ""."""
+    plain = _plain(address) if address else None
+    if plain is None or plain.version == 4:
+        return str(plain) if plain is not None else address
+    network = ipaddress.ip_network(f"{plain}/{IPV6_COUNTED_PREFIX}", strict=False)
+    return str(network.network_address)

@@ -2,8 +2,9 @@
 
 Every failed password login is counted per client address (the address MAC itself
 believes: inventory.addresses.source_address, so MAC_TRUSTED_PROXIES decides here
-too). After MAC_LOGIN_FAILURE_LIMIT failures that address is refused for
-MAC_LOGIN_COOLOFF_MINUTES with a 429 saying so; a successful login resets the count.
+too; an IPv6 client by its /64, which it could otherwise walk through). After
+MAC_LOGIN_FAILURE_LIMIT failures that address is refused for MAC_LOGIN_COOLOFF_MINUTES
+with a 429 saying so; a successful login resets the count.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from axes.helpers import get_cool_off
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from inventory.addresses import source_address
+from inventory.addresses import IPV6_COUNTED_PREFIX, counted_address, source_address
 
 
 class LoginThrottleBackend(AxesStandaloneBackend):
@@ -33,9 +34,16 @@ class LoginThrottleBackend(AxesStandaloneBackend):
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The address failures are counted against; None when the request has none
-    (a login made in-process, such as a test client's force_login)."""
-    return source_address(request.META) or None
+    """The address failures are counted against, an IPv6 client's /64 as its first
+    address (inventory.addresses.counted_address); None when the request has none (a
+    login made in-process, such as a test client's force_login)."""
+    return counted_address(source_address(request.META)) or None
+
+
+def _shown(address: str | None) -> str:
+    if not address:
+        return "this address"
+    return f"{address}/{IPV6_COUNTED_PREFIX}" if ":" in address else address
 
 
 def lockout_response(request: HttpRequest, original_response=None, credentials=None):
@@ -43,10 +51,11 @@ def lockout_response(request: HttpRequest, original_response=None, credentials=N
     minutes = math.ceil(cool_off.total_seconds() / 60) if cool_off else None
     wait = f"try again in {minutes} minute(s)" if minutes else "ask an admin to unlock it"
     response = HttpResponse(
-        f"Too many failed logins from {client_ip(request) or 'this address'} "
-        f"({settings.AXES_FAILURE_LIMIT}, MAC_LOGIN_FAILURE_LIMIT): logins from this address "
+        f"Too many failed logins from {_shown(client_ip(request))} "
+        f"({settings.AXES_FAILURE_LIMIT}, MAC_LOGIN_FAILURE_LIMIT): logins from there "
         f"are refused for now; {wait}. An admin can lift it at once with "
-        "`python -m django axes_reset_ip <address>` on the master.\n",
+        f"`python -m django axes_reset_ip {client_ip(request) or '<address>'}` on the "
+        "master.\n",
         status=429,
         content_type="text/plain; charset=utf-8",
     )

@@ -338,16 +338,24 @@ http {{
     client_max_body_size {body_cap};
     client_body_buffer_size {body_cap};
     proxy_max_temp_file_size 0;
+    # The client a per-address limit counts: an IPv4 address itself, an IPv6 client by
+    # its /64 (the first 8 of its 16 bytes), which it could otherwise walk through with a
+    # new address per request (inventory.addresses.counted_address; IPv4-mapped
+    # addresses, ::ffff:a.b.c.d, stay whole).
+    map $binary_remote_addr $mac_client {{
+        "~(?s)^(?!\\x00{{10}}\\xff\\xff)(?<mac_v6_64>.{{8}}).{{8}}$" $mac_v6_64;
+        default $binary_remote_addr;
+    }}
     # Requests in progress per client address (MAC_API_MAX_CONNECTIONS_PER_ADDRESS).
-    limit_conn_zone $binary_remote_addr zone=per_address:10m;
+    limit_conn_zone $mac_client zone=per_address:10m;
     limit_conn per_address {limits.max_connections_per_address};
     limit_conn_status 429;
     limit_conn_log_level warn;
     # Registrations and deregistrations per client address (MAC_REGISTER_RATE), each
     # counted apart: `mac stop agent` across a rack is not a flood of joins. Per node
     # key the API counts too (inventory.api.throttles): only it knows the keys.
-    limit_req_zone $binary_remote_addr zone=register:10m rate={rate.nginx_rate};
-    limit_req_zone $binary_remote_addr zone=deregister:10m rate={rate.nginx_rate};
+    limit_req_zone $mac_client zone=register:10m rate={rate.nginx_rate};
+    limit_req_zone $mac_client zone=deregister:10m rate={rate.nginx_rate};
     limit_req_status 429;
     limit_req_log_level warn;
     # The client address (MAC_TRUSTED_PROXIES): X-Forwarded-For is believed only from

@@ -6,7 +6,12 @@ import ipaddress
 
 import pytest
 
-from inventory.addresses import AddressRefused, check_node_address, source_address
+from inventory.addresses import (
+    AddressRefused,
+    check_node_address,
+    counted_address,
+    source_address,
+)
 from inventory.models import Node
 
 NO_ALLOWLIST: list = []
@@ -144,3 +149,17 @@ def test_node_networks_setting_applies_to_registration(register, settings):
     assert refused.status_code == 400
     assert "MAC_NODE_NETWORKS" in refused.json()["ip"][0]
     assert accepted.status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("address", "counted"),
+    [
+        ("10.0.0.7", "10.0.0.7"),
+        ("2001:db8:5:6:aaaa:bbbb:cccc:dddd", "2001:db8:5:6::"),
+        ("2001:db8:5:6::1", "2001:db8:5:6::"),
+        ("::ffff:10.0.0.7", "10.0.0.7"),  # an IPv4 peer of a dual-stack listener
+        ("", ""),
+    ],
+)
+def test_a_limit_counts_an_ipv6_client_by_its_64(address, counted):
+    assert counted_address(address) == counted

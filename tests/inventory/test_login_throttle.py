@@ -101,3 +101,19 @@ def test_it_cools_off(staff, limits):
     AccessAttempt.objects.update(attempt_time=F("attempt_time") - timedelta(minutes=1, seconds=1))
 
     assert attempt("admin-pass")[1].status_code == 302
+
+
+def test_an_ipv6_client_is_counted_by_its_64(staff, limits):
+    # A client with a /64 could take a new address for each guess.
+    for n in range(3):
+        attempt("wrong", remote=f"2001:db8:5:6::{n + 1}")
+
+    _, locked = attempt("admin-pass", remote="2001:db8:5:6:aaaa::99")
+
+    assert locked.status_code == 429
+    text = locked.content.decode()
+    assert "Too many failed logins from 2001:db8:5:6::/64" in text
+    assert "axes_reset_ip 2001:db8:5:6::`" in text
+    # Another /64 is another client.
+    _, other = attempt("admin-pass", remote="2001:db8:5:7::1")
+    assert other.status_code == 302

@@ -251,3 +251,21 @@ def test_it_throttles_deregistration_in_parallel_too(server):
 
     assert RATE <= codes.count(404) <= bound, sorted(set(codes))
     assert set(codes) == {404, 429}
+
+
+def test_an_ipv6_client_is_counted_by_its_64_not_by_each_address(server):
+    # Through the trusted proxy (127.0.9.0/24), nginx takes the client's address from
+    # X-Forwarded-For: one /64, a new address per request, as a client could walk it.
+    def call(n, prefix="2001:db8:77:1"):
+        return request(
+            server, "POST", "/api/v1/deregister", {"hostname": f"walker-{n:04d}"},
+            source="127.0.9.2", headers={"X-Forwarded-For": f"{prefix}::{n + 1:x}"},
+        )[0]  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        codes = list(pool.map(call, range(RATE + 15)))
+
+    # 403: a deregistration without a node key, answered by the API (under the limit).
+    assert 429 in codes and set(codes) <= {403, 429}, codes
+    # Another /64 is another client, with a count of its own.
+    assert call(0, prefix="2001:db8:77:2") == 403
