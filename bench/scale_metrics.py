@@ -858,7 +858,7 @@ def _median_sample(samples: list[Sample]) -> Sample:
         [t for s in samples for t in s.chart_ms], **optional, settled_s=mid("settled_s"),
         chart_day_ms=[t for s in samples for t in s.chart_day_ms],
         day_samples=int(mid("day_samples")), programs=first.programs,
-        rules_group=next((s.rules_group for s in samples if s.rules_group), ""),
+        rules_group=_group_of(samples, optional["rules_round_s"]),
     )  # fmt: skip
 
 
@@ -1185,6 +1185,14 @@ def write_section(args: argparse.Namespace, text: str) -> None:
         return
     key = "scale-metrics-" + re.sub(r"[^a-z0-9]+", "-", args.section.lower()).strip("-")
     update_section(key, f"Metrics at scale: {args.section}", text)
+
+
+def _group_of(samples: list[Sample], figure: float | None) -> str:
+    """The slowest group of the run whose round time is nearest the median `figure`."""
+    named = [s for s in samples if s.rules_group and s.rules_round_s is not None]
+    if figure is None or not named:
+        return ""
+    return min(named, key=lambda s: abs(s.rules_round_s - figure)).rules_group  # type: ignore[operator]
 
 
 def _rules(row: Sample) -> str:

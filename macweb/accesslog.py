@@ -1,10 +1,13 @@
-"""Access-log lines without the secret that a password-reset link carries.
+"""Log lines without the secret that a password-reset link carries.
 
 Django's reset link is /accounts/reset/<uid>/<token>/, and anyone who reads the token
-before it is used can set that user's password: the API server's log (uvicorn writes
-each request's path) must not keep it. The token is replaced by HIDDEN; the uid stays,
-so a line still says whose link was followed. nginx's own log, of the requests it
-answers itself, hides it the same way (RESET_TOKEN_MAP in macweb/nginxconf.py).
+before it is used can set that user's password: the API server's log must not keep it.
+uvicorn writes each request's path, Django each failed request's (django.request), and
+MAC's database-outage answer its own: the token is replaced by HIDDEN in all three; the
+uid stays, so a line still says whose link was followed. nginx's access log, of the
+requests it answers itself, hides it the same way ($mac_logged_request in
+macweb/nginxconf.py); its error log, which nothing can filter, names the request of an
+upstream failure (the API server down) whole.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ class HideResetTokens(logging.Filter):
 
 
 def hide_in_access_logs() -> None:
-    """Install the filter on the loggers that write request lines (uvicorn's, gunicorn's)."""
-    for name in ("uvicorn.access", "gunicorn.access"):
+    """Install the filter on the loggers that write request paths (uvicorn's, gunicorn's,
+    Django's failed requests)."""
+    for name in ("uvicorn.access", "gunicorn.access", "django.request"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, HideResetTokens) for f in logger.filters):
             logger.addFilter(HideResetTokens())

@@ -17,6 +17,8 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 
+from macweb.accesslog import hide_reset_tokens
+
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
@@ -29,7 +31,8 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
         if not isinstance(exception, OperationalError | InterfaceError):
             return None
         reason = str(exception).strip().splitlines()[0] if str(exception).strip() else ""
-        log.error("database unavailable during %s %s: %s", request.method, request.path, reason)
+        path = hide_reset_tokens(request.path)
+        log.error("database unavailable during %s %s: %s", request.method, path, reason)
         return JsonResponse(
             {"detail": f"database unavailable: {reason}"[:300]},
             status=503,

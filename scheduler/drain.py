@@ -44,6 +44,8 @@ REASON_LIMIT = 500
 # The times in a verdict's line (contract.verdicts.clock_words): "at 14:02:11", with the
 # date once the day has passed.
 _CLOCK = re.compile(r" at (?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}")
+# ...and what is left of one where REASON_LIMIT cut the line ("... at 14:0").
+_CUT_CLOCK = re.compile(r" at[\d: -]*$")
 
 
 class Decision(StrEnum):
@@ -147,8 +149,24 @@ def mac_reason(node: MacNode) -> str:
 def same_but_times(written: str, reason: str) -> bool:
     """Whether two reasons differ at most in their times. A fault that recurs (XID 119
     every few minutes) moves its time, and a new day adds the date: neither is new
-    evidence, and writing each into Slurm would add a history event every pass."""
-    return _CLOCK.sub(" at", written) == _CLOCK.sub(" at", reason)
+    evidence, and writing each into Slurm would add a history event every pass.
+
+    A line longer than REASON_LIMIT is cut, and where the cut falls moves with the times'
+    lengths: two cut reasons are the same when one, without its times, begins the other.
+    """
+    old, new = _untimed(written), _untimed(reason)
+    if old == new:
+        return True
+    both_cut = min(len(written), len(reason)) >= REASON_LIMIT - _CUT_SLACK
+    return both_cut and (old.startswith(new) or new.startswith(old))
+
+
+# A cut reason may lose a few trailing spaces (mac_reason strips them, Slurm too).
+_CUT_SLACK = 20
+
+
+def _untimed(reason: str) -> str:
+    return _CUT_CLOCK.sub("", _CLOCK.sub(" at", reason)).rstrip()
 
 
 def hold_of(node: SlurmNode) -> Hold:

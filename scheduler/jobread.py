@@ -194,17 +194,21 @@ def _retire_reused_ids(jobs: dict[int, SlurmJob]) -> int:
     wrapped at MaxJobId) out of the new job's way, with their GPUs: the new job would
     otherwise take over their history, and a past fault on their GPUs would name it.
 
-    Another job, not the same one requeued, is one of another user or another name: a
-    requeue keeps both (and gets a new submit time, so that tells nothing)."""
+    Another job started at another time, by another user or under another name. A
+    requeue keeps its user and name (and gets a new submit time, so that tells nothing);
+    a job renamed while it runs (`scontrol update JobName=`), or one whose user squeue
+    could give only as a uid, keeps its start."""
+    fields = ("id", "job_id", "slurm_id", "user", "name", "started")
     retired = [
         row
-        for row in Job.objects.filter(job_id__in=jobs).only("id", "job_id", "user", "name")
+        for row in Job.objects.filter(job_id__in=jobs).only(*fields)
         if _another_job(row, jobs[row.job_id])
     ]
     for row in retired:
         log.info("Slurm gave job id %d again: the earlier job's row is kept apart", row.job_id)
+        row.slurm_id = row.slurm_id or str(row.job_id)  # still shown as people knew it
         row.job_id |= row.id << RETIRED_SHIFT
-    Job.objects.bulk_update(retired, ["job_id"], batch_size=500)
+    Job.objects.bulk_update(retired, ["job_id", "slurm_id"], batch_size=500)
     return len(retired)
 
 
@@ -212,7 +216,8 @@ def _another_job(row: Job, job: SlurmJob) -> bool:
     def differ(kept: str, read: str, limit: int) -> bool:
         return bool(kept and read and kept != read[:limit])
 
-    return differ(row.user, job.user, 100) or differ(row.name, job.name, 200)
+    restarted = bool(row.started and job.started and row.started != job.started)
+    return restarted and (differ(row.user, job.user, 100) or differ(row.name, job.name, 200))
 
 
 def _node_ids(slurm_names: set[str]) -> dict[str, int]:

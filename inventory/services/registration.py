@@ -189,12 +189,8 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
         node_key_hash=key_hash,
         **reg.reported(),
     )
-    # Ids are distinct positive integers, so the table never holds more rows than its
-    # largest id, and every node whose id is past the cap was counted when it came: while
-    # ids stay within the cap (a young inventory) counting, a query per new node, can be
-    # skipped. Past that the insert is counted and, over the cap, undone with the
-    # transaction.
-    if node.pk > settings.MAX_NODES and _count_one_at_a_time() > settings.MAX_NODES:
+    # Over the cap, the insert is undone with the transaction.
+    if _nodes_counted_in_turn(node) > settings.MAX_NODES:
         raise NodeLimitReached(
             f"the master holds its maximum of {settings.MAX_NODES} nodes (MAC_MAX_NODES); "
             "deregister unused nodes or raise the limit."
@@ -203,17 +199,23 @@ def _create(reg: Registration, actor: str) -> RegistrationResult:
     return RegistrationResult(node, True, key, [EventKind.REGISTERED], history=[event])
 
 
-def _count_one_at_a_time() -> int:
-    """The nodes, counted by one new node's transaction at a time.
+def _nodes_counted_in_turn(new: Node) -> int:
+    """The nodes, the new one included, counted by one new node's transaction at a time.
 
-    Each transaction sees committed rows and its own (READ COMMITTED): two first
-    registrations at once would each count one node under the cap and both stay. On
-    PostgreSQL a transaction-scoped advisory lock queues the counts, so the second counts
-    after the first commits, its row included; SQLite has one writer at a time already.
+    On PostgreSQL each transaction sees committed rows and its own (READ COMMITTED): two
+    first registrations at once would each count one node under the cap and both stay.
+    A transaction-scoped advisory lock queues every new node's count, so the second
+    counts after the first commits, its row included.
+
+    SQLite has one writer at a time, so there ids are distinct and committed in turn:
+    the table never holds more rows than its largest id, and while ids stay within the
+    cap (a young inventory) the count, a query per new node, is skipped.
     """
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NODE_COUNT_LOCK])
+    elif new.pk <= settings.MAX_NODES:
+        return new.pk
     return Node.objects.count()
 
 

@@ -55,7 +55,7 @@ def registration_error(cfg: NodeConfig, reply: Reply) -> CliError:
             "(or give this node another NODE_NAME), then run again:",
             commands=["sudo mac env set --node NODE_NAME=<name>", "sudo mac start agent"],
         )
-    if reply.status == 409:
+    if reply.status == 409 and "machine-id differs" in reply.reason():
         return CliError(
             prefix + f"{reply.reason()}.",
             hint="The address the master sees for this node is another node's (nodes behind "

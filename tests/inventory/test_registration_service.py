@@ -65,12 +65,13 @@ def test_it_stores_a_new_node_with_every_reported_field():
 @pytest.mark.skipif(
     connection.vendor != "postgresql", reason="SQLite has one writer at a time already"
 )
-@pytest.mark.django_db(transaction=True)
-def test_two_first_registrations_at_once_never_pass_the_cap_together(settings, make_node):
+@pytest.mark.django_db(transaction=True, reset_sequences=True)
+@pytest.mark.parametrize("spares", [0, 2], ids=["ids-across-the-cap", "ids-past-the-cap"])
+def test_two_first_registrations_at_once_never_pass_the_cap_together(settings, make_node, spares):
     settings.MAX_NODES = 2
-    make_node("gpu-01")
-    for spare in ("spare-1", "spare-2"):  # ids past the cap: the count is taken
-        make_node(spare).delete()
+    make_node("gpu-01")  # id 1: the first newcomer's id is within the cap, the second's not
+    for spare in range(spares):  # or both ids past it
+        make_node(f"spare-{spare}").delete()
     registered, errors = threading.Event(), []
 
     def first_newcomer() -> None:

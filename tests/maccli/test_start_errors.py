@@ -181,3 +181,15 @@ def test_a_409_says_how_a_node_behind_a_shared_address_gets_its_own(mac_env):
         "sudo mac env set --node MAC_JOIN_TOKEN=<token>",
         "sudo mac start agent",
     ]
+
+
+def test_another_409_is_left_to_the_masters_words(mac_env):
+    from contract.master_api import Reply
+    from maccli.agent.errors import registration_error
+    from node.config import NodeConfig
+
+    cfg = NodeConfig.load({**mac_env.env, "MASTER_IP": "127.0.0.1"})
+    said = "10.0.0.6 is registered to gpu-02; deregister that node first."
+    error = registration_error(cfg, Reply(409, {"ip": [said]}, {}))
+
+    assert said in error.message and "MAC_AGENT_IP" not in " ".join(error.commands)

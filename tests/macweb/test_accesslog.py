@@ -33,10 +33,11 @@ def test_installing_it_twice_adds_one_filter():
     try:
         hide_in_access_logs()
         hide_in_access_logs()
-        assert sum(isinstance(f, HideResetTokens) for f in logger.filters) == 1
+        for name in ("uvicorn.access", "gunicorn.access", "django.request"):
+            filters = logging.getLogger(name).filters
+            assert sum(isinstance(f, HideResetTokens) for f in filters) == 1, name
     finally:
         logger.filters = before
-        logging.getLogger("gunicorn.access").filters = [
-            f for f in logging.getLogger("gunicorn.access").filters
-            if not isinstance(f, HideResetTokens)
-        ]  # fmt: skip
+        for name in ("gunicorn.access", "django.request"):
+            others = logging.getLogger(name)
+            others.filters = [f for f in others.filters if not isinstance(f, HideResetTokens)]

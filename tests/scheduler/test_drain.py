@@ -140,6 +140,13 @@ def test_a_recurring_fault_moving_its_time_leaves_the_reason_alone():
     assert plan([sick(1, evidence=later)], cluster(3, n=drained), set(), ON).steps == []
     next_day = XID79.replace("14:02:11", "2026-12-04 14:02:11")
     assert plan([sick(1, evidence=next_day)], cluster(3, n=drained), set(), ON).steps == []
+    # A long line cut at REASON_LIMIT: the cut falls inside the time, or moves with it.
+    long_line = "GPU 3 XID 119: " + "g" * 472 + " at 14:02:11; reboot"
+    cut = slurm(1, "idle", ("DRAIN",), mac_reason(sick(1, evidence=long_line)), "root")
+    assert cut.reason.endswith(" at 14:0")  # the cut fell inside the time
+    for moved in ("14:09:40", "2026-12-04 14:09:40"):
+        recurred = sick(1, evidence=long_line.replace("14:02:11", moved))
+        assert plan([recurred], cluster(3, n=cut), set(), ON).steps == [], moved
     # More evidence is new words, whatever its time.
     more = later.replace("at 14:09:40", "at 14:09:40 (+1 more)")
     [step] = plan([sick(1, evidence=more)], cluster(3, n=drained), set(), ON).steps

@@ -273,6 +273,19 @@ def test_a_job_id_slurm_gives_again_is_another_job_and_the_old_keeps_its_history
     assert jobs_on_gpu(node.pk, 0, NOW) == [new]
 
 
+def test_a_job_renamed_while_it_runs_is_still_the_same_job():
+    node = online_gpu_node("node-7")
+    started = NOW - timedelta(hours=1)
+    record([running(1002, node.hostname, (3,), started)], [], started, ReadResult())
+
+    renamed = replace(running(1002, node.hostname, (3,), started), name="train-v2")
+    record([renamed], [], NOW, ReadResult())
+
+    [job] = Job.objects.all()
+    assert (job.job_id, job.name) == (1002, "train-v2")
+    assert [(r.index, r.since, r.until) for r in job.gpus.all()] == [(3, started, None)]
+
+
 def test_a_gpu_held_before_its_node_was_enrolled_is_shown_once_it_is():
     record([running(81, "node-8", (2,), NOW - timedelta(minutes=5))], [], NOW, ReadResult())
     assert JobGpu.objects.get(job__job_id=81).node is None  # MAC does not monitor node-8 yet
