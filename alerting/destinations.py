@@ -40,7 +40,7 @@ from django.conf import settings
 
 from alerting.choices import ChannelKind
 from contract.services import MASTER_API_PORT, MASTER_TLS_PORT
-from inventory.addresses import METADATA_ADDRESSES, IPAddress
+from inventory.addresses import METADATA_ADDRESSES, IPAddress, in_networks
 
 if TYPE_CHECKING:
     from alerting.models import NotificationChannel
@@ -171,8 +171,7 @@ def why_inside(addr: IPAddress) -> str:
 
 
 def _allowed(addr: IPAddress) -> bool:
-    allowed = settings.CHANNEL_ALLOWED_NETWORKS
-    return any(addr.version == net.version and addr in net for net in allowed)
+    return in_networks(addr, settings.CHANNEL_ALLOWED_NETWORKS)
 
 
 def refusal(where: Destination, *, again: bool = False, unresolved_ok: bool = False) -> str:

@@ -132,6 +132,10 @@ def worst_action(actions: Iterable[HealthAction | str]) -> HealthAction:
     )
 
 
+# clock_words' moment inside the evidence's words: " at 14:02:11", " at 2026-12-04 14:02:11".
+CLOCK_IN_WORDS = re.compile(r" at (?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}")
+
+
 def clock_words(at: float) -> str:
     """A moment as the evidence says it: UTC time of day, the date when not today."""
     moment = time.gmtime(at)

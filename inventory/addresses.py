@@ -123,6 +123,11 @@ def _forbidden_v6(addr: ipaddress.IPv6Address) -> str | None:
     return None
 
 
+def in_networks(addr: IPAddress, networks: Sequence[IPNetwork]) -> bool:
+    """Whether any of `networks` holds `addr` (one of another IP version never does)."""
+    return any(addr.version == net.version and addr in net for net in networks)
+
+
 def check_node_address(text: object, networks: Sequence[IPNetwork] | None = None) -> str:
     """The canonical form of `text` if the master may probe it; AddressRefused otherwise.
 
@@ -134,7 +139,7 @@ def check_node_address(text: object, networks: Sequence[IPNetwork] | None = None
     if reason:
         raise AddressRefused(f"{addr} {reason}; the master will not probe it.")
     allowed = settings.NODE_NETWORKS if networks is None else networks
-    if allowed and not any(addr.version == net.version and addr in net for net in allowed):
+    if allowed and not in_networks(addr, allowed):
         listed = ", ".join(str(net) for net in allowed)
         raise AddressRefused(f"{addr} is outside MAC_NODE_NETWORKS ({listed}).")
     return str(addr)
@@ -163,17 +168,14 @@ def source_address(meta: dict, trusted_proxies: Sequence[IPNetwork] | None = Non
     if remote is None:
         return ""
 
-    def trusted(addr: IPAddress) -> bool:
-        return any(addr.version == net.version and addr in net for net in proxies)
-
-    if not proxies or not trusted(remote):
+    if not proxies or not in_networks(remote, proxies):
         return str(remote)
     hops = [h for h in (meta.get("HTTP_X_FORWARDED_FOR") or "").split(",") if h.strip()]
     for hop in reversed(hops):
         addr = _plain(hop)
         if addr is None:
             return ""
-        if not trusted(addr):
+        if not in_networks(addr, proxies):
             return str(addr)
     return str(remote)
 

@@ -3,12 +3,14 @@ a risky one is warned about at every start (migrate runs the database's checks).
 
 from __future__ import annotations
 
-import ipaddress
 import re
+from ipaddress import ip_address
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DatabaseError
+
+from inventory.addresses import in_networks
 
 # What DRF's throttles understand: "<count>/<s|sec|second|m|min|minute|h|hour|d|day>".
 _RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
@@ -47,7 +49,7 @@ def check_trusted_proxies(app_configs=None, databases=None, **kwargs) -> list[Wa
         nodes = list(Node.objects.order_by("hostname").values_list("hostname", "ip"))
     except DatabaseError:
         return []  # not migrated yet: no node to warn about
-    inside = [(name, ip) for name, ip in nodes if _held(ip, networks)]
+    inside = [(name, ip) for name, ip in nodes if in_networks(ip_address(ip), networks)]
     if not inside:
         return []
     named = ", ".join(f"{name} at {ip}" for name, ip in inside[:NAMED_NODES])
@@ -63,11 +65,3 @@ def check_trusted_proxies(app_configs=None, databases=None, **kwargs) -> list[Wa
             id="inventory.W001",
         )
     ]
-
-
-def _held(ip: str, networks) -> bool:
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    return any(address in network for network in networks)

@@ -40,9 +40,10 @@ class HideResetTokens(logging.Filter):
 
 
 def hide_in_access_logs() -> None:
-    """Install the filter on the loggers that write request paths (uvicorn's, gunicorn's,
-    Django's failed requests)."""
-    for name in ("uvicorn.access", "gunicorn.access", "django.request"):
+    """Install the filter on the loggers that write request paths: uvicorn's access log
+    (gunicorn's uvicorn worker writes it, not gunicorn's own) and Django's failed
+    requests."""
+    for name in ("uvicorn.access", "django.request"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, HideResetTokens) for f in logger.filters):
             logger.addFilter(HideResetTokens())

@@ -50,11 +50,12 @@ def lockout_response(request: HttpRequest, original_response=None, credentials=N
     cool_off = get_cool_off(request)
     minutes = math.ceil(cool_off.total_seconds() / 60) if cool_off else None
     wait = f"try again in {minutes} minute(s)" if minutes else "ask an admin to unlock it"
+    counted = client_ip(request)
     response = HttpResponse(
-        f"Too many failed logins from {_shown(client_ip(request))} "
+        f"Too many failed logins from {_shown(counted)} "
         f"({settings.AXES_FAILURE_LIMIT}, MAC_LOGIN_FAILURE_LIMIT): logins from there "
         f"are refused for now; {wait}. An admin can lift it at once with "
-        f"`python -m django axes_reset_ip {client_ip(request) or '<address>'}` on the "
+        f"`python -m django axes_reset_ip {counted or '<address>'}` on the "
         "master.\n",
         status=429,
         content_type="text/plain; charset=utf-8",

@@ -36,15 +36,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from contract.drainpolicy import DrainBudget, DrainMode
-from contract.verdicts import HealthAction, HealthState
+from contract.verdicts import CLOCK_IN_WORDS, HealthAction, HealthState
 from scheduler.slurm import MAC_REASON_PREFIX, SlurmNode
 
 # Slurm keeps a reason of any length, but sinfo and people read the start of it.
 REASON_LIMIT = 500
-# The times in a verdict's line (contract.verdicts.clock_words): "at 14:02:11", with the
-# date once the day has passed.
-_CLOCK = re.compile(r" at (?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}")
-# ...and what is left of one where REASON_LIMIT cut the line ("... at 14:0").
+# What is left of a verdict's time (contract.verdicts.CLOCK_IN_WORDS) where REASON_LIMIT
+# cut the line ("... at 14:0").
 _CUT_CLOCK = re.compile(r" at[\d: -]*$")
 
 
@@ -166,7 +164,7 @@ _CUT_SLACK = 20
 
 
 def _untimed(reason: str) -> str:
-    return _CUT_CLOCK.sub("", _CLOCK.sub(" at", reason)).rstrip()
+    return _CUT_CLOCK.sub("", CLOCK_IN_WORDS.sub(" at", reason)).rstrip()
 
 
 def hold_of(node: SlurmNode) -> Hold:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import calendar
+import time
 
 from contract.verdicts import (
+    CLOCK_IN_WORDS,
     Evidence,
     GpuVerdict,
     HealthAction,
@@ -134,3 +136,11 @@ def test_label_values_with_quotes_backslashes_and_newlines_read_back_as_written(
 
     (gpu,) = parse_verdicts(generate_latest(Families())).gpus
     assert gpu.evidence[0].detail == detail and gpu.evidence[0].at == 12.5
+
+
+def test_the_clock_pattern_finds_the_time_in_todays_and_older_evidence():
+    now = time.time()
+    for at in (now, now - 3 * 86400):  # today: the time alone; before: with the date
+        words = Evidence("dcgm", "xid:79", "XID 79", HealthState.UNHEALTHY,
+                         HealthAction.REBOOT, at=at).words()  # fmt: skip
+        assert CLOCK_IN_WORDS.sub(" at", words) == "XID 79 at", words

@@ -28,16 +28,13 @@ def test_the_filter_rewrites_uvicorns_record_arguments():
 
 
 def test_installing_it_twice_adds_one_filter():
-    logger = logging.getLogger("uvicorn.access")
-    before = list(logger.filters)
+    loggers = [logging.getLogger(name) for name in ("uvicorn.access", "django.request")]
+    before = [list(logger.filters) for logger in loggers]
     try:
         hide_in_access_logs()
         hide_in_access_logs()
-        for name in ("uvicorn.access", "gunicorn.access", "django.request"):
-            filters = logging.getLogger(name).filters
-            assert sum(isinstance(f, HideResetTokens) for f in filters) == 1, name
+        for logger in loggers:
+            assert sum(isinstance(f, HideResetTokens) for f in logger.filters) == 1, logger
     finally:
-        logger.filters = before
-        for name in ("gunicorn.access", "django.request"):
-            others = logging.getLogger(name)
-            others.filters = [f for f in others.filters if not isinstance(f, HideResetTokens)]
+        for logger, filters in zip(loggers, before, strict=True):
+            logger.filters = filters
