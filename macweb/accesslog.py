@@ -6,8 +6,9 @@ uvicorn writes each request's path, Django each failed request's (django.request
 MAC's database-outage answer its own: the token is replaced by HIDDEN in all three; the
 uid stays, so a line still says whose link was followed. nginx's access log, of the
 requests it answers itself, hides it the same way ($mac_logged_request in
-macweb/nginxconf.py); its error log, which nothing can filter, names the request of an
-upstream failure (the API server down) whole.
+macweb/nginxconf.py). Its error log cannot be filtered, and names the request whole
+(the API server down, a limit hit): reset links have a location of their own there
+that writes no error lines.
 """
 
 from __future__ import annotations

@@ -385,6 +385,11 @@ http {{
 
         location / {{
 {to_api}        }}
+        # A reset link's token is in its request line, which nginx's error lines repeat
+        # (the API server down, a limit hit): none of this location's are written.
+        location /accounts/reset/ {{
+            error_log /dev/null emerg;
+{to_api}        }}
 
 {_rate_limited("register", rate, set_target, target)}
 {_rate_limited("deregister", rate, set_target, target)}

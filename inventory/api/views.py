@@ -219,9 +219,13 @@ class DeregisterView(AgentAPIView):
         responses={
             200: DeregistrationResponseSerializer,
             400: BAD_REQUEST,
-            403: OpenApiResponse(ErrorSerializer, description="node key missing or wrong"),
+            403: OpenApiResponse(
+                ErrorSerializer, description="no node key, or another registered node's key"
+            ),
             404: OpenApiResponse(
-                ErrorSerializer, description="a node key was sent, but no node has that hostname"
+                ErrorSerializer,
+                description="no registered node holds the key sent, whatever the hostname "
+                "(a refusal never tells whether a name is registered)",
             ),
             429: OpenApiResponse(ErrorSerializer, description="rate limit"),
         },

@@ -29,7 +29,7 @@ from inventory.models import Node, NodeEvent
 from inventory.services.changes import remove_node
 from inventory.services.contention import unreachable
 from inventory.services.events import push_on_commit, record_event
-from inventory.services.keys import new_node_key, node_key_matches
+from inventory.services.keys import new_node_key, node_for_key, node_key_matches
 
 log = logging.getLogger(__name__)
 
@@ -302,14 +302,24 @@ def _refresh(node: Node, reg: Registration, actor: str, events: list[str]) -> Re
 
 
 def deregister_node(hostname: str, node_key: str | None, *, actor: str = AGENT_ACTOR) -> None:
-    """Remove a node on its own request; the key is always needed. Events are kept."""
+    """Remove a node on its own request; the key is always needed. Events are kept.
+
+    A refusal never says whether `hostname` is registered, so a caller cannot learn the
+    inventory's names by trying them: a key that no node holds is NodeNotFound whatever
+    the name, and another node's key is NodeKeyRequired whatever the name.
+    """
     with transaction.atomic():
         node = _locked(hostname=hostname)
-        if node is None:
-            raise NodeNotFound(f"no node named {hostname} is registered.")
-        if not node_key_matches(node, node_key):
-            raise NodeKeyRequired(
-                f"deregistering {hostname} needs its node key (X-MAC-Node-Key); "
-                "an admin can remove it in the admin instead."
+        if node is not None and node_key_matches(node, node_key):
+            remove_node(node, actor=actor, message="deregistered by the agent")
+            return
+        holder = node_for_key(node_key)
+        if holder is None:
+            raise NodeNotFound(
+                "no registered node holds this node key (the node was removed already, "
+                "or an admin reset its key): nothing to deregister."
             )
-        remove_node(node, actor=actor, message="deregistered by the agent")
+        raise NodeKeyRequired(
+            f"this node key is {holder.hostname}'s, and a node deregisters only itself; "
+            f"an admin can remove {hostname} in the admin instead."
+        )

@@ -53,11 +53,10 @@ def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime, specs = runtime_and_specs(cfg, runtime_name)
     network.choose_for_running(cfg, runtime, specs)
-    hostname, deregistered, problem = deregister(cfg, cfg.node_name()[0])
+    key_spent, problem = deregister(cfg, cfg.node_name()[0])
     states = runtime.stop(ROLE, specs)
-    if deregistered:
+    if key_spent:
         forget_registration(cfg)
-        output.ok(f"Deregistered {hostname} from master {cfg.master_ip}.")
     still = [s.name for s in states if s.running]
     if still:
         raise CliError(f"still running: {', '.join(still)}", commands=["mac status"])

@@ -127,16 +127,17 @@ def register_with_retry(
         sleep(wait)
 
 
-def deregister(cfg: NodeConfig, hostname: str) -> tuple[str, bool, CliError | None]:
-    """(the name the master knew, whether the node is off the inventory, the problem if not).
+def deregister(cfg: NodeConfig, hostname: str) -> tuple[bool, CliError | None]:
+    """(whether the node key is spent, the problem if not).
 
+    The key is spent when the master removed the node, or when no node holds it any more.
     The problem is returned, not raised: the services stop either way.
     """
     if not cfg.node_key:
         output.say("This node holds no node key: there is no registration to remove.")
-        return hostname, False, None
+        return False, None
     if not cfg.master_ip:
-        return hostname, False, errors.no_master_ip_to_deregister()
+        return False, errors.no_master_ip_to_deregister()
     master = client(cfg, timeout=5)
     with output.spinner(f"Deregistering {hostname} from {cfg.master_url} ..."):
         try:
@@ -147,13 +148,20 @@ def deregister(cfg: NodeConfig, hostname: str) -> tuple[str, bool, CliError | No
             if known.status != 0:
                 reply = master.deregister(hostname)
         except UntrustedMaster as exc:
-            return hostname, False, errors.untrusted_master_error(exc)
+            return False, errors.untrusted_master_error(exc)
     if reply.ok:
-        return hostname, True, None
+        output.ok(f"Deregistered {hostname} from master {cfg.master_ip}.")
+        return True, None
     if reply.status == 404:
-        output.say(f"The master does not know {hostname}: nothing to deregister.")
-        return hostname, True, None
-    return hostname, False, errors.deregistration_error(cfg, reply)
+        # The master answers 404 for a key no node holds, whatever the name: it never
+        # says whether a name is registered. Either way this key opens nothing now.
+        output.say(
+            f"The master holds no node with this node's key: nothing to deregister. If "
+            f"{hostname} is still listed there (an admin reset its key), an admin removes "
+            "it in the admin."
+        )
+        return True, None
+    return False, errors.deregistration_error(cfg, reply)
 
 
 def forget_registration(cfg: NodeConfig) -> None:
