@@ -38,7 +38,6 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import yaml
 from django.conf import settings
@@ -49,8 +48,6 @@ from inventory.models import Node
 from scraping.promconfig import HttpSd, render_prometheus_config
 from scraping.targets import shard_of
 
-# MAC's own rules for scale-out mode, beside the shipped alerts.yml.
-SCALEOUT_RULES = Path(__file__).resolve().parent / "prometheus" / "scaleout.yml"
 SCRAPER_JOB = "mac-scraper"
 # Seconds each request of the background check may take (a frozen engine accepts the
 # connection and never answers).

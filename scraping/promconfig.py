@@ -45,6 +45,8 @@ from scraping.targets import SCRAPED_SERVICES, shard_folder
 
 # MAC's alert rules, shipped as package data beside this module.
 ALERT_RULES = Path(__file__).resolve().parent / "prometheus" / "alerts.yml"
+# Scale-out mode's own rules (MAC_SCRAPE_SHARDS >= 1), which vmalert loads beside them.
+SCALEOUT_RULES = ALERT_RULES.with_name("scaleout.yml")
 LOCAL_MASTER = f"127.0.0.1:{MASTER_API_PORT}"
 _DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 HEADER = (
@@ -177,11 +179,14 @@ class RulesError(ValueError):
 
 
 def shipped_rule_names() -> list[str]:
-    """The alert names in MAC's rules file."""
-    rules = yaml.safe_load(ALERT_RULES.read_text())
-    return [
-        rule["alert"] for group in rules["groups"] for rule in group["rules"] if "alert" in rule
-    ]
+    """The alert names of MAC's rules files, scale-out mode's included: MAC_ALERT_FOR
+    means the same in either mode (a rule the mode does not load is left alone)."""
+    names = []
+    for path in (ALERT_RULES, SCALEOUT_RULES):
+        rules = yaml.safe_load(path.read_text())
+        names += [rule["alert"] for group in rules["groups"] for rule in group["rules"]
+                  if "alert" in rule]  # fmt: skip
+    return names
 
 
 def parse_rule_for(text: str, known: Iterable[str]) -> dict[str, str]:
@@ -215,15 +220,20 @@ def with_promql_meaning(expr: str) -> str:
 
 
 def render_alert_rules(
-    for_overrides: dict[str, str], runbook_base: str = "", *, metricsql: bool = False
+    for_overrides: dict[str, str],
+    runbook_base: str = "",
+    *,
+    metricsql: bool = False,
+    source: Path = ALERT_RULES,
 ) -> str:
     """MAC's rules with `for:` overridden per rule and runbook_url prefixed by `runbook_base`.
 
     The shipped rules' runbook_url is a path into MAC's docs (docs/troubleshooting.md#...);
     a site that publishes the docs sets MAC_RUNBOOK_BASE_URL so the links open.
     `metricsql`: the copy vmalert loads in scale-out mode (with_promql_meaning).
+    `source`: the rules file, ALERT_RULES or scale-out mode's SCALEOUT_RULES.
     """
-    rules = yaml.safe_load(ALERT_RULES.read_text())
+    rules = yaml.safe_load(source.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
             if metricsql:
@@ -238,7 +248,7 @@ def render_alert_rules(
         "Prometheus", "prometheus_config")  # fmt: skip
     header = (
         f"# MAC's alert rules as this master's {engine} loads them: rendered from\n"
-        f"# {ALERT_RULES} by manage.py {command} (MAC_ALERT_FOR,\n"
+        f"# {source} by manage.py {command} (MAC_ALERT_FOR,\n"
         "# MAC_RUNBOOK_BASE_URL). Edit those settings, not this file.\n"
     )
     return header + yaml.safe_dump(rules, sort_keys=False, width=1000)

@@ -24,7 +24,9 @@ from tests.exporters.conftest import FIXTURES, ROOT, http_get
 from tests.exporters.dashboards import QueryList, all_lists
 from tests.exporters.test_prometheus import prometheus  # noqa: F401 (the fixture)
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+# Slow, but it only waits (up to 60 s for two scrapes) and owns nothing of the host:
+# beside the heavy tests on the quick xdist worker (testkit.xdistworker).
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.no_deadline]
 
 # MAC's file-SD target labels for the node (scraping.targets writes the same keys;
 # cluster_name is MAC_CLUSTER_NAME, which AMD's dashboards start from).

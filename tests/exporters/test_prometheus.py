@@ -23,7 +23,9 @@ SYS_TREE = {
     "mango-sdk-agent": "sysfs-amd",
 }
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+# Slow, but it only waits (up to 60 s for every target) and owns nothing of the host:
+# beside the heavy tests on the quick xdist worker (testkit.xdistworker).
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.no_deadline]
 
 
 @pytest.fixture

@@ -139,7 +139,8 @@ def scale(request, tmp_path_factory) -> Iterator[ScaleOut]:
             "MAC_PROBE_INTERVAL": "2",
             "MAC_PROBE_TIMEOUT": "1",
             "MAC_SCRAPE_INTERVAL": "2s",
-            "MAC_ALERT_FOR": "MacNodeOffline=2s",
+            # Scale-out's own rule takes the setting too (its shipped `for:` is 30 s).
+            "MAC_ALERT_FOR": "MacNodeOffline=2s,MacScraperDown=4s",
             "MAC_ALERT_GROUP_WAIT": "1s",
             "MAC_ALERT_GROUP_INTERVAL": "2s",
             "MAC_ALERT_POLL_INTERVAL": "1",
@@ -472,7 +473,7 @@ def test_a_killed_scraper_is_reported_while_away_and_comes_back(scale):
         assert "Metrics gap: scraper 1/2" in scale.admin.get("/")
         merged = scale.master.get_json(f"{scale.master.prom_url}/api/v1/targets", timeout=20)
         assert [s["health"] for s in merged["data"]["scrapers"]] == ["up", "down"]
-        # Its own alert, from the store's scrape of the scrapers, after its `for: 30s`.
+        # Its own alert, from the store's scrape of the scrapers, after its `for:` (4 s).
         wait_for(
             lambda: scale.webhook.matching(
                 lambda body: (

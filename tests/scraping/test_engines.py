@@ -7,6 +7,7 @@ the store reports free, a dead scraper a vmagent that was stopped.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from healthcheck import health
 from inventory.models import Node
@@ -202,18 +204,52 @@ def test_it_names_a_bad_scraper_flag_and_an_unwritable_targets_folder(tmp_path, 
                      "--master", "127.0.0.1:28080", "--out", str(tmp_path / "s.yml"))  # fmt: skip
 
 
+def _rule(path, name: str) -> dict:
+    rules = yaml.safe_load(path.read_text())
+    return next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == name)
+
+
 def test_it_writes_rules_that_vmalert_loads(tmp_path, settings):
-    settings.ALERT_FOR = "MacNodeOffline=5s"
+    settings.ALERT_FOR = "MacNodeOffline=5s,MacScraperDown=1m"
+    settings.RUNBOOK_BASE_URL = "https://git.example/mac/blob/main/"
     call_command("scaleout_config", "--rules", str(tmp_path))
-    rules = yaml.safe_load((tmp_path / "alerts.yml").read_text())
-    offline = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "MacNodeOffline"]
-    assert offline[0]["for"] == "5s"
+    offline = _rule(tmp_path / "alerts.yml", "MacNodeOffline")
+    assert offline["for"] == "5s"
+    assert offline["annotations"]["runbook_url"].startswith("https://git.example/mac/blob/main/")
+    # Scale-out's own rules take both settings as well.
+    scraper_down = _rule(tmp_path / "scaleout.yml", "MacScraperDown")
+    assert scraper_down["for"] == "1m"
+    assert scraper_down["annotations"]["runbook_url"] == (
+        "https://git.example/mac/blob/main/docs/scaling.md#faults-and-what-says-so"
+    )
     checked = subprocess.run(
         ["vmalert", f"-rule={tmp_path / 'alerts.yml'}", f"-rule={tmp_path / 'scaleout.yml'}",
          "-dryRun"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_shipped_scale_out_rule_keeps_its_own_for_without_the_setting(tmp_path, settings):
+    settings.ALERT_FOR = ""
+    call_command("scaleout_config", "--rules", str(tmp_path))
+    assert _rule(tmp_path / "scaleout.yml", "MacScraperDown")["for"] == "30s"
+
+
+def test_a_scale_out_rules_for_is_accepted_in_prometheus_mode_too(tmp_path, settings):
+    """One MAC_ALERT_FOR for both modes: Prometheus's rules file has nothing to change."""
+    settings.ALERT_FOR = "MacScraperDown=1m"
+    call_command(
+        "prometheus_config", "--out", str(tmp_path / "prometheus.yml"),
+        "--sd-dir", str(tmp_path / "sd"), stdout=io.StringIO(),
+    )  # fmt: skip
+    assert "MacScraperDown" not in (tmp_path / "rules" / "alerts.yml").read_text()
+
+
+def test_an_unknown_rule_in_the_setting_stops_the_rules_naming_it(tmp_path, settings):
+    settings.ALERT_FOR = "MacScraperGone=1m"
+    with pytest.raises(CommandError, match="MAC_ALERT_FOR: 'MacScraperGone' is not one of"):
+        call_command("scaleout_config", "--rules", str(tmp_path))
 
 
 @pytest.mark.django_db
@@ -276,7 +312,7 @@ def test_a_dead_scraper_degrades_health_naming_its_share(client, scale_out, scra
 @pytest.mark.skipif(not shutil.which("promtool"), reason="Debian's promtool is missing")
 def test_mac_scraper_down_fires_for_the_shard_that_is_down(tmp_path):
     """Only for the scraper whose `up` is 0, after its `for:`; promtool test rules."""
-    from scraping.engines import SCALEOUT_RULES
+    from scraping.promconfig import SCALEOUT_RULES
 
     up = 'up{job="mac-scraper",instance="127.0.0.1:29431",shard="1/2"}'
     case = {

@@ -23,15 +23,16 @@ from django.db import DatabaseError
 
 from contract.atomicfile import write_atomically
 from inventory.models import Node
-from scraping.engines import SCALEOUT_RULES, dump, scraper_config, store_scrape_config
+from scraping.engines import dump, scraper_config, store_scrape_config
 from scraping.httpsd import ShardError, parse_shard
 from scraping.management.commands.prometheus_config import write_secret
 from scraping.promconfig import (
+    ALERT_RULES,
+    SCALEOUT_RULES,
     RulesError,
     parse_rule_for,
     render_alert_rules,
     shipped_rule_names,
-    with_promql_meaning,
 )
 from scraping.targets import TARGET_FIELDS, ensure_target_files, write_targets
 
@@ -125,10 +126,13 @@ class Command(BaseCommand):
             overrides = parse_rule_for(settings.ALERT_FOR, shipped_rule_names())
         except RulesError as exc:
             raise CommandError(f"MAC_ALERT_FOR: {exc}") from None
-        rendered = render_alert_rules(overrides, settings.RUNBOOK_BASE_URL, metricsql=True)
-        self._write(folder / "alerts.yml", rendered)
-        # Scale-out's own rules, through the same PromQL-meaning spelling as MAC's.
-        self._write(folder / "scaleout.yml", with_promql_meaning(SCALEOUT_RULES.read_text()))
+        for source in (ALERT_RULES, SCALEOUT_RULES):
+            # Scale-out's own rules too: the same `for:` settings, runbook links, and
+            # PromQL-meaning spelling as MAC's.
+            rendered = render_alert_rules(
+                overrides, settings.RUNBOOK_BASE_URL, metricsql=True, source=source
+            )
+            self._write(folder / source.name, rendered)
 
     def _write(self, path: Path, text: str) -> None:
         try:
