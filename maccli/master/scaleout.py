@@ -169,6 +169,17 @@ def envflag_variable(flag: str) -> str:
     return ENVFLAG_PREFIX + flag.replace(".", "_")
 
 
+# How far behind now the store answers queries (its -search.latencyOffset).
+STORE_LATENCY = "5s"
+# vmalert from 1.94 on (Debian 13's 1.112) asks for every rule's answer as of
+# -rule.evalDelay ago, 30 s by default, to match the store's default latency: with the
+# store's 5 s, each alert came about 25 s late (MacScraperDown 37 s after the scraper
+# stopped against 13 s on 1.79, whose vmalert has no such flag; tests/maccli/
+# test_scaleout.py). From the environment, where 1.79 ignores it: a flag on its
+# command line would stop it ("flag provided but not defined").
+RULES_ENVIRONMENT = {envflag_variable("rule.evalDelay"): STORE_LATENCY}
+
+
 def store_key_file(work: Path, flag: str) -> Path:
     """Where this master keeps the store's key for `flag` (work: folder(MAC_DATA_DIR))."""
     return work / "store-keys" / flag
@@ -283,7 +294,7 @@ def specs(
             f"-promscrape.config={store_scrape}",
             # Charts and rules see a sample a few seconds after it is scraped (the
             # store's default holds back the last 30 s).
-            "-search.latencyOffset=5s",
+            f"-search.latencyOffset={STORE_LATENCY}",
             # Its keys (STORE_KEY_FLAGS) from the environment.
             *ENVFLAG_ARGS,
         ]
@@ -349,9 +360,11 @@ def specs(
                 f"-evaluationInterval={interval}",
                 # /api/v1/rules and /api/v1/alerts for the targets view, /health.
                 f"-httpListenAddr={layout.listen}:{rules_port}",
+                # RULES_ENVIRONMENT's flag from the environment.
+                *ENVFLAG_ARGS,
             ],
             rules_port,
-            env,
+            {**env, **RULES_ENVIRONMENT},
             [django("scaleout_config", "--rules", str(rules))],
         )
     )
@@ -398,8 +411,11 @@ ENGINE_ENVIRONMENT: dict[str, str | None] = {
 MASTER_SERVICES = ("api-server", "worker", "beat", "proxy")
 
 
-def _key_environment(service: str) -> dict[str, None]:
-    """The store's keys, passed through from mac's environment (store_keys)."""
+def _own_environment(service: str) -> dict[str, str | None]:
+    """An engine's own variables: the store's keys, passed through from mac's
+    environment (store_keys), and vmalert's RULES_ENVIRONMENT."""
+    if service == "rules":
+        return dict(RULES_ENVIRONMENT)
     if service != "store":
         return {}
     return dict.fromkeys((envflag_variable(flag) for flag in STORE_KEY_FLAGS), None)
@@ -446,7 +462,7 @@ def compose_overlay(
             "restart": "unless-stopped",
             "networks": ["master"],
             "entrypoint": [],
-            "environment": {**ENGINE_ENVIRONMENT, **_key_environment(spec.name)},
+            "environment": {**ENGINE_ENVIRONMENT, **_own_environment(spec.name)},
             "command": ["sh", "-c", _escaped(" && ".join(steps))],
             # The host's loopback only, as mac-prometheus: `mac status master` asks there.
             "ports": [f"127.0.0.1:{spec.port}:{spec.port}"],

@@ -102,6 +102,10 @@ class ScaleOut:
         query = urllib.parse.urlencode({"match[]": metric})
         return len(self.master.get_json(f"{self.store}/api/v1/series?{query}")["data"])
 
+    @property
+    def rules(self) -> str:
+        return f"http://127.0.0.1:{self.master.settings['MAC_RULES_PORT']}"
+
     def store_key(self, flag: str) -> str:
         keys = self.master.root / "data" / "scaleout" / "store-keys"
         return (keys / flag).read_text().strip()
@@ -450,6 +454,22 @@ def _running_again(scale: ScaleOut, old_pid: int) -> bool:
     row = next((cells for cells in rows if cells[:1] == ["scraper-1"]), [])
     # status refreshes the pid files from what runs now.
     return row[1:3] == ["running", "ok"] and _scraper_pid(scale, 1) != old_pid
+
+
+def test_vmalert_asks_for_answers_as_recent_as_the_store_gives_them(scale):
+    """Debian 13's vmalert evaluates every rule as of -rule.evalDelay ago (30 s unless
+    told); MAC gives it the store's latency. Debian 12's has no such flag, and ignores
+    the variable (it still runs: the module's other tests)."""
+    with urllib.request.urlopen(f"{scale.rules}/flags", timeout=10) as answer:
+        flags = answer.read().decode()
+    key = urllib.parse.quote(scale.store_key("flagsAuthKey"))
+    with urllib.request.urlopen(f"{scale.store}/flags?authKey={key}", timeout=10) as answer:
+        store_flags = answer.read().decode()
+    assert '-search.latencyOffset="5s"' in store_flags, store_flags
+    if scale.master.settings.get("MAC_VMALERT_BIN"):  # vm-trixie
+        assert '-rule.evalDelay="5s"' in flags, flags
+    else:
+        assert "evalDelay" not in flags, flags
 
 
 def test_a_killed_scraper_is_reported_while_away_and_comes_back(scale):
