@@ -59,7 +59,7 @@ class NodeKeyRequired(RegistrationError):
 
 
 class NodeNotFound(RegistrationError):
-    """No node has that hostname (404)."""
+    """No registered node holds the node key sent (deregistration: 404)."""
 
     field = "hostname"
 

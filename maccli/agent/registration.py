@@ -155,10 +155,10 @@ def deregister(cfg: NodeConfig, hostname: str) -> tuple[bool, CliError | None]:
     if reply.status == 404:
         # The master answers 404 for a key no node holds, whatever the name: it never
         # says whether a name is registered. Either way this key opens nothing now.
-        output.say(
-            f"The master holds no node with this node's key: nothing to deregister. If "
-            f"{hostname} is still listed there (an admin reset its key), an admin removes "
-            "it in the admin."
+        output.warn(
+            f"The master holds no node with this node's key: nothing deregistered. If "
+            f"{hostname} is still listed there (an admin reset its key), it shows Offline "
+            "from now on: an admin removes it in the admin."
         )
         return True, None
     return False, errors.deregistration_error(cfg, reply)
