@@ -44,6 +44,8 @@ REASON_LIMIT = 500
 # What is left of a verdict's time (contract.verdicts.CLOCK_IN_WORDS) where REASON_LIMIT
 # cut the line ("... at 14:0").
 _CUT_CLOCK = re.compile(r" at[\d: -]*$")
+# A cut reason may lose a few trailing spaces (mac_reason strips them, Slurm too).
+_CUT_SLACK = 20
 
 
 class Decision(StrEnum):
@@ -157,10 +159,6 @@ def same_but_times(written: str, reason: str) -> bool:
         return True
     both_cut = min(len(written), len(reason)) >= REASON_LIMIT - _CUT_SLACK
     return both_cut and (old.startswith(new) or new.startswith(old))
-
-
-# A cut reason may lose a few trailing spaces (mac_reason strips them, Slurm too).
-_CUT_SLACK = 20
 
 
 def _untimed(reason: str) -> str:
