@@ -45,7 +45,10 @@ vmagent is left idle, which measures what the remote-write hop between them cost
 keeps the hop: vmagent buffers on disk what it scrapes while the store is away);
 `norules` runs vmalert with no rule at all (bench/no_rules.yml), which measures what MAC's
 rules cost the store (vmalert's -evaluationInterval would leave the groups that have an
-interval of their own running). An EDIT is
+interval of their own running); `bare-targets` gives every target only its job and
+instance (none of MAC's node labels), on both engines, which measures what the label
+bytes MAC adds to every sample cost each engine (the node page's charts select by those
+labels, so that tuning's chart figures are not measured). An EDIT is
 SERVICE:-flag=value (set or replace), SERVICE:-flag (a boolean), SERVICE:!-flag (drop)
 or SERVICE:NAME=value (environment, e.g. GOGC=30); SERVICE is scraper, store, rules,
 prometheus or fleet (the simfleet's options, e.g. fleet:--collect-interval=0). Several
@@ -225,9 +228,10 @@ def fleet_rows(nodes: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def job_groups(rows: list[dict]) -> dict[str, list[tuple[int, str]]]:
+def job_groups(rows: list[dict], bare: bool = False) -> dict[str, list[tuple[int, str]]]:
     """{job: [(node id, target group JSON)]}: MAC's groups, and the host pages' job with
-    the labels of the node's sys-exporter target."""
+    the labels of the node's sys-exporter target; `bare`: the groups without labels (the
+    engine then adds only job and instance)."""
     from scraping.targets import target_groups
 
     groups = target_groups(rows, EXPORTERS)
@@ -235,6 +239,12 @@ def job_groups(rows: list[dict]) -> dict[str, list[tuple[int, str]]]:
     out = {job: list(zip(ids, lines, strict=True)) for job, lines in groups.items()}
     sys_port = f':{BY_NAME["sys-exporter"].port}"'
     out[HOST_JOB] = [(i, line.replace(sys_port, f':{HOST_PORT}"')) for i, line in out[EXPORTERS[0]]]
+    if bare:
+        return {
+            job: [(i, json.dumps({"labels": {}, "targets": json.loads(line)["targets"]}))
+                  for i, line in lines]
+            for job, lines in out.items()
+        }  # fmt: skip
     return out
 
 
@@ -305,16 +315,20 @@ def parse_tuning(text: str) -> tuple[str, list[Edit]]:
 STORE_SCRAPES = "store-scrapes"
 # Built-in tuning `norules`: vmalert loads no rule.
 NO_RULES = "norules"
+# Built-in tuning `bare-targets`: targets without MAC's labels, on both engines.
+BARE_TARGETS = "bare-targets"
 
 
 def builtin_tuning(name: str) -> list[Edit]:
     """`mac` (no edit), `defaults` (MAC's cost flags dropped), `store-scrapes` (the
-    store scrapes the fleet; Engine makes the edits, which name its files) or `norules`
-    (vmalert without rules)."""
+    store scrapes the fleet; Engine makes the edits, which name its files), `norules`
+    (vmalert without rules) or `bare-targets` (targets without MAC's labels)."""
     if name in ("mac", STORE_SCRAPES):
         return []
     if name == NO_RULES:
         return [Edit("rules", "set", "-rule", str(Path(__file__).with_name("no_rules.yml")))]
+    if name == BARE_TARGETS:
+        return [Edit("targets", "bare", BARE_TARGETS)]
     if name == "defaults":
         from maccli.master.scaleout import COST_ENV, COST_FLAGS
 
@@ -323,7 +337,8 @@ def builtin_tuning(name: str) -> list[Edit]:
             Edit(service, "env", name, "") for service, name in COST_ENV
         ]
     raise ValueError(
-        f"--tuning {name}: not built in (mac, defaults, {STORE_SCRAPES}, {NO_RULES}); "
+        f"--tuning {name}: not built in (mac, defaults, {STORE_SCRAPES}, {NO_RULES}, "
+        f"{BARE_TARGETS}); "
         "give NAME=EDIT ..."
     )
 
@@ -331,6 +346,16 @@ def builtin_tuning(name: str) -> list[Edit]:
 def scrapes_in_store(tuning: tuple[str, list[Edit]]) -> bool:
     """Whether the tuning is, or includes, `store-scrapes`."""
     return tuning[0] == STORE_SCRAPES or any(e.action == "scrapes" for e in tuning[1])
+
+
+def bare_targets(tuning: tuple[str, list[Edit]]) -> bool:
+    """Whether the tuning's targets carry no MAC label (`bare-targets`)."""
+    return any(e.action == "bare" for e in tuning[1])
+
+
+def for_prometheus(tuning: tuple[str, list[Edit]]) -> bool:
+    """Whether the tuning changes anything Prometheus runs (else only engine vm runs it)."""
+    return tuning[0] == "mac" or any(e.service in ("prometheus", "targets") for e in tuning[1])
 
 
 def applies(edit: Edit, service: str) -> bool:
@@ -762,7 +787,8 @@ def measure(
     window: float = WINDOW,
 ) -> Sample:
     work = Path(tempfile.mkdtemp(prefix="mac-scale-"))
-    groups = job_groups(fleet_rows(nodes))
+    bare = bare_targets(tuning)
+    groups = job_groups(fleet_rows(nodes), bare)
     master = MasterStandIn()
     fleet: list[subprocess.Popen] = []
     engine: Engine | None = None
@@ -800,7 +826,7 @@ def measure(
         missed += max(0, expected - targets) * int((window - INTERVAL) // INTERVAL)
         view = view_call_cpu(engine, watched["targets view"]) if engine.shards else None
         day = {}
-        if engine.shards:
+        if engine.shards and not bare:
             _, imported, seconds = load_day(
                 engine.query_url, chart_metrics(charts["24h"]),
                 list(range(1, min(DAY_NODES, nodes) + 1)), started, INTERVAL,
@@ -808,7 +834,10 @@ def measure(
             day_ms = asyncio.run(chart_latency(engine.query_url, charts["24h"], QUERY_ROUNDS,
                                                "24h"))  # fmt: skip
             day = {"chart_day_ms": day_ms, "day_samples": imported, "day_import_s": seconds}
-        latency = asyncio.run(chart_latency(engine.query_url, charts["1h"], QUERY_ROUNDS))
+        # Without node labels the charts select nothing: an empty answer is no figure.
+        latency = (
+            [] if bare else asyncio.run(chart_latency(engine.query_url, charts["1h"], QUERY_ROUNDS))
+        )
         return Sample(
             engine.name, tuning[0], nodes, targets, missed, failed, series, rate, procs, busy,
             load, latency, view, rules, settled, **day, backlog_bytes=backlog,
@@ -1126,7 +1155,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in args.engines.split(","):
         if key not in ("prometheus", "vm"):
             parser.error(f"--engines: {key!r} is neither prometheus nor vm")
-        for tuning in tunings if key == "vm" else tunings[:1]:
+        for tuning in tunings if key == "vm" else [t for t in tunings if for_prometheus(t)]:
             rows: list[list[Sample]] = []
             for nodes in sizes:
                 runs = []

@@ -17,11 +17,17 @@ import pytest
 
 from bench import hostpages
 from bench.scale_metrics import (
+    BARE_TARGETS,
+    HOST_JOB,
     NO_RULES,
     STORE_SCRAPES,
     Engine,
+    bare_targets,
     builtin_tuning,
     edited,
+    fleet_rows,
+    for_prometheus,
+    job_groups,
     parse_tuning,
     scrapes_in_store,
 )
@@ -92,6 +98,29 @@ def test_norules_gives_vmalert_no_rule_at_all(tmp_path) -> None:
     argv, _ = edited(rules.argv, {}, engine.edits, "rules")
     assert [a for a in argv if a.startswith("-rule=")] == [f"-rule={REPO}/bench/no_rules.yml"]
     assert "groups: []" in (REPO / "bench" / "no_rules.yml").read_text()
+
+
+def test_bare_targets_keep_every_target_and_drop_only_mac_s_labels() -> None:
+    tuning = (BARE_TARGETS, builtin_tuning(BARE_TARGETS))
+    assert bare_targets(tuning) and not bare_targets(("mac", []))
+    # It changes what both engines scrape; a vmagent flag only engine vm's run.
+    assert for_prometheus(tuning) and for_prometheus(("mac", []))
+    assert not for_prometheus(parse_tuning("q=scraper:-remoteWrite.queues=1"))
+    rows = fleet_rows(3)
+    full, bare = job_groups(rows), job_groups(rows, bare=True)
+    assert set(bare) == set(full) and HOST_JOB in bare
+    for job in full:
+        assert [i for i, _ in bare[job]] == [i for i, _ in full[job]]
+        for (_, mine), (_, theirs) in zip(full[job], bare[job], strict=True):
+            mine, theirs = json.loads(mine), json.loads(theirs)
+            assert theirs == {"labels": {}, "targets": mine["targets"]}
+            assert mine["labels"]["node"] and mine["labels"]["hostname"]
+    # No edit reaches an engine's command line: the targets are the change.
+    for service in ("store", "scraper-0", "rules", "prometheus", "fleet"):
+        assert edited(["engine", "-x=1"], {"A": "1"}, tuning[1], service) == (
+            ["engine", "-x=1"],
+            {"A": "1"},
+        )
 
 
 # The tests that run the bench itself: Prometheus and a 5-node fleet, for real.
