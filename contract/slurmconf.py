@@ -9,8 +9,9 @@ controllers (`SlurmctldHost=name` or `name(address)`, or the older `ControlMachi
 `AccountingStorageType` is slurmdbd) and munge's socket (`AuthInfo=socket=PATH`, else
 munge's default). As slurm.conf(5) has it: keys are case-insensitive, spaces may stand
 around `=`, a value may be quoted, `#` starts a comment, a line ending in `\\` goes on
-on the next, and `Include` reads another file (relative to slurm.conf's folder);
-everything else is left to Slurm.
+on the next, and `Include` reads another file (relative to slurm.conf's folder, `%c` the
+ClusterName given above it); everything else is left to Slurm. The files it includes
+are listed too: a container that mounts slurm.conf's folder needs theirs as well.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class SlurmConf:
     munge_socket: Path
     # slurmdbd and its backup, where accounting goes through it (sacct asks it); else ()
     accounting: tuple[Controller, ...] = ()
+    # Every file its Include lines read, as Slurm opens them (existing ones, in order).
+    includes: tuple[Path, ...] = ()
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -81,8 +84,13 @@ def _logical_lines(text: str) -> list[str]:
     return [*lines, pending] if pending else lines
 
 
-def _pairs(path: Path, depth: int = 0) -> list[tuple[str, str]]:
-    """(key in lower case, value) of every `Key=Value` of `path` and the files it includes."""
+def _pairs(
+    path: Path, includes: list[Path], depth: int = 0, folder: Path | None = None
+) -> list[tuple[str, str]]:
+    """(key in lower case, value) of every `Key=Value` of `path` and the files it
+    includes, which are added to `includes`. Relative names are read from `folder`,
+    slurm.conf's own, whichever file includes them (as Slurm does)."""
+    folder = folder or path.parent
     pairs: list[tuple[str, str]] = []
     for line in _logical_lines(path.read_text(errors="replace")):
         words = line.split(None, 1)
@@ -90,10 +98,14 @@ def _pairs(path: Path, depth: int = 0) -> list[tuple[str, str]]:
             continue
         if words[0].lower() == "include" and len(words) == 2 and "=" not in words[0]:
             if depth < _MAX_INCLUDES:
-                included = Path(words[1].strip().strip('"'))
-                included = included if included.is_absolute() else path.parent / included
+                name = words[1].strip().strip('"')
+                cluster = dict(pairs).get("clustername")
+                if cluster:
+                    name = name.replace("%c", cluster)
+                included = folder / name  # an absolute name stays itself
                 if included.is_file():
-                    pairs += _pairs(included, depth + 1)
+                    includes.append(included)
+                    pairs += _pairs(included, includes, depth + 1, folder)
             continue
         pairs += [(key.lower(), value.strip('"')) for key, value in _PAIR.findall(line)]
     return pairs
@@ -107,7 +119,8 @@ def _controller(value: str) -> Controller:
 def read_slurm_conf(path: Path) -> SlurmConf:
     """The controllers, slurmdbd and munge's socket of the slurm.conf at `path` (OSError
     if unreadable)."""
-    pairs = _pairs(path)
+    includes: list[Path] = []
+    pairs = _pairs(path, includes)
     values = dict(pairs)
     controllers = [_controller(value) for key, value in pairs if key == "slurmctldhost"]
     if not controllers and values.get("controlmachine"):
@@ -126,4 +139,4 @@ def read_slurm_conf(path: Path) -> SlurmConf:
         )
         if values.get("accountingstoragebackuphost"):
             accounting.append(Controller(values["accountingstoragebackuphost"]))
-    return SlurmConf(path, tuple(controllers), socket, tuple(accounting))
+    return SlurmConf(path, tuple(controllers), socket, tuple(accounting), tuple(includes))

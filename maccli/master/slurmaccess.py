@@ -6,7 +6,10 @@ they need the same three things, taken from the host's slurm.conf (SLURM_CONF) w
 
 - slurm.conf's folder (with gres.conf and the files it includes), read-only, at the
   same path, and SLURM_CONF pointing at it; a slurm.conf directly in a system folder
-  (/etc/slurm.conf) is mounted alone, never the folder over the container's own;
+  (/etc/slurm.conf) is mounted alone, never the folder over the container's own. A file
+  it includes from another folder (`Include /site/slurm/nodes.conf`) gets that folder
+  too, and one that is a link (a shared file system) the folder it points into: Slurm's
+  tools refuse a slurm.conf whose includes they cannot open;
 - the folder of munge's socket (`AuthInfo=socket=`, else /run/munge), likewise: the
   host's munged signs the worker's requests, so the container needs no key of its own.
   The worker runs as root in its container, which Slurm takes as a user allowed to
@@ -49,10 +52,19 @@ SYSTEM_FOLDERS = frozenset(
 )
 
 
-def _mount(path: Path) -> str:
-    """path's folder read-only at the same path, or path alone in a system folder."""
-    shared = path if path.parent in SYSTEM_FOLDERS else path.parent
-    return f"{shared}:{shared}:ro"
+def _shared(path: Path) -> Path:
+    """What is mounted for `path`: its folder, or path alone in a system folder."""
+    return path if path.parent in SYSTEM_FOLDERS else path.parent
+
+
+def _covering(paths: list[Path]) -> list[Path]:
+    """The folders and files to mount for `paths`, in order, none inside another."""
+    wanted: list[Path] = []
+    for shared in map(_shared, paths):
+        if any(shared == kept or kept in shared.parents for kept in wanted):
+            continue
+        wanted = [kept for kept in wanted if shared not in kept.parents] + [shared]
+    return wanted
 
 
 @dataclass(frozen=True)
@@ -64,9 +76,11 @@ class SlurmAccess:
 
     @property
     def volumes(self) -> list[str]:
-        mounts = [_mount(self.conf.path)]
-        munge = _mount(self.conf.munge_socket)
-        return mounts if munge in mounts else [*mounts, munge]
+        files = [self.conf.path]
+        for included in self.conf.includes:
+            files += [included, included.resolve()]  # the link's own folder and its target's
+        files.append(self.conf.munge_socket)
+        return [f"{shared}:{shared}:ro" for shared in _covering(files)]
 
     @property
     def environment(self) -> dict[str, str]:
@@ -105,7 +119,9 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
             hint="mac-worker mounts the cluster's slurm.conf from this host; make it readable:",
             commands=[f"ls -l {path}"],
         ) from None
-    conf = SlurmConf(path, conf.controllers, conf.munge_socket.resolve(), conf.accounting)
+    conf = SlurmConf(
+        path, conf.controllers, conf.munge_socket.resolve(), conf.accounting, conf.includes
+    )
     local = [c for c in conf.controllers if c.loopback]
     if local:
         named = ", ".join(f"{c.name}({c.address})" if c.address else c.name for c in local)

@@ -93,3 +93,22 @@ def test_slurmdbd_where_accounting_goes_through_it_localhost_by_default(tmp_path
     assert read_slurm_conf(_conf(tmp_path, "SlurmctldHost=ctl\n")).accounting == ()
     other = "AccountingStorageType=accounting_storage/none\nAccountingStorageHost=db\n"
     assert read_slurm_conf(_conf(tmp_path, other)).accounting == ()
+
+
+def test_includes_are_listed_as_slurm_opens_them_with_the_cluster_name(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "gpu_nodes.conf").write_text("NodeName=gpu01 Gres=gpu:8\nInclude parts.conf\n")
+    # Relative names are read from slurm.conf's folder, whichever file includes them.
+    (tmp_path / "parts.conf").write_text("PartitionName=all Nodes=ALL\n")
+    (site / "parts.conf").write_text("SlurmctldHost=wrong\n")
+    conf = read_slurm_conf(
+        _conf(
+            tmp_path,
+            "ClusterName=gpu\nSlurmctldHost=ctl\n"
+            f"Include {site}/%c_nodes.conf\n"
+            "Include absent.conf\n",  # Slurm's own tools say so; nothing to mount
+        )
+    )
+    assert conf.includes == (site / "gpu_nodes.conf", tmp_path / "parts.conf")
+    assert conf.controllers == (Controller("ctl"),)

@@ -1,5 +1,6 @@
 """mac-worker talks to the host's Slurm: the Compose file `mac start master` writes for a
-host with a slurm.conf mounts it and munge's socket, and MAC's image brings Slurm's tools.
+host with a slurm.conf mounts it (with a file it includes from another folder) and
+munge's socket, and MAC's image brings Slurm's tools.
 
 A Slurm lab runs on the host (slurmctld, three slurmd, munged), its controller named
 by the host's end of the engine's link, as a site names its controller by an address
@@ -71,6 +72,13 @@ def _worker_run(engine, written: Path, *argv: str) -> subprocess.CompletedProces
 
 
 def test_mac_worker_drains_a_node_of_the_hosts_slurm(engine, images, lab, tmp_path):
+    # A site's file included from another folder: Slurm's tools in the container must
+    # open it too (unmounted, they retry for a minute and then give up).
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "extra.conf").write_text("# the site's own part, kept outside slurm.conf's folder\n")
+    with lab.conf.open("a") as conf:
+        conf.write(f"Include {site}/extra.conf\n")
     cfg = NodeConfig(
         environ={"SLURM_CONF": str(lab.conf)}, node_values={}, user_values={},
         node_file=tmp_path / "node-env", user_file=tmp_path / "user-env",
@@ -80,6 +88,7 @@ def test_mac_worker_drains_a_node_of_the_hosts_slurm(engine, images, lab, tmp_pa
     assert worker["environment"]["SLURM_CONF"] == str(lab.conf)
     assert f"{lab.conf.parent}:{lab.conf.parent}:ro" in worker["volumes"]
     assert f"{lab.munge_socket.parent}:{lab.munge_socket.parent}:ro" in worker["volumes"]
+    assert f"{site}:{site}:ro" in worker["volumes"]
 
     done = _worker_run(engine, written, "python", "-c", IN_WORKER)
 

@@ -153,3 +153,34 @@ def test_a_munge_socket_alone_in_a_system_folder_is_mounted_with_a_warning(tmp_p
     conf.write_text("SlurmctldHost=ctl01(10.4.0.1)\n")  # munged's own folder: no warning
     slurm_access(_config(SLURM_CONF=str(conf)))
     assert "munge" not in capsys.readouterr().err
+
+
+def test_files_included_from_other_folders_are_mounted_too_links_with_their_targets(tmp_path):
+    conf = _slurm_conf(tmp_path, "ctl(10.0.0.1)", "Include nodes.conf\n")
+    (conf.parent / "nodes.conf").write_text(
+        f"Include {tmp_path}/site/gres/parts.conf\nInclude {tmp_path}/site/more.conf\n"
+        f"Include {tmp_path}/linked/topology.conf\n"
+    )
+    (tmp_path / "site" / "gres").mkdir(parents=True)
+    (tmp_path / "site" / "gres" / "parts.conf").write_text("PartitionName=all Nodes=ALL\n")
+    (tmp_path / "site" / "more.conf").write_text("\n")
+    # A link into a shared file system: its folder holds the link, the target's the file.
+    (tmp_path / "nfs").mkdir()
+    (tmp_path / "nfs" / "topology.conf").write_text("\n")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "topology.conf").symlink_to(tmp_path / "nfs" / "topology.conf")
+    access = slurm_access(_config(SLURM_CONF=str(conf)))
+    assert access.volumes == [
+        f"{conf.parent}:{conf.parent}:ro",  # nodes.conf is in it already
+        f"{tmp_path}/site:{tmp_path}/site:ro",  # covers site/gres
+        f"{tmp_path}/linked:{tmp_path}/linked:ro",
+        f"{tmp_path}/nfs:{tmp_path}/nfs:ro",
+        "/run/munge:/run/munge:ro",
+    ]
+    # An include directly in a system folder is mounted alone.
+    system = SlurmConf(conf, (), Path("/run/munge/munge.socket.2"), (), (Path("/etc/nodes.conf"),))
+    assert slurmaccess.SlurmAccess(system, ()).volumes == [
+        f"{conf.parent}:{conf.parent}:ro",
+        "/etc/nodes.conf:/etc/nodes.conf:ro",
+        "/run/munge:/run/munge:ro",
+    ]
