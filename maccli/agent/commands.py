@@ -53,14 +53,17 @@ def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime, specs = runtime_and_specs(cfg, runtime_name)
     network.choose_for_running(cfg, runtime, specs)
-    key_spent, problem = deregister(cfg, cfg.node_name()[0])
+    key_spent, problem, removed = deregister(cfg, cfg.node_name()[0])
     states = runtime.stop(ROLE, specs)
     if key_spent:
         forget_registration(cfg)
     still = [s.name for s in states if s.running]
+    if not still:
+        output.say(f"Stopped {len(states)} agent services ({runtime.name} runtime).")
+    if removed:  # said after the services, whichever way they went
+        output.ok(removed)
     if still:
         raise CliError(f"still running: {', '.join(still)}", commands=["mac status"])
-    output.say(f"Stopped {len(states)} agent services ({runtime.name} runtime).")
     if problem:
         raise problem
     return 0

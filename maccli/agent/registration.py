@@ -127,17 +127,19 @@ def register_with_retry(
         sleep(wait)
 
 
-def deregister(cfg: NodeConfig, hostname: str) -> tuple[bool, CliError | None]:
-    """(whether the node key is spent, the problem if not).
+def deregister(cfg: NodeConfig, hostname: str) -> tuple[bool, CliError | None, str]:
+    """(whether the node key is spent, the problem if not, the line that says it was
+    removed or "").
 
     The key is spent when the master removed the node, or when no node holds it any more.
-    The problem is returned, not raised: the services stop either way.
+    The problem and the line are returned, not raised or printed: the services stop
+    either way, and the line that says the node is gone comes after them.
     """
     if not cfg.node_key:
         output.say("This node holds no node key: there is no registration to remove.")
-        return False, None
+        return False, None, ""
     if not cfg.master_ip:
-        return False, errors.no_master_ip_to_deregister()
+        return False, errors.no_master_ip_to_deregister(), ""
     master = client(cfg, timeout=5)
     with output.spinner(f"Deregistering {hostname} from {cfg.master_url} ..."):
         try:
@@ -148,10 +150,9 @@ def deregister(cfg: NodeConfig, hostname: str) -> tuple[bool, CliError | None]:
             if known.status != 0:
                 reply = master.deregister(hostname)
         except UntrustedMaster as exc:
-            return False, errors.untrusted_master_error(exc)
+            return False, errors.untrusted_master_error(exc), ""
     if reply.ok:
-        output.ok(f"Deregistered {hostname} from master {cfg.master_ip}.")
-        return True, None
+        return True, None, f"Deregistered {hostname} from master {cfg.master_ip}."
     if reply.status == 404:
         # The master answers 404 for a key no node holds, whatever the name: it never
         # says whether a name is registered. Either way this key opens nothing now.
@@ -160,8 +161,8 @@ def deregister(cfg: NodeConfig, hostname: str) -> tuple[bool, CliError | None]:
             f"{hostname} is still listed there (an admin reset its key), it shows Offline "
             "from now on: an admin removes it in the admin."
         )
-        return True, None
-    return False, errors.deregistration_error(cfg, reply)
+        return True, None, ""
+    return False, errors.deregistration_error(cfg, reply), ""
 
 
 def forget_registration(cfg: NodeConfig) -> None:

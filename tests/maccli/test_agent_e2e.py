@@ -132,6 +132,8 @@ def test_agent_joins_turns_online_restarts_moves_and_leaves(agent, tmp_path):
     stopped = mac_env.run("stop", "agent")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert f"Deregistered {hostname} from master 127.0.0.1." in stopped.stdout
+    # Said last: the services stopped, then the node is gone from the master.
+    assert stopped.stdout.index("Stopped ") < stopped.stdout.index("Deregistered ")
     assert not Node.objects.filter(hostname=hostname).exists()
     assert _pids(mac_env) == {}
     for pid in new_pids.values():
