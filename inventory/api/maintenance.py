@@ -13,12 +13,13 @@ from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 
 from inventory import services
+from inventory.api.serializers import StrictBooleanField
 from inventory.api.staff import StaffView, staff_responses
 from inventory.models import Node
 
 
 class MaintenanceSerializer(serializers.Serializer):
-    maintenance = serializers.BooleanField(
+    maintenance = StrictBooleanField(
         help_text="true: in maintenance (its alerts are silenced); false: back in service."
     )
 

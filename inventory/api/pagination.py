@@ -24,7 +24,9 @@ class StrictLimitOffsetPagination(LimitOffsetPagination):
         if raw is None:
             return default
         low, high = self.bounds[name]
-        if not (raw.isascii() and raw.isdigit() and low <= int(raw) <= high):
+        # The length first: int() refuses strings of more than 4,300 digits (ValueError).
+        fits = raw.isascii() and raw.isdigit() and len(raw) <= len(str(high))
+        if not (fits and low <= int(raw) <= high):
             raise ValidationError({name: [f"must be a whole number from {low} to {high}."]})
         return int(raw)
 

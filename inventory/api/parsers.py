@@ -29,7 +29,8 @@ class LimitedJSONParser(JSONParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH", "") if request is not None else ""
-        if declared.isdigit() and int(declared) > limit:
+        numeric = declared.isascii() and declared.isdigit()
+        if numeric and (len(declared) > len(str(limit)) or int(declared) > limit):
             raise body_too_large(limit)
         raw = stream.read(limit + 1)
         if len(raw) > limit:

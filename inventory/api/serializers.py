@@ -57,6 +57,18 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A BooleanField that takes JSON's true and false only: DRF's own also reads "yes",
+    "on", 1 and "true", so a script's typo would switch something on."""
+
+    default_error_messages = {"invalid": "Must be a JSON boolean: true or false."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An IntegerField that refuses strings, fractions and booleans.
 

@@ -19,7 +19,7 @@ from drf_spectacular.utils import (
     extend_schema,
     extend_schema_view,
 )
-from rest_framework import filters, generics, status, viewsets
+from rest_framework import generics, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotAuthenticated, ValidationError
@@ -30,6 +30,7 @@ from rest_framework.views import exception_handler
 from contract.services import NODE_KEY_HEADER
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address, source_address
+from inventory.api.ordering import StrictOrderingFilter
 from inventory.api.pagination import StrictLimitOffsetPagination
 from inventory.api.parsers import LimitedJSONParser, body_too_large
 from inventory.api.permissions import (
@@ -296,7 +297,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsAuthenticated]
     pagination_class = StrictLimitOffsetPagination
     filterset_class = NodeFilterSet
-    filter_backends = [DjangoFilterBackend, filters.OrderingFilter]
+    filter_backends = [DjangoFilterBackend, StrictOrderingFilter]
     ordering_fields = [
         "hostname", "ip", "status", "last_seen", "registered_at", "gpu_count", "health_state",
         "health_since",

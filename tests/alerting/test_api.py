@@ -119,6 +119,12 @@ def test_maintenance_through_the_api_is_staff_only_and_checked(
     api_client.force_authenticate(staff)
     bad = api_client.put(url, {"maintenance": "perhaps"}, format="json")
     assert bad.status_code == 400 and "maintenance" in bad.json()
+    # Only JSON's true and false: DRF's own field took these as true.
+    for loose in ("yes", "on", "true", 1, None):
+        bad = api_client.put(url, {"maintenance": loose}, format="json")
+        assert bad.status_code == 400 and "maintenance" in bad.json(), loose
+    node.refresh_from_db()
+    assert node.maintenance is False
     assert (
         api_client.put(
             "/api/v1/nodes/999999/maintenance", {"maintenance": True}, format="json"

@@ -120,3 +120,30 @@ def test_the_api_is_read_only(auth_client, make_node):
 
     assert auth_client.delete(f"/api/v1/nodes/{node.pk}/").status_code == 405
     assert auth_client.post("/api/v1/nodes/", {}, format="json").status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("ordering=last_seem", "ordering"),
+        ("ordering=hostname,-bogus", "ordering"),
+        ("ordering=node_key_hash", "ordering"),
+        ("limit=0", "limit"),
+        ("offset=null", "offset"),
+        # Past the 4,300 digits int() takes: a 400, not a 500.
+        ("limit=" + "9" * 5000, "limit"),
+        ("offset=" + "9" * 5000, "offset"),
+    ],
+)
+def test_a_bad_ordering_or_page_is_a_400_naming_it(auth_client, make_node, query, field):
+    make_node("gpu-01")
+    response = auth_client.get(f"/api/v1/nodes/?{query}")
+    assert response.status_code == 400
+    assert list(response.json()) == [field]
+
+
+def test_ordering_by_a_listed_field_either_way(auth_client, make_node):
+    make_node("gpu-01", gpu_count=8)
+    make_node("gpu-02", gpu_count=4)
+    assert hostnames(auth_client.get("/api/v1/nodes/?ordering=gpu_count")) == ["gpu-02", "gpu-01"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?ordering=-hostname")) == ["gpu-02", "gpu-01"]

@@ -255,6 +255,28 @@ def test_parser_stops_reading_at_the_limit_when_length_is_not_declared(settings,
     assert stream.tell() == 4097  # never read more than the limit and one byte
 
 
+@pytest.mark.parametrize("declared", ["9" * 5000, "\u00b2"])
+def test_a_declared_length_past_what_int_reads_is_the_body_s_400(settings, rf, declared):
+    import io
+
+    from rest_framework.exceptions import ValidationError
+
+    from inventory.api.parsers import LimitedJSONParser
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    request = rf.post("/api/v1/register", b"", content_type="application/json")
+    request.META["CONTENT_LENGTH"] = declared  # a digit int() refuses, or 5,000 of them
+    stream = io.BytesIO(json.dumps({"hostname": "gpu-01"}).encode())
+    if declared.isascii():
+        with pytest.raises(ValidationError) as caught:
+            LimitedJSONParser().parse(stream, parser_context={"request": request})
+        assert "larger than 4096 bytes" in str(caught.value.detail["body"][0])
+    else:  # not a number at all: the body is read, within the limit, as if undeclared
+        assert LimitedJSONParser().parse(stream, parser_context={"request": request}) == {
+            "hostname": "gpu-01"
+        }
+
+
 def test_form_encoded_body_is_unsupported_media_type():
     response = Client().post("/api/v1/register", {"hostname": "gpu-01"}, REMOTE_ADDR="10.0.0.5")
 

@@ -1,0 +1,23 @@
+"""`?ordering=` of the nodes list, refused with a 400 when it names a field it cannot sort by.
+
+DRF's OrderingFilter drops what it does not know and sorts by the default, so
+`?ordering=last_seem` answers 200 in hostname order and a script never learns of its
+typo; docs/api.md promises a malformed parameter is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from rest_framework.exceptions import ValidationError
+from rest_framework.filters import OrderingFilter
+
+
+class StrictOrderingFilter(OrderingFilter):
+    def remove_invalid_fields(self, queryset, fields, view, request):
+        valid = super().remove_invalid_fields(queryset, fields, view, request)
+        wrong = [term for term in fields if term not in valid]
+        if wrong:
+            usable = ", ".join(name for name, _ in self.get_valid_fields(queryset, view))
+            said = ", ".join(repr(term) for term in wrong)
+            words = f"cannot sort by {said}; use one of {usable} (a leading - reverses)."
+            raise ValidationError({self.ordering_param: [words]})
+        return valid
