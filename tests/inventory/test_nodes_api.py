@@ -128,6 +128,7 @@ def test_the_api_is_read_only(auth_client, make_node):
         ("ordering=last_seem", "ordering"),
         ("ordering=hostname,-bogus", "ordering"),
         ("ordering=node_key_hash", "ordering"),
+        ("ordering=", "ordering"),
         ("limit=0", "limit"),
         ("offset=null", "offset"),
         # Past the 4,300 digits int() takes: a 400, not a 500.
