@@ -211,7 +211,7 @@ def run_health_checks(named: bool = True) -> dict:
         # in the background (their answers are in the cache); nothing when off.
         optional.update(scaleout_checks())
         # The scheduler link (MAC_SLURM_DRAIN): what the last drain pass found; nothing when off.
-        optional.update(scheduler_checks())
+        optional.update(scheduler_checks(named=named))
     degraded = [name for name, (ok, _detail) in optional.items() if not ok]
     results.update(optional)
     secrets = _master_secrets()

@@ -17,16 +17,20 @@ from contract.drainpolicy import DrainMode
 from scheduler import link
 from scheduler.drainpass import last_budget
 
+LOG_IN = "log in to see which"
 
-def scheduler_checks(now: float | None = None) -> dict[str, tuple[bool, str]]:
-    """{"slurm": (ok, detail), "drain_budget": (ok, detail)}; empty while the drain is off."""
+
+def scheduler_checks(now: float | None = None, named: bool = True) -> dict[str, tuple[bool, str]]:
+    """{"slurm": (ok, detail), "drain_budget": (ok, detail)}; empty while the drain is off.
+    `named`: the caller is logged in and may see the nodes' names (/health answers
+    anyone; the deregister endpoint is built so that strangers cannot list them)."""
     if settings.SLURM_DRAIN == DrainMode.OFF:
         return {}
     now = time.time() if now is None else now
     checks = {"slurm": check_slurm(now)}
     budget = last_budget()
     if budget:
-        checks["drain_budget"] = check_budget(budget)
+        checks["drain_budget"] = check_budget(budget, named)
     return checks
 
 
@@ -48,7 +52,14 @@ def check_slurm(now: float) -> tuple[bool, str]:
     )
 
 
-def check_budget(budget: dict) -> tuple[bool, str]:
+def _names(names: list[str], named: bool) -> str:
+    """The first 20 of `names` and how many more, or only how many for a stranger."""
+    if not named:
+        return f"{len(names)} node(s) ({LOG_IN})"
+    return ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+
+
+def check_budget(budget: dict, named: bool = True) -> tuple[bool, str]:
     dry = budget["mode"] == DrainMode.DRY_RUN
     keeps = "would keep" if dry else "keeps"
     figures = (
@@ -60,13 +71,11 @@ def check_budget(budget: dict) -> tuple[bool, str]:
         first = unmonitored[0]
         figures += (
             f"; {len(unmonitored)} of them on Slurm nodes MAC no longer monitors, which it "
-            f"never resumes: {', '.join(unmonitored[:20])}"
-            + (f" and {len(unmonitored) - 20} more" if len(unmonitored) > 20 else "")
-            + f" (resume by hand: scontrol update NodeName={first} State=RESUME)"
+            f"never resumes: {_names(unmonitored, named)}"
+            + (f" (resume by hand: scontrol update NodeName={first} State=RESUME)" if named else "")
         )
     held = budget["held_back"]
     if not held:
         return True, figures
-    names = ", ".join(held[:20]) + (f" and {len(held) - 20} more" if len(held) > 20 else "")
     spent = "would be spent (dry run)" if dry else "spent"
-    return False, f"drain budget {spent}: {figures}; would have drained: {names}"
+    return False, f"drain budget {spent}: {figures}; would have drained: {_names(held, named)}"
