@@ -218,10 +218,9 @@ def plan(
     mapped = [node for node in nodes if node.slurm_name in slurm and node.slurm_name not in shared]
     result.fleet = len(mapped)
     result.limit = policy.budget.limit(result.fleet)
-    # Every drain of MAC's in effect counts, also on Slurm nodes MAC no longer monitors.
-    result.drained = sum(
-        hold_of(node) is Hold.MAC and node.name not in reserved for node in slurm.values()
-    )
+    # Every drain of MAC's in effect counts, also on Slurm nodes MAC no longer monitors
+    # and on nodes reserved since (still drained with MAC's reason when it ends).
+    result.drained = sum(hold_of(node) is Hold.MAC for node in slurm.values())
     named = {node.slurm_name for node in nodes}
     result.unmonitored = sorted(
         name for name, node in slurm.items() if hold_of(node) is Hold.MAC and name not in named
@@ -244,20 +243,14 @@ def plan(
             continue
         if node.unhealthy:
             candidates.append(node)
-    # A node this pass resumes frees its place for one this pass drains.
+    # A node this pass resumes frees its place for one this pass drains (scheduler.drainpass
+    # takes the place back where the resume does not happen).
     result.drained -= sum(step.decision is Decision.RESUME for step in result.steps)
     room = max(0, result.limit - result.drained)
     for node in sorted(candidates, key=lambda n: (n.since, n.id)):
         reason = mac_reason(node)
         if room <= 0:
-            result.steps.append(
-                Step(
-                    node, Decision.OVER_BUDGET, reason,
-                    f"Not drained: the drain budget is spent (MAC keeps {result.drained} of "
-                    f"the {result.limit} nodes MAC_DRAIN_BUDGET={policy.budget} allows of "
-                    f"{result.fleet} drained); would have drained with: {reason}",
-                )
-            )  # fmt: skip
+            result.steps.append(over_budget_step(node, reason, result.drained, result, policy))
             continue
         room -= 1
         result.drained += 1
@@ -266,6 +259,16 @@ def plan(
         else:
             result.steps.append(Step(node, Decision.DRAIN, reason, reason))
     return result
+
+
+def over_budget_step(node: MacNode, reason: str, kept: int, plan_: Plan, policy: Policy) -> Step:
+    """The step of a node the budget holds back while MAC keeps `kept` nodes drained."""
+    return Step(
+        node, Decision.OVER_BUDGET, reason,
+        f"Not drained: the drain budget is spent (MAC keeps {kept} of the {plan_.limit} "
+        f"nodes MAC_DRAIN_BUDGET={policy.budget} allows of {plan_.fleet} drained); would "
+        f"have drained with: {reason}",
+    )  # fmt: skip
 
 
 def _left_alone(

@@ -42,6 +42,7 @@ from scheduler.config import NodeNameMap, slurm_client, slurm_configured
 from scheduler.drain import (
     ACTIONS,
     REASON_LIMIT,
+    TAKES_OUT,
     Decision,
     Hold,
     MacNode,
@@ -49,6 +50,7 @@ from scheduler.drain import (
     Policy,
     Step,
     hold_of,
+    over_budget_step,
     plan,
 )
 from scheduler.drain import state_words as slurm_state_words
@@ -184,10 +186,9 @@ def _words(exc: SlurmError) -> str:
 
 
 def _written(record: DrainRecord | None) -> str:
-    """The reason MAC last wrote into Slurm for the node, where its record says so."""
-    if record is None or record.dry_run or record.decision not in WROTE:
-        return ""
-    return record.reason
+    """The reason MAC last wrote into Slurm for the node, where its record says so (kept
+    across the refusals that follow it, until MAC resumes the node)."""
+    return record.wrote if record is not None else ""
 
 
 def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacNode]:
@@ -224,11 +225,21 @@ def act(
     """Carry out the plan's actions; the steps as they turned out (a refusal replaces its step).
 
     An unreachable controller stops the pass: what is left waits for the next one.
+    The plan counted on its resumes to make room for its drains; a resume that does not
+    happen (refused, held, the pass stopped) makes none, and a drain that needed that room
+    is not sent (over_budget): MAC never holds more than MAC_DRAIN_BUDGET.
     """
     outcome: list[Step] = []
+    resumes = sum(step.decision is Decision.RESUME for step in plan_.steps)
+    in_effect = plan_.drained - len(plan_.taken_out) + resumes  # MAC's drains before acting
     for index, step in enumerate(plan_.steps):
         if step.decision not in ACTIONS:
             outcome.append(step)
+            continue
+        if step.decision in TAKES_OUT and in_effect >= plan_.limit:
+            over = over_budget_step(step.node, step.reason, in_effect, plan_, policy)
+            plan_.steps[index] = over  # budget_state names it with the held-back nodes
+            outcome.append(over)
             continue
         name = step.node.slurm_name
         try:
@@ -242,6 +253,7 @@ def act(
                 # the node over since (drained it again with their reason). Asked again.
                 now_said = client.node(name)
                 if hold_of(now_said) is Hold.NONE:
+                    in_effect -= 1
                     continue  # someone resumed it meanwhile: nothing left to do
                 if hold_of(now_said) is not Hold.MAC or now_said.reason != step.reason:
                     outcome.append(
@@ -270,13 +282,19 @@ def act(
             # slurmctld stopped answering (or the tool went away, or said what we cannot
             # read): stop here; what was done is recorded, what is left waits.
             link.failed(_words(exc))
+            plan_.drained = in_effect
             result.error = str(exc)
             log.warning("drain: stopped before %s %s: %s", step.decision, name, exc)
             outcome.extend(s for s in plan_.steps[index:] if s.decision not in ACTIONS)
             return outcome
         log.info("drain: %s %s (%s)", step.decision, name, step.reason)
+        if step.decision in TAKES_OUT:
+            in_effect += 1
+        elif step.decision is Decision.RESUME:
+            in_effect -= 1
         result.done.append(step)
         outcome.append(step)
+    plan_.drained = in_effect
     return outcome
 
 
@@ -334,6 +352,10 @@ def record(
             record_ = records[node.id] = DrainRecord(node_id=node.id)
         record_.decision, record_.reason, record_.dry_run = key
         record_.decided_at = now
+        if acted and step.decision in WROTE:
+            record_.wrote = key[1]
+        elif acted and step.decision is Decision.RESUME:
+            record_.wrote = ""
         if step.decision is Decision.REBOOT and not dry_run:
             record_.rebooted_boot, record_.rebooted_at = node.boot_id or "?", now
         try:

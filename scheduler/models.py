@@ -1,10 +1,11 @@
 """What the drain remembers of each node between passes (scheduler.drainpass).
 
 Slurm itself keeps which nodes MAC drained (their reason starts with ``MAC:``); what it
-cannot keep is what MAC last *decided* about a node and the boot it asked Slurm to
-reboot. The first lets a refusal (budget, someone else's drain, an unknown name) or a
-dry-run decision reach the node's history once, not every sweep; the second keeps MAC
-from rebooting the same boot twice.
+cannot keep is what MAC last *decided* about a node, the reason it last wrote, and the
+boot it asked Slurm to reboot. The decision lets a refusal (budget, someone else's
+drain, an unknown name) or a dry-run decision reach the node's history once, not every
+sweep; the reason written tells MAC's own words from someone's edit of them, which MAC
+then leaves alone pass after pass; the boot keeps MAC from rebooting it twice.
 
 The jobs (`Job`, `JobGpu`) are what job attribution (scheduler.jobread) keeps of
 Slurm's allocations: which job held which GPU of which node, from when to when.
@@ -32,6 +33,10 @@ class DrainRecord(models.Model):
     dry_run = models.BooleanField(default=False)
     reason = models.CharField(max_length=500, blank=True, default="")
     decided_at = models.DateTimeField(default=timezone.now)
+    # The reason MAC itself last wrote into Slurm (a drain, a reboot, a newer reason),
+    # kept until MAC resumes the node, whatever it decided since: a later refusal
+    # (someone added to that reason) must not make MAC forget which words were its own.
+    wrote = models.CharField(max_length=500, blank=True, default="")
     # The boot (Node.boot_id; "?" when the agent reports none) MAC asked Slurm to reboot.
     rebooted_boot = models.CharField(max_length=64, blank=True, default="")
     rebooted_at = models.DateTimeField(null=True, blank=True)

@@ -293,3 +293,12 @@ def test_macs_drains_on_nodes_mac_no_longer_monitors_are_named():
         "1 of them on Slurm nodes MAC no longer monitors, which it never resumes: gpu-07" in words
     )
     assert "scontrol update NodeName=gpu-07 State=RESUME" in words
+
+
+def test_macs_drain_on_a_node_reserved_since_still_counts_in_the_budget():
+    one = Policy(DrainMode.ON, DrainBudget(count=1))
+    ours = slurm(1, "idle", ("DRAIN", "RESERVED"), f"MAC: {XID79}", "root")
+    result = plan([sick(1), sick(2)], cluster(5, a=ours), {"gpu-01"}, one)
+    # gpu-01 stays MAC's drain when the reservation ends: the budget has no room for gpu-02.
+    assert result.drained == 1
+    assert decisions(result) == {"gpu-01": Decision.HELD, "gpu-02": Decision.OVER_BUDGET}

@@ -116,3 +116,87 @@ def test_a_resume_is_not_sent_for_a_node_someone_took_over_during_the_pass():
     still = Slurm(ours)
     assert act(Plan(steps=[step]), still, ON, PassResult()) == [step]
     assert still.resumed == ["gpu-05"]
+
+
+def _slurm_node(name: str, reason: str, flags=("DRAIN",)):
+    from datetime import UTC, datetime
+
+    from scheduler.slurm import SlurmNode
+
+    return SlurmNode(name=name, state="idle", flags=frozenset(flags), reason=reason,
+                     reason_user="root", reason_time=datetime.now(UTC), gpus=8,
+                     boot_time=None, partitions=())  # fmt: skip
+
+
+class _Names:
+    def to_slurm(self, hostname: str) -> str:
+        return hostname
+
+
+def test_an_edited_mac_reason_stays_the_administrators_pass_after_pass():
+    from scheduler.drain import plan
+
+    node = make_node("gpu-06")
+    ours = "MAC: XID 79"
+    record([Step(_mac(node), Decision.DRAIN, ours, ours)], {}, [], ON, PassResult())
+    edited = _slurm_node("gpu-06", f"{ours} -- RMA 1234, keep drained")
+    for sweep in range(3):  # still unhealthy, now with newer evidence
+        records = {r.node_id: r for r in DrainRecord.objects.all()}
+        (loaded,) = [n for n in load_nodes(_Names(), records) if n.id == node.pk]
+        assert loaded.wrote == ours, sweep  # MAC still knows which words were its own
+        sick = MacNode(**{**_mac(node).__dict__, "evidence": "XID 48", "wrote": loaded.wrote})
+        [step] = plan([sick], {"gpu-06": edited}, set(), ON).steps
+        assert step.decision is Decision.HELD, sweep  # never a REASON over the admin's text
+        record([step], records, [sick], ON, PassResult())
+    # Healthy for long enough: still theirs to resume.
+    records = {r.node_id: r for r in DrainRecord.objects.all()}
+    (loaded,) = [n for n in load_nodes(_Names(), records) if n.id == node.pk]
+    healed = MacNode(**{**_mac(node).__dict__, "state": HealthState.HEALTHY, "streak": 9,
+                        "wrote": loaded.wrote})  # fmt: skip
+    assert plan([healed], {"gpu-06": edited}, set(), ON).steps == []
+    # MAC's own resume ends what it remembers.
+    resumed = Step(healed, Decision.RESUME, ours, "healthy")
+    record([resumed], records, [healed], ON, PassResult())
+    assert DrainRecord.objects.get(node=node).wrote == ""
+
+
+def test_a_resume_that_does_not_happen_makes_no_room_for_a_drain():
+    from scheduler.drain import plan
+    from scheduler.drainpass import act
+    from scheduler.slurm import SlurmCommandRefused
+
+    one = Policy(DrainMode.ON, DrainBudget(count=1))
+    first, second = make_node("gpu-07"), make_node("gpu-08")
+    ours = "MAC: XID 79"
+    healed = MacNode(**{**_mac(first).__dict__, "state": HealthState.HEALTHY, "streak": 5})
+    slurm = {"gpu-07": _slurm_node("gpu-07", ours), "gpu-08": _slurm_node("gpu-08", "", ())}
+    decided = plan([healed, _mac(second)], slurm, set(), one)
+    assert [s.decision for s in decided.steps] == [Decision.RESUME, Decision.DRAIN]
+
+    class Refusing:
+        drained: list = []
+
+        def node(self, name: str):
+            return slurm[name]
+
+        def resume(self, name: str) -> None:
+            raise SlurmCommandRefused(("scontrol", "update"), "Invalid node state specified")
+
+        def drain(self, name: str, reason: str) -> None:
+            self.drained.append(name)
+
+    steps = act(decided, Refusing(), one, PassResult(plan=decided))
+    assert [s.decision for s in steps] == [Decision.REFUSED, Decision.OVER_BUDGET]
+    assert Refusing.drained == []  # gpu-07 is still MAC's drain: no room for gpu-08
+    assert "MAC keeps 1 of the 1 nodes" in steps[1].why
+    assert decided.drained == 1 and [s.node.hostname for s in decided.over_budget] == ["gpu-08"]
+    # A resume that happens makes the room, as planned.
+    again = plan([healed, _mac(second)], slurm, set(), one)
+
+    class Resuming(Refusing):
+        def resume(self, name: str) -> None:
+            pass
+
+    steps = act(again, Resuming(), one, PassResult(plan=again))
+    assert [s.decision for s in steps] == [Decision.RESUME, Decision.DRAIN]
+    assert Resuming.drained == ["gpu-08"] and again.drained == 1
