@@ -167,7 +167,7 @@ def _untimed(reason: str) -> str:
 
 def hold_of(node: SlurmNode) -> Hold:
     """Who keeps this Slurm node out of service: MAC (its reason), someone else, or nobody."""
-    if not (node.drain or node.down or node.reboot_pending):
+    if not (node.drain or node.down or node.failed or node.reboot_pending):
         return Hold.NONE
     return Hold.MAC if node.reason_is_mac else Hold.ADMIN
 
@@ -180,6 +180,8 @@ def state_words(node: SlurmNode, reserved: bool = False) -> str:
         return "drained" if node.drained else "draining"
     if node.down:
         return "down"
+    if node.failed:
+        return "failing" if node.state in ("allocated", "mixed", "completing") else "failed"
     if reserved or node.reserved:
         return "reserved"
     return node.state
@@ -190,6 +192,7 @@ def _held_words(node: SlurmNode, reserved: bool) -> str:
         "reserved" if reserved or node.reserved
         else "drained" if node.drain
         else "down" if node.down
+        else "set to fail" if node.failed
         else "to be rebooted"
     )  # fmt: skip
     who = f" by {node.reason_user}" if node.reason_user else ""
@@ -333,6 +336,16 @@ def _mac_drained(node: MacNode, found: SlurmNode, policy: Policy) -> Step | None
             return Step(node, Decision.REASON, reason, reason)
         return None
     if node.state is HealthState.HEALTHY and node.streak >= policy.resume_sweeps:
+        if found.down or found.not_responding or found.failed:
+            # Slurm took it out on top of MAC's drain (slurmd lost: Slurm keeps a reason it
+            # finds): a resume now would be of a node Slurm downed. Once Slurm has it back
+            # (ReturnToService), only MAC's drain is left, and MAC resumes it then.
+            what = "down" if found.down else "set to fail" if found.failed else "not responding"
+            return Step(
+                node, Decision.HELD, found.reason,
+                f"Not resumed: {found.name} is {what} in Slurm on top of MAC's drain; MAC "
+                "resumes it once Slurm has it back in service",
+            )  # fmt: skip
         return Step(
             node, Decision.RESUME, found.reason,
             f"GPU verdict healthy for {node.streak} sweeps in a row "

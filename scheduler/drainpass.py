@@ -52,6 +52,7 @@ from scheduler.drain import (
     hold_of,
     over_budget_step,
     plan,
+    same_but_times,
 )
 from scheduler.drain import state_words as slurm_state_words
 from scheduler.models import DrainRecord
@@ -309,6 +310,15 @@ def _note_reboot(node: MacNode, records: dict[int, DrainRecord]) -> None:
         )
 
 
+def _same(record_: DrainRecord, key: tuple[str, str, bool]) -> bool:
+    """The record says this decision already: a recurring fault that moves only its time
+    (XID 119 every few minutes) is not a new refusal to write into the history."""
+    decision, reason, dry_run = key
+    return (record_.decision, record_.dry_run) == (decision, dry_run) and same_but_times(
+        record_.reason, reason
+    )
+
+
 def _message(step: Step, dry_run: bool) -> str:
     name = step.node.slurm_name
     if dry_run and step.decision in WOULD:
@@ -346,7 +356,7 @@ def record(
         # As the record keeps it: someone else's reason (a held node's) may be longer.
         key = (str(step.decision), step.reason[:REASON_LIMIT], dry_run)
         acted = step.decision in ACTIONS and not dry_run
-        if not acted and record_ and (record_.decision, record_.reason, record_.dry_run) == key:
+        if not acted and record_ and _same(record_, key):
             continue  # the same refusal or dry-run decision as last time: said once already
         if record_ is None:
             record_ = records[node.id] = DrainRecord(node_id=node.id)

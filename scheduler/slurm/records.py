@@ -89,6 +89,16 @@ class SlurmNode:
         return self.state == "down"
 
     @property
+    def failed(self) -> bool:
+        """Set FAIL by an administrator (`scontrol update State=FAIL`): to be taken out,
+        with no DRAIN flag; a drain request would clear it."""
+        return "FAIL" in self.flags
+
+    @property
+    def not_responding(self) -> bool:
+        return "NOT_RESPONDING" in self.flags
+
+    @property
     def reserved(self) -> bool:
         """In an active reservation (slurmctld marks nodes up to 5 s after it starts)."""
         return bool(self.flags & {"RESERVED", "MAINTENANCE"})
@@ -110,7 +120,7 @@ class SlurmNode:
         never resumes it.
         """
         # An administrator's `scontrol reboot` (no drain) is theirs too, as hold_of says.
-        held = self.drain or self.down or self.reboot_pending
+        held = self.drain or self.down or self.failed or self.reboot_pending
         return self.reserved or (held and not self.reason_is_mac)
 
 

@@ -302,3 +302,33 @@ def test_macs_drain_on_a_node_reserved_since_still_counts_in_the_budget():
     # gpu-01 stays MAC's drain when the reservation ends: the budget has no room for gpu-02.
     assert result.drained == 1
     assert decisions(result) == {"gpu-01": Decision.HELD, "gpu-02": Decision.OVER_BUDGET}
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "words"),
+    [
+        ("down", ("DRAIN", "NOT_RESPONDING"), "is down in Slurm on top of MAC's drain"),
+        ("idle", ("DRAIN", "NOT_RESPONDING"), "is not responding in Slurm on top of"),
+        ("idle", ("DRAIN", "FAIL"), "is set to fail in Slurm on top of MAC's drain"),
+    ],
+)
+def test_a_node_slurm_took_out_over_macs_drain_is_not_resumed(state, flags, words):
+    # slurmd lost on a node MAC drained: Slurm downs it and keeps the reason it finds.
+    downed = slurm(1, state, flags, f"MAC: {XID79}", "root")
+    healed = mac(1, streak=5)
+    [step] = plan([healed], cluster(3, a=downed), set(), ON).steps
+    assert step.decision is Decision.HELD and words in step.why
+    assert step.why.startswith("Not resumed: gpu-01 is ")
+    # Back in service in Slurm (ReturnToService): only MAC's drain is left, resumed.
+    back = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    [step] = plan([healed], cluster(3, a=back), set(), ON).steps
+    assert step.decision is Decision.RESUME
+
+
+def test_a_node_set_to_fail_is_someone_elses():
+    failed = slurm(1, "idle", ("FAIL",), "PSU fan", "ops")
+    assert hold_of(failed) is Hold.ADMIN and state_words(failed) == "failed"
+    assert state_words(slurm(1, "mixed", ("FAIL",), "PSU fan", "ops")) == "failing"
+    [step] = plan([sick(1)], cluster(3, a=failed), set(), ON).steps
+    assert step.decision is Decision.HELD
+    assert step.why.startswith("Not drained: gpu-01 is set to fail by ops: PSU fan")

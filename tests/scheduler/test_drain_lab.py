@@ -197,6 +197,20 @@ def test_a_reservation_and_an_unknown_name_are_left_alone_and_recorded_once(drai
     assert "Slurm has no node named gpu-not-in-slurm" in unknown.message
 
 
+def test_a_node_an_administrator_set_to_fail_is_theirs(drain):
+    host = drain.host(7)
+    drain.lab.scontrol("update", f"NodeName={host}", "State=FAIL", "Reason=PSU fan, ticket 88")
+    drain.fleet.inject(drain.ip(7), Fault.GPU_LOST, 0)
+    sweep_and_drain()
+    sweep_and_drain()
+    node = slurm_node(drain, 7)
+    # A drain would have cleared FAIL and put MAC's reason over the administrator's.
+    assert "FAIL" in node.flags and not node.drain and node.reason == "PSU fan, ticket 88"
+    [held] = slurm_events(drain, 7)
+    assert held.kind == EventKind.SLURM_NOT_DRAINED
+    assert f"Not drained: {host} is set to fail by " in held.message
+
+
 @pytest.fixture
 def as_nobody(drain, tmp_path) -> Iterator[SlurmClient]:
     """A client whose scontrol runs as `nobody`: a master whose user may read Slurm but

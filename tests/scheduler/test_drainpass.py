@@ -200,3 +200,17 @@ def test_a_resume_that_does_not_happen_makes_no_room_for_a_drain():
     steps = act(again, Resuming(), one, PassResult(plan=again))
     assert [s.decision for s in steps] == [Decision.RESUME, Decision.DRAIN]
     assert Resuming.drained == ["gpu-08"] and again.drained == 1
+
+
+def test_a_refusal_whose_fault_only_moved_its_time_is_said_once():
+    node = make_node("gpu-09")
+    at = "MAC: GPU 0 XID 119: GSP RPC timeout at {}; reset_gpu"
+    records: dict = {}
+    first = Step(_mac(node), Decision.OVER_BUDGET, at.format("14:02:11"), "budget spent")
+    assert len(record([first], records, [], ON, PassResult())) == 1
+    # The same XID a few minutes later: not news for the history.
+    later = Step(_mac(node), Decision.OVER_BUDGET, at.format("14:07:40"), "budget spent")
+    assert record([later], records, [], ON, PassResult()) == []
+    # Other evidence is.
+    other = Step(_mac(node), Decision.OVER_BUDGET, "MAC: GPU 0 XID 79 at 14:09:00; reboot", "x")
+    assert len(record([other], records, [], ON, PassResult())) == 1
