@@ -62,10 +62,12 @@ def parse_shard(query: QueryDict | Mapping[str, str]) -> tuple[int, int]:
             )
     values = {}
     for name, text in raw.items():
-        try:
-            values[name] = int(text.strip())
-        except ValueError:
-            raise ShardError(name, f"`{name}` must be an integer, not {text!r}") from None
+        # ASCII digits only: int() also reads "+1", "1_0" and other scripts' digits, and
+        # refuses more than 4,300 of them with a ValueError.
+        digits = text.strip()
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= 6):
+            raise ShardError(name, f"`{name}` must be a whole number, not {text!r}")
+        values[name] = int(digits)
     shard, of = values["shard"], values["of"]
     if of < 1:
         raise ShardError(

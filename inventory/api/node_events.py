@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 
 from django.utils import timezone
 from drf_spectacular.utils import (
@@ -63,10 +64,20 @@ class _Strict:
         return super().to_internal_value(data)
 
 
+# The end of an ISO 8601 date and time with its offset: Z, +01:00, -0500 or +01.
+_WITH_OFFSET = re.compile(r"T\d{2}:\d{2}.*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$")
+
+
 class _StrictDateTime(_Strict, serializers.DateTimeField):
     json_name = "string (ISO 8601 date and time)"
 
     def to_internal_value(self, data):
+        if isinstance(data, str) and not _WITH_OFFSET.search(data.strip()):
+            # A bare date, or a time without its offset, would be read as UTC: a node
+            # whose clock is not on UTC would record shifted times.
+            raise serializers.ValidationError(
+                "Give a date and time with its offset, e.g. 2026-12-06T14:02:11+01:00."
+            )
         when = super().to_internal_value(data)
         now = timezone.now()
         if when > now + MAX_CLOCK_SKEW:
@@ -77,7 +88,12 @@ class _StrictDateTime(_Strict, serializers.DateTimeField):
 
 
 class _StrictLink(_Strict, serializers.RegexField):
-    pass
+    def to_internal_value(self, data):
+        # The schema's $ (ECMA) ends the text; Python's re also lets it match before a
+        # final newline, which would then reach the event's message.
+        if isinstance(data, str) and data.endswith("\n"):
+            raise serializers.ValidationError("Must be an interface name, without a newline.")
+        return super().to_internal_value(data)
 
 
 class _StrictBoolean(_Strict, serializers.BooleanField):

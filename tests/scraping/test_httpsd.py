@@ -111,10 +111,14 @@ def test_a_node_keeps_its_shard_when_its_ip_changes(client, sd_token):
     ("query", "parameter", "words"),
     [
         ("?shard=2&of=2", "shard", "between 0 and 1 when of=2"),
-        ("?shard=-1&of=2", "shard", "between 0 and 1"),
+        ("?shard=-1&of=2", "shard", "whole number"),
         ("?shard=0&of=0", "of", "at least 1"),
-        ("?shard=x&of=2", "shard", "integer"),
-        ("?shard=0&of=two", "of", "integer"),
+        ("?shard=x&of=2", "shard", "whole number"),
+        ("?shard=0&of=two", "of", "whole number"),
+        # What int() would have read: a sign, an underscore, another script's digit.
+        ("?shard=%2B1&of=2", "shard", "whole number"),
+        ("?shard=0&of=1_0", "of", "whole number"),
+        ("?shard=%D9%A1&of=2", "shard", "whole number"),
         ("?shard=0", "of", "missing"),
         ("?of=3", "shard", "missing"),
     ],
