@@ -64,7 +64,7 @@ class DrainLab:
             # cannot be resumed yet: asked again until they are idle.
             states = self.lab.node_states()
             for name, state in states.items():
-                if state.startswith(("drain", "down")):
+                if state.startswith(("drain", "down", "fail")):
                     self.lab.scontrol("update", f"NodeName={name}", "State=RESUME", check=False)
             return set(states.values()) == {"idle"}
 
