@@ -86,6 +86,16 @@ def register(
     key = reply.body.get("node_key")
     if key:
         write_env_file(cfg.node_file, {NODE_KEY: key})
+    elif not cfg.node_key:
+        # The master gives a node its key once, in the first answer: that answer never
+        # reached this node (a timeout, a restart in between), and no retry brings it.
+        output.warn(
+            f"The master knows {reply.body.get('hostname', hostname)} but sent no node key, "
+            "and this node holds none: the answer that carried it was lost. Until an admin "
+            "resets the node's key in the master's admin (Nodes > Reset node key) and "
+            "`mac start agent` runs again here, this node cannot deregister itself "
+            "(mac stop agent) and its reports to the master are refused."
+        )
     return reply.body
 
 
