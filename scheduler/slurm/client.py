@@ -72,13 +72,17 @@ class SlurmClient:
     def ping(self) -> Controller:
         """The slurmctld that answers, within `ping_timeout`; SlurmUnreachable when none does."""
         argv = ("scontrol", "ping")
-        out = self._run(argv, timeout=self.ping_timeout, check=False)
-        controllers = parse_ping(out)
+        done = self._call(argv, timeout=self.ping_timeout)
+        controllers = parse_ping(done.stdout)
         for controller in controllers:
             if controller.up:
                 return controller
         said = "; ".join(f"{c.role} at {c.host} is DOWN" for c in controllers)
-        raise SlurmUnreachable(argv, said or out or "no slurmctld answered")
+        # Slurm's own words on why, where it says any (munge refusing the master's user,
+        # a slurm.conf it cannot read): the fix is in them, not in "DOWN".
+        why = _said(done.stderr)
+        words = "; ".join([said, *why]) if said else "; ".join(why)
+        raise SlurmUnreachable(argv, words or done.stdout.strip() or "no slurmctld answered")
 
     # ---------------------------------------------------------------- nodes
 
@@ -182,13 +186,25 @@ class SlurmClient:
         argv: Sequence[str],
         *,
         timeout: float | None = None,
-        check: bool = True,
         env: Mapping[str, str] | None = None,
     ) -> str:
         """Run one tool; its standard output, or the typed error."""
+        done = self._call(argv, timeout=timeout, env=env)
+        if done.returncode != 0:
+            raise classify_failure(argv, done.returncode, f"{done.stderr}\n{done.stdout}")
+        return done.stdout
+
+    def _call(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run one tool, whatever its exit; missing or silent tools are typed errors."""
         limit = self.timeout if timeout is None else timeout
         try:
-            done = subprocess.run(
+            return subprocess.run(
                 list(argv),
                 env={**self.env, **(env or {})},
                 stdin=subprocess.DEVNULL,
@@ -201,11 +217,19 @@ class SlurmClient:
             raise SlurmToolMissing(
                 argv, f"{argv[0]} is not installed on this host (Debian: slurm-client)"
             ) from None
-        except subprocess.TimeoutExpired:
-            raise SlurmUnreachable(argv, f"no answer within {limit:g} s") from None
-        if check and done.returncode != 0:
-            raise classify_failure(argv, done.returncode, f"{done.stderr}\n{done.stdout}")
-        return done.stdout
+        except subprocess.TimeoutExpired as exc:
+            # The tools retry what they cannot do (munge refusing the master's user, a
+            # controller away) and say so as they go: the last such line is the why.
+            why = _said(exc.stderr)[-1:]  # bytes: what the tool wrote before it was stopped
+            detail = f"no answer within {limit:g} s" + (f" ({why[0]})" if why else "")
+            raise SlurmUnreachable(argv, detail) from None
+
+
+def _said(stderr: str | bytes | None) -> list[str]:
+    """A tool's last three distinct lines on its standard error."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return list(dict.fromkeys(lines))[-3:]
 
 
 def _check_node_name(name: str) -> None:

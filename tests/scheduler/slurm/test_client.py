@@ -197,3 +197,31 @@ def test_a_five_second_job_that_ended_is_still_found(client, slurm_lab, short_jo
     assert (record.user, record.name, record.nodes) == ("root", "five-seconds", ("node-3",))
     assert record.gpu_count == 1 and record.state == "COMPLETED"
     assert client.accounting_jobs(submitted, job_ids=[job_id])[0].job_id == job_id
+
+
+def test_a_ping_munge_refuses_says_slurms_own_words(slurm_lab, tmp_path):
+    """The master's user cannot reach munged (its socket's folder is root's): scontrol
+    says why on its standard error, and the ping's error carries it (given the few
+    seconds scontrol spends retrying munge first; within a 2 s ping it is a timeout)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("runuser"):
+        pytest.skip("running scontrol as another user needs root and runuser")
+    assert slurm_lab.munge_socket.parent.stat().st_mode & 0o077 == 0  # root's alone
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "scontrol").write_text(
+        f'#!/bin/sh\nexec runuser -u nobody -- {shutil.which("scontrol")} "$@"\n'
+    )
+    (shim / "scontrol").chmod(0o755)
+    client = SlurmClient(
+        slurm_lab.conf,
+        environ={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"},
+        ping_timeout=20,
+    )
+    with pytest.raises(SlurmUnreachable) as raised:
+        client.ping()
+    said = raised.value.detail
+    assert said.startswith("primary at ") and " is DOWN; " in said, said
+    assert "Munge encode failed" in said and "Permission denied" in said, said
