@@ -11,12 +11,10 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from rest_framework import serializers
 
 from contract.master_api import REPORTED_FIELDS
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
-from inventory.api.serializers import RegistrationSerializer
 from inventory.models import GpuFault, GpuHealth, Node, NodeEvent
 from inventory.validators import normalize_hostname
 
@@ -65,34 +63,6 @@ class NodeAdminForm(forms.ModelForm):
             return check_node_address(self.cleaned_data["ip"])
         except AddressRefused as exc:
             raise forms.ValidationError(str(exc)) from None
-
-    def _as_registered(self, name: str):
-        """The JSON field checked as registration checks it: the node page reads what an
-        agent may send ({service: port}, {key: text}, a list of NICs), and a list saved
-        where it expects an object would break it."""
-        field = RegistrationSerializer().fields[name]
-        try:
-            return field.run_validation(self.cleaned_data[name])
-        except serializers.ValidationError as exc:
-            raise forms.ValidationError(_said(exc.detail)) from None
-
-    def clean_labels(self):
-        return self._as_registered("labels")
-
-    def clean_exporters(self):
-        return self._as_registered("exporters")
-
-    def clean_nics(self):
-        return self._as_registered("nics")
-
-
-def _said(detail) -> str:
-    """DRF's error detail (a list, a dict by key or index) as one line."""
-    if isinstance(detail, dict):
-        return "; ".join(f"{key}: {_said(value)}" for key, value in detail.items())
-    if isinstance(detail, list):
-        return "; ".join(_said(item) for item in detail)
-    return str(detail)
 
 
 class RecentEventsFormSet(forms.BaseInlineFormSet):

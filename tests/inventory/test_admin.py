@@ -146,32 +146,6 @@ def test_change_form_refuses_forbidden_address(admin_client, make_node):
     assert node.ip == "10.0.0.1"
 
 
-@pytest.mark.parametrize(
-    ("field", "value", "words"),
-    [
-        ("exporters", '["sys-exporter"]', "dictionary"),
-        ("exporters", '{"sys-exporter": "29101"}', "sys-exporter"),
-        ("labels", '{"rack": 7}', "rack"),
-        ("nics", '{"name": "mlx5_0"}', "list"),
-    ],
-)
-def test_change_form_checks_reported_json_as_registration_does(
-    admin_client, make_node, field, value, words
-):
-    node = make_node("gpu-01", "10.0.0.1", exporters={"sys-exporter": 29101})
-    data = form_fields(admin_client.get(change_url(node)).content.decode())
-    data[field] = value
-
-    response = admin_client.post(change_url(node), data)
-
-    assert response.status_code == 200
-    assert words in str(response.context["adminform"].form.errors[field])
-    node.refresh_from_db()
-    assert node.exporters == {"sys-exporter": 29101}
-    # The node page still reads what the admin kept.
-    assert admin_client.get(f"/nodes/{node.pk}/").status_code == 200
-
-
 def test_action_deregister(admin_client, make_node):
     nodes = [make_node(), make_node()]
 
