@@ -167,7 +167,7 @@ def _untimed(reason: str) -> str:
 
 def hold_of(node: SlurmNode) -> Hold:
     """Who keeps this Slurm node out of service: MAC (its reason), someone else, or nobody."""
-    if not (node.drain or node.down or node.failed or node.reboot_pending):
+    if not node.out_of_service:
         return Hold.NONE
     return Hold.MAC if node.reason_is_mac else Hold.ADMIN
 

@@ -81,7 +81,7 @@ class SlurmClient:
         # Slurm's own words on why, where it says any (munge refusing the master's user,
         # a slurm.conf it cannot read): the fix is in them, not in "DOWN".
         why = _said(done.stderr)
-        words = "; ".join([said, *why]) if said else "; ".join(why)
+        words = "; ".join(filter(None, [said, *why]))
         raise SlurmUnreachable(argv, words or done.stdout.strip() or "no slurmctld answered")
 
     # ---------------------------------------------------------------- nodes

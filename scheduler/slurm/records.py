@@ -108,6 +108,12 @@ class SlurmNode:
         return bool(self.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 
     @property
+    def out_of_service(self) -> bool:
+        """Kept from new jobs (by a person, MAC or Slurm): drained, down, set to fail or to be
+        rebooted (a reservation is not: its nodes serve their reservation's jobs)."""
+        return self.drain or self.down or self.failed or self.reboot_pending
+
+    @property
     def reason_is_mac(self) -> bool:
         """The reason is one MAC wrote (it starts with `MAC:`)."""
         return self.reason.startswith(MAC_REASON_PREFIX)
@@ -120,8 +126,7 @@ class SlurmNode:
         never resumes it.
         """
         # An administrator's `scontrol reboot` (no drain) is theirs too, as hold_of says.
-        held = self.drain or self.down or self.failed or self.reboot_pending
-        return self.reserved or (held and not self.reason_is_mac)
+        return self.reserved or (self.out_of_service and not self.reason_is_mac)
 
 
 @dataclass(frozen=True)
