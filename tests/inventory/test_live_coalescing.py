@@ -82,7 +82,10 @@ def test_a_rollback_inside_the_window_leaves_only_the_committed_change(dashboard
     assert dashboard.nothing()
 
 
-def test_two_changes_of_one_node_in_a_window_push_its_latest_summary(dashboard):
+def test_two_changes_of_one_node_in_a_window_push_its_latest_summary(dashboard, monkeypatch):
+    # Both changes must fall in one window: 0.2 s was not always enough on a busy
+    # CI worker (the removal came in a second message).
+    monkeypatch.setattr(live, "PUSH_WINDOW_SECONDS", 1.5)
     node = services.register_node(registration("gpu-01", "10.0.0.1")).node
     services.set_maintenance(node, True, actor="admin:root")
 
@@ -91,7 +94,10 @@ def test_two_changes_of_one_node_in_a_window_push_its_latest_summary(dashboard):
     assert dashboard.nothing()
 
 
-def test_a_node_that_joins_and_leaves_in_a_window_is_pushed_as_removed(dashboard):
+def test_a_node_that_joins_and_leaves_in_a_window_is_pushed_as_removed(dashboard, monkeypatch):
+    # Both changes must fall in one window: 0.2 s was not always enough on a busy
+    # CI worker (the removal came in a second message).
+    monkeypatch.setattr(live, "PUSH_WINDOW_SECONDS", 1.5)
     node = services.register_node(registration("gpu-01", "10.0.0.1")).node
     node_id = node.pk
     services.remove_node(node, actor="agent", message="deregistered by the agent")
