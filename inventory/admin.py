@@ -16,7 +16,13 @@ from contract.master_api import REPORTED_FIELDS
 from inventory import services
 from inventory.addresses import AddressRefused, check_node_address
 from inventory.models import GpuFault, GpuHealth, Node, NodeEvent
-from inventory.validators import normalize_hostname
+from inventory.validators import (
+    MAX_GPUS,
+    check_exporters,
+    check_labels,
+    check_nics,
+    normalize_hostname,
+)
 
 INLINE_EVENTS = 50
 # Fields the prober owns; an admin editing them would only be overwritten next sweep.
@@ -46,7 +52,11 @@ AGENT_FIELDS = tuple(name for name in REPORTED_FIELDS if name not in OPERATOR_FI
 
 
 class NodeAdminForm(forms.ModelForm):
-    """The node form, with the API's hostname and address rules."""
+    """The node form, with the API's rules for what the agent reports.
+
+    The JSON fields keep the shape the pages and the sweep read: an emptied field is
+    the empty object or list, not JSON null.
+    """
 
     class Meta:
         model = Node
@@ -63,6 +73,30 @@ class NodeAdminForm(forms.ModelForm):
             return check_node_address(self.cleaned_data["ip"])
         except AddressRefused as exc:
             raise forms.ValidationError(str(exc)) from None
+
+    def clean_gpu_count(self) -> int:
+        count = self.cleaned_data["gpu_count"]
+        if count is not None and count > MAX_GPUS:
+            raise forms.ValidationError(f"At most {MAX_GPUS} GPUs, as registration takes.")
+        return count
+
+    def clean_nics(self) -> list:
+        return _json_field(self.cleaned_data.get("nics"), check_nics, "NICs", [])
+
+    def clean_exporters(self) -> dict:
+        return _json_field(self.cleaned_data.get("exporters"), check_exporters, "Exporters", {})
+
+    def clean_labels(self) -> dict:
+        return _json_field(self.cleaned_data.get("labels"), check_labels, "Labels", {})
+
+
+def _json_field(value, check, name: str, empty):
+    if value is None:
+        return empty
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise forms.ValidationError(f"{name}: {exc}") from None
 
 
 class RecentEventsFormSet(forms.BaseInlineFormSet):

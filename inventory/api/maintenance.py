@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.generics import get_object_or_404
 from rest_framework.response import Response
 
@@ -53,6 +54,9 @@ class NodeMaintenanceView(StaffView):
         deferred: list[str] = []
         actor = f"api:{request.user.get_username()}"
         changed = services.set_maintenance(node, on, actor=actor, deferred=deferred)
+        if not changed and not Node.objects.filter(pk=node.pk).exists():
+            # Deleted while this request ran: nothing was switched, and nothing is there.
+            raise NotFound("No Node matches the given query.")
         return Response(
             {
                 "id": node.pk,

@@ -20,21 +20,26 @@ from contract.verdicts import ACTION_FIXES, Evidence, HealthAction
 from inventory.choices import AgentNetwork, GpuVendor
 from inventory.models import SUMMARY_FIELDS, GpuHealth, Node, NodeEvent
 from inventory.validators import (
+    LABEL_KEY,
+    LABEL_KEY_HELP,
+    MAX_EXPORTERS,
+    MAX_GPUS,
     MAX_HOSTNAME,
+    MAX_LABEL_VALUE,
+    MAX_LABELS,
+    MAX_NIC_KEY,
+    MAX_NIC_KEYS,
+    MAX_NIC_VALUE,
+    MAX_NICS,
+    SERVICE_NAME,
+    SERVICE_NAME_HELP,
     TEXT_PATTERN,
-    UNSTORABLE,
+    check_keys,
+    check_nic,
     normalize_hostname,
-    storable_text,
 )
 
-MAX_LABELS = 32
-MAX_NICS = 64
-MAX_NIC_KEYS = 32
-MAX_EXPORTERS = 32
 RECENT_EVENTS = 20
-
-_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}")
-_SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 # The same rules as OpenAPI patterns, so that the schema accepts exactly what the server
 # does (schemathesis checks both ways: tests/inventory/test_api_fuzz.py).
@@ -90,6 +95,9 @@ class HostnameField(StrictCharField):
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("max_length", None)
+        # Refused, not trimmed: the schema's pattern has no blanks, and the server takes
+        # exactly what the schema says.
+        kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
 
     def to_internal_value(self, data) -> str:
@@ -104,11 +112,11 @@ class HostnameField(StrictCharField):
     {
         "type": "object",
         "maxProperties": MAX_NIC_KEYS,
-        "propertyNames": {"maxLength": 64, "pattern": TEXT_PATTERN},
+        "propertyNames": {"maxLength": MAX_NIC_KEY, "pattern": TEXT_PATTERN},
         "additionalProperties": {
             "description": "a string, number, boolean or null",
             "oneOf": [
-                {"type": "string", "maxLength": 256, "pattern": TEXT_PATTERN},
+                {"type": "string", "maxLength": MAX_NIC_VALUE, "pattern": TEXT_PATTERN},
                 {"type": "boolean"},
                 {"type": "null"},
                 _NIC_NUMBER,
@@ -121,31 +129,10 @@ class NicField(serializers.Field):
     """One NIC as the agent describes it: a flat JSON object of scalar values."""
 
     def to_internal_value(self, data) -> dict:
-        if not isinstance(data, dict):
-            raise serializers.ValidationError("Each NIC must be a JSON object.")
-        if len(data) > MAX_NIC_KEYS:
-            raise serializers.ValidationError(f"A NIC may have at most {MAX_NIC_KEYS} keys.")
-        for key, value in data.items():
-            if len(key) > 64:
-                raise serializers.ValidationError(f"NIC key {key[:64]!r}... is too long (>64).")
-            if not storable_text(key):
-                raise serializers.ValidationError(f"NIC key {key!r} {UNSTORABLE}")
-            if isinstance(value, str) and len(value) > 256:
-                raise serializers.ValidationError(f"NIC value of {key!r} is too long (>256).")
-            if value is not None and not isinstance(value, str | int | float | bool):
-                raise serializers.ValidationError(f"NIC value of {key!r} must be a scalar.")
-            if isinstance(value, str) and not storable_text(value):
-                raise serializers.ValidationError(f"NIC value of {key!r} {UNSTORABLE}")
-            if isinstance(value, float) and not math.isfinite(value):
-                # 1e400 parses as infinity, which JSON columns cannot hold.
-                raise serializers.ValidationError(f"NIC value of {key!r} is out of range.")
-            if (
-                isinstance(value, int)
-                and not isinstance(value, bool)
-                and not (-(2**63) <= value < 2**64)
-            ):
-                raise serializers.ValidationError(f"NIC value of {key!r} is out of range.")
-        return data
+        try:
+            return check_nic(data)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
     def to_representation(self, value):
         return value
@@ -163,11 +150,11 @@ class LimitedDictField(serializers.DictField):
     def to_internal_value(self, data) -> dict:
         if not isinstance(data, dict):
             self.fail("not_a_dict", input_type=type(data).__name__)
-        if len(data) > self.max_entries:
-            raise serializers.ValidationError(f"At most {self.max_entries} entries are allowed.")
-        for key in data:
-            if not self.key_pattern.fullmatch(key):
-                raise serializers.ValidationError(f"Key {key[:70]!r} is not valid: {self.key_help}")
+        try:
+            check_keys(data, max_entries=self.max_entries, key_pattern=self.key_pattern,
+                       key_help=self.key_help)  # fmt: skip
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
         return super().to_internal_value(data)
 
 
@@ -216,7 +203,7 @@ class RegistrationSerializer(serializers.Serializer):
         "request's source address is used.",
     )
     gpu_vendor = serializers.ChoiceField(choices=GpuVendor.choices, default=GpuVendor.NONE)
-    gpu_count = StrictIntegerField(min_value=0, max_value=1024, default=0)
+    gpu_count = StrictIntegerField(min_value=0, max_value=MAX_GPUS, default=0)
     gpu_model = StrictCharField(max_length=64, allow_blank=True, default="")
     agent_network = serializers.ChoiceField(
         choices=AgentNetwork.choices,
@@ -228,18 +215,18 @@ class RegistrationSerializer(serializers.Serializer):
     exporters = LimitedDictField(
         child=StrictIntegerField(min_value=1, max_value=65535),
         max_entries=MAX_EXPORTERS,
-        key_pattern=_SERVICE_NAME,
-        key_help="service names are lower-case letters, digits and hyphens.",
+        key_pattern=SERVICE_NAME,
+        key_help=SERVICE_NAME_HELP,
         default=dict,
         help_text='{service name: port}, e.g. {"sys-exporter": 29101}.',
     )
     agent_version = StrictCharField(max_length=64, allow_blank=True, default="")
     machine_id = StrictCharField(max_length=64, allow_blank=True, default="")
     labels = LimitedDictField(
-        child=StrictCharField(max_length=256, allow_blank=True),
+        child=StrictCharField(max_length=MAX_LABEL_VALUE, allow_blank=True),
         max_entries=MAX_LABELS,
-        key_pattern=_LABEL_KEY,
-        key_help="1 to 63 letters, digits, '_', '.', '-' or '/', starting with a letter or digit.",
+        key_pattern=LABEL_KEY,
+        key_help=LABEL_KEY_HELP,
         default=dict,
     )
 

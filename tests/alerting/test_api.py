@@ -135,3 +135,27 @@ def test_maintenance_through_the_api_is_staff_only_and_checked(
     assert done.status_code == 200 and done.json()["changed"] is True
     node.refresh_from_db()
     assert node.maintenance is True
+
+
+def test_maintenance_for_a_node_deleted_during_the_request_is_a_404(
+    api_client, staff, make_node, monkeypatch
+):
+    from inventory import services
+
+    node = make_node("gpu-22", "10.1.0.22")
+    switch = services.set_maintenance
+
+    def deleted_first(target, on, **kwargs):
+        # An admin deletes the node between the view's lookup and the switch.
+        services.remove_node(target, actor="admin:other", message="deleted in the admin")
+        return switch(target, on, **kwargs)
+
+    monkeypatch.setattr(services, "set_maintenance", deleted_first)
+    api_client.force_authenticate(staff)
+
+    response = api_client.put(
+        f"/api/v1/nodes/{node.pk}/maintenance", {"maintenance": True}, format="json"
+    )
+
+    assert response.status_code == 404, response.json()
+    assert "detail" in response.json()

@@ -146,6 +146,67 @@ def test_change_form_refuses_forbidden_address(admin_client, make_node):
     assert node.ip == "10.0.0.1"
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("exporters", '["sys-exporter"]', "Exporters: Must be a JSON object"),
+        ("exporters", '{"sys-exporter": "29101"}', "The port of 'sys-exporter'"),
+        ("exporters", '{"sys-exporter": 70000}', "1 to 65535"),
+        ("exporters", '{"Sys Exporter": 29101}', "service names are lower-case"),
+        ("labels", '["rack=b2"]', "Labels: Must be a JSON object"),
+        ("labels", '{"rack": 2}', "The value of 'rack' must be text"),
+        ("labels", '{"rack": "' + "x" * 257 + '"}', "too long"),
+        ("nics", '{"name": "mlx5_0"}', "NICs: Must be a JSON list"),
+        ("nics", '[{"name": "mlx5_0"}, "mlx5_1"]', "Item 1: Each NIC must be a JSON object"),
+        ("nics", '[{"ports": [1, 2]}]', "must be a scalar"),
+        ("gpu_count", "4096", "At most 1024 GPUs"),
+    ],
+)
+def test_change_form_refuses_what_registration_refuses(
+    admin_client, make_node, field, value, words
+):
+    """What the pages read keeps the API's shape: a list where the node page looks a port
+    up made that page a 500."""
+    node = make_node("gpu-01", "10.0.0.1", exporters={"sys-exporter": 29101}, labels={"a": "b"})
+    data = form_fields(admin_client.get(change_url(node)).content.decode())
+    data[field] = value
+
+    response = admin_client.post(change_url(node), data)
+
+    assert response.status_code == 200
+    assert words in " ".join(response.context["adminform"].form.errors[field])
+    node.refresh_from_db()
+    assert (node.exporters, node.labels, node.nics) == ({"sys-exporter": 29101}, {"a": "b"}, [])
+    assert not node.events.filter(kind=EventKind.EDITED).exists()
+
+
+def test_emptied_json_fields_are_stored_empty_and_the_node_page_shows(admin_client, make_node):
+    node = make_node("gpu-01", "10.0.0.1", exporters={"sys-exporter": 29101}, labels={"a": "b"},
+                     nics=[{"name": "mlx5_0"}])  # fmt: skip
+    data = form_fields(admin_client.get(change_url(node)).content.decode())
+    data.update({"exporters": "", "labels": "", "nics": ""})
+
+    response = admin_client.post(change_url(node), data)
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    node.refresh_from_db()
+    assert (node.exporters, node.labels, node.nics) == ({}, {}, [])
+    page = admin_client.get(f"/nodes/{node.pk}/")
+    assert page.status_code == 200
+    assert "gpu-01" in page.content.decode()
+
+
+def test_change_form_keeps_a_port_written_as_a_whole_float(admin_client, make_node):
+    node = make_node("gpu-01", "10.0.0.1")
+    data = form_fields(admin_client.get(change_url(node)).content.decode())
+    data["exporters"] = '{"sys-exporter": 29101.0}'
+
+    assert admin_client.post(change_url(node), data).status_code == 302
+    node.refresh_from_db()
+    assert node.exporters == {"sys-exporter": 29101}
+    assert type(node.exporters["sys-exporter"]) is int  # the page's links print it
+
+
 def test_action_deregister(admin_client, make_node):
     nodes = [make_node(), make_node()]
 

@@ -39,6 +39,9 @@ HOSTILE_BODIES = [
     ('{"hostname": "gpu\\u000001"}', "hostname", "not valid"),
     # the Kelvin sign lowers to "k": refused as not ASCII before it is lowered
     ('{"hostname": "gpu-0\\u212a"}', "hostname", "must be ASCII"),
+    # Blanks around a name are refused, as the schema's pattern does, not trimmed away.
+    ('{"hostname": " gpu-01"}', "hostname", "not valid"),
+    ('{"hostname": "gpu-01\\n"}', "hostname", "not valid"),
     ('{"hostname": "gp\\u00fc-01"}', "hostname", "xn--"),
 ]
 
