@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
-from inventory.api import faults, maintenance, node_events, views
+from inventory.api import faults, maintenance, node_events, node_key, views
 
 router = SimpleRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
@@ -18,6 +18,7 @@ urlpatterns = [
         maintenance.NodeMaintenanceView.as_view(),
         name="node-maintenance",
     ),
+    path("nodes/<int:pk>/reset-key", node_key.NodeKeyResetView.as_view(), name="node-reset-key"),
     path(
         "nodes/<int:pk>/gpus/<int:index>/faults",
         faults.GpuFaultsView.as_view(),

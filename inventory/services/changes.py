@@ -88,10 +88,19 @@ def reset_node_key(node: Node, *, actor: str) -> None:
 
 
 def reset_node_keys(nodes: Iterable[Node], *, actor: str) -> int:
-    """reset_node_key() for many nodes at once, one push."""
+    """reset_node_key() for many nodes at once, one push; returns how many it reset."""
     nodes = list(nodes)
     with transaction.atomic():
-        Node.objects.filter(pk__in=[node.pk for node in nodes]).update(node_key_hash="")
+        # Only rows still there: one deleted meanwhile has no key, and its event would
+        # point at a node that is gone.
+        present = set(
+            Node.objects.select_for_update()
+            .filter(pk__in=[node.pk for node in nodes])
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        nodes = [node for node in nodes if node.pk in present]
+        Node.objects.filter(pk__in=present).update(node_key_hash="")
         for node in nodes:
             node.node_key_hash = ""
         NodeEvent.objects.bulk_create(

@@ -52,7 +52,8 @@ def registration_error(cfg: NodeConfig, reply: Reply) -> CliError:
             prefix + f"{reply.reason()}; this name is registered from another address and "
             "this node's key does not match.",
             hint="If this really is that node, have an admin reset its node key on the master "
-            "(or give this node another NODE_NAME), then run again:",
+            "(admin: Nodes > Reset node key; API: POST /api/v1/nodes/<id>/reset-key), or "
+            "give this node another NODE_NAME, then run again:",
             commands=["sudo mac env set --node NODE_NAME=<name>", "sudo mac start agent"],
         )
     if reply.status == 409 and "machine-id differs" in reply.reason():

@@ -92,7 +92,8 @@ def register(
         output.warn(
             f"The master knows {reply.body.get('hostname', hostname)} but sent no node key, "
             "and this node holds none: the answer that carried it was lost. Until an admin "
-            "resets the node's key in the master's admin (Nodes > Reset node key) and "
+            "resets the node's key (admin: Nodes > Reset node key; API: POST "
+            "/api/v1/nodes/<id>/reset-key) and "
             "`mac start agent` runs again here, this node cannot deregister itself "
             "(mac stop agent) and its reports to the master are refused."
         )
