@@ -224,6 +224,10 @@ def document(cfg: NodeConfig, slurm: SlurmAccess | None = None) -> dict:
     if slurm and "worker" in services:
         worker = services["worker"]
         worker["volumes"] = [*worker["volumes"], *slurm.volumes]
+        # Slurm lets root change nodes: under an engine's user-namespace remap the
+        # worker's root is an unprivileged host user, whom slurmctld refuses and who
+        # cannot open munge's socket. No remap: this changes nothing.
+        worker["userns_mode"] = "host"
         if slurm.hosts:
             worker["extra_hosts"] = list(slurm.hosts)
     # The named volumes (a bind mount's source is a path).

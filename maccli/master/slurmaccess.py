@@ -13,7 +13,8 @@ they need the same three things, taken from the host's slurm.conf (SLURM_CONF) w
 - the folder of munge's socket (`AuthInfo=socket=`, else /run/munge), likewise: the
   host's munged signs the worker's requests, so the container needs no key of its own.
   The worker runs as root in its container, which Slurm takes as a user allowed to
-  change nodes (not so under a user-namespace remap of the engine);
+  change nodes; it keeps the host's user namespace (Compose's `userns_mode: host`), so
+  an engine that remaps containers' users does not make it an unprivileged one;
 - slurmctld's address: a controller named by a host name (its address in parentheses,
   or its name alone) is resolved on the host and written into the container's hosts
   file, as the container cannot read the host's /etc/hosts (a name the host resolves to

@@ -38,6 +38,7 @@ def test_no_slurm_conf_mounts_nothing(tmp_path):
     assert slurm_access(cfg) is None
     worker = yaml.safe_load(compose.render(cfg))["services"]["worker"]
     assert worker["volumes"] == compose.DATA_VOLUMES and "extra_hosts" not in worker
+    assert "userns_mode" not in worker
 
 
 def test_the_worker_mounts_slurm_conf_and_munge_and_compose_reads_it(tmp_path):
@@ -49,6 +50,8 @@ def test_the_worker_mounts_slurm_conf_and_munge_and_compose_reads_it(tmp_path):
     assert worker["volumes"][-2:] == [f"{conf.parent}:{conf.parent}:ro", "/srv/munge:/srv/munge:ro"]
     assert worker["environment"]["SLURM_CONF"] == str(conf)
     assert "extra_hosts" not in worker  # slurm.conf gives the address
+    # Root in the worker stays root to Slurm and munge under a remapping engine.
+    assert worker["userns_mode"] == "host"
     # Only the worker runs Slurm's tools.
     assert all(
         str(conf.parent) not in " ".join(s.get("volumes", []))
@@ -62,6 +65,7 @@ def test_the_worker_mounts_slurm_conf_and_munge_and_compose_reads_it(tmp_path):
     assert done.returncode == 0, done.stderr
     read = yaml.safe_load(done.stdout)
     assert f"{conf.parent}:{conf.parent}:ro" in read["services"]["worker"]["volumes"]
+    assert read["services"]["worker"]["userns_mode"] == "host"  # Compose 1.29 takes it
     assert set(read["volumes"]) == {v.split(":")[0] for v in compose.DATA_VOLUMES} | {
         "mac-tls",
         "mac-prometheus",
