@@ -14,9 +14,10 @@ the DCGM name itself, with no ``_total`` (``generate_dcgm_latest``).
 NVML comes from nvidia-ml-py (``pynvml``); the module object is injected so tests
 hand in a fake at exactly that hardware boundary. A field the GPU does not support
 (``NVML_ERROR_NOT_SUPPORTED``) or a blank value is skipped, never reported as a
-number. A GPU that fell off the bus (``NVML_ERROR_GPU_IS_LOST``) is reported by
-``mac_gpu_lost 1`` with the identity it had when it was last seen. The profiling
-fields come from NVML's GPM metrics where the GPU has them;
+number. A GPU NVML cannot reach (``NVML_ERROR_GPU_IS_LOST``, a reset required, an
+unknown error) is reported by ``mac_gpu_lost 1`` with the identity it had when it was last
+seen, and judged unhealthy; one the exporter may not open (no permission) is not judged.
+The profiling fields come from NVML's GPM metrics where the GPU has them;
 ``mac_gpu_profiling_available`` says, per GPU, why they are absent elsewhere.
 
 Each GPU's health verdict (``mac_gpu_health``, its evidence and the boot it belongs to:
@@ -157,6 +158,12 @@ def _handle_key(handle) -> object:
         return handle
 
 
+def _nvml_words(exc: Exception) -> str:
+    """NVML's error in its own words, with its code: "Unknown Error (NVML error 999)"."""
+    code = getattr(exc, "value", None)
+    return f"{exc} (NVML error {code})" if code is not None else str(exc)
+
+
 def _import_pynvml() -> ModuleType:
     import pynvml
 
@@ -191,6 +198,12 @@ class NvmlSource:
         self._backend = BackendStatus("nvml", False, "not initialised yet")
         self._identities: dict[int, GpuIdentity] = {}
         self._event_set = None
+        # Every handle NVML gave, by address: an XID from a GPU whose handle fails in the
+        # scrape that drains it (the one that just fell off) is still its own.
+        self._handle_index: dict[object, int] = {}
+        self._xid_watched: set[int] = set()  # GPUs registered for XID events
+        self._xid_refused: set[int] = set()  # and those NVML would not register (logged once)
+        self._driver = ""  # the driver version last read, for a scrape that cannot read it
         self._xids: Counter = Counter()  # (gpu index, xid) -> count since start
         self._last_xid: dict[int, int] = {}
         self._lock = threading.Lock()
@@ -277,22 +290,32 @@ class NvmlSource:
         if self._event_set is None:
             try:
                 self._event_set = nvml.nvmlEventSetCreate()
-                for handle in handles.values():
-                    nvml.nvmlDeviceRegisterEvents(
-                        handle, nvml.nvmlEventTypeXidCriticalError, self._event_set
-                    )
             except nvml.NVMLError as exc:
                 log.info("XID events unavailable: %s", exc)
                 self._event_set = False
         if not self._event_set:
             return
-        by_handle = {_handle_key(handle): index for index, handle in handles.items()}
+        for index, handle in handles.items():
+            self._handle_index[_handle_key(handle)] = index
+            if index in self._xid_watched:
+                continue
+            # One GPU at a time: one that refuses (no XID events on it) leaves the others
+            # watched, and a GPU seen later (back on the bus) is registered then.
+            try:
+                nvml.nvmlDeviceRegisterEvents(
+                    handle, nvml.nvmlEventTypeXidCriticalError, self._event_set
+                )
+                self._xid_watched.add(index)
+            except nvml.NVMLError as exc:
+                if index not in self._xid_refused:
+                    log.info("XID events unavailable for GPU %s: %s", index, exc)
+                    self._xid_refused.add(index)
         while True:
             try:
                 event = nvml.nvmlEventSetWait_v2(self._event_set, 0)
             except nvml.NVMLError:
                 return  # NVML_ERROR_TIMEOUT: nothing pending
-            index = by_handle.get(_handle_key(event.device), -1)
+            index = self._handle_index.get(_handle_key(event.device), -1)
             self._xids[(index, int(event.eventData))] += 1
             self._last_xid[index] = int(event.eventData)
             if index >= 0:
@@ -314,7 +337,8 @@ class NvmlSource:
         count = GaugeMetricFamily("mac_gpu_count", "GPUs NVML reports on this node.")
         lost = GaugeMetricFamily(
             "mac_gpu_lost",
-            "1 when NVML reports the GPU lost (fell off the bus, NVML_ERROR_GPU_IS_LOST).",
+            "1 when NVML cannot reach the GPU: lost from the bus (NVML_ERROR_GPU_IS_LOST), a "
+            "reset required, or another error; the verdict's evidence says which.",
             labels=LABELS,
         )
         profiling = GaugeMetricFamily(
@@ -327,7 +351,27 @@ class NvmlSource:
             yield count
             return
         nvml = self.nvml
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        try:
+            driver = self._driver = _text(nvml.nvmlSystemGetDriverVersion())
+            total = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            # The driver stopped answering after it started: every GPU it had is out of
+            # reach, and says so, rather than the node going quiet with its last verdict.
+            words = _nvml_words(exc)
+            self._backend = BackendStatus("nvml", False, f"NVML stopped answering: {words}")
+            count.add_metric([], len(self._identities))
+            yield count
+            readings = {
+                index: NvidiaReading(index, ident.uuid, ident.serial, unreachable=words)
+                for index, ident in self._identities.items()
+            }
+            for index in readings:
+                ident = self._identities[index]
+                lost.add_metric(ident.labels(self.hostname, self._driver), 1.0)
+            yield lost
+            yield from self._verdicts(readings, self._driver)
+            return
+        self._backend = BackendStatus("nvml", True, "")
         fields = dcgm_fields(nvml)
         families: dict[str, Metric] = {
             f.name: (ExactCounterFamily if f.kind == "counter" else GaugeMetricFamily)(
@@ -343,7 +387,6 @@ class NvmlSource:
             "Count of XID errors since the exporter started, by XID.",
             labels=[*LABELS, "xid"],
         )
-        total = nvml.nvmlDeviceGetCount()
         count.add_metric([], total)
         handles: dict[int, object] = {}
         readings: dict[int, NvidiaReading] = {}
@@ -354,15 +397,17 @@ class NvmlSource:
                 ident = self.identity(index, handle)
             except nvml.NVMLError as exc:
                 ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
-                is_lost = self._lost(exc)
-                lost.add_metric(ident.labels(self.hostname, driver), is_lost)
-                readings[index] = NvidiaReading(index, ident.uuid, ident.serial, lost=bool(is_lost))
+                reading = self._unanswered(index, ident, exc)
+                out_of_reach = reading.lost or reading.reset_required or reading.unreachable
+                lost.add_metric(ident.labels(self.hostname, driver), 1.0 if out_of_reach else 0.0)
+                readings[index] = reading
                 continue
             handles[index] = handle
             labels = ident.labels(self.hostname, driver)
             state = self._state(index)
             query = GpuQuery(nvml, handle, state, now)
             is_lost = 0.0
+            reset_required = False
             for f in fields:
                 try:
                     value = f.read(query)
@@ -370,12 +415,19 @@ class NvmlSource:
                     if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
                         is_lost = 1.0
                         break
+                    if exc.value == nvml.NVML_ERROR_RESET_REQUIRED:
+                        reset_required = True
+                        break
                     continue  # NOT_SUPPORTED and friends: skip, never a fake number
                 if value is None or is_blank(value):
                     continue
                 families[f.name].add_metric(labels, value)
-            lost.add_metric(labels, is_lost)
-            readings[index] = self._reading(query, index, ident, bool(is_lost))
+            lost.add_metric(labels, 1.0 if is_lost or reset_required else 0.0)
+            readings[index] = (
+                NvidiaReading(index, ident.uuid, ident.serial, reset_required=True)
+                if reset_required
+                else self._reading(query, index, ident, bool(is_lost))
+            )
             if not is_lost and state.gpm.supported is not None:
                 available = 0.0 if state.gpm.reason else 1.0
                 profiling.add_metric([*labels, state.gpm.reason], available)
@@ -415,11 +467,23 @@ class NvmlSource:
             judged.append((labels, self._judge.nvidia(reading, wall)))
         return verdict_families(judged, HEALTH_LABELS, read_boot_id(self._roots))
 
-    def _lost(self, exc: Exception) -> float:
-        lost = getattr(exc, "value", None) == self.nvml.NVML_ERROR_GPU_IS_LOST
-        if not lost:
-            log.warning("GPU handle failed: %s", exc)
-        return 1.0 if lost else 0.0
+    def _unanswered(self, index: int, ident: GpuIdentity, exc: Exception) -> NvidiaReading:
+        """The reading of a GPU NVML gave no handle or identity for, by NVML's error."""
+        nvml = self.nvml
+        code = getattr(exc, "value", None)
+        reading = NvidiaReading(index, ident.uuid, ident.serial)
+        if code == nvml.NVML_ERROR_GPU_IS_LOST:
+            reading.lost = True
+        elif code == nvml.NVML_ERROR_RESET_REQUIRED:
+            reading.reset_required = True
+        elif code in (nvml.NVML_ERROR_NO_PERMISSION, nvml.NVML_ERROR_NOT_SUPPORTED):
+            # How this exporter may open the GPU, not the GPU's state: no verdict on it.
+            log.warning("GPU %s: %s", index, exc)
+        else:
+            # An unknown error (what many drivers answer after an XID 79), an IRQ or power
+            # problem: a GPU nothing can use is not a healthy one.
+            reading.unreachable = _nvml_words(exc)
+        return reading
 
 
 def build(options: Options) -> Exporter:

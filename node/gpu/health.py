@@ -86,6 +86,10 @@ class NvidiaReading:
     uuid: str = ""
     serial: str = ""
     lost: bool = False
+    # NVML cannot reach the GPU for another reason (an unknown error, as after an XID 79
+    # on many drivers; a reset required; an IRQ or power problem): NVML's words for it.
+    unreachable: str = ""
+    reset_required: bool = False  # NVML_ERROR_RESET_REQUIRED: a GPU reset brings it back
     recovery_action: int | None = None
     ecc_uncorrectable: float | None = None  # volatile total
     ecc_correctable: float | None = None
@@ -214,7 +218,14 @@ class GpuJudge:
         if at := memory.condition("lost", reading.lost, now):
             words = "lost from the bus (NVML_ERROR_GPU_IS_LOST)"
             found.append(Finding(EvidenceSource.LOST, "gpu_is_lost", words, U, A.REBOOT, at))
-        if not reading.lost:
+        if at := memory.condition("reset_required", reading.reset_required, now):
+            words = "NVML cannot use the GPU until it is reset (NVML_ERROR_RESET_REQUIRED)"
+            found.append(Finding(EvidenceSource.LOST, "reset_required", words, U, A.RESET_GPU, at))
+        unreachable = bool(reading.unreachable) and not reading.reset_required
+        if at := memory.condition("unreachable", unreachable, now):
+            words = f"NVML cannot reach the GPU ({reading.unreachable})"
+            found.append(Finding(EvidenceSource.LOST, "unreachable", words, U, A.REBOOT, at))
+        if not (reading.lost or reading.reset_required or reading.unreachable):
             found += self._nvidia_fields(memory, reading, now)
         return _verdict(reading.index, reading.uuid, reading.serial, "nvidia", found)
 

@@ -61,6 +61,9 @@ class FakeGpu:
     gpm_error: int | None = None  # nvmlGpmSampleGet fails with this NVML error
     memory_v2: bool = True  # False: a driver before R510, without nvmlDeviceGetMemoryInfo_v2
     lost: bool = False  # every call raises NVML_ERROR_GPU_IS_LOST
+    # Every call on the GPU, its handle included, raises this NVML error (NVML_ERROR_UNKNOWN:
+    # nvidia-smi's "Unable to determine the device handle ... Unknown Error" after an XID 79).
+    error: int | None = None
     serial: str = ""  # "": NVML_ERROR_NOT_SUPPORTED, as on boards without one
     recovery_action: int | None = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None: before r570
     nvlink_errors: int | None = 0  # CRC flit errors of all links; None: no NVLink
@@ -77,6 +80,7 @@ class FakeNvml:
         self.driver = driver
         self.init_error = init_error
         self.pending_xids: list[tuple[int, int]] = []  # (gpu index, xid)
+        self.system_error: int | None = None  # the driver stops answering after init
         self._gpm_buffers: list = []  # keeps the memory behind each fake GPM sample alive
         self._gpm_taken: dict[int, tuple[int, int]] = {}  # sample address -> (gpu, sequence)
         self._sequence = itertools.count(1)
@@ -88,6 +92,8 @@ class FakeNvml:
         gpu = self.gpus[handle]
         if gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if gpu.error is not None:
+            raise pynvml.NVMLError(gpu.error)
         return gpu
 
     @staticmethod
@@ -102,12 +108,18 @@ class FakeNvml:
         pass
 
     def nvmlSystemGetDriverVersion(self):
+        if self.system_error is not None:
+            raise pynvml.NVMLError(self.system_error)
         return self.driver
 
     def nvmlDeviceGetCount(self):
+        if self.system_error is not None:
+            raise pynvml.NVMLError(self.system_error)
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index):
+        if self.gpus[index].error is not None:
+            raise pynvml.NVMLError(self.gpus[index].error)
         return index
 
     def nvmlDeviceGetUUID(self, h):

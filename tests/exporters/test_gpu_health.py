@@ -73,6 +73,112 @@ def test_a_gpu_lost_from_the_bus_keeps_its_name_and_needs_a_reboot():
     assert [e.source for e in gpu0.evidence] == ["lost"]
 
 
+@pytest.mark.parametrize(
+    ("error", "code", "action"),
+    [
+        ("NVML_ERROR_UNKNOWN", "unreachable", HealthAction.REBOOT),
+        ("NVML_ERROR_IRQ_ISSUE", "unreachable", HealthAction.REBOOT),
+        ("NVML_ERROR_RESET_REQUIRED", "reset_required", HealthAction.RESET_GPU),
+    ],
+)
+def test_a_gpu_nvml_cannot_reach_is_unhealthy_with_nvmls_words(error, code, action):
+    """Many drivers answer a GPU that fell off the bus with an unknown error, not
+    GPU_IS_LOST: judged healthy, it was never drained."""
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    verdicts(exporter)
+    nvml.gpus[1].error = getattr(nvml, error)
+
+    gpu1 = verdicts(exporter).gpus[1]
+
+    assert (gpu1.state, gpu1.action, gpu1.uuid) == (
+        HealthState.UNHEALTHY, action, nvml.gpus[1].uuid
+    )  # fmt: skip
+    assert [(e.source, e.code) for e in gpu1.evidence] == [("lost", code)]
+    assert "NVML error" in gpu1.evidence[0].detail or code == "reset_required"
+    assert verdicts(exporter).gpus[0].state is HealthState.HEALTHY
+    nvml.gpus[1].error = None  # reset: the GPU answers again
+    assert verdicts(exporter).gpus[1].state is HealthState.HEALTHY
+
+
+def test_a_gpu_the_exporter_may_not_open_is_not_judged_unhealthy():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    nvml.gpus[1].error = nvml.NVML_ERROR_NO_PERMISSION
+    assert verdicts(exporter).gpus[1].state is HealthState.HEALTHY
+
+
+def test_an_xid_from_a_gpu_whose_handle_just_failed_is_its_own():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    verdicts(exporter)  # its handle was seen: the XID's device is known
+    nvml.gpus[1].error = nvml.NVML_ERROR_UNKNOWN
+    nvml.pending_xids = [(1, 79)]
+
+    gpu1 = verdicts(exporter).gpus[1]
+
+    assert ("xid", "79") in [(e.source, e.code) for e in gpu1.evidence]
+    page = exporter.page(["DCGM_EXP_XID_ERRORS_COUNT"]).decode()
+    assert 'gpu="1"' in page and 'gpu="-1"' not in page
+
+
+def test_a_gpu_that_refuses_xid_events_leaves_the_others_watched():
+    nvml, wall = two_h200s(), Wall()
+    registered = []
+
+    def register(handle, types, event_set):
+        if handle == 0:
+            raise nvml.NVMLError(nvml.NVML_ERROR_NOT_SUPPORTED)
+        registered.append(handle)
+
+    nvml.nvmlDeviceRegisterEvents = register
+    exporter = dcgm(nvml, wall)
+    nvml.pending_xids = [(1, 79)]
+
+    gpu0, gpu1 = verdicts(exporter).gpus
+
+    assert registered == [1]
+    assert gpu1.state is HealthState.UNHEALTHY and gpu0.state is HealthState.HEALTHY
+
+
+def test_a_driver_that_stops_answering_leaves_every_gpu_unhealthy_and_says_why():
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall)
+    verdicts(exporter)
+    nvml.system_error = nvml.NVML_ERROR_UNKNOWN
+
+    judged = verdicts(exporter)
+
+    assert [g.state for g in judged.gpus] == [HealthState.UNHEALTHY] * 2
+    assert all(g.evidence[0].code == "unreachable" for g in judged.gpus)
+    page = exporter.page(["mac_exporter_backend_available", "mac_gpu_lost"]).decode()
+    assert 'backend="nvml"' in page and "NVML stopped answering" in page
+    assert page.count("mac_gpu_lost{") == 2 and "mac_gpu_lost{" in page
+    nvml.system_error = None
+    assert [g.state for g in verdicts(exporter).gpus] == [HealthState.HEALTHY] * 2
+
+
+def test_the_hpc_job_label_repeats_dcgm_series_but_never_the_verdict(tmp_path):
+    """A GPU shared by two jobs: its DCGM series once per job, as NVIDIA's exporter; its
+    verdict once, as the contract says, with the same bytes whatever the jobs."""
+    (tmp_path / "0").write_text("1001\n1002\n")
+    source = NvmlSource("gpu-node-17", nvml=two_h200s(), roots=ROOTS, wall=Wall(),
+                        hpc_job_dir=tmp_path)  # fmt: skip
+    exporter = Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
+
+    page = exporter.page(["DCGM_FI_DEV_GPU_TEMP", *VERDICT_METRICS]).decode()
+
+    temps = [line for line in page.splitlines() if line.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    assert sorted(line.split('hpc_job="')[1][:4] for line in temps if 'gpu="0"' in line) == [
+        "1001", "1002"
+    ]  # fmt: skip
+    health = [line for line in page.splitlines() if line.startswith("mac_gpu_health{")]
+    assert len(health) == 2 and not any("hpc_job" in line for line in health)
+    before = exporter.page(VERDICT_METRICS)
+    (tmp_path / "0").write_text("1003\n")
+    assert exporter.page(VERDICT_METRICS) == before
+
+
 def test_nvml_fields_feed_the_verdict():
     nvml, wall = two_h200s(), Wall()
     exporter = dcgm(nvml, wall)
