@@ -2,20 +2,30 @@
 
 The sweep sends one message per sweep through inventory.live; this consumer only
 relays it to the browser. Anonymous users are refused before the handshake
-completes (close code 4401), so nothing about the fleet reaches them.
+completes (close code 4401), so nothing about the fleet reaches them; a page whose
+session ends while it is open (a logout, an expiry, a deactivated account or a changed
+password) is closed with the same code at its next ping after RECHECK_SECONDS.
 """
 
 from __future__ import annotations
 
 import time
+from importlib import import_module
+from types import SimpleNamespace
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user
 
 from inventory import live
 
 UNAUTHORISED = 4401  # the WebSocket mirror of HTTP 401
 REJOIN_SECONDS = 3600  # well inside channels_redis' default group_expiry of a day
 FRAME_KEY = "_dashboard_frame"  # the encoded frame, cached on the shared event
+# How often a page's session is read again (at a ping, every 25 s): a session store read
+# per open page a minute, and a page logged out elsewhere gets at most this long.
+RECHECK_SECONDS = 60.0
 
 
 class FleetConsumer(AsyncJsonWebsocketConsumer):
@@ -23,6 +33,7 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
 
     joined = False
     joined_at = 0.0
+    checked_at = 0.0
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -31,7 +42,7 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
             return
         await live.join_dashboard(self.channel_layer, self.channel_name)
         self.joined = True
-        self.joined_at = time.monotonic()
+        self.joined_at = self.checked_at = time.monotonic()
         await self.accept()
         await self.send_json({"type": "hello", "user": user.get_username()})
 
@@ -44,10 +55,25 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
         # renews the group membership, which the Redis layer forgets after group_expiry
         # (a day): a wall screen stays open far longer than that.
         if isinstance(content, dict) and content.get("type") == "ping":
+            if time.monotonic() - self.checked_at >= RECHECK_SECONDS:
+                if not await self._still_signed_in():
+                    await self.close(code=UNAUTHORISED)
+                    return
+                self.checked_at = time.monotonic()
             if time.monotonic() - self.joined_at > REJOIN_SECONDS:
                 await live.join_dashboard(self.channel_layer, self.channel_name)
                 self.joined_at = time.monotonic()
             await self.send_json({"type": "pong"})
+
+    @database_sync_to_async
+    def _still_signed_in(self) -> bool:
+        """The session read afresh from its store, as a request would read it: Django's
+        get_user refuses an ended session, an inactive user and a changed password."""
+        key = getattr(self.scope.get("session"), "session_key", None)
+        if not key:
+            return False
+        store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+        return get_user(SimpleNamespace(session=store)).is_authenticated
 
     async def nodes_changed(self, event: dict) -> None:
         """A batch from broadcast_node_changes(): one frame to the browser per batch.

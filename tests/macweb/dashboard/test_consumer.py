@@ -169,3 +169,37 @@ async def test_pings_renew_the_group_membership(session_cookie, monkeypatch):
         assert len(renewed) == 1
     finally:
         await comm.disconnect()
+
+
+@pytest.mark.parametrize("ending", ["logout", "deactivated", "password changed"])
+async def test_a_page_whose_session_ended_is_closed_at_its_next_ping(
+    session_cookie, user, monkeypatch, ending
+):
+    """The session is checked at the handshake and again while the page is open: a page
+    left open after a logout elsewhere, or an account switched off, stops receiving."""
+    from django.contrib.sessions.models import Session
+
+    from macweb.dashboard import consumers
+
+    comm = await open_socket(session_cookie)
+    try:
+        await comm.send_json_to({"type": "ping"})
+        assert (await comm.receive_json_from(timeout=5)) == {"type": "pong"}  # still in
+        monkeypatch.setattr(consumers, "RECHECK_SECONDS", 0)
+        await comm.send_json_to({"type": "ping"})
+        assert (await comm.receive_json_from(timeout=5)) == {"type": "pong"}  # checked, in
+
+        if ending == "logout":
+            await sync_to_async(Session.objects.filter(session_key=session_cookie).delete)()
+        elif ending == "deactivated":
+            user.is_active = False
+            await sync_to_async(user.save)()
+        else:
+            user.set_password("a-new-operator-pass")
+            await sync_to_async(user.save)()
+        await comm.send_json_to({"type": "ping"})
+
+        closed = await comm.receive_output(timeout=5)
+        assert closed == {"type": "websocket.close", "code": UNAUTHORISED}
+    finally:
+        await comm.disconnect()

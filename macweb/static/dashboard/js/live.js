@@ -73,10 +73,11 @@ export function connectLive({ path, onChanges, onOpen, authUrl, handshakeTimeout
         document.dispatchEvent(new CustomEvent("mac:live", { detail: msg }));
       }
     });
-    socket.addEventListener("close", async () => {
+    socket.addEventListener("close", async (event) => {
       clearTimeout(handshake);
       clearInterval(pinger);
-      if (!opened && authUrl && (await loggedOut())) {
+      // 4401: the server closed an open socket whose session ended (consumers.py).
+      if (event.code === 4401 || (!opened && authUrl && (await loggedOut()))) {
         setIndicator("down", "logged out: reload to log in");
         return;
       }
