@@ -325,7 +325,9 @@ class NvmlSource:
         with self._lock:
             families = list(self._collect())
         if self._hpc_job_dir is not None:
-            families = with_hpc_job(families, read_mapping(self._hpc_job_dir))
+            # A host path: under Docker the host's / is the exporter's --rootfs.
+            mapping = read_mapping(self._roots.host(str(self._hpc_job_dir)))
+            families = with_hpc_job(families, mapping)
         yield from families
 
     def _state(self, index: int) -> GpuState:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from contract.verdicts import VERDICT_METRICS, HealthAction, HealthState, parse_verdicts
@@ -177,6 +179,21 @@ def test_the_hpc_job_label_repeats_dcgm_series_but_never_the_verdict(tmp_path):
     before = exporter.page(VERDICT_METRICS)
     (tmp_path / "0").write_text("1003\n")
     assert exporter.page(VERDICT_METRICS) == before
+
+
+def test_the_job_mapping_folder_is_a_host_path_read_under_the_exporters_rootfs(tmp_path):
+    """Under Docker the exporter sees the host's / at --rootfs (/host/root)."""
+    folder = tmp_path / "run" / "mac" / "hpc-jobs"
+    folder.mkdir(parents=True)
+    (folder / "1").write_text("2002\n")
+    roots = Roots(proc_root=ROOTS.proc_root, rootfs=str(tmp_path))
+    source = NvmlSource("gpu-node-17", nvml=two_h200s(), roots=roots, wall=Wall(),
+                        hpc_job_dir=Path("/run/mac/hpc-jobs"))  # fmt: skip
+    exporter = Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
+
+    page = exporter.page(["DCGM_FI_DEV_GPU_TEMP"]).decode()
+
+    assert 'hpc_job="2002"' in page and page.count("hpc_job=") == 1
 
 
 def test_nvml_fields_feed_the_verdict():

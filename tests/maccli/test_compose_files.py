@@ -97,6 +97,11 @@ def test_nic_exporter_reads_sys_and_gpu_exporters_get_their_devices():
     assert services["dcgm-exporter"]["profiles"] == ["nvidia"]
     gpus = services["dcgm-exporter"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpus["driver"] == "nvidia" and gpus["capabilities"] == ["gpu"]
+    # The hpc_job opt-in works in a container too: its folder is a host path, read under
+    # the host's /, and the setting passes through from the env files.
+    dcgm = services["dcgm-exporter"]
+    assert dcgm["command"][dcgm["command"].index("--rootfs") + 1] == "/host/root"
+    assert "MAC_HPC_JOB_MAPPING_DIR" in dcgm["environment"]
     assert services["rocm-exporter"]["profiles"] == ["amd"]
     devices = set(services["rocm-exporter"]["devices"])
     assert {"${MAC_DEV_ROOT:-/dev}/kfd:/dev/kfd", "${MAC_DEV_ROOT:-/dev}/dri:/dev/dri"} <= devices
