@@ -24,6 +24,15 @@ class AlertmanagerUnavailable(Exception):
     """Alertmanager did not answer, or answered with an error; str() says which."""
 
 
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false"}
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return _JSON_KINDS.get(type(value), "a number")
+
+
 @dataclass
 class Alertmanager:
     url: str
@@ -39,6 +48,38 @@ class Alertmanager:
         return url_without_credentials(self.url)
 
     def _call(self, method: str, path: str, body: object = None, query: dict | None = None):
+        raw = self._request(method, path, body, query)
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    def _objects(self, path: str, query: dict | None = None) -> list[dict]:
+        """GET `path`, which Alertmanager answers with a JSON list of objects. Anything else
+        (a sign-in proxy's page answered with 200) is an AlertmanagerUnavailable that says
+        what came back, so the pages say "alerts unavailable: <why>"."""
+        raw = self._request("GET", path, query=query)
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            text = " ".join(raw.decode(errors="replace").split())[:100]
+            what = f"text: {text}" if text else "nothing"
+        else:
+            if isinstance(answer, list) and all(isinstance(item, dict) for item in answer):
+                return answer
+            what = f"JSON that is {_json_kind(answer)}"
+            if isinstance(answer, list):
+                odd = next(item for item in answer if not isinstance(item, dict))
+                what += f" holding {_json_kind(odd)}"
+        raise AlertmanagerUnavailable(
+            f"{self.where} answered GET {path} not with a list of objects but with {what}"
+        )
+
+    def _request(
+        self, method: str, path: str, body: object = None, query: dict | None = None
+    ) -> bytes:
         url = self.url + path
         if query:
             url += "?" + urllib.parse.urlencode(query, doseq=True)
@@ -64,12 +105,7 @@ class Alertmanager:
             raise AlertmanagerUnavailable(f"cannot reach {self.where}: {words}") from None
         except OSError as exc:
             raise AlertmanagerUnavailable(f"cannot reach {self.where}: {exc}") from None
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode(errors="replace")
+        return raw
 
     # Reads ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -81,10 +117,10 @@ class Alertmanager:
         silenced, not inhibited)."""
         query = {"active": "true" if active else "false", "silenced": str(silenced).lower()}
         query["inhibited"] = "false"
-        return self._call("GET", "/api/v2/alerts", query=query) or []
+        return self._objects("/api/v2/alerts", query=query)
 
     def silences(self) -> list[dict]:
-        return self._call("GET", "/api/v2/silences") or []
+        return self._objects("/api/v2/silences")
 
     # Writes --------------------------------------------------------------------------------
     def create_silence(self, silence: dict) -> str:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
@@ -21,6 +23,9 @@ LIST_LIMIT = 100
 # always the full one; the node table's `?alert=` filter lists them all).
 GROUP_NODES = 50
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+# A node id as a `node` label carries it: ASCII digits ("²".isdigit() holds and int("٣")
+# is 3), no more than a database id has (int() refuses past 4,300 digits).
+_NODE_ID = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass
@@ -56,8 +61,25 @@ def alert_row(alert: dict) -> dict:
         "node": labels.get("node", ""),
         "starts_at": alert.get("startsAt", ""),
         "silenced": bool(status.get("silencedBy")),
-        "runbook_url": annotations.get("runbook_url", ""),
+        "runbook_url": _web_link(annotations.get("runbook_url", "")),
     }
+
+
+def _web_link(url: object) -> str:
+    """`url` when it is an http(s) link, else "": anyone who can post to Alertmanager writes
+    annotations, and a `javascript:` one would run on the master's origin when clicked."""
+    if not isinstance(url, str):
+        return ""
+    try:
+        scheme = urllib.parse.urlsplit(url.strip()).scheme.lower()
+    except ValueError:  # e.g. an unclosed "[" in the host
+        return ""
+    return url.strip() if scheme in {"http", "https"} else ""
+
+
+def node_of_label(label: str) -> int | None:
+    """The id of the node a `node` label names; None for one that names none of ours."""
+    return int(label) if _NODE_ID.fullmatch(label) else None
 
 
 def _sort_key(row: dict) -> tuple:
@@ -100,7 +122,8 @@ def firing_alerts(client: Alertmanager | None = None) -> AlertSnapshot:
         alerts = client.alerts()
     except AlertmanagerUnavailable as exc:
         return AlertSnapshot(available=False, error=str(exc))
-    rows = sorted((alert_row(alert) for alert in alerts), key=_sort_key)
+    # A shared Alertmanager holds other clusters' alerts too: their node="1" is not ours.
+    rows = sorted((alert_row(alert) for alert in alerts if _ours(alert)), key=_sort_key)
     return AlertSnapshot(
         available=True, count=len(rows), alerts=rows[:LIST_LIMIT], groups=group_rows(rows)
     )
@@ -113,13 +136,9 @@ def nodes_with_alert(alertname: str, client: Alertmanager | None = None) -> list
     ids = set()
     for alert in client.alerts():
         labels = alert.get("labels", {})
-        node = labels.get("node", "")
-        if (
-            labels.get("alertname") == alertname
-            and node.isdigit()
-            and labels.get("cluster_name", settings.CLUSTER_NAME) == settings.CLUSTER_NAME
-        ):
-            ids.add(int(node))
+        node = node_of_label(labels.get("node", ""))
+        if labels.get("alertname") == alertname and node is not None and _ours(alert):
+            ids.add(node)
     return sorted(ids)
 
 
@@ -141,8 +160,10 @@ def silence_row(silence: dict) -> dict:
 
 
 def _applies_to(silence: dict, node_id: int) -> bool:
-    """A live silence with an exact matcher on this node's id."""
+    """A live silence of this cluster with an exact matcher on this node's id."""
     if silence.get("status", {}).get("state") not in {"active", "pending"}:
+        return False
+    if not _silence_ours(silence):
         return False
     return any(
         m.get("name") == "node" and m.get("value") == str(node_id) and not m.get("isRegex")
@@ -157,6 +178,17 @@ def _ours(alert: dict) -> bool:
     return cluster == settings.CLUSTER_NAME
 
 
+def _silence_ours(silence: dict) -> bool:
+    """A silence that can hold this cluster's alerts: not one whose exact cluster_name
+    matcher leaves this cluster out (another MAC master's, on a shared Alertmanager)."""
+    for m in silence.get("matchers", []):
+        if m.get("name") == "cluster_name" and not m.get("isRegex"):
+            equal = m.get("value") == settings.CLUSTER_NAME
+            if equal != m.get("isEqual", True):
+                return False
+    return True
+
+
 def alerts_and_silences(client: Alertmanager | None = None) -> dict:
     """The dashboard's Alerts page: every alert of this cluster that Alertmanager holds
     (silenced ones too, flagged), and the silences in force or to come."""
@@ -166,7 +198,11 @@ def alerts_and_silences(client: Alertmanager | None = None) -> dict:
         silences = client.silences()
     except AlertmanagerUnavailable as exc:
         return {"available": False, "error": str(exc), "alerts": [], "silences": []}
-    live = [s for s in silences if s.get("status", {}).get("state") in {"active", "pending"}]
+    live = [
+        s
+        for s in silences
+        if s.get("status", {}).get("state") in {"active", "pending"} and _silence_ours(s)
+    ]
     return {
         "available": True,
         "error": "",

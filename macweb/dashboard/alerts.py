@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from alerting import bulkheads
-from alerting.queries import alerts_and_silences, firing_alerts, node_alerts
+from alerting.queries import alerts_and_silences, firing_alerts, node_alerts, node_of_label
 from inventory import services
 from inventory.models import Node
 from macweb.dashboard.views import RETRY_AFTER_SECONDS, json_login_required
@@ -60,9 +60,8 @@ def alerts_page(request: HttpRequest) -> HttpResponse:
         data = {"available": False, "error": f"not asked: {exc}", "alerts": [], "silences": []}
     for row in data["alerts"]:
         # A node label that is not one of ours (another system's alert) links nowhere.
-        row["node_url"] = (
-            reverse("dashboard:node", args=[row["node"]]) if row["node"].isdigit() else ""
-        )
+        pk = node_of_label(row["node"])
+        row["node_url"] = reverse("dashboard:node", args=[pk]) if pk is not None else ""
     status = 200 if data["available"] else 503
     return render(request, "dashboard/alerts.html", {"data": data}, status=status)
 

@@ -246,21 +246,19 @@ def series_name(legend: str, metric: dict) -> str:
 def build_columns(
     results: list[tuple[Query, list[dict]]], start: float, end: float, step: int
 ) -> tuple[list[float], list[dict]]:
-    """Align every series on Prometheus' own evaluation grid (start + k*step <= end)."""
+    """Align every series (as matrix() checked it) on Prometheus' own evaluation grid
+    (start + k*step <= end)."""
     count = int((end - start) // step) + 1
     grid = [start + k * step for k in range(count)]
     series = []
     for query, result in results:
         for item in result:
             by_slot: dict[int, float] = {}
-            for ts, raw in item.get("values", []):
-                value = float(raw)
+            for ts, value in item["values"]:
                 if math.isfinite(value):
-                    by_slot[round((float(ts) - start) / step)] = value
+                    by_slot[round((ts - start) / step)] = value
             values = [by_slot.get(k) for k in range(count)]
-            series.append(
-                {"label": series_name(query.legend, item.get("metric", {})), "values": values}
-            )
+            series.append({"label": series_name(query.legend, item["metric"]), "values": values})
     series.sort(key=lambda s: s["label"])
     return grid, series
 
@@ -271,17 +269,57 @@ async def _query_range(
     params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": str(step)}
     async with session.get(f"{base}/api/v1/query_range", params=params) as resp:
         try:
-            body = await resp.json(content_type=None)
+            body, is_json = await resp.json(content_type=None), True
         except (ValueError, aiohttp.ContentTypeError):
-            raise PrometheusError(f"answered HTTP {resp.status} without JSON") from None
-        if resp.status != 200 or body.get("status") != "success":
-            kind = body.get("errorType", resp.status)
-            raise PrometheusError(f"rejected the query ({kind}: {body.get('error', '')})")
-        return body["data"]["result"]
+            body, is_json = None, False
+        error = body if isinstance(body, dict) and body.get("status") == "error" else {}
+        if resp.status in UNAVAILABLE_STATUSES:
+            why = f": {error.get('errorType')}: {error.get('error', '')}" if error else ""
+            raise PrometheusUnavailable(f"could not answer now (HTTP {resp.status}{why})")
+        if not is_json:
+            raise PrometheusError(f"answered HTTP {resp.status} without JSON")
+        if resp.status != 200 or error:
+            kind = error.get("errorType", resp.status)
+            raise PrometheusError(f"rejected the query ({kind}: {error.get('error', '')})")
+        return matrix(body)
+
+
+def matrix(body: object) -> list[dict]:
+    """query_range's answer checked, each sample as two floats: [{"metric": {label: text},
+    "values": [(time, value), ...]}]. PrometheusError for anything else (a store, or what
+    answers in its place, saying 200 with null, no data, or a value "x")."""
+    if not isinstance(body, dict) or body.get("status") != "success":
+        raise PrometheusError("answered without the expected data (no success status)")
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise PrometheusError("answered without the expected data (no result list)")
+    series = []
+    try:
+        for item in result:
+            metric = item.get("metric", {})
+            if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+                raise TypeError(f"labels that are not text: {metric!r}"[:200])
+            values = [(float(ts), float(raw)) for ts, raw in item.get("values", [])]
+            if not all(math.isfinite(ts) for ts, _ in values):
+                raise ValueError("a sample time that is not a number")
+            series.append({"metric": metric, "values": values})
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
+        raise PrometheusError(f"answered without the expected data ({exc})") from None
+    return series
 
 
 class PrometheusError(RuntimeError):
     """Prometheus answered, but not with data."""
+
+
+class PrometheusUnavailable(PrometheusError):
+    """Prometheus, or the proxy before it, could not answer now (its query timed out, or
+    it is down behind the proxy): as when it cannot be reached, the endpoint answers 503."""
+
+
+# The store's own "timeout"/"unavailable" (503) and a proxy's bad gateway or timeout.
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 
 
 def store_said(base: str, what: str, *also: str) -> str:
@@ -330,6 +368,10 @@ async def chart_data(
     except bulkheads.BulkheadFull as exc:
         answer["available"] = False
         answer["empty_reason"] = f"Not asked: {exc}."
+        return answer
+    except PrometheusUnavailable as exc:
+        answer["available"] = False
+        answer["empty_reason"] = store_said(base, f"{exc}.")
         return answer
     except PrometheusError as exc:
         answer["empty_reason"] = store_said(base, str(exc))

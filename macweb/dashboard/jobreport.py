@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -134,19 +135,29 @@ def job_faults(report: JobReport) -> list[dict]:
     )  # fmt: skip
     for event in history:
         for gpu in (event.data or {}).get("gpus", []):
-            for item in gpu.get("found", []):
-                evidence = Evidence.from_dict(item)
-                at = datetime.fromtimestamp(evidence.at, UTC) if evidence.at else event.created_at
-                index = gpu.get("index")  # GpuVerdict.index: the exporter's, as text
-                if str(index).isdigit():
+            for evidence, at in _readable(gpu.get("found", [])):
+                index = str(gpu.get("index"))  # GpuVerdict.index: the exporter's, as text
+                if index.isascii() and index.isdigit():  # not "²", nor "٣" (int() says 3)
+                    at = at or event.created_at
                     add(event.node_id, int(index), at, evidence.detail, str(evidence.state))
     for verdict in GpuHealth.objects.filter(node_id__in=nodes):
-        for item in verdict.evidence or []:
-            evidence = Evidence.from_dict(item)
-            if evidence.at:
-                at = datetime.fromtimestamp(evidence.at, UTC)
+        for evidence, at in _readable(verdict.evidence or []):
+            if at:
                 add(verdict.node_id, verdict.index, at, evidence.detail, str(evidence.state))
     return sorted(found.values(), key=lambda fault: (fault["at"], fault["hostname"], fault["gpu"]))
+
+
+def _readable(items: list) -> Iterator[tuple[Evidence, datetime | None]]:
+    """Each piece of evidence with its time (None when unknown). One this release cannot
+    read (written by another release or by hand: an unknown state or action, a bad time,
+    not an object) is left out rather than failing the report."""
+    for item in items:
+        try:
+            evidence = Evidence.from_dict(item)
+            at = datetime.fromtimestamp(evidence.at, UTC) if evidence.at else None
+        except (AttributeError, TypeError, ValueError, OverflowError, OSError):
+            continue
+        yield evidence, at
 
 
 def _fault(gpu: dict, at: datetime, detail: str, state: str) -> dict:
@@ -228,7 +239,7 @@ def by_host(
     for query, result in zip(queries, results, strict=True):
         per_node: dict[str, list[dict]] = {}
         for item in result:
-            per_node.setdefault(item.get("metric", {}).get("node", ""), []).append(item)
+            per_node.setdefault(item["metric"].get("node", ""), []).append(item)
         for node, items in sorted(per_node.items()):
             legend = f"{hostnames.get(node, node)} {query.legend}"
             pairs.append((charts.Query(query.expr, legend), items))

@@ -17,6 +17,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
 from django.http import QueryDict
 
+from alerting import bulkheads
 from alerting.client import AlertmanagerUnavailable
 from alerting.queries import nodes_with_alert
 from contract.diagnosis import describe
@@ -102,10 +103,14 @@ class FleetQuery:
             self.errors["alert"] = ["Use an alert name, e.g. alert=MacNodeOffline."]
             return None
         try:
-            return nodes_with_alert(alert)
+            # Inside the bulkhead, as /alerts.json: a hung Alertmanager holds this thread.
+            with bulkheads.ALERTMANAGER.slot():
+                return nodes_with_alert(alert)
+        except bulkheads.BulkheadFull as exc:
+            self.errors["alert"] = [f"alerts unavailable: not asked: {exc}"]
         except AlertmanagerUnavailable as exc:
             self.errors["alert"] = [f"alerts unavailable: {exc}"]
-            return None
+        return None
 
     @property
     def active(self) -> bool:
@@ -170,7 +175,9 @@ def describe_diagnosis(code: str) -> dict:
     if not code:
         return {"code": "", "label": "", "text": "", "fix": ""}
     text, fix = describe(code)
-    return {"code": code, "label": DIAGNOSIS_LABELS[Diagnosis(code)], "text": text, "fix": fix}
+    # A code this release does not know (left by a downgrade or a hand edit) is shown as is.
+    label = DIAGNOSIS_LABELS.get(code, code)  # StrEnum keys: the value finds them
+    return {"code": code, "label": label, "text": text, "fix": fix}
 
 
 def vocabulary() -> dict:
@@ -226,11 +233,22 @@ def prometheus_targets(node: Node) -> dict[str, bool]:
     return {name: name in listed for name in candidates}
 
 
+def evidence_words(item: object) -> str:
+    """One piece of a GPU's evidence in words. One this release cannot read (written by
+    another release or by hand: an unknown state or action, a bad time, not an object) is
+    shown as its text rather than failing the page."""
+    try:
+        return Evidence.from_dict(item).words(gpu=False)
+    except (AttributeError, TypeError, ValueError, OverflowError, OSError):
+        detail = item.get("detail") if isinstance(item, dict) else None
+        return detail if isinstance(detail, str) and detail else str(item)
+
+
 def gpu_rows(node: Node) -> list[dict]:
     """Each GPU's verdict for the node page: identity, state, action, the evidence in words."""
     rows = []
     for gpu in node.gpus.all():
-        evidence = [Evidence.from_dict(item) for item in gpu.evidence or []]
+        evidence = [evidence_words(item) for item in gpu.evidence or []]
         rows.append(
             {
                 "index": gpu.index,
@@ -240,7 +258,7 @@ def gpu_rows(node: Node) -> list[dict]:
                 "state_text": gpu.get_state_display(),
                 "action": gpu.action,
                 "action_text": gpu.get_action_display(),
-                "evidence": [item.words(gpu=False) for item in evidence],
+                "evidence": evidence,
                 "since": gpu.since.isoformat(),
             }
         )

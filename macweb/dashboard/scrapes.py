@@ -93,7 +93,8 @@ async def scrape_health(node_id: int) -> ScrapeHealth:
         why = f"did not answer within {deadline:g} s"
     except (aiohttp.ClientError, OSError) as exc:
         why = f"is unreachable ({exc})"
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        # 200 with anything but the API's shape: a sample's metric as text, an empty value
         why = f"answered without the expected data ({exc})"
     targets = settings.TARGETS_URL
     if where != targets:

@@ -45,3 +45,19 @@ def test_nodes_with_an_alert_are_its_firing_nodes_of_this_cluster(alertmanager):
     assert queries.nodes_with_alert("MacNodeOffline") == [1, 2, 3]
     assert queries.nodes_with_alert("MacExporterDown") == [2, 3]
     assert queries.nodes_with_alert("GpuXidError") == []
+
+
+def test_another_cluster_s_alerts_are_not_counted_or_linked(alertmanager, settings):
+    """A shared Alertmanager holds other MAC masters' alerts too: their node="1" is not ours."""
+    post(2, "MacNodeOffline", "critical")
+    client = Alertmanager.from_settings()
+    client.post_alerts(firing_alerts([(1, "x-1"), (3, "x-3")], "MacNodeOffline", "critical", "x"))
+    client.post_alerts(firing_alerts([(1, "x-1")], "MacExporterDown", "warning", "x"))
+
+    snapshot = queries.firing_alerts()
+
+    assert snapshot.available and snapshot.count == 2
+    assert [row["hostname"] for row in snapshot.alerts] == ["gpu-001", "gpu-002"]
+    got = [(g["alertname"], g["count"], [n["node"] for n in g["nodes"]]) for g in snapshot.groups]
+    assert got == [("MacNodeOffline", 2, ["1", "2"])]
+    assert queries.nodes_with_alert("MacNodeOffline") == [1, 2]

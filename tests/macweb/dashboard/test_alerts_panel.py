@@ -10,6 +10,7 @@ from django.test import Client
 
 from alerting import bulkheads
 from inventory.live import broadcast_alerts
+from testkit.fakehttp import JsonHandler, serving
 from tests.macweb.dashboard.test_consumer import open_socket
 
 pytestmark = pytest.mark.django_db
@@ -91,3 +92,62 @@ async def test_an_alerts_push_reaches_an_open_page(user):
     assert frame == {"type": "alerts.changed", "alerts": snapshot}
     await comm.disconnect()
     await sync_to_async(connections.close_all)()
+
+
+SIGN_IN = b"<!DOCTYPE html><html><title>Sign in</title><form>...</form></html>"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (SIGN_IN, f"but with text: {SIGN_IN.decode()}"),
+        (b'{"status": "ok"}', "but with JSON that is an object"),
+        (b'["a", "b"]', "but with JSON that is a list holding a string"),
+        (b"", "but with nothing"),
+    ],
+)
+def test_an_answer_that_is_not_alertmanager_s_is_said(
+    client, user, make_node, settings, body, said
+):
+    """A sign-in proxy's page (or any other body) answered with 200 in Alertmanager's place:
+    "alerts unavailable: <why>", never a 500."""
+    node = make_node("gpu-34", "10.1.0.34")
+    client.force_login(user)
+
+    class Proxy(JsonHandler):
+        def do_GET(self) -> None:
+            self.send_json(200, body)
+
+    with serving(Proxy) as url:
+        settings.ALERTMANAGER_URL = url
+        fleet = client.get("/alerts.json")
+        one = client.get(f"/nodes/{node.pk}/alerts.json")
+        page = client.get("/alerts/")
+        filtered = client.get("/?alert=MacNodeOffline")
+
+    assert fleet.status_code == one.status_code == page.status_code == 503
+    error = fleet.json()["error"]
+    assert error == f"{url} answered GET /api/v2/alerts not with a list of objects {said}"
+    assert one.json()["available"] is False and one.json()["alerts"] == []
+    assert "Alerts unavailable: " in page.content.decode()
+    assert filtered.status_code == 400
+    assert "alert: alerts unavailable: " in filtered.content.decode()
+
+
+def test_silences_that_are_not_alertmanager_s_are_said(client, user, make_node, settings):
+    node = make_node("gpu-35", "10.1.0.35")
+    client.force_login(user)
+
+    class Proxy(JsonHandler):
+        def do_GET(self) -> None:
+            self.send_json(200, b"[]" if self.path.startswith("/api/v2/alerts") else SIGN_IN)
+
+    with serving(Proxy) as url:
+        settings.ALERTMANAGER_URL = url
+        one = client.get(f"/nodes/{node.pk}/alerts.json")
+        page = client.get("/alerts/")
+
+    assert one.status_code == page.status_code == 503
+    said = f"{url} answered GET /api/v2/silences not with a list of objects but with text: "
+    assert one.json()["error"].startswith(said)
+    assert "Alerts unavailable: " + said in page.content.decode()

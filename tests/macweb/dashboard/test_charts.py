@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import Client, override_settings
 
@@ -9,6 +11,7 @@ from alerting import bulkheads
 from inventory.choices import GpuVendor, NodeStatus, StatusReason
 from macweb.dashboard import charts
 from testkit.factories import online_gpu_node
+from testkit.fakehttp import JsonHandler, serving
 from testkit.ports import free_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.prometheus]
@@ -206,3 +209,94 @@ def test_a_nic_without_a_verbs_device_is_named_by_its_interface():
     assert names == {"rx ens1f0 port=1", "rx ens1f1 port=1"}
     with_device = {**first, "device": "mlx5_0"}
     assert charts.series_name("rx", with_device) == "rx mlx5_0 port=1"
+
+
+def _store(status: int, body: bytes) -> type[JsonHandler]:
+    class Store(JsonHandler):
+        def do_GET(self) -> None:
+            self.send_json(status, body)
+
+    return Store
+
+
+def _matrix(*items: object) -> bytes:
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "matrix", "result": list(items)}}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"null",
+        b"[]",
+        b'"success"',
+        b'{"status": "success"}',
+        b'{"status": "success", "data": null}',
+        b'{"status": "success", "data": {"result": {"metric": {}}}}',
+        _matrix("a series"),
+        _matrix({"metric": "DCGM_FI_DEV_GPU_UTIL", "values": [[1, "1"]]}),
+        _matrix({"metric": {"gpu": ["0"]}, "values": [[1, "1"]]}),
+        _matrix({"metric": {"gpu": "0"}, "values": [[1, "x"]]}),
+        _matrix({"metric": {"gpu": "0"}, "values": [[1]]}),
+        _matrix({"metric": {"gpu": "0"}, "values": "1"}),
+        _matrix({"metric": {"gpu": "0"}, "values": [["NaN", "1"]]}),
+        _matrix({"metric": {"gpu": "0"}, "values": [[1, 10**400]]}),
+    ],
+    ids=[
+        "null", "list", "string", "no-data", "data-null", "result-object", "series-string",
+        "metric-string", "label-list", "value-x", "value-missing", "values-string",
+        "time-nan", "value-too-large",
+    ],
+)  # fmt: skip
+def test_an_answer_without_the_expected_data_is_said(client_user, body):
+    """A store (or something in its place) answering 200 with anything but a matrix: the
+    chart says so, never a 500."""
+    node = online_gpu_node()
+    with serving(_store(200, body)) as url, override_settings(PROMETHEUS_URL=url):
+        response = client_user.get(f"/nodes/{node.pk}/charts/gpu_util.json")
+    assert response.status_code == 200
+    data = response.json()
+    assert data["series"] == [] and data["available"] is True
+    assert data["empty_reason"].startswith(f"Prometheus at {url} answered without the expected")
+
+
+TIMED_OUT = {
+    "status": "error",
+    "errorType": "timeout",
+    "error": "query timed out in query execution",
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (503, json.dumps(TIMED_OUT).encode(), "HTTP 503: timeout: query timed out in query"),
+        (502, b"<html><body>Bad Gateway</body></html>", "HTTP 502"),
+        (504, b"<html><body>Gateway Time-out</body></html>", "HTTP 504"),
+    ],
+    ids=["store-timeout", "proxy-502", "proxy-504"],
+)
+def test_a_store_or_proxy_that_cannot_answer_now_is_a_503(client_user, status, body, said):
+    """The store's own 503 (its query timed out) or a proxy's 502/504: it could not be asked
+    in time, which the endpoint answers with 503 and Retry-After, as when it is down."""
+    node = online_gpu_node()
+    with serving(_store(status, body)) as url, override_settings(PROMETHEUS_URL=url):
+        response = client_user.get(f"/nodes/{node.pk}/charts/cpu.json")
+    assert response.status_code == 503 and response["Retry-After"]
+    data = response.json()
+    assert data["series"] == [] and data["available"] is False
+    assert data["empty_reason"].startswith(f"Prometheus at {url} could not answer now ({said}")
+
+
+def test_a_query_the_store_rejects_is_said_with_a_200(client_user):
+    """Not a matter of time: asking again gets the same answer."""
+    node = online_gpu_node()
+    rejected = {"status": "error", "errorType": "execution", "error": "many-to-many matching"}
+    store = _store(422, json.dumps(rejected).encode())
+    with serving(store) as url, override_settings(PROMETHEUS_URL=url):
+        response = client_user.get(f"/nodes/{node.pk}/charts/cpu.json")
+    assert response.status_code == 200
+    assert response.json()["empty_reason"] == (
+        f"Prometheus at {url} rejected the query (execution: many-to-many matching)"
+    )

@@ -306,3 +306,56 @@ def test_it_filters_the_nodes_by_a_firing_alert(client_user, settings, tmp_path)
         assert 'name="alert" value="MacNodeOffline"' in html
     finally:
         manager.stop()
+
+
+def test_a_diagnosis_this_release_does_not_know_is_shown_as_its_code(client_user):
+    """A code left by a downgrade or a hand edit: the pages show it rather than a 500."""
+    from inventory.models import Node
+
+    node = offline_node(hostname="gpu-old")
+    Node.objects.filter(pk=node.pk).update(diagnosis="nic_down")
+
+    fleet = client_user.get("/fleet.json")
+    assert fleet.status_code == 200
+    info = fleet.json()["nodes"][0]["diagnosis_info"]
+    assert info == {"code": "nic_down", "label": "nic_down",
+                    "text": "Unknown diagnosis 'nic_down'.", "fix": ""}  # fmt: skip
+    page = client_user.get("/")
+    assert page.status_code == 200 and "· nic_down</span>" in page.content.decode()
+    assert client_user.get(f"/nodes/{node.pk}/").status_code == 200
+
+
+def test_the_alert_filter_asks_alertmanager_inside_its_bulkhead(client_user, settings):
+    """`?alert=` waits on Alertmanager in a request thread, as /alerts.json does: past the
+    bulkhead it is not asked, and the form says why."""
+    from alerting import bulkheads
+    from testkit.fakehttp import JsonHandler, serving
+
+    asked: list[str] = []
+
+    class Manager(JsonHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_json(200, [])
+
+    settings.BULKHEAD_ALERTMANAGER = 1
+    bulkheads.ALERTMANAGER.reset()
+    try:
+        with serving(Manager) as url:
+            settings.ALERTMANAGER_URL = url
+            with bulkheads.ALERTMANAGER.slot():  # another request waits on Alertmanager
+                page = client_user.get("/?alert=MacNodeOffline")
+                answer = client_user.get("/fleet.json?alert=MacNodeOffline")
+            assert asked == []
+            assert client_user.get("/fleet.json?alert=MacNodeOffline").status_code == 200
+    finally:
+        bulkheads.ALERTMANAGER.reset()
+    assert page.status_code == answer.status_code == 400
+    words = (
+        "alerts unavailable: not asked: 1 request(s) of this API worker already wait on "
+        "Alertmanager (MAC_BULKHEAD_ALERTMANAGER=1); it answers slowly or not at all, retry "
+        "shortly"
+    )
+    assert answer.json() == {"alert": [words]}
+    assert f"alert: {words}" in page.content.decode()
+    assert len(asked) == 1  # once the slot is free, it is asked

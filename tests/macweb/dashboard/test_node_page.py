@@ -226,3 +226,30 @@ def test_a_gpu_node_without_a_verdict_yet_has_its_table_hidden_for_the_refresh(c
     assert '<div class="table-scroll" id="gpu-table" hidden>' in html
     assert f'<tbody id="gpu-rows" data-url="/nodes/{node.pk}/gpus.html">' in html
     assert "No verdict read yet" in html
+
+
+@pytest.mark.parametrize(
+    ("item", "shown"),
+    [
+        ({"detail": "XID 999: a new kind", "state": "melted", "action": "reboot"},
+         "XID 999: a new kind"),
+        ({"detail": "ECC burst", "state": "unhealthy", "action": "replace_psu"}, "ECC burst"),
+        ({"detail": "XID 79", "state": "unhealthy", "action": "reboot", "at": "soon"}, "XID 79"),
+        ({"detail": "XID 79", "state": "unhealthy", "action": "reboot", "at": 1e300}, "XID 79"),
+        ("fell off the bus", "fell off the bus"),
+        (["a", "list"], "[&#x27;a&#x27;, &#x27;list&#x27;]"),
+    ],
+)  # fmt: skip
+def test_gpu_evidence_this_release_cannot_read_is_shown_as_text(client_user, item, shown):
+    """Evidence written by another release or by hand: its words, not a 500."""
+    from inventory.models import GpuHealth
+
+    node = online_gpu_node(health_state="unhealthy", health_action="reboot")
+    GpuHealth.objects.create(
+        node=node, index=2, uuid="GPU-c", state="unhealthy", action="reboot", evidence=[item]
+    )
+    page = client_user.get(f"/nodes/{node.pk}/")
+    rows = client_user.get(f"/nodes/{node.pk}/gpus.html")
+    assert page.status_code == rows.status_code == 200
+    assert f"<li>{shown}</li>" in page.content.decode()
+    assert f"<li>{shown}</li>" in rows.content.decode()

@@ -123,3 +123,36 @@ def test_the_last_error_comes_from_the_targets_url_not_the_store(client_user):
     }
     assert [path.split("?")[0] for path in asked] == ["/api/v1/query", "/api/v1/targets"]
     assert "scrapePool=sys-manager" in asked[1]
+
+
+def _vector(*samples: object) -> dict:
+    return {"status": "success", "data": {"resultType": "vector", "result": list(samples)}}
+
+
+@pytest.mark.parametrize(
+    ("up", "targets"),
+    [
+        (None, None),
+        (_vector({"metric": "sys-exporter", "value": [1, "1"]}), None),
+        (_vector({"metric": {"job": "sys-exporter"}, "value": []}), None),
+        (_vector("up"), None),
+        (_vector({"metric": {"job": "sys-exporter"}, "value": [1, "0"]}),
+         {"status": "success", "data": {"activeTargets": ["sys-exporter"]}}),
+    ],
+    ids=["null", "metric-string", "value-empty", "sample-string", "target-string"],
+)  # fmt: skip
+def test_an_answer_without_the_expected_data_is_a_503_with_the_reason(client_user, up, targets):
+    """The store or the targets view answering 200 with something else: said, never a 500."""
+    node = online_gpu_node()
+    answers = {"/api/v1/query": up, "/api/v1/targets": targets}
+
+    class Store(JsonHandler):
+        def do_GET(self) -> None:
+            self.send_json(200, answers[self.path.split("?", 1)[0]])
+
+    with serving(Store) as store, override_settings(PROMETHEUS_URL=store, TARGETS_URL=store):
+        response = client_user.get(f"/nodes/{node.pk}/scrapes.json")
+    assert response.status_code == 503 and response["Retry-After"]
+    body = response.json()
+    assert body["available"] is False and body["jobs"] == {}
+    assert body["error"].startswith(f"Prometheus at {store} answered without the expected data")
