@@ -29,6 +29,7 @@ the scheduler link reads ``node_verdicts()`` after each sweep.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ ID_CHUNK = 5000
 QUIET_BATCH = 1000
 ACTOR = "probe"
 # Faults a reset or a reboot should cure: the ones whose return after a reboot escalates.
+_GPU_INDEX = re.compile(r"[0-9]{1,4}")
 CURABLE = frozenset({HealthAction.RESET_GPU, HealthAction.REBOOT})
 EVENT_KINDS = {
     HealthState.HEALTHY: EventKind.HEALTH_HEALTHY,
@@ -173,7 +175,9 @@ def _with_missing(
     gpus: dict[int, GpuVerdict] = {}
     for report in reports:
         for gpu in report.gpus:
-            if gpu.index.isdigit():
+            # ASCII digits, as many as a GPU index has: "²".isdigit() holds (int() refuses
+            # it) and a 12-digit index would not fit the GpuHealth row.
+            if _GPU_INDEX.fullmatch(gpu.index):
                 gpus[int(gpu.index)] = gpu
     complete = all(report.complete for report in reports)
     expected = row.get("gpu_count") or 0
