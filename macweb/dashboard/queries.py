@@ -190,6 +190,7 @@ def vocabulary() -> dict:
         "diagnosis": {code: describe_diagnosis(code) for code in Diagnosis.values if code},
         "health": dict(HealthState.choices),
         "action": dict(HealthAction.choices),
+        "fixes": {action: ACTION_FIXES.get(action, "") for action in HealthAction.values},
         "operator_actions": sorted(str(action) for action in OPERATOR_ACTIONS),
         "slurm_hold": dict(SlurmHold.choices),
     }

@@ -398,6 +398,81 @@ def test_the_node_pages_gpu_rows_follow_verdicts_and_jobs_in_place(page, asgi_se
     assert page.evaluate("window.__sameDocument") is True
 
 
+def test_the_node_pages_verdict_diagnosis_and_their_fixes_follow_pushes(
+    page, asgi_server, operator
+):
+    """What the page rendered is not left behind: a cleared verdict says so and loses its
+    fix, and the diagnosis's fix block comes and goes with the diagnosis."""
+    from playwright.sync_api import expect
+
+    from inventory.models import GpuHealth
+
+    node = in_thread(
+        online_gpu_node, hostname="gpu-fixes", gpu_vendor=GpuVendor.NVIDIA, gpu_count=1
+    )
+    in_thread(GpuHealth.objects.create, node=node, index=0, uuid="GPU-0")
+    log_in(page, asgi_server.url)
+    page.goto(f"{asgi_server.url}/nodes/{node.pk}/")
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    expect(page.locator("#node-health-fix-box")).to_be_hidden()
+    expect(page.locator("#node-diagnosis-fix-box")).to_be_hidden()
+    page.evaluate("window.__sameDocument = true")
+
+    in_thread(_gpu_verdict, node.pk, 0, "XID 79: GPU has fallen off the bus")
+    in_thread(
+        Node.objects.filter(pk=node.pk).update,
+        health_evidence="GPU 0 XID 79: GPU has fallen off the bus; reboot",
+        status=NodeStatus.OFFLINE, diagnosis="ip_forward_off",
+    )  # fmt: skip
+    in_thread(_push, node.pk)
+    expect(page.locator("#node-health-fix-box")).to_be_visible(timeout=3000)
+    expect(page.locator("#node-health-fix")).to_contain_text("reboot")
+    expect(page.locator("#node-diagnosis-fix")).to_contain_text("net.ipv4.ip_forward=1")
+
+    in_thread(
+        Node.objects.filter(pk=node.pk).update,
+        health_state="healthy", health_action="none", health_evidence="",
+        status=NodeStatus.ONLINE, diagnosis="",
+    )  # fmt: skip
+    in_thread(_push, node.pk)
+    expect(page.locator("#node-health-evidence")).to_have_text(
+        "Every GPU answers healthy: no XID, ECC, remap, NVLink or slowdown evidence.",
+        timeout=3000,
+    )
+    expect(page.locator("#node-health-fix-box")).to_be_hidden()
+    expect(page.locator("#node-diagnosis-fix-box")).to_be_hidden()
+    expect(page.locator("#node-diagnosis")).to_have_text(
+        "Nothing to diagnose: the sys-exporter answered the last probe."
+    )
+    assert page.evaluate("window.__sameDocument") is True
+
+
+def test_the_node_page_shows_what_it_missed_while_the_master_restarted(
+    page, chart_env, operator, tmp_path
+):
+    from playwright.sync_api import expect
+
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}", port, server_env(chart_env, tmp_path))
+    server.start()
+    try:
+        node = in_thread(online_gpu_node, hostname="gpu-node-restart")
+        log_in(page, server.url)
+        page.goto(f"{server.url}/nodes/{node.pk}/")
+        expect(page.locator("#live")).to_have_attribute("data-state", "live")
+        expect(page.locator("#node-status")).to_have_text("Online")
+        page.evaluate("window.__sameDocument = true")
+        server.stop()
+        expect(page.locator("#live")).to_have_attribute("data-state", "down")
+        in_thread(Node.objects.filter(pk=node.pk).update, status=NodeStatus.OFFLINE)
+        server.start()
+        expect(page.locator("#live")).to_have_attribute("data-state", "live", timeout=20_000)
+        expect(page.locator("#node-status")).to_have_text("Offline", timeout=5000)
+        assert page.evaluate("window.__sameDocument") is True
+    finally:
+        server.stop()
+
+
 def test_an_empty_chart_says_why_in_the_page(page, asgi_server, operator):
     from playwright.sync_api import expect
 

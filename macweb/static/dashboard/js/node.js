@@ -227,7 +227,7 @@ function showFirstVerdict(haveRows) {
   if (haveRows && evidence && evidence.hasAttribute("data-waiting")) {
     evidence.removeAttribute("data-waiting");
     if (evidence.textContent.startsWith("No verdict read yet")) {
-      evidence.textContent = "Every GPU answers healthy: no XID, ECC, remap, NVLink or slowdown evidence.";
+      evidence.textContent = ALL_HEALTHY;
     }
   }
 }
@@ -249,9 +249,8 @@ function applyChanges(changes, removed = []) {
   const detail = mine.status_detail ? `: ${mine.status_detail}` : "";
   document.getElementById("node-reason").textContent = `${vocab.reason[mine.status_reason] || "-"}${detail}`;
   const diagnosis = vocab.diagnosis[mine.diagnosis];
-  document.getElementById("node-diagnosis").textContent = diagnosis
-    ? `${diagnosis.text}${diagnosis.fix ? ` Fix: ${diagnosis.fix}` : ""}`
-    : mine.status === "online" ? "Nothing to diagnose: the sys-exporter answered the last probe." : "";
+  document.getElementById("node-diagnosis").textContent = diagnosis ? diagnosis.text : NO_DIAGNOSIS[mine.status] || "";
+  showFix("node-diagnosis-fix", diagnosis ? diagnosis.fix : "");
   applyExporters(mine);
   applyHealth(mine);
   applySlurm(mine);
@@ -285,8 +284,24 @@ function applySlurm(change) {
   }
 }
 
-// The GPU verdict follows each push: its state, action and evidence line (the table of
-// each GPU follows through loadGpus).
+// What the page says of a node without a diagnosis, by status (the template's words).
+const NO_DIAGNOSIS = {
+  offline: "The probes could not tell why. Run mac doctor on the node.",
+  online: "Nothing to diagnose: the sys-exporter answered the last probe.",
+  unknown: "Not probed yet; the first sweep runs within the probe interval.",
+};
+const ALL_HEALTHY = "Every GPU answers healthy: no XID, ECC, remap, NVLink or slowdown evidence.";
+
+// A "Fix" block follows the push too: the commands of the case now, hidden when none.
+function showFix(id, words) {
+  const block = document.getElementById(id);
+  if (!block) return;
+  block.textContent = words || "";
+  document.getElementById(`${id}-box`).hidden = !words;
+}
+
+// The GPU verdict follows each push: its state, action, evidence line and fix (the table
+// of each GPU follows through loadGpus).
 function applyHealth(change) {
   if (change.health_state === undefined) return;
   const words = vocab.health[change.health_state] || change.health_state;
@@ -307,12 +322,37 @@ function applyHealth(change) {
   }
   const evidence = document.getElementById("node-health-evidence");
   if (evidence && change.health_evidence) evidence.textContent = change.health_evidence;
+  // A verdict that cleared: the line says so (while no verdict was read yet, loadGpus does).
+  else if (evidence && !evidence.hasAttribute("data-waiting")) evidence.textContent = ALL_HEALTHY;
+  showFix("node-health-fix", vocab.fixes[change.health_action]);
+}
+
+// After a reconnect (a restart of the master, Redis away), the pushes missed meanwhile are
+// read back as one row of the fleet list: the page shows the node as it is now.
+let liveOpened = false;
+async function resync() {
+  if (!liveOpened) {
+    liveOpened = true;  // the first open: the page was rendered just now
+    return;
+  }
+  try {
+    const response = await fetch(`/fleet.json?search=${encodeURIComponent(node.hostname)}`, {
+      credentials: "same-origin",
+    });
+    if (!response.ok) return;
+    const body = await response.json();
+    const row = (body.nodes || []).find((n) => Number(n.id) === Number(node.id));
+    if (row) applyChanges([row], []);
+    else applyChanges([], [node.id]);
+  } catch (e) {
+    // the next push, or the next reconnect, brings it
+  }
 }
 
 refreshTimes();
 loadAll();
 loadScrapes();
-connectLive({ path: "/ws/fleet/", onChanges: applyChanges, onOpen: () => {}, authUrl: "/fleet.json?page=1" });
+connectLive({ path: "/ws/fleet/", onChanges: applyChanges, onOpen: resync, authUrl: "/fleet.json?page=1" });
 setInterval(loadAll, 60000);
 setInterval(loadScrapes, 30000);
 setInterval(loadGpus, 30000);
