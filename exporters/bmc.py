@@ -10,6 +10,9 @@ and ``/health``, never a crash). Otherwise ``ipmitool`` talks to the local BMC t
 (``ipmi_temperature_celsius``, ``ipmi_fan_speed_rpm``, ``ipmi_voltage_volts``,
 ``ipmi_power_watts``, ``ipmi_sensor_state``, ``ipmi_dcmi_power_consumption_watts``,
 ``ipmi_chassis_power_state``, ``ipmi_up``), so existing IPMI dashboards work.
+A BMC whose Redfish JSON is not of the shape Redfish gives (``"Members": null``, a list
+for an object) is unavailable like one that does not answer: ``ipmi_up`` 0 and the
+reason "malformed answer: ..." in ``/health``.
 ``/health`` says whether the BMC answers; the process serves either way.
 """
 
@@ -101,6 +104,47 @@ def parse_chassis_power(text: str) -> float | None:
     return None if not match else 1.0 if match.group(1) == "on" else 0.0
 
 
+class MalformedAnswer(ValueError):
+    """A BMC answer that is not what Redfish says it is (JSON of another shape): the BMC
+    is then unavailable, with this as the reason, like one that does not answer."""
+
+
+def _shape(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _objects(doc: Mapping, key: str, where: str, required: bool = False) -> list[Mapping]:
+    """doc[key] as Redfish's array of objects; absent (or null, unless required) is empty."""
+    value = doc.get(key)
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise MalformedAnswer(f"{where}: {key} is {_shape(value)}, not a list of objects")
+    return value
+
+
+def _link(value: object, what: str, where: str) -> str:
+    """The ``@odata.id`` of a Redfish link (``{"@odata.id": "/redfish/v1/..."}``)."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("@odata.id"), str):
+        raise MalformedAnswer(f"{where}: {what} is {_shape(value)}, not a link")
+    return value["@odata.id"]
+
+
+def _number(item: Mapping, key: str, where: str) -> float | None:
+    value = item.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MalformedAnswer(f"{where}: {key} is {_shape(value)}, not a number")
+    return float(value)
+
+
+def _status(item: Mapping) -> Mapping:
+    status = item.get("Status")
+    return status if isinstance(status, Mapping) else {}
+
+
 def _health(status: Mapping | None) -> float | None:
     status = status or {}
     if status.get("State") in ("Absent", "Disabled", "UnavailableOffline"):
@@ -111,21 +155,21 @@ def _health(status: Mapping | None) -> float | None:
 def _present(members: Iterable[Mapping]) -> Iterator[tuple[int, Mapping]]:
     """(index, member) of a Redfish collection, leaving out members that are Absent."""
     for index, item in enumerate(members):
-        if (item.get("Status") or {}).get("State") != "Absent":
+        if _status(item).get("State") != "Absent":
             yield index, item
 
 
-def _redfish_sensor(index: int, item: Mapping, name: str, kind: str, value) -> Sensor:
+def _redfish_sensor(index: int, item: Mapping, name: object, kind: str, value) -> Sensor:
     return Sensor(
         id=str(item.get("MemberId", index)),
-        name=name,
+        name=str(name),
         type=kind,
         value=value,
-        state=_health(item.get("Status")),
+        state=_health(_status(item)),
     )
 
 
-def parse_redfish_thermal(doc: Mapping) -> list[Sensor]:
+def parse_redfish_thermal(doc: Mapping, where: str = "Thermal") -> list[Sensor]:
     """Temperatures and fans of a Redfish ``Thermal`` resource."""
     sensors = [
         _redfish_sensor(
@@ -133,33 +177,36 @@ def parse_redfish_thermal(doc: Mapping) -> list[Sensor]:
             item,
             item.get("Name", f"Temperature {index}"),
             "temperature",
-            item.get("ReadingCelsius"),
+            _number(item, "ReadingCelsius", where),
         )
-        for index, item in _present(doc.get("Temperatures", []))
+        for index, item in _present(_objects(doc, "Temperatures", where))
     ]
-    for index, item in _present(doc.get("Fans", [])):
+    for index, item in _present(_objects(doc, "Fans", where)):
         name = item.get("Name") or item.get("FanName") or f"Fan {index}"
         kind = "fan" if item.get("ReadingUnits", "RPM") == "RPM" else "other"
-        sensors.append(_redfish_sensor(index, item, name, kind, item.get("Reading")))
+        sensors.append(_redfish_sensor(index, item, name, kind, _number(item, "Reading", where)))
     return sensors
 
 
-def parse_redfish_power(doc: Mapping) -> tuple[list[Sensor], float | None]:
+def parse_redfish_power(doc: Mapping, where: str = "Power") -> tuple[list[Sensor], float | None]:
     """Voltages, PSUs and power controls of a Redfish ``Power`` resource, and total watts."""
     sensors = []
     consumed = None
-    for index, item in enumerate(doc.get("PowerControl", [])):
-        watts = item.get("PowerConsumedWatts")
+    for index, item in enumerate(_objects(doc, "PowerControl", where)):
+        watts = _number(item, "PowerConsumedWatts", where)
         if watts is not None:
-            consumed = (consumed or 0.0) + float(watts)
+            consumed = (consumed or 0.0) + watts
             name = item.get("Name", f"Power Control {index}")
-            sensors.append(_redfish_sensor(index, item, name, "power", float(watts)))
-    for index, item in _present(doc.get("Voltages", [])):
+            sensors.append(_redfish_sensor(index, item, name, "power", watts))
+    for index, item in _present(_objects(doc, "Voltages", where)):
         name = item.get("Name", f"Voltage {index}")
-        sensors.append(_redfish_sensor(index, item, name, "voltage", item.get("ReadingVolts")))
-    for index, item in _present(doc.get("PowerSupplies", [])):
+        volts = _number(item, "ReadingVolts", where)
+        sensors.append(_redfish_sensor(index, item, name, "voltage", volts))
+    for index, item in _present(_objects(doc, "PowerSupplies", where)):
         name = item.get("Name", f"PSU {index}")
-        watts = item.get("PowerOutputWatts") or item.get("LastPowerOutputWatts")
+        watts = _number(item, "PowerOutputWatts", where)
+        if not watts:
+            watts = _number(item, "LastPowerOutputWatts", where)
         sensors.append(_redfish_sensor(index, item, name, "power_supply", watts))
     return sensors, consumed
 
@@ -201,20 +248,30 @@ class RedfishClient:
         with urllib.request.urlopen(  # noqa: S310
             request, timeout=self.timeout, context=self.context
         ) as response:
-            return json.load(response)
+            try:
+                answer = json.load(response)
+            except ValueError as exc:
+                raise MalformedAnswer(f"{path}: not JSON ({exc})") from None
+        if not isinstance(answer, dict):
+            raise MalformedAnswer(f"{path}: {_shape(answer)} is not a JSON object")
+        return answer
 
     def read(self) -> BmcReading:
         sensors: list[Sensor] = []
         consumed = None
         chassis_on = None
-        for member in self.get("/redfish/v1/Chassis").get("Members", []):
-            chassis = self.get(member["@odata.id"])
+        collection = "/redfish/v1/Chassis"
+        for member in _objects(self.get(collection), "Members", collection, required=True):
+            path = _link(member, "a member of Members", collection)
+            chassis = self.get(path)
             if chassis.get("PowerState") and chassis_on is None:
                 chassis_on = 1.0 if chassis["PowerState"] == "On" else 0.0
             if "Thermal" in chassis:
-                sensors += parse_redfish_thermal(self.get(chassis["Thermal"]["@odata.id"]))
+                thermal = _link(chassis["Thermal"], "Thermal", path)
+                sensors += parse_redfish_thermal(self.get(thermal), thermal)
             if "Power" in chassis:
-                power_sensors, watts = parse_redfish_power(self.get(chassis["Power"]["@odata.id"]))
+                power = _link(chassis["Power"], "Power", path)
+                power_sensors, watts = parse_redfish_power(self.get(power), power)
                 sensors += power_sensors
                 if watts is not None:
                     consumed = (consumed or 0.0) + watts
@@ -279,6 +336,18 @@ def client_from_settings(
     return IpmiClient(), ""
 
 
+# What a BMC that does not answer, or answers nonsense, raises: ipmi_up 0 with the reason.
+BMC_ERRORS = (
+    OSError,
+    RuntimeError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    subprocess.SubprocessError,
+)
+
+
 class BmcSource:
     """ipmi_* families from the configured BMC; ipmi_up 0 with the reason when it fails."""
 
@@ -313,15 +382,22 @@ class BmcSource:
             return
         try:
             reading = self.client.read()
-        except (OSError, RuntimeError, ValueError, KeyError, subprocess.SubprocessError) as exc:
-            self._set(False, f"{self.protocol}: {exc}")
+            families = list(self._families(reading))  # a bad value fails here, not half-way
+        except BMC_ERRORS as exc:
+            self._set(False, self._reason(exc))
             up.add_metric([self.protocol], 0.0)
             yield up
             return
         self._set(True, "")
         up.add_metric([self.protocol], 1.0)
         yield up
-        yield from self._families(reading)
+        yield from families
+
+    def _reason(self, exc: Exception) -> str:
+        # TypeError/AttributeError: JSON of a shape the checks above did not foresee.
+        if isinstance(exc, MalformedAnswer | TypeError | AttributeError):
+            return f"{self.protocol}: malformed answer: {exc}"
+        return f"{self.protocol}: {exc}"
 
     def _families(self, reading: BmcReading) -> Iterable[Metric]:
         values = {
@@ -370,8 +446,8 @@ class BmcSource:
         if self.client is not None and time.monotonic() - self._checked_at > HEALTH_CACHE_SECONDS:
             try:
                 self.client.probe()
-            except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
-                self._set(False, f"{self.protocol}: {exc}")
+            except BMC_ERRORS as exc:
+                self._set(False, self._reason(exc))
             else:
                 self._set(True, "")
         return {

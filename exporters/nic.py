@@ -11,7 +11,11 @@ Where the bytes come from depends on the NIC:
 
 All of it lands in ``rdma_{rx,tx}_bytes_total{device,port,vendor,iface}``, with the
 link state and rate beside it. Each device is read on its own: one odd device
-never hides the others. The error and congestion counters of the same ports are
+never hides the others. ``ethtool -S`` blocks while the kernel's RTNL lock is held
+(a firmware reset, a link flap), so every interface's ethtool runs at once and waits
+at most ETHTOOL_TIMEOUT, well under the collector's deadline: a slow NIC loses its
+bytes for that scrape (``mac_nic_device_ok`` 0 and a warning naming it), the others
+are still reported. The error and congestion counters of the same ports are
 ``node_infiniband_*`` (exporters.infiniband).
 
 ``device`` is always the verbs device as /sys/class/infiniband and node_exporter
@@ -25,10 +29,13 @@ registration use; this module only turns them into metrics.
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -49,16 +56,44 @@ MANGOBOOST_RDMA = {
     "tx": re.compile(r"^(tx_(\w+_)?rdma(_\w+)?_bytes|rdma_tx_bytes)$"),
 }
 EthtoolRunner = Callable[[str], str]
+# Well under the collectors' 5 s deadline (exporters.runtime): all interfaces wait together,
+# so one blocked ethtool costs its own device and leaves time for the rest of the scrape.
+ETHTOOL_TIMEOUT = 2.0
 
 
-def run_ethtool(iface: str) -> str:
+class EthtoolTimeout(RuntimeError):
+    """``ethtool -S`` did not answer in time (RTNL held by a reset or a link flap)."""
+
+    def __init__(self, iface: str, timeout: float):
+        super().__init__(
+            f"ethtool -S {iface} did not answer within {timeout:g}s (RTNL lock held by a"
+            " firmware reset or a link flap?); its RDMA bytes are left out this scrape"
+        )
+
+
+def run_ethtool(iface: str, timeout: float = ETHTOOL_TIMEOUT) -> str:
     """``ethtool -S <iface>``; raises RuntimeError with ethtool's own message on failure."""
-    proc = subprocess.run(
-        ["ethtool", "-S", iface], capture_output=True, text=True, timeout=5, check=False
+    proc = subprocess.Popen(
+        ["ethtool", "-S", iface], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        # Not subprocess.run: it waits for the killed child, and one asleep in the kernel
+        # on the RTNL lock dies only once it gets the lock. A thread reaps it then.
+        threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+        raise EthtoolTimeout(iface, timeout) from None
     if proc.returncode != 0:
-        raise RuntimeError(f"ethtool -S {iface}: {proc.stderr.strip() or proc.returncode}")
-    return proc.stdout
+        raise RuntimeError(f"ethtool -S {iface}: {stderr.strip() or proc.returncode}")
+    return stdout
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def parse_ethtool_stats(text: str) -> dict[str, int]:
@@ -94,20 +129,65 @@ class RdmaSource:
 
     name = "rdma"
 
-    def __init__(self, roots: Roots, ethtool: EthtoolRunner | None = None):
+    def __init__(
+        self,
+        roots: Roots,
+        ethtool: EthtoolRunner | None = None,
+        ethtool_timeout: float = ETHTOOL_TIMEOUT,
+    ):
         self.roots = roots
-        self.ethtool = ethtool or run_ethtool
+        self.ethtool_timeout = ethtool_timeout
+        self.ethtool = ethtool or functools.partial(run_ethtool, timeout=ethtool_timeout)
         self._default_ethtool = ethtool is None
         self._backends: list[BackendStatus] = []
+        # An ethtool call still running from an earlier scrape is waited on, not started
+        # again: a blocked interface holds one thread, not one per scrape.
+        self._running: dict[str, concurrent.futures.Future] = {}
 
     def backends(self) -> list[BackendStatus]:
         return self._backends
 
-    def _port_bytes(self, dev: RdmaDevice, port: RdmaPort) -> tuple[int, int]:
+    @staticmethod
+    def _uses_ethtool(dev: RdmaDevice) -> bool:
+        return dev.vendor in ("mellanox", "mangoboost") and bool(dev.iface)
+
+    def _read_ethtool(self, ifaces: list[str]) -> dict[str, concurrent.futures.Future]:
+        """Every interface's ``ethtool -S`` at once, waited on for ethtool_timeout in all."""
+        futures: dict[str, concurrent.futures.Future] = {}
+        if not ifaces:
+            return futures
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, len(ifaces)), thread_name_prefix="ethtool"
+        )
+        for iface in dict.fromkeys(ifaces):
+            running = self._running.get(iface)
+            if running is None or running.done():
+                running = self._running[iface] = pool.submit(self.ethtool, iface)
+            futures[iface] = running
+        # A little past the runner's own timeout: starting the processes takes time too.
+        concurrent.futures.wait(futures.values(), timeout=self.ethtool_timeout + 0.5)
+        pool.shutdown(wait=False)
+        return futures
+
+    def _ethtool_stats(self, future: concurrent.futures.Future, iface: str) -> dict[str, int]:
+        if not future.done():
+            raise EthtoolTimeout(iface, self.ethtool_timeout)
+        return parse_ethtool_stats(future.result())
+
+    def _port_bytes(
+        self,
+        dev: RdmaDevice,
+        port: RdmaPort,
+        ethtool: dict[str, concurrent.futures.Future],
+    ) -> tuple[int, int]:
         """(rx, tx) bytes for one port, from the source that fits the vendor."""
-        if dev.vendor in ("mellanox", "mangoboost") and dev.iface:
+        if self._uses_ethtool(dev):
             try:
-                stats = parse_ethtool_stats(self.ethtool(dev.iface))
+                stats = self._ethtool_stats(ethtool[dev.iface], dev.iface)
+            except EthtoolTimeout:
+                # No sysfs fallback for one scrape: switching a port's counter source and
+                # back would read as a counter reset and a bandwidth spike.
+                raise
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 # The sysfs counters below still tell the bandwidth; say why ethtool did not.
                 log.warning("nic %s: %s; falling back to sysfs counters", dev.iface, exc)
@@ -143,6 +223,7 @@ class RdmaSource:
             labels=["device", "vendor", "iface"],
         )
         devices = discover_rdma_devices(self.roots)
+        ethtool = self._read_ethtool([dev.iface for dev in devices if self._uses_ethtool(dev)])
         for dev in devices:
             device_ok = True
             for port in dev.ports:
@@ -157,7 +238,7 @@ class RdmaSource:
                 if port.rate_bytes_per_second is not None:
                     rate.add_metric(values, port.rate_bytes_per_second)
                 try:
-                    rx_bytes, tx_bytes = self._port_bytes(dev, port)
+                    rx_bytes, tx_bytes = self._port_bytes(dev, port, ethtool)
                 except (OSError, RuntimeError, LookupError, subprocess.SubprocessError) as exc:
                     device_ok = False
                     log.warning("nic %s port %s: %s", dev.device or dev.iface, port.port, exc)
@@ -190,6 +271,10 @@ def build(options: Options) -> Exporter:
 
     return Exporter(
         "nic-exporter",
-        [RdmaSource(options.roots), InfinibandSource(options.roots)],
+        [
+            # Room left under a shorter --timeout for the sysfs reads and the other devices.
+            RdmaSource(options.roots, ethtool_timeout=min(ETHTOOL_TIMEOUT, options.timeout / 2)),
+            InfinibandSource(options.roots),
+        ],
         timeout=options.timeout,
     )

@@ -16,7 +16,6 @@ import concurrent.futures
 import copy
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -28,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 from contract import __version__
+from node.config import NodeConfig
 from node.host import Roots
 
 log = logging.getLogger("exporters")
@@ -41,8 +41,16 @@ def mac_version() -> str:
 
 
 def node_hostname() -> str:
-    """The node's name as MAC shows it: NODE_NAME when set, else the kernel's host name."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
+    """The node's name as it registers (NODE_NAME, else the host name; lower-cased).
+
+    Labels such as DCGM's ``Hostname`` are joined with the master's series of the node
+    (docs/jobs.md), so the name is node.config's, normalised the same way. Only the
+    process environment is read: the runtimes hand the services the env files'
+    NODE_NAME. An empty one (Compose's ``${NODE_NAME:-}``) means none.
+    """
+    given = os.environ.get("NODE_NAME", "").strip()
+    name, _ = NodeConfig(environ={"NODE_NAME": given} if given else {}).node_name()
+    return name
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import json
 import logging
 import signal
@@ -30,7 +31,32 @@ log = logging.getLogger("exporters")
 
 
 class PortInUseError(Exception):
-    """The address is taken; carries the message the command line prints."""
+    """host:port cannot be bound (taken, not this host's, not allowed); carries the
+    message the command line prints."""
+
+
+def bind_error_words(host: str, port: int, exc: OSError) -> str:
+    """Why host:port cannot be bound and what to do: each cause its own next step."""
+    said = f"cannot listen on {host}:{port}: {exc.strerror or exc}."
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{said} Another process holds the port "
+            f"(find it with: ss -ltnp 'sport = :{port}'); stop it or pass --port."
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        # At boot, MAC_BIND's interface may simply not be up yet.
+        return (
+            f"{said} {host} is not an address of this host (yet): check MAC_BIND (--bind) "
+            "against `ip -br addr`, bring its interface up, or bind 0.0.0.0."
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        if port < 1024:
+            return (
+                f"{said} Ports below 1024 need root or CAP_NET_BIND_SERVICE: "
+                "pass a --port of 1024 or more, or run the service as root."
+            )
+        return f"{said} A security policy (SELinux, AppArmor) refuses it; see the audit log."
+    return f"{said} Check --bind (MAC_BIND) and --port."
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -42,10 +68,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise PortInUseError(
-            f"cannot listen on {host}:{port}: {exc.strerror}. Another process holds the port "
-            f"(find it with: ss -ltnp 'sport = :{port}'); stop it or pass --port."
-        ) from exc
+        raise PortInUseError(bind_error_words(host, port, exc)) from exc
     sock.listen(128)
     sock.setblocking(False)
     return sock

@@ -230,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         output.print_error(exc)
         return exc.code
     except ConfigError as exc:
-        output.print_error(CliError(str(exc), commands=["mac env list"]))
+        # An env file `mac` cannot read comes with its own fix; `mac env list` would fail too.
+        output.print_error(CliError(str(exc), commands=exc.commands or ["mac env list"]))
         return 1
     except UntrustedMaster as exc:
         from maccli.agent.errors import untrusted_master_error

@@ -16,10 +16,11 @@ No Django here: this runs on agents.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -29,8 +30,10 @@ from urllib.parse import urlsplit
 from contract import settings
 from contract.pinning import parse_pin
 from contract.settings.agent import service_port_name
-from node.envfile import read_env_file
+from node.envfile import EnvFileError, read_env_file
 from node.host import Roots
+
+log = logging.getLogger(__name__)
 
 DEFAULT_NODE_ENV_FILE = str(settings.setting("MAC_NODE_ENV_FILE").default)
 DEFAULT_USER_ENV_FILE = settings.setting("MAC_USER_ENV_FILE").default_text()
@@ -91,7 +94,12 @@ class Source(StrEnum):
 
 
 class ConfigError(settings.SettingError):
-    """A key or value that cannot be stored or used; the message names it and says why."""
+    """A key or value that cannot be stored or used; the message names it and says why,
+    ``commands`` (when given) what to run to fix it."""
+
+    def __init__(self, message: str, commands: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.commands = list(commands)
 
 
 # --- network filesystem detection ------------------------------------------------------
@@ -139,7 +147,14 @@ class NodeConfig:
     node_file_unreadable: bool = False
 
     @classmethod
-    def load(cls, environ: Mapping[str, str] | None = None) -> NodeConfig:
+    def load(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        complain: Callable[[str], None] | None = None,
+    ) -> NodeConfig:
+        """The configuration; an env file that cannot be read (not UTF-8, a directory) is a
+        ConfigError saying what to do, or with ``complain`` (a service that keeps serving)
+        told to it and left out."""
         environ = dict(os.environ if environ is None else environ)
         # Where the files are comes from the process environment alone.
         from_environment = settings.values(environ.get)
@@ -148,13 +163,23 @@ class NodeConfig:
             user_file = from_environment["MAC_USER_ENV_FILE"]
         except settings.SettingError as exc:
             raise ConfigError(str(exc)) from None
+
+        def read(path: Path) -> dict[str, str]:
+            try:
+                return read_env_file(path)
+            except EnvFileError as exc:
+                if complain is None:
+                    raise ConfigError(str(exc), exc.commands) from None
+                complain(f"{exc} {' && '.join(exc.commands)}; its settings are left out.")
+                return {}
+
         unreadable = False
         try:
-            node_values = read_env_file(node_file)
+            node_values = read(node_file)
         except PermissionError:
             node_values, unreadable = {}, True
         try:
-            user_values = read_env_file(user_file)
+            user_values = read(user_file)
         except PermissionError:
             user_values = {}
         return cls(
@@ -364,8 +389,12 @@ class NodeConfig:
 
 def node_config(roots: Roots, environ: Mapping[str, str] | None = None) -> NodeConfig:
     """The node's `mac env` settings as an exporter reads them; in a container, the host's
-    per-node file under rootfs (where `mac start agent` keeps MASTER_IP and the node key)."""
+    per-node file under rootfs (where `mac start agent` keeps MASTER_IP and the node key).
+
+    An env file it cannot read is logged and left out: a service keeps serving (as with
+    `value_or_default`) instead of crash-looping under its supervisor; `mac` itself
+    stops on the same file with the fix."""
     environ = dict(os.environ if environ is None else environ)
     if roots.rootfs != "/" and not environ.get("MAC_NODE_ENV_FILE"):
         environ["MAC_NODE_ENV_FILE"] = str(roots.host(DEFAULT_NODE_ENV_FILE))
-    return NodeConfig.load(environ)
+    return NodeConfig.load(environ, complain=log.error)

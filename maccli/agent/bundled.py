@@ -118,6 +118,8 @@ class BundledRuntime(Runtime):
 
     def _wait_members(self, role: str) -> None:
         """Each member's port answers (any HTTP status: a failed build answers 503)."""
+        if self.bundle.ready_timeout <= 0:
+            return  # MAC_START_TIMEOUT=0: `mac start` does not wait (docs/settings.md)
         deadline = time.monotonic() + self.bundle.ready_timeout
         pending = list(self.members)
         with spinner(f"Waiting for {', '.join(m.name for m in pending)} ..."):

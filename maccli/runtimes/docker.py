@@ -270,7 +270,14 @@ class DockerRuntime(Runtime):
             name = f"MAC_{spec.name.upper().replace('-', '_')}_PORT"
             if spec.port is not None and name in names:
                 env[name] = str(spec.port)
-        return {**env, **self.values}
+        env = {**env, **self.values}
+        if "NODE_NAME" in names:
+            # Always the name the node registers under, set or not: a bridge-mode container's
+            # own host name is its id, which would become the exporters' Hostname label.
+            node_name, _ = cfg.node_name()
+            if node_name:
+                env["NODE_NAME"] = node_name
+        return env
 
     def _compose_variables(self, role: str) -> set[str]:
         """The names the compose files take from mac's environment: each ${NAME}, and

@@ -270,7 +270,10 @@ class ProcessRuntime(Runtime):
         one of them that is restarting (killed a moment ago) is waited for, as long as
         supervisord is bringing it back.
         """
-        pending = {spec.name: spec for spec in specs}
+        # A ready_timeout of 0 (MAC_START_TIMEOUT=0): that service is not waited for at all.
+        pending = {spec.name: spec for spec in specs if spec.ready_timeout > 0}
+        if not pending:
+            return
         deadline = {spec.name: time.monotonic() + spec.ready_timeout for spec in specs}
         first_start: dict[str, float] = {}
         last_word = {spec.name: "not started yet" for spec in specs}

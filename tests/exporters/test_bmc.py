@@ -172,3 +172,69 @@ def test_a_bad_redfish_setting_is_ipmi_up_0_naming_it_not_a_crash(tmp_path):
     assert reason.startswith("no BMC: MAC_BMC_REDFISH_URL='bmc.example.org' is not a usable URL")
     registry = Exporter("bmc-agent", [BmcSource(client, reason)]).registry
     assert registry.get_sample_value("ipmi_up", {"collector": "none"}) == 0
+
+
+# --- a BMC whose Redfish answers are not what Redfish says ------------------------------
+
+CHASSIS = "/redfish/v1/Chassis"
+SYSTEM = f"{CHASSIS}/System.Embedded.1"
+
+
+def malformed_bmc(answers: dict[str, object]) -> type[FakeBmc]:
+    """The recorded BMC, with ``answers`` (path -> JSON) served in place of its own."""
+
+    class MalformedBmc(FakeBmc):
+        def do_GET(self):
+            if self.path in answers:
+                self.send_json(200, answers[self.path])
+            else:
+                super().do_GET()
+
+    return MalformedBmc
+
+
+def recorded(path: str) -> dict:
+    return json.loads((REDFISH / path.strip("/") / "index.json").read_text())
+
+
+MALFORMED = {
+    "members-null": ({CHASSIS: {"Members": None}}, "Members"),
+    "collection-a-list": ({CHASSIS: [{"@odata.id": SYSTEM}]}, "not a JSON object"),
+    "member-a-string": ({CHASSIS: {"Members": [SYSTEM]}}, "Members"),
+    "link-a-list": ({SYSTEM: {**recorded(SYSTEM), "Thermal": [f"{SYSTEM}/Thermal"]}}, "Thermal"),
+    "reading-a-word": (
+        {f"{SYSTEM}/Thermal": {"Temperatures": [{"Name": "CPU1 Temp", "ReadingCelsius": "hot"}]}},
+        "ReadingCelsius",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED, ids=list(MALFORMED))
+def test_a_malformed_redfish_answer_is_the_bmc_unavailable_with_the_reason(case):
+    answers, named = MALFORMED[case]
+    with serving(malformed_bmc(answers)) as url:
+        source = BmcSource(RedfishClient(url, USER, PASSWORD))
+        exporter = Exporter("bmc-agent", [source])
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in exporter.registry.collect()
+            for sample in family.samples
+        }
+        health = source.health()["bmc"]
+    assert samples[("ipmi_up", (("collector", "redfish"),))] == 0
+    collector_ok = samples[("mac_exporter_collector_success", (("collector", "bmc"),))]
+    assert collector_ok == 1  # the source answered: the BMC did not
+    backend = source.backends()[0]
+    assert backend.available is False
+    assert backend.reason.startswith("redfish: malformed answer") and named in backend.reason
+    assert health["answers"] is False and health["reason"] == backend.reason
+    assert not any(name.startswith("ipmi_temperature") for name, _ in samples)
+
+
+def test_a_malformed_service_root_is_a_bmc_that_does_not_answer_in_health():
+    # /health probes /redfish/v1/ when no scrape has told lately.
+    with serving(malformed_bmc({"/redfish/v1/": ["not", "an", "object"]})) as url:
+        health = BmcSource(RedfishClient(url, USER, PASSWORD)).health()["bmc"]
+    assert health["answers"] is False
+    assert health["reason"].startswith("redfish: malformed answer")
+    assert "not a JSON object" in health["reason"]

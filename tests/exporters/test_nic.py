@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
+
 import pytest
 
 from exporters.infiniband import InfinibandSource
@@ -181,3 +186,81 @@ def test_real_ethtool_failure_names_the_interface():
         pytest.skip("ethtool is not installed (scripts/bootstrap installs it)")
     with pytest.raises(RuntimeError, match="ethtool -S mac-no-such-if0"):
         run_ethtool("mac-no-such-if0")
+
+
+def fake_ethtool_on_path(tmp_path, monkeypatch, slow_iface: str) -> None:
+    """A real `ethtool` on PATH that answers the recorded stats, blocking on ``slow_iface``
+    the way `ethtool -S` does while a firmware reset or link flap holds the RTNL lock."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "ethtool"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'[ "$2" = {slow_iface} ] && exec sleep 60\n'
+        f'f="{FIXTURES}/ethtool/$2.txt"\n'
+        '[ -f "$f" ] || { echo "Operation not supported" >&2; exit 95; }\n'
+        'exec cat "$f"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def one_scrape(registry) -> dict[tuple[str, tuple], float]:
+    """Every sample of one scrape, by (name, sorted labels): a slow scrape is paid once."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in registry.collect()
+        for sample in family.samples
+    }
+
+
+def sample(samples: dict, name: str, labels: dict) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def test_one_slow_ethtool_costs_only_its_own_device(tmp_path, monkeypatch, caplog):
+    fake_ethtool_on_path(tmp_path, monkeypatch, slow_iface="ens1f0np0")
+    exporter = Exporter("nic-exporter", [RdmaSource(IB_ROOTS)])  # the real ethtool runner
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="exporters"):
+        samples = one_scrape(exporter.registry)
+    elapsed = time.monotonic() - started
+    exporter.close()
+    assert elapsed < 4, f"one blocked ethtool held the scrape for {elapsed:.1f}s"
+    assert sample(samples, "mac_exporter_collector_success", {"collector": "rdma"}) == 1
+    rx = "rdma_rx_bytes_total"
+    # The other devices, through ethtool (GPUBoost) or sysfs (Thor2, irdma), are all there.
+    assert sample(samples, rx, labels("", "mangoboost", "enp65s0")) == (
+        1048576000000 + 1048575990272
+    )
+    assert sample(samples, rx, labels("bnxt_re0", "broadcom", "ens2f0np0")) == 37384362467952
+    assert sample(samples, rx, labels("irdma0", "intel", "ens3f0")) == 2500000000 * 4
+    # The slow one says so: device not ok, no bytes this scrape, its link state still there.
+    slow_ok = ok_labels("mlx5_0", "mellanox", "ens1f0np0")
+    assert sample(samples, "mac_nic_device_ok", slow_ok) == 0
+    assert sample(samples, rx, labels("mlx5_0", "mellanox", "ens1f0np0")) is None
+    assert sample(samples, "rdma_link_up", labels("mlx5_0", "mellanox", "ens1f0np0")) == 1
+    assert sample(samples, "mac_nic_device_ok", ok_labels("", "mangoboost", "enp65s0")) == 1
+    slow = [r.getMessage() for r in caplog.records if "ens1f0np0" in r.getMessage()]
+    assert any("did not answer within" in message for message in slow), slow
+
+
+def test_a_hung_ethtool_runner_is_not_waited_for(monkeypatch):
+    release = threading.Event()
+
+    def hung_on_mlx5_0(iface: str) -> str:
+        if iface == "ens1f0np0":
+            release.wait(30)
+        return fixture_ethtool(iface)
+
+    source = RdmaSource(IB_ROOTS, ethtool=hung_on_mlx5_0, ethtool_timeout=0.3)
+    exporter = Exporter("nic-exporter", [source])
+    try:
+        samples = one_scrape(exporter.registry)
+        assert sample(samples, "mac_exporter_collector_success", {"collector": "rdma"}) == 1
+        ok = ok_labels("mlx5_0", "mellanox", "ens1f0np0")
+        assert sample(samples, "mac_nic_device_ok", ok) == 0
+        assert sample(samples, "mac_nic_device_ok", ok_labels("", "mangoboost", "enp65s0")) == 1
+    finally:
+        release.set()
+        exporter.close()

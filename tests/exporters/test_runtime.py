@@ -151,6 +151,55 @@ def test_port_in_use_is_a_clear_error():
     assert "--port" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_port_in_use_names_the_process_holding_it():
+    import socket
+
+    from exporters.server import PortInUseError, bind_socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        with pytest.raises(PortInUseError) as caught:
+            bind_socket("127.0.0.1", port)
+    finally:
+        holder.close()
+    assert "Another process holds the port" in str(caught.value)
+    assert f"ss -ltnp 'sport = :{port}'" in str(caught.value)
+
+
+def test_an_address_not_on_this_host_is_named_not_blamed_on_another_process():
+    # 192.0.2.1 (TEST-NET-1) is no address of this host: EADDRNOTAVAIL, as MAC_BIND is at
+    # boot before its interface is up.
+    port = free_port()
+    result = run_cli("nic-exporter", "--bind", "192.0.2.1", "--port", str(port))
+    assert result.returncode == 1
+    assert f"cannot listen on 192.0.2.1:{port}" in result.stderr
+    assert "192.0.2.1 is not an address of this host" in result.stderr
+    assert "MAC_BIND" in result.stderr and "ip -br addr" in result.stderr
+    assert "Another process holds" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_port_not_allowed_says_what_permission_it_needs(monkeypatch):
+    import errno
+    import socket
+
+    from exporters.server import PortInUseError, bind_socket
+
+    def refused(_sock, _address):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(socket.socket, "bind", refused)  # as for a user other than root
+    with pytest.raises(PortInUseError) as caught:
+        bind_socket("127.0.0.1", 80)
+    message = str(caught.value)
+    assert "cannot listen on 127.0.0.1:80: Permission denied" in message
+    assert "below 1024" in message and "CAP_NET_BIND_SERVICE" in message
+    assert "Another process holds" not in message
+
+
 @pytest.mark.parametrize(
     ("service", "signum", "ready"),
     [
@@ -197,3 +246,47 @@ def test_a_stuck_collector_neither_stalls_scrapes_nor_blocks_the_exit(tmp_path):
     assert process.json("/health")["collectors"]["rdma"]["error"].startswith("still running")
     process.proc.send_signal(signal.SIGTERM)
     assert process.proc.wait(timeout=10) == 0
+
+
+# --- the node's name on every exporter's series: the name it registers under --------------
+
+
+def test_node_hostname_is_the_registered_name(monkeypatch):
+    import socket
+
+    from exporters.runtime import node_hostname
+    from node.config import NodeConfig
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "GPU-12")
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert node_hostname() == "gpu-12" == NodeConfig(environ={}).node_name()[0]
+    monkeypatch.setenv("NODE_NAME", " Rack3-GPU-07 ")
+    assert node_hostname() == "rack3-gpu-07" == NodeConfig(environ=os.environ).node_name()[0]
+    # Compose's ${NODE_NAME:-} when mac passed none: the host name, never an empty label.
+    monkeypatch.setenv("NODE_NAME", "")
+    assert node_hostname() == "gpu-12"
+
+
+def test_dcgm_hostname_label_matches_the_registered_name(monkeypatch):
+    """docs/jobs.md joins DCGM series and mac_gpu_job_info on Hostname: the same name."""
+    import socket
+
+    from exporters.nvidia import NvmlSource
+    from exporters.runtime import Options
+    from node.host import Roots
+    from testkit.fakes.nvml import two_h200s
+    from tests.exporters.conftest import FIXTURES
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "GPU-12")
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    roots = Roots(proc_root=str(FIXTURES / "proc"))
+    exporter = Exporter(
+        "dcgm-exporter", [NvmlSource(Options().hostname, nvml=two_h200s(), roots=roots)]
+    )
+    hostnames = {
+        sample.labels["Hostname"]
+        for family in exporter.registry.collect()
+        for sample in family.samples
+        if "Hostname" in sample.labels
+    }
+    assert hostnames == {"gpu-12"}

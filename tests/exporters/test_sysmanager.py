@@ -54,3 +54,26 @@ def test_a_crash_in_the_checks_is_a_503_that_says_so():
     status, body = diagnostics_answer(ChecksSource(CheckContext(), broken))
     assert status == 503
     assert body["ok"] is False and "proc unreadable" in body["error"]
+
+
+def test_an_env_file_it_cannot_read_is_logged_not_a_crash_loop(tmp_path):
+    """sys-manager reads the node's env files at start: a per-node file that is a directory
+    and a per-user file that is not UTF-8 are said in its log, and it serves all the same
+    (a traceback at start would be restarted by supervisord or Docker, forever)."""
+    from tests.exporters.conftest import ExporterProcess, fixture_roots_args
+
+    node_file, user_file = tmp_path / "node-env", tmp_path / "user-env"
+    node_file.mkdir()
+    user_file.write_bytes(b"MAC_LABELS=site=caf\xe9\n")
+    env = {"MAC_NODE_ENV_FILE": str(node_file), "MAC_USER_ENV_FILE": str(user_file)}
+    process = ExporterProcess("sys-manager", *fixture_roots_args(), env=env)
+    try:
+        process.wait_ready("/health")
+        status, _, _ = process.get("/metrics")
+        assert status == 200 and process.proc.poll() is None
+    finally:
+        process.stop()
+    said = process.proc.stdout.read()
+    assert f"{node_file} is a directory, not an env file" in said
+    assert f"{user_file} is not UTF-8 text (byte 0xe9 on line 1)" in said
+    assert "Traceback" not in said

@@ -14,6 +14,7 @@ from contract.services import SERVICES, SYS_EXPORTER
 from maccli.agent.bundled import BUNDLE_NAME, BundledRuntime
 from maccli.agent.specs import ROLE, runtime_and_specs
 from maccli.output import CliError
+from maccli.runtimes.base import ServiceSpec, ServiceState
 from maccli.runtimes.process import ProcessRuntime
 from maccli.runtimes.supervisor import Supervisor
 from node.config import ConfigError, NodeConfig
@@ -144,3 +145,33 @@ def test_a_wrong_mac_agent_bundle_names_the_setting(tmp_path):
     with pytest.raises(ConfigError) as caught:
         runtime_and_specs(_config(tmp_path, MAC_AGENT_BUNDLE="maybe"), "process")
     assert "MAC_AGENT_BUNDLE='maybe' is not on or off: use 1 or 0" in str(caught.value)
+
+
+class _RunningBundle:
+    """An inner runtime whose bundle process is up, its members not answering yet."""
+
+    name = "process"
+
+    def __init__(self, bundle):
+        self.bundle = bundle
+
+    def status(self, role, specs):
+        return [ServiceState(spec.name, "running", pid=os.getpid()) for spec in specs]
+
+    start = status
+
+
+def test_start_timeout_0_does_not_wait_for_the_members(tmp_path):
+    """MAC_START_TIMEOUT=0 (docs/settings.md): `mac start` does not wait for an answer."""
+    silent = free_port()  # nothing listens here
+    members = [
+        ServiceSpec(name, [], port=silent, liveness_path="/health", ready_timeout=0)
+        for name in PYTHON_SERVICES
+    ]
+    bundle = ServiceSpec(BUNDLE_NAME, [], port=silent, liveness_path="/", ready_timeout=0)
+    runtime = BundledRuntime(_RunningBundle(bundle), bundle, members)
+    # Raised "... did not answer within 0 s" before.
+    states = runtime.start(ROLE, members)
+    assert [s.name for s in states] == PYTHON_SERVICES
+    assert {s.state for s in states} == {"running"}
+    assert {s.health for s in states} == {"refused"}

@@ -218,3 +218,22 @@ def test_start_master_gives_compose_the_public_url_the_process_runtime_derives(m
     assert seen["MAC_PUBLIC_URL"] == f"https://mac.example.test:{port}"  # MAC_TLS_PORT
     assert f"Prometheus:  https://mac.example.test:{port}/prometheus/targets" in started.stdout
     assert f"Health:      curl http://mac.example.test:{port}/health" in started.stdout
+
+
+def test_compose_always_gets_the_registered_node_name(monkeypatch, tmp_path):
+    """In bridge mode a container's host name is its id: the exporters' Hostname label comes
+    from ${NODE_NAME:-}, which must be the name the node registers under, set or not."""
+    import socket
+
+    from contract.services import AgentNetwork
+
+    for name, value in own_files(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.setattr(socket, "gethostname", lambda: "GPU-12")
+    runtime = DockerRuntime()
+    runtime.network = AgentNetwork.BRIDGE
+    assert runtime.compose_env("agent", [])["NODE_NAME"] == "gpu-12"
+    # Set in the per-node file: that name, as the registration normalises it.
+    (tmp_path / "mac_node_env_file").write_text("NODE_NAME=Rack3-GPU-07\n")
+    assert runtime.compose_env("agent", [])["NODE_NAME"] == "rack3-gpu-07"

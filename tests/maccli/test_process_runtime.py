@@ -253,3 +253,30 @@ def test_a_failed_step_is_reported_and_what_needs_it_never_begins(tmp_path, scri
     assert "never began" not in events and "after began" not in events
     # Nothing was started.
     assert all(state.state != "running" for state in runtime.status("agent", [first, beside]))
+
+
+SLOW_SERVER = """
+import sys, time
+time.sleep(5)  # up, but not answering yet
+exec(open(sys.argv[2]).read())
+"""
+
+
+def test_start_timeout_0_starts_without_waiting_for_an_answer(tmp_path, script):
+    """MAC_START_TIMEOUT=0 (docs/settings.md): `mac start` does not wait for an answer."""
+    slow = tmp_path / "slow.py"
+    slow.write_text(SLOW_SERVER)
+    port = free_port()
+    argv = [sys.executable, str(slow), str(port), str(script)]
+    spec = ServiceSpec("svc", argv, port=port, liveness_path="/health", ready_timeout=0)
+    runtime = ProcessRuntime(tmp_path / "state", grace=5)
+    started = time.monotonic()
+    [state] = runtime.start("agent", [spec])  # raised "does not answer ... after 0 s" before
+    assert time.monotonic() - started < 5
+    assert state.state in {"starting", "running"} and state.health != "ok"
+    # Started all the same: it answers once it is up.
+    deadline = time.monotonic() + 20
+    while runtime.status("agent", [spec])[0].health != "ok":
+        assert time.monotonic() < deadline, runtime.status("agent", [spec])
+        time.sleep(0.2)
+    runtime.stop("agent", [spec])

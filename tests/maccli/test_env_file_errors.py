@@ -1,0 +1,63 @@
+"""An env file `mac` cannot read (not UTF-8, a directory) is a clear error, not a traceback.
+
+Run through maccli.main.main in this process, every file setting pointed into tmp_path:
+the machine's own /etc/mango/mac/env and ~/.mac/env are never read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maccli.main import main
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    home = tmp_path / "home" / "op"
+    (home / ".mac").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
+    user_file, node_file = home / ".mac" / "env", tmp_path / "etc" / "mango" / "mac" / "env"
+    for name, value in {
+        "HOME": str(home),
+        "MAC_USER_ENV_FILE": str(user_file),
+        "MAC_NODE_ENV_FILE": str(node_file),
+        "MAC_STATE_DIR": str(tmp_path / "state"),
+        "MAC_PROC_ROOT": str(tmp_path / "proc"),
+        "MAC_RUNTIME": "process",
+        "NO_COLOR": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("MASTER_IP", "NODE_NAME", "MASTER_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return user_file, node_file
+
+
+COMMANDS = [["env", "get", "MASTER_IP"], ["status"], ["stop", "agent"]]
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_a_non_utf8_user_file_names_the_file_and_the_fix(files, argv, capsys):
+    user_file, _ = files
+    user_file.write_bytes(b"MASTER_IP=10.0.0.5\nMAC_LABELS=site=caf\xe9\n")  # Latin-1
+    code = main(argv)
+    said = capsys.readouterr().err
+    assert code == 1, said
+    assert "Traceback" not in said
+    assert f"Error: {user_file} is not UTF-8 text" in said
+    assert "byte 0xe9 on line 2" in said
+    assert f'iconv -f latin1 -t utf-8 -o "{user_file}.utf8" "{user_file}"' in said
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+def test_a_per_node_file_that_is_a_directory_names_it_and_the_fix(files, argv, capsys):
+    _, node_file = files
+    node_file.mkdir(parents=True)
+    code = main(argv)
+    said = capsys.readouterr().err
+    assert code == 1, said
+    assert "Traceback" not in said
+    assert f"Error: {node_file} is a directory, not an env file" in said
+    assert f"mv {node_file} {node_file}.bak" in said
