@@ -297,6 +297,12 @@ _SAMPLE_LINE = re.compile(
     r"^(mac_gpu_health(?:_evidence)?|mac_node_boot_info)\{(.*)\}[ \t]+(\S+)(?:[ \t]+\S+)?$"
 )
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+# What the master keeps of each label, at most (its columns: GpuHealth.uuid 128, serial and
+# boot id 64, GpuFault.fault 64 for "source:code", detail 300): an exporter that sends more
+# is cut here, rather than its node's row failing the whole sweep's write.
+_KEPT = {"uuid": 128, "serial": 64, "boot_id": 64, "source": 20, "code": 40, "detail": 300}
+# Evidence times a person can read (0 to the year 9999); outside, the time is unknown (0).
+_LAST_TIME = 253402300800.0
 _UNESCAPE = re.compile(r"\\(.)")
 
 
@@ -307,6 +313,13 @@ def _labels(text: str) -> dict[str, str]:
         else value
         for name, value in _LABEL.findall(text)
     }
+
+
+def _seen_at(value: str) -> float:
+    """An evidence line's time; 0 (unknown) for NaN, infinities and times no clock shows,
+    which the evidence's words could not print (time.gmtime refuses them)."""
+    at = float(value)
+    return at if 0.0 <= at < _LAST_TIME else 0.0
 
 
 def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> ReportedHealth | None:
@@ -332,26 +345,26 @@ def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> Re
             continue
         name, labels = match.group(1), _labels(match.group(2))
         if name == BOOT_METRIC:
-            found.boot_id, seen_boot = labels.get("boot_id", ""), True
+            found.boot_id, seen_boot = labels.get("boot_id", "")[: _KEPT["boot_id"]], True
             continue
         index = _first(labels, _INDEX_LABELS)
         if not index:
             continue
         gpu = gpus.setdefault(
             index,
-            {"uuid": _first(labels, _UUID_LABELS), "serial": _first(labels, _SERIAL_LABELS),
-             "evidence": []},
+            {"uuid": _first(labels, _UUID_LABELS)[: _KEPT["uuid"]],
+             "serial": _first(labels, _SERIAL_LABELS)[: _KEPT["serial"]], "evidence": []},
         )  # fmt: skip
         if name == EVIDENCE_METRIC:
             try:
                 gpu["evidence"].append(
                     Evidence(
-                        source=labels.get("source", ""),
-                        code=labels.get("code", ""),
-                        detail=labels.get("detail", ""),
+                        source=labels.get("source", "")[: _KEPT["source"]],
+                        code=labels.get("code", "")[: _KEPT["code"]],
+                        detail=labels.get("detail", "")[: _KEPT["detail"]],
                         state=HealthState(labels.get("state", "")),
                         action=HealthAction(labels.get("action", "")),
-                        at=float(match.group(3)),
+                        at=_seen_at(match.group(3)),
                         gpu=index,
                         uuid=gpu["uuid"],
                         serial=gpu["serial"],

@@ -38,3 +38,54 @@ def test_a_gpu_index_that_is_no_small_ascii_number_is_left_out(make_node, index)
 
     assert [gpu.index for gpu in changes.gpus[node.pk]] == ["0"]
     assert list(node.gpus.values_list("index", flat=True)) == [0]
+
+
+EVIDENCE = (
+    'mac_gpu_health_evidence{{gpu="0",UUID="{uuid}",serial="{serial}",source="{source}",'
+    'code="79",detail="GPU has fallen off the bus",state="unhealthy",action="reboot"}} {at}'
+)
+
+
+@pytest.mark.parametrize(
+    ("at", "uuid", "serial", "source"),
+    [
+        ("NaN", "GPU-0", "", "xid"),
+        ("+Inf", "GPU-0", "", "xid"),
+        ("1e300", "GPU-0", "", "xid"),
+        ("-5", "GPU-0", "", "xid"),
+        ("1781000000", "GPU-" + "u" * 200, "s" * 65, "x" * 80),
+    ],
+)
+def test_an_answer_no_column_or_clock_can_hold_is_cut_and_the_sweep_writes(
+    make_node, at, uuid, serial, source
+):
+    """One exporter's NaN time made the evidence's words raise, and a 65-character serial
+    failed the write: nothing was committed, the same answer came back each sweep, and the
+    whole fleet's sweep stalled on it."""
+    node = make_node(gpu_vendor="nvidia", gpu_count=1)
+    other = make_node(gpu_vendor="nvidia", gpu_count=1)
+    bad = "\n".join(
+        [
+            LINE.format(index="0", state="unhealthy", action="reboot", value=2),
+            EVIDENCE.format(uuid=uuid, serial=serial, source=source, at=at),
+            'mac_node_boot_info{boot_id="b-1"} 1',
+            "",
+        ]
+    ).encode()
+    good = answer(("0", "healthy", "none", 0))
+    rows = list(Node.objects.values(*NODE_FIELDS).filter(pk__in=[node.pk, other.pk]))
+    seen = {
+        node.pk: Observation(node.pk, True, answer_digest(bad), [("nvidia", bad, False)]),
+        other.pk: Observation(other.pk, True, answer_digest(good), [("nvidia", good, False)]),
+    }
+    now = timezone.now()
+
+    save_health(judge_health(rows, seen, now), now)
+
+    node.refresh_from_db()
+    assert (node.health_state, node.health_action) == ("unhealthy", "reboot")
+    assert "fallen off the bus" in node.health_evidence
+    (gpu,) = node.gpus.all()
+    assert len(gpu.uuid) <= 128 and len(gpu.serial) <= 64
+    assert gpu.evidence[0]["at"] == (1781000000.0 if at == "1781000000" else 0.0)
+    assert Node.objects.get(pk=other.pk).gpus.count() == 1
