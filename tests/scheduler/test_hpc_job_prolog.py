@@ -3,6 +3,7 @@ node write and clear the per-GPU files, and dcgm-exporter's samples gain `hpc_jo
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,3 +70,40 @@ def test_the_prolog_maps_each_gpu_to_its_job_and_the_epilog_clears_it(prolog_lab
 
 def test_a_missing_mapping_folder_is_no_job(tmp_path):
     assert read_mapping(tmp_path / "absent") == {}
+
+
+def _hook(name: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run the prolog or epilog as slurmd does: its variables, nothing of this machine's."""
+    return subprocess.run(
+        [str(CONTRIB / f"mac-hpc-job-{name}")],
+        env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,2",
+             "MAC_NODE_ENV_FILE": str(tmp_path / "absent-env"), **env},
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+
+
+def test_a_folder_it_cannot_create_never_fails_the_job(tmp_path):
+    """A prolog that exits non-zero drains the node and requeues the job: for a label."""
+    (tmp_path / "a-file").write_text("")
+    done = _hook("prolog", tmp_path, MAC_HPC_JOB_MAPPING_DIR=str(tmp_path / "a-file" / "jobs"))
+    assert done.returncode == 0
+    assert "cannot create" in done.stderr and "4242" in done.stderr
+    assert (
+        _hook("epilog", tmp_path, MAC_HPC_JOB_MAPPING_DIR=str(tmp_path / "a-file")).returncode == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['MAC_HPC_JOB_MAPPING_DIR="{dir}"', "MAC_HPC_JOB_MAPPING_DIR='{dir}'",
+     "export MAC_HPC_JOB_MAPPING_DIR={dir}", "MAC_HPC_JOB_MAPPING_DIR={dir}"],
+)  # fmt: skip
+def test_the_folder_is_read_from_the_env_file_as_mac_writes_it(tmp_path, line):
+    folder = tmp_path / "jobs"
+    env_file = tmp_path / "env"
+    env_file.write_text("MASTER_IP=10.0.0.1\n" + line.format(dir=folder) + "\n")
+
+    assert _hook("prolog", tmp_path, MAC_NODE_ENV_FILE=str(env_file)).returncode == 0
+    assert read_mapping(folder) == {"0": ("4242",), "2": ("4242",)}
+    assert _hook("epilog", tmp_path, MAC_NODE_ENV_FILE=str(env_file)).returncode == 0
+    assert read_mapping(folder) == {}
