@@ -192,7 +192,9 @@ SERVICES_GROUP = Group(
             "MAC_PORT_OFFSET",
             Integer(-20000, 20000),
             0,
-            "added to every agent service's port of the contract table",
+            "added to every agent service's port of the contract table; for several agents on "
+            "one test host: the master probes and scrapes the contract's ports only, so "
+            "`mac start agent` warns that such a node shows Offline",
             AGENT,
         ),
         *(_service_port(service.name, service.port) for service in SERVICES),

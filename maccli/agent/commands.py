@@ -15,7 +15,7 @@ from maccli.agent.registration import (
     master_view,
     register,
 )
-from maccli.agent.specs import ROLE, runtime_and_specs
+from maccli.agent.specs import ROLE, moved_ports, runtime_and_specs
 from maccli.output import CliError, print_states
 from node.config import NodeConfig
 
@@ -36,6 +36,8 @@ def start(
     ip = agent_ip(cfg)
     check_master(cfg, client(cfg, source_ip=ip, timeout=5))
     runtime, specs = runtime_and_specs(cfg, runtime_name, remove_stale)
+    if moved := moved_ports(specs):
+        output.warn(moved)
     mode = network.choose_for_start(cfg, runtime, specs, network_mode)
     states = runtime.start(ROLE, specs)
     print_states(states, _title(runtime.name, mode))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from contract.services import SERVICES, SYS_EXPORTER
+from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
 from exporters import node_exporter
 from maccli.agent.bundled import BUNDLE_NAME, BundledRuntime
 from maccli.agent.hardware import gpus
@@ -27,6 +27,29 @@ from node.host import PROGRAMS, NodeExporterMissing, Roots, find_node_exporter
 
 ROLE = "agent"
 GPU_SERVICES = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}
+
+
+def moved_ports(specs: list[ServiceSpec]) -> str:
+    """Words for the services that listen off the contract's port, "" when none.
+
+    The master probes, and Prometheus scrapes, the contract's ports, never the ports an
+    agent reports (contract/liveness.py: an agent cannot send the probes elsewhere), so a
+    node whose services moved (MAC_PORT_OFFSET, MAC_<SERVICE>_PORT: meant for several
+    agents on one test host) shows Offline and is not scraped.
+    """
+    moved = [
+        f"{spec.name} on {spec.port} (the master asks {BY_NAME[spec.name].port})"
+        for spec in specs
+        if spec.name in BY_NAME and spec.port is not None and spec.port != BY_NAME[spec.name].port
+    ]
+    if not moved:
+        return ""
+    return (
+        f"{', '.join(moved)}: the master probes and scrapes the contract's ports only, so it "
+        "will show this node Offline and scrape nothing there. Moved ports are for several "
+        "agents on one test host; on a real node: mac env unset MAC_PORT_OFFSET (and any "
+        "MAC_<SERVICE>_PORT), then mac restart agent."
+    )
 
 
 def agent_specs(cfg: NodeConfig) -> list[ServiceSpec]:

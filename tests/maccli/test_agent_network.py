@@ -139,6 +139,19 @@ def test_each_exporter_gets_the_node_s_own_port_from_its_configuration(joined, d
     assert seen["MAC_SYS_EXPORTER_PORT"] == "30101"  # the table's port plus the offset
     assert seen["MAC_NIC_EXPORTER_PORT"] == "30500"
     assert seen["MAC_SW_EXPORTER_PORT"] == "39300"
+    # The master still asks the contract's ports: the start says so, with the way back.
+    warned = " ".join(started.stderr.split())
+    assert "sys-exporter on 30101 (the master asks 29101)" in warned
+    assert "sw-exporter on 39300 (the master asks 29300)" in warned
+    assert "will show this node Offline" in warned and "mac env unset MAC_PORT_OFFSET" in warned
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_contract_s_ports_start_without_a_word_about_them(joined, docker):
+    started = joined.run("start", "agent")
+
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "the master asks" not in started.stderr
 
 
 def test_restart_keeps_the_running_mode_and_says_how_to_switch(mac_env, docker):
