@@ -110,6 +110,8 @@ class Build:
     held: dict[int, str] = field(default_factory=dict)
 
 
+# SMTPS: Alertmanager opens TLS first on this port (and only on this one).
+IMPLICIT_TLS_PORT = 465
 # Every http_config MAC writes: a redirect is an answer, never a second request.
 HTTP_CONFIG = {"follow_redirects": False}
 
@@ -122,7 +124,10 @@ def receiver(channel: NotificationChannel) -> dict:
             "to": ", ".join(channel.email_addresses()),
             "from": channel.smtp_from,
             "smarthost": f"{_host(channel.smtp_host)}:{channel.smtp_port}",
-            "require_tls": channel.smtp_require_tls,
+            # Port 465 is TLS from the start (Alertmanager dials it so), and then no
+            # server offers STARTTLS on top: asking for it fails every send. Django's
+            # own mail decides the same way (macweb.settings, EMAIL_USE_SSL).
+            "require_tls": channel.smtp_require_tls and channel.smtp_port != IMPLICIT_TLS_PORT,
             "send_resolved": channel.send_resolved,
             "headers": {"Subject": '{{ template "mac.email.subject" . }}'},
             "text": '{{ template "mac.email.text" . }}',

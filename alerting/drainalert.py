@@ -5,7 +5,9 @@ a drain back; it posts this alert to Alertmanager itself, as the sweep posts its
 alerts (alerting.nodealerts), rather than leave it to a Prometheus rule over a master
 metric, which would fire a scrape, an evaluation and a `for:` later. The post is made
 again after every pass while the budget is spent (``endsAt`` a few intervals ahead, so a
-master that stops posting lets it end), and once with ``endsAt`` now when it no longer is.
+master that stops posting lets it end), and with ``endsAt`` now when it no longer is: that
+end is sent again, the same, by the next passes (alerting.nodealerts.RESEND_ENDS: an
+Alertmanager whose clock is behind the master's loses an end it takes for a future one).
 
 Labels: alertname, cluster_name, severity (warning: the unhealthy GPUs page on their own,
 MacGpuUnhealthy). Annotations list the nodes it would have drained, how many MAC keeps
@@ -24,7 +26,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from alerting.client import Alertmanager, AlertmanagerUnavailable
-from alerting.nodealerts import ends_after, runbook_url
+from alerting.nodealerts import RESEND_ENDS, ends_after, runbook_url
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,7 @@ ALERTNAME = "MacDrainBudgetSpent"
 SEVERITY = "warning"
 RUNBOOK = "docs/slurm.md#the-drain-budget"
 POSTED_KEY = "alerting:drain-budget:posted"
+ENDED_KEY = "alerting:drain-budget:ended"  # [endsAt, posts left] of the end to send again
 # How many host names the annotation lists before it says "and N more".
 LISTED = 20
 
@@ -82,11 +85,11 @@ def firing_alert(state: dict, now: datetime, starts_at: str = "") -> dict:
     }
 
 
-def resolved_alert(now: datetime) -> dict:
+def resolved_alert(ends_at: str) -> dict:
     return {
         "labels": labels(),
         "annotations": {"summary": "Drain budget no longer spent", "source": "mac-master"},
-        "endsAt": _iso(now),
+        "endsAt": ends_at,
     }
 
 
@@ -97,10 +100,14 @@ def post_budget_alert(state: dict, client: Alertmanager | None = None) -> str:
     """
     spent = state.get("mode") == "on" and bool(state.get("held_back"))
     posted = cache.get(POSTED_KEY) or ""  # when the alert began
-    if not spent and not posted:
+    ending = cache.get(ENDED_KEY)  # an end posted lately, to send again
+    if not spent and not posted and not ending:
         return ""
     now = datetime.now(UTC)
-    alert = firing_alert(state, now, posted) if spent else resolved_alert(now)
+    if spent:
+        alert = firing_alert(state, now, posted)
+    else:
+        alert = resolved_alert(_iso(now) if posted else ending[0])
     client = client or Alertmanager.from_settings()
     try:
         client.post_alerts([alert])
@@ -109,6 +116,12 @@ def post_budget_alert(state: dict, client: Alertmanager | None = None) -> str:
         return str(exc)
     if spent:
         cache.set(POSTED_KEY, alert["startsAt"], None)
-    else:
+        cache.delete(ENDED_KEY)
+    elif posted:
         cache.delete(POSTED_KEY)
+        cache.set(ENDED_KEY, [alert["endsAt"], RESEND_ENDS], None)
+    elif ending[1] > 1:
+        cache.set(ENDED_KEY, [ending[0], ending[1] - 1], None)
+    else:
+        cache.delete(ENDED_KEY)
     return ""

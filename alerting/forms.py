@@ -44,7 +44,10 @@ class NotificationChannelForm(forms.ModelForm):
         fields = CHANNEL_SETTINGS
         help_texts = {
             "email_to": "Comma-separated addresses.",
-            "smtp_require_tls": "STARTTLS before sending (port 465 uses TLS from the start).",
+            "smtp_require_tls": (
+                "Require STARTTLS before sending. Not asked on port 465, which is TLS from "
+                "the start (SMTPS)."
+            ),
         }
 
     def __init__(self, *args, **kwargs) -> None:

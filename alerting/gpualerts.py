@@ -37,6 +37,9 @@ from inventory.models import GpuHealth
 ALERTNAMES = {HealthState.UNHEALTHY: "MacGpuUnhealthy", HealthState.DEGRADED: "MacGpuDegraded"}
 SEVERITIES = {HealthState.UNHEALTHY: "critical", HealthState.DEGRADED: "warning"}
 POSTED_KEY = "alerting:gpu-alerts:posted"
+# The ends posted lately, sent again (alerting.nodealerts.RESEND_ENDS: why):
+# [[key, hostname, endsAt, posts left]]
+ENDED_KEY = "alerting:gpu-alerts:ended"
 RUNBOOK = "docs/gpu-health.md#what-to-do"
 # Sent with `rows` (firing_rows' dicts, each with "fault_at"); a receiver answers
 # {(node id, GPU index): "job 4242 (alice), ..."} for the GPUs it knows jobs of.
@@ -161,3 +164,25 @@ def build(
         resolved_alert(key, posted[key], now_iso, node_url(int(key.split("/")[0]))) for key in ended
     ]
     return alerts, firing, ended
+
+
+def resend_ends(
+    ended: list[list], firing: dict[str, str], node_url
+) -> tuple[list[dict], list[list]]:
+    """The ends posted lately, to send again, and the entries sent: not one whose alert
+    fires again under the same labels (`firing`: {key: hostname})."""
+    kept = [entry for entry in ended if firing.get(entry[0]) != entry[1]]
+    alerts = [
+        resolved_alert(key, hostname, ends_at, node_url(int(key.split("/")[0])))
+        for key, hostname, ends_at, _ in kept
+    ]
+    return alerts, kept
+
+
+def next_ended(
+    kept: list[list], posted: dict[str, str], ended: list[str], now_iso: str, sends: int
+) -> list[list]:
+    """ENDED_KEY after a post Alertmanager took: what it sent again, one post fewer to go,
+    and what it ended now, `sends` posts to go."""
+    again = [[*entry[:3], entry[3] - 1] for entry in kept if entry[3] > 1]
+    return again + [[key, posted[key], now_iso, sends] for key in ended]

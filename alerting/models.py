@@ -9,6 +9,7 @@ back by the admin or the API (alerting.secrets).
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator, validate_email
@@ -122,6 +123,25 @@ def matcher_error(text: str) -> str:
     return ""
 
 
+def url_problems(url: str) -> list[str]:
+    """What Django's URLValidator lets through and the rest of MAC cannot take."""
+    problems = []
+    try:
+        port = urlsplit(url).port
+    except ValueError:  # urllib refuses a port above 65535 (Django's check does not)
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        problems.append("the port must be between 1 and 65535")
+    # Go quotes a URL it refuses with %q: these characters would come back escaped in
+    # amtool's complaint, where no copy of the URL matches it (secrets.scrub). No URL
+    # needs them raw (RFC 3986): they are written %22, %5C, %01...
+    if any(char in '"\\' or not char.isprintable() for char in url):
+        problems.append(
+            'must not contain ", \\ or control characters: percent-encode them (%22, %5C)'
+        )
+    return problems
+
+
 def channel_errors(
     channel: NotificationChannel, *, destinations: bool = True
 ) -> dict[str, list[str]]:
@@ -174,6 +194,9 @@ def channel_errors(
                 _URL(channel.url)
             except ValidationError:
                 add("url", "must be an http:// or https:// URL")
+            else:
+                for message in url_problems(channel.url):
+                    add("url", message)
     where = destination(channel) if destinations else None
     if where and where.field not in errors and (why := refusal(where)):
         add(where.field, why)

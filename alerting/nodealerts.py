@@ -9,7 +9,12 @@ posts, in one request:
   ENDS_AFTER_INTERVALS probe intervals ahead: the next sweep posts it again, and a master
   that stops posting lets it end by itself instead of firing forever;
 - every node it posted before that is no longer such (back Online, put in maintenance,
-  deregistered), with `endsAt` now: Alertmanager resolves it at once.
+  deregistered), with `endsAt` now: Alertmanager resolves it at once;
+- the ends it posted on the last RESEND_ENDS posts, again, with the same `endsAt`, as
+  Prometheus re-sends its resolved alerts: an Alertmanager whose clock is behind the
+  master's takes an `endsAt` of the master's "now" for a moment still ahead, keeps the
+  firing post's later `endsAt` (minutes ahead) and so loses the end; the same end sent
+  a sweep later, once that moment has passed on its clock too, resolves the alert.
 
 Labels are exactly those of the Prometheus rule MacNodeOffline, which stays as the
 backstop for a master that cannot post (scraping/prometheus/alerts.yml): alertname,
@@ -75,6 +80,11 @@ INCIDENT_LABEL = "down_since"
 LABEL_NAMES = ("alertname", "node", "hostname", "cluster_name", "severity", INCIDENT_LABEL)
 
 POSTED_KEY = "alerting:node-alerts:posted"  # {node id: [hostname, down_since]}
+# The ends posted lately, sent again: [[node id, hostname, down_since, endsAt, posts left]]
+ENDED_KEY = "alerting:node-alerts:ended"
+# How many posts after an end carry it again (a sweep apart each: at the defaults they
+# cover an Alertmanager up to a minute and a half behind the master's clock).
+RESEND_ENDS = 3
 STATS_KEY = "alerting:node-alerts:stats"
 LOCK_KEY = "alerting:node-alerts:lock"
 POSTED_FIELDS = ("id", "hostname")
@@ -141,7 +151,12 @@ def firing_alert(row: dict, now: datetime) -> dict:
     """One Offline node as MacNodeOffline, firing until a few intervals from now."""
     code = row["diagnosis"] or Diagnosis.NONE
     meaning, fix = describe(code)
-    diagnosis = DIAGNOSIS_LABELS.get(Diagnosis(code), code) if code else ""
+    try:
+        diagnosis = DIAGNOSIS_LABELS.get(Diagnosis(code), code) if code else ""
+    except ValueError:
+        # A code this release does not know (a newer one's row, rolled back): its own
+        # words, or one node's code would stop every node's and GPU's alert.
+        diagnosis = code
     annotations = {
         "summary": f"Node {row['hostname']} is offline",
         "reason": _reason_words(row),
@@ -163,12 +178,12 @@ def firing_alert(row: dict, now: datetime) -> dict:
     }
 
 
-def resolved_alert(node_id: int, hostname: str, since: str, now: datetime) -> dict:
-    """The end of a node's alert: same labels, endsAt now."""
+def resolved_alert(node_id: int, hostname: str, since: str, now: datetime | str) -> dict:
+    """The end of a node's alert: same labels, endsAt now (or the end's, sent again)."""
     return {
         "labels": labels(node_id, hostname, since),
         "annotations": {"summary": f"Node {hostname} is back", "source": SOURCE},
-        "endsAt": _iso(now),
+        "endsAt": now if isinstance(now, str) else _iso(now),
         "generatorURL": node_url(node_id),
     }
 
@@ -200,6 +215,9 @@ class Post:
     skipped: bool = False
     gpus_firing: list[str] = field(default_factory=list)  # "node/gpu/alertname"
     gpus_resolved: list[str] = field(default_factory=list)
+    # Ends of earlier posts sent again (RESEND_ENDS).
+    resent: list[int] = field(default_factory=list)
+    gpus_resent: list[str] = field(default_factory=list)
 
 
 def posted_record(rows: list[dict]) -> dict[int, list[str]]:
@@ -215,6 +233,24 @@ def read_posted(value: dict | None) -> dict[int, tuple[str, str]]:
         host, since = (entry, "") if isinstance(entry, str) else entry
         found[int(key)] = (host, since)
     return found
+
+
+def resend_ends(ended: list[list], current: dict[int, list[str]]) -> tuple[list[dict], list[list]]:
+    """The ends posted lately, to send again (ENDED_KEY's entries), and the entries sent:
+    not one whose alert fires again under the same labels (`current`, posted_record's),
+    which its end would resolve."""
+    kept = [entry for entry in ended if list(current.get(entry[0], ())) != [entry[1], entry[2]]]
+    alerts = [resolved_alert(node, host, since, ends_at) for node, host, since, ends_at, _ in kept]
+    return alerts, kept
+
+
+def next_ended(
+    kept: list[list], posted: dict[int, tuple[str, str]], resolved: list[int], now: datetime
+) -> list[list]:
+    """ENDED_KEY after a post Alertmanager took: what it sent again, one post fewer to go,
+    and what it ended now, RESEND_ENDS posts to go."""
+    again = [[*entry[:4], entry[4] - 1] for entry in kept if entry[4] > 1]
+    return again + [[node, *posted[node], _iso(now), RESEND_ENDS] for node in resolved]
 
 
 def build(
@@ -251,20 +287,35 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
     try:
         client = client or Alertmanager(settings.ALERTMANAGER_URL, timeout)
         posted = read_posted(cache.get(POSTED_KEY))
+        gpus_posted = cache.get(gpualerts.POSTED_KEY) or {}
         rows = offline_rows()
         now = datetime.now(UTC)
-        alerts, post = build(rows, posted, now)
-        gpus, gpus_firing, post.gpus_resolved = gpualerts.build(
-            gpualerts.firing_rows(),
-            cache.get(gpualerts.POSTED_KEY) or {},
-            _iso(now + timedelta(seconds=ends_after())),
-            _iso(now),
-            node_url,
-            runbook_url(gpualerts.RUNBOOK),
-        )
+        try:
+            alerts, post = build(rows, posted, now)
+            again, kept = resend_ends(cache.get(ENDED_KEY) or [], posted_record(rows))
+            gpus, gpus_firing, post.gpus_resolved = gpualerts.build(
+                gpualerts.firing_rows(),
+                gpus_posted,
+                _iso(now + timedelta(seconds=ends_after())),
+                _iso(now),
+                node_url,
+                runbook_url(gpualerts.RUNBOOK),
+            )
+            gpus_again, gpus_kept = gpualerts.resend_ends(
+                cache.get(gpualerts.ENDED_KEY) or [], gpus_firing, node_url
+            )
+        except Exception as exc:
+            # Nothing is posted for anyone: /health must say so, not stay green.
+            record(Post(error=f"the post could not be built: {type(exc).__name__}: {exc}"))
+            raise
         post.gpus_firing = sorted(gpus_firing)
-        alerts += gpus
+        post.resent = sorted({entry[0] for entry in kept})
+        post.gpus_resent = sorted({entry[0] for entry in gpus_kept})
+        alerts += again + gpus + gpus_again
         if not alerts:
+            # Nothing to tell Alertmanager, and nothing left untold: an earlier failure
+            # (a broker that refused to queue the post) is over.
+            record(post, sent=False)
             return post
         try:
             client.post_alerts(alerts)
@@ -272,7 +323,12 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
             post.error = str(exc)
         else:
             cache.set(POSTED_KEY, posted_record(rows), None)
+            cache.set(ENDED_KEY, next_ended(kept, posted, post.resolved, now), None)
             cache.set(gpualerts.POSTED_KEY, gpus_firing, None)
+            gpus_ended = gpualerts.next_ended(
+                gpus_kept, gpus_posted, post.gpus_resolved, _iso(now), RESEND_ENDS
+            )
+            cache.set(gpualerts.ENDED_KEY, gpus_ended, None)
         record(post)
         return post
     finally:
@@ -280,8 +336,9 @@ def post_node_alerts(client: Alertmanager | None = None) -> Post:
             cache.delete(LOCK_KEY)
 
 
-def record(post: Post) -> None:
-    """Count the post for /metrics and keep the last failure for /health."""
+def record(post: Post, *, sent: bool = True) -> None:
+    """Count the post for /metrics and keep the last failure for /health; `sent` False:
+    a round with nothing to post, which clears the failure without counting a post."""
     stats = cache.get(STATS_KEY) or {"ok": 0, "failed": 0, "last_error": "", "failing_since": 0}
     now = time.time()
     if post.error:
@@ -289,7 +346,7 @@ def record(post: Post) -> None:
         stats["last_error"] = post.error
         stats["failing_since"] = stats["failing_since"] or now
     else:
-        stats["ok"] += 1
+        stats["ok"] += int(sent)
         stats["last_error"], stats["failing_since"] = "", 0
         stats["last_ok_at"] = now
     cache.set(STATS_KEY, stats, None)

@@ -12,7 +12,8 @@ with an expiry below the interval so polls never pile up. One poll:
    Alertmanager;
 3. when Alertmanager answers: retries a reload that failed earlier, and reconciles
    the maintenance silences (alerting.silences), which puts back what a restarted
-   Alertmanager lost.
+   Alertmanager lost. A step 2 that fails (a bug, a channel the generation cannot
+   take) is logged and never skips this one.
 
 `sync_silences` is the immediate update after a node's maintenance changed
 (alerting.receivers).
@@ -59,14 +60,23 @@ def sync_alertmanager() -> dict:
         # A channel saved while the file could not be written (a full disk), a channel
         # whose name resolves inside the master now or again outside, or a reload that
         # failed: written and reloaded now, with no other change needed.
-        applied = services.apply_channels(client=client)
-        result["reloaded"] = applied.reloaded
-        result["write_error"] = applied.write_error
+        try:
+            applied = services.apply_channels(client=client)
+        except Exception as exc:
+            # The silences below do not depend on the channels: a channel the generation
+            # cannot take must not stop maintenance silences from being repaired. /health
+            # still says the file is out of step (alert_config) until a poll writes it.
+            log.exception("alertmanager.yml not rewritten (the next poll retries)")
+            result["apply_error"] = f"{type(exc).__name__}: {exc}"
+        else:
+            result["reloaded"] = applied.reloaded
+            result["write_error"] = applied.write_error
     if not snapshot.available:
         return result
     try:
-        done = silences.reconcile(client=client)
-    except AlertmanagerUnavailable as exc:
+        # No wait: a maintenance change's reconcile is running; the next poll checks all.
+        done = silences.reconcile(client=client, wait=0)
+    except (AlertmanagerUnavailable, silences.Busy) as exc:
         log.warning("maintenance silences not reconciled: %s", exc)
         return result
     if done.created or done.expired:
@@ -80,7 +90,7 @@ def sync_silences(node_ids: list[int]) -> dict:
     """Make or expire the silences of these nodes now (their maintenance changed)."""
     try:
         done = silences.reconcile(node_ids)
-    except AlertmanagerUnavailable as exc:
+    except (AlertmanagerUnavailable, silences.Busy) as exc:
         log.warning("silences of nodes %s not updated (beat's poll retries): %s", node_ids, exc)
         return {"ok": False, "error": str(exc)}
     return {"ok": True, "created": done.created, "expired": done.expired}

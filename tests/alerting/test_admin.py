@@ -72,3 +72,20 @@ def test_send_a_test_notification_action(admin_client, alertmanager, webhook):
     )
     assert "Test alert sent through Alertmanager to hook" in response.content.decode()
     assert webhook.wait_for(lambda b: b["receiver"] == channel.receiver_name, 20)
+
+
+def test_a_stored_url_with_a_bad_port_still_lists_and_opens(admin_client, am_settings):
+    stored = NotificationChannel.objects.create(
+        name="old", kind="slack", url="https://hooks.example.test:99999/T0/B0/port-token"
+    )
+    listed = admin_client.get("/admin/alerting/notificationchannel/")
+    assert listed.status_code == 200
+    assert "https://hooks.example.test:99999/" in listed.content.decode()
+    page = admin_client.get(f"/admin/alerting/notificationchannel/{stored.pk}/change/")
+    assert page.status_code == 200
+    assert "port-token" not in page.content.decode()
+    # Saved again as it is: the form names the field instead of saving it.
+    again = admin_client.post(
+        f"/admin/alerting/notificationchannel/{stored.pk}/change/", form(name="old", kind="slack")
+    )
+    assert again.status_code == 200 and "between 1 and 65535" in again.content.decode()

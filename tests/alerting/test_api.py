@@ -159,3 +159,57 @@ def test_maintenance_for_a_node_deleted_during_the_request_is_a_404(
 
     assert response.status_code == 404, response.json()
     assert "detail" in response.json()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.slack.example.test:99999/services/T0/B0/token",  # Django's check passes it
+        "https://hooks.slack.example.test:0/services/T0/B0/token",
+        # Go quotes a URL it refuses with %q: these would come back escaped, past scrub()
+        'https://hooks.example.test/services/T0/B0/se"cretTOKEN',
+        "https://hooks.example.test/services/T0/B0/se\\cretTOKEN",
+        "https://hooks.example.test/services/T0/B0/se\x01cretTOKEN",
+    ],
+)
+def test_a_url_alertmanager_cannot_use_is_a_400_naming_url(staff_client, am_settings, url):
+    for kind in ("webhook", "slack"):
+        response = staff_client.post(URL, {"name": "a", "kind": kind, "url": url}, format="json")
+        assert response.status_code == 400, response.content
+        assert "url" in response.json(), response.json()
+        assert "cretTOKEN" not in response.content.decode()
+    assert not NotificationChannel.objects.exists()
+
+
+BAD_PORT = "https://hooks.slack.example.test:99999/services/T0/B0/stored-token"
+
+
+def test_a_stored_url_with_a_bad_port_takes_no_other_channel_down(staff_client, am_settings):
+    """A row saved before the check existed: listed with a hint, left out of the file, and
+    every other channel still saved and written."""
+    from alerting import services
+
+    stored = NotificationChannel.objects.create(name="old", kind="slack", url=BAD_PORT)
+
+    listed = staff_client.get(URL)
+    assert listed.status_code == 200, listed.content[:500]
+    [row] = listed.json()["results"]
+    assert row["url_hint"] == "https://hooks.slack.example.test:99999/\u2022\u2022\u2022\u2022"
+    assert "stored-token" not in listed.content.decode()
+
+    created = staff_client.post(
+        URL, {"name": "other", "kind": "webhook", "url": "http://198.51.100.7/hook"},
+        format="json",
+    )  # fmt: skip
+    assert created.status_code == 201, created.content[:500]
+    changed = staff_client.patch(
+        f"{URL}{created.json()['id']}/", {"severities": ["critical"]}, format="json"
+    )
+    assert changed.status_code == 200, changed.content[:500]
+
+    text = services.config_path().read_text()
+    assert f"mac-channel-{created.json()['id']}" in text
+    assert stored.receiver_name not in text and "stored-token" not in text
+    stored.refresh_from_db()
+    assert stored.config_error.startswith("url: ") and "65535" in stored.config_error
+    assert "stored-token" not in stored.config_error

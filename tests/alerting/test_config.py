@@ -157,3 +157,155 @@ def test_the_node_route_sends_changes_after_one_probe_interval_per_node(alertman
         return done.stdout.strip()
 
     assert (default("2"), default("5"), default("30"), default("0.5")) == ("2s", "5s", "5s", "1s")
+
+
+GO_QUOTED = [
+    # (the URL, how amtool quotes it back: Go's %q)
+    ('https://203.0.113.5/services/T0/B0/se"cretTOKEN%zz', 'se\\"cretTOKEN'),
+    ("https://203.0.113.5/services/T0/B0/se\\cretTOKEN%zz", "se\\\\cretTOKEN"),
+    ("https://203.0.113.5/services/T0/B0/se\x01cretTOKEN", "se\\x01cretTOKEN"),
+]
+
+
+@pytest.mark.parametrize(("secret", "quoted"), GO_QUOTED)
+def test_amtools_go_quoted_complaint_never_shows_the_url(tmp_path, secret, quoted):
+    """A row saved before channel_errors refused these characters: amtool escapes them
+    when it quotes the URL, and scrub() hides that form too."""
+    from alerting import amconfig
+    from alerting.secrets import scrub
+
+    channel = NotificationChannel(pk=7, name="old", kind="webhook", url=secret)
+    alone = amconfig.render_config([channel], tmp_path / "mac.tmpl", amconfig.Timing())
+    complaint = amconfig.check_config(amconfig.dump(alone), amconfig.amtool_path())
+    assert quoted in complaint  # what amtool really says
+
+    shown = scrub(complaint, [channel])
+
+    assert "cretTOKEN" not in shown and "T0" not in shown, shown
+    assert "https://203.0.113.5/\u2022\u2022\u2022\u2022" in shown
+
+
+@pytest.mark.parametrize(("secret", "quoted"), GO_QUOTED)
+def test_a_stored_url_amtool_would_quote_escaped_is_left_out_naming_url(
+    alertmanager, secret, quoted
+):
+    bad = NotificationChannel.objects.create(name="old", kind="webhook", url=secret)
+
+    services.apply_channels()
+
+    bad.refresh_from_db()
+    assert bad.config_error.startswith("url: must not contain"), bad.config_error
+    assert "cretTOKEN" not in bad.config_error
+    assert bad.receiver_name not in loaded_receivers(alertmanager)
+
+
+def email_channel(port: int, **fields) -> NotificationChannel:
+    channel = NotificationChannel(
+        name=f"mail {port}", kind="email", email_to="ops@example.test", smtp_host="127.0.0.1",
+        smtp_port=port, smtp_from="mac@example.test", **fields,
+    )  # fmt: skip
+    services.save_channel(channel, actor="test")
+    return channel
+
+
+def test_port_465_is_tls_from_the_start_so_starttls_is_not_required(alertmanager):
+    """On 465 Alertmanager opens TLS first, then would still ask for STARTTLS, which no
+    such server offers: require_tls is false there, whatever the box says."""
+    import yaml
+
+    implicit = email_channel(465, smtp_require_tls=True)
+    starttls = email_channel(587, smtp_require_tls=True)
+    plain = email_channel(2525, smtp_require_tls=False)
+
+    config = yaml.safe_load(services.config_path().read_text())
+    tls = {r["name"]: r["email_configs"][0]["require_tls"] for r in config["receivers"][1:]}
+    assert tls == {
+        implicit.receiver_name: False,
+        starttls.receiver_name: True,
+        plain.receiver_name: False,
+    }
+    assert implicit.receiver_name in loaded_receivers(alertmanager)
+
+
+def self_signed(directory) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mac test smtp")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address(
+                "127.0.0.1"))]), critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    cert_file, key_file = directory / "smtp.crt", directory / "smtp.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_file), str(key_file)
+
+
+@pytest.fixture
+def smtps(tmp_path, monkeypatch):
+    """An SMTP server with TLS from the start (SMTPS) on 127.0.0.1:465, the port on which
+    Alertmanager dials TLS itself; Alertmanager trusts its certificate (SSL_CERT_FILE,
+    read by Go at its start: this fixture comes before the `alertmanager` one)."""
+    import email
+    import email.policy
+    import socket
+    import ssl
+    import threading
+
+    from aiosmtpd.controller import Controller
+
+    try:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", 465))
+    except OSError as exc:
+        pytest.skip(f"127.0.0.1:465 cannot be bound here ({exc})")
+    cert, key = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    received: list = []
+    arrived = threading.Event()
+
+    class Handler:
+        async def handle_DATA(self, server, session, envelope):
+            received.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
+            arrived.set()
+            return "250 OK"
+
+    controller = Controller(Handler(), hostname="127.0.0.1", port=465, ssl_context=context)
+    controller.start()
+    yield received, arrived
+    controller.stop()
+
+
+def test_an_email_channel_on_port_465_delivers(smtps, alertmanager):
+    received, arrived = smtps
+    channel = email_channel(465, smtp_require_tls=True)  # the form's default
+
+    said = services.send_test_notification(channel, actor="admin:tester")
+
+    assert "mail 465" in said
+    assert arrived.wait(30), (alertmanager.data / "alertmanager.log").read_text()[-2000:]
+    assert "Test notification from MAC" in received[0]["Subject"] + body_text(received[0])

@@ -18,7 +18,8 @@ AT = 1_781_000_000.0
 
 @pytest.fixture(autouse=True)
 def fresh_state():
-    keys = (nodealerts.POSTED_KEY, nodealerts.STATS_KEY, nodealerts.LOCK_KEY, gpualerts.POSTED_KEY)
+    keys = (nodealerts.POSTED_KEY, nodealerts.STATS_KEY, nodealerts.LOCK_KEY, gpualerts.POSTED_KEY,
+            nodealerts.ENDED_KEY, gpualerts.ENDED_KEY)  # fmt: skip
     cache.delete_many(keys)
     yield
     cache.delete_many(keys)
@@ -189,3 +190,44 @@ def test_a_renamed_node_ends_its_alert_under_the_old_name_at_once(alertmanager):
     assert post.gpus_resolved == [f"{node.pk}/3/MacGpuUnhealthy"]
     assert held(alertmanager, "gpu-old") == []  # ended now, not in two minutes
     assert [a["labels"]["alertname"] for a in held(alertmanager, "gpu-new")] == ["MacGpuUnhealthy"]
+
+
+def test_a_gpus_end_is_sent_again_for_an_alertmanager_behind_the_master(
+    alertmanager, node_alert_hook, monkeypatch
+):
+    """alerting.nodealerts.RESEND_ENDS: an end Alertmanager took for a future one (its clock
+    behind) is lost; the next post sends it again and it resolves."""
+    import time
+    from datetime import datetime, timedelta
+
+    class Ahead(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(seconds=2)
+
+    monkeypatch.setattr(nodealerts, "datetime", Ahead)
+    node = online_gpu_node("gpu-48", "10.0.0.48")
+    verdict(node, 3, XID79)
+    assert nodealerts.post_node_alerts().gpus_firing == [f"{node.pk}/3/MacGpuUnhealthy"]
+    GpuHealth.objects.filter(node=node).update(
+        state=HealthState.HEALTHY, action=HealthAction.NONE, evidence=[]
+    )
+    assert nodealerts.post_node_alerts().gpus_resolved == [f"{node.pk}/3/MacGpuUnhealthy"]
+    time.sleep(2.5)
+    assert held(alertmanager, "gpu-48")  # the end lost
+
+    again = nodealerts.post_node_alerts()
+
+    deadline = time.monotonic() + 10
+    while held(alertmanager, "gpu-48") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert held(alertmanager, "gpu-48") == []
+    assert again.gpus_resent == [f"{node.pk}/3/MacGpuUnhealthy"] and again.gpus_resolved == []
+    assert node_alert_hook.wait_for(about("gpu-48", "MacGpuUnhealthy", "resolved"), timeout=30)
+    # Firing again: the end still due is dropped, never sent over the new alert.
+    verdict_again = GpuHealth.objects.filter(node=node)
+    verdict_again.update(state=HealthState.UNHEALTHY, action=HealthAction.REBOOT,
+                         evidence=[XID79.as_dict()])  # fmt: skip
+    post = nodealerts.post_node_alerts()
+    assert post.gpus_resent == [] and post.gpus_firing == [f"{node.pk}/3/MacGpuUnhealthy"]
+    assert cache.get(gpualerts.ENDED_KEY) == []

@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from alerting import nodealerts
+from alerting import drainalert, gpualerts, nodealerts
 from alerting.client import Alertmanager
 from contract.diagnosis import DESCRIPTIONS
 from healthcheck.health import run_health_checks
@@ -26,13 +26,24 @@ pytestmark = [pytest.mark.django_db, needs_alertmanager]
 LABELS = set(nodealerts.LABEL_NAMES)
 
 
+# What the master keeps of its posts, none of it left by another test.
+KEYS = (
+    nodealerts.POSTED_KEY,
+    nodealerts.STATS_KEY,
+    nodealerts.LOCK_KEY,
+    nodealerts.ENDED_KEY,
+    gpualerts.POSTED_KEY,
+    gpualerts.ENDED_KEY,
+    drainalert.POSTED_KEY,
+    drainalert.ENDED_KEY,
+)
+
+
 @pytest.fixture(autouse=True)
 def fresh_state():
-    for key in (nodealerts.POSTED_KEY, nodealerts.STATS_KEY, nodealerts.LOCK_KEY):
-        cache.delete(key)
+    cache.delete_many(KEYS)
     yield
-    for key in (nodealerts.POSTED_KEY, nodealerts.STATS_KEY, nodealerts.LOCK_KEY):
-        cache.delete(key)
+    cache.delete_many(KEYS)
 
 
 def held(alertmanager, hostname: str) -> list[dict]:
@@ -438,3 +449,144 @@ def test_a_broker_that_refuses_the_post_is_counted_not_raised(am_settings, monke
     queue_node_alerts()
     stats = nodealerts.post_stats()
     assert stats["failed"] == 1 and "broker down" in stats["last_error"]
+
+
+def test_a_post_with_nothing_to_send_clears_a_failure_to_queue(am_settings, monkeypatch):
+    """The broker refused one post, then came back; the fleet has nothing to alert about:
+    /health is ok again, and no post with nothing in it is counted as one."""
+    from alerting.tasks import queue_node_alerts
+    from healthcheck import health
+
+    monkeypatch.setattr(health, "PROCESS_STARTED", time.time())
+
+    def refuse(**kw):
+        raise ConnectionRefusedError("broker down")
+
+    with monkeypatch.context() as broken:
+        broken.setattr("alerting.tasks.post_node_alerts.apply_async", refuse)
+        queue_node_alerts()
+    assert "node_alerts" in run_health_checks()["degraded"]
+
+    post = nodealerts.post_node_alerts()  # what the worker runs once the broker is back
+
+    assert (post.error, post.firing, post.resolved) == ("", [], [])
+    stats = nodealerts.post_stats()
+    assert (stats["last_error"], stats["failing_since"], stats["failed"]) == ("", 0, 1)
+    assert stats["ok"] == 0  # nothing was posted
+    checks = run_health_checks()
+    assert "node_alerts" not in checks["degraded"]
+    assert checks["checks"]["node_alerts"]["ok"] is True
+
+
+def test_an_unknown_diagnosis_code_is_posted_in_its_own_words(alertmanager):
+    """A row left by a newer release (rolled back) names a diagnosis this one does not
+    know: its node still alerts, and so does every other."""
+    odd = offline_node("gpu-95", "10.0.0.95")
+    Node.objects.filter(pk=odd.pk).update(diagnosis="gpu_fan_dead")
+    other = offline_node("gpu-96", "10.0.0.96")
+
+    post = nodealerts.post_node_alerts()
+
+    assert post.error == "" and post.firing == [odd.pk, other.pk]
+    [alert] = held(alertmanager, "gpu-95")
+    assert alert["annotations"]["diagnosis"] == "gpu_fan_dead"
+    assert alert["annotations"]["description"] == "Unknown diagnosis 'gpu_fan_dead'."
+    assert [a["labels"]["node"] for a in held(alertmanager, "gpu-96")] == [str(other.pk)]
+    assert nodealerts.post_stats()["ok"] == 1
+
+
+def test_a_post_that_cannot_be_built_is_a_failure_health_shows(am_settings, monkeypatch):
+    from healthcheck import health
+
+    monkeypatch.setattr(health, "PROCESS_STARTED", time.time())
+    offline_node("gpu-97", "10.0.0.97")
+
+    def broken(row, now):
+        raise KeyError("a field this release does not know")
+
+    monkeypatch.setattr(nodealerts, "firing_alert", broken)
+    with pytest.raises(KeyError):
+        nodealerts.post_node_alerts()
+
+    assert "could not be built" in nodealerts.post_stats()["last_error"]
+    assert "node_alerts" in run_health_checks()["degraded"]
+    assert cache.get(nodealerts.LOCK_KEY) is None  # the next post is not locked out
+
+
+SKEW = 2.0  # seconds the site's Alertmanager is behind the master
+
+
+def master_clock_ahead(seconds: float) -> type[datetime]:
+    """datetime, as the master's clock reads it: `seconds` ahead of Alertmanager's."""
+
+    class Ahead(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(seconds=seconds)
+
+    return Ahead
+
+
+def test_an_end_that_alertmanager_took_for_a_future_one_is_sent_again(
+    alertmanager, node_alert_hook, monkeypatch
+):
+    """An Alertmanager whose clock is behind takes the end's endsAt (the master's now) for
+    a moment ahead, and keeps the firing post's later endsAt: the end is lost, the alert
+    lasts minutes more. The master sends the same end again on the next posts, by when
+    that moment has passed on Alertmanager's clock too, as Prometheus re-sends its own."""
+    monkeypatch.setattr(nodealerts, "datetime", master_clock_ahead(SKEW))
+    node = offline_node("gpu-98", "10.0.0.98")
+    assert nodealerts.post_node_alerts().firing == [node.pk]
+    assert node_alert_hook.wait_for(about("gpu-98", "firing"), timeout=30)
+    Node.objects.filter(pk=node.pk).update(status=NodeStatus.ONLINE)
+    assert nodealerts.post_node_alerts().resolved == [node.pk]
+    time.sleep(SKEW + 0.5)
+    assert held(alertmanager, "gpu-98") != []  # the end lost, as the reviewer saw it
+
+    nodealerts.post_node_alerts()  # the next sweep's
+
+    assert wait_until_gone(alertmanager, "gpu-98")
+    assert node_alert_hook.wait_for(about("gpu-98", "resolved"), timeout=30)
+    resent = [nodealerts.post_node_alerts().resent for _ in range(nodealerts.RESEND_ENDS)]
+    assert resent == [[node.pk]] * (nodealerts.RESEND_ENDS - 1) + [[]]  # then forgotten
+    time.sleep(3)  # several group intervals (1 s here): each end is notified once
+    assert len(node_alert_hook.matching(about("gpu-98", "resolved"))) == 1
+
+
+def test_an_end_is_not_sent_again_once_the_same_alert_fires_again():
+    before = datetime(2026, 12, 5, 10, 0, 0, tzinfo=UTC)
+    row = {
+        "id": 7, "hostname": "gpu-07", "status_reason": "refused", "status_detail": "",
+        "diagnosis": "", "status_changed_at": before, "maintenance_changed_at": None,
+    }  # fmt: skip
+    since = nodealerts.down_since(before)
+    ended = [[7, "gpu-07", since, "2026-12-05T10:05:00Z", 2], [8, "gpu-08", "", "x", 1]]
+
+    alerts, kept = nodealerts.resend_ends(ended, nodealerts.posted_record([row]))
+
+    # node 7's alert fires again under the same labels: its end is dropped, never sent
+    assert kept == [[8, "gpu-08", "", "x", 1]]
+    assert [(a["labels"]["node"], a["endsAt"]) for a in alerts] == [("8", "x")]
+
+
+def test_the_drain_budgets_end_is_sent_again_too(alertmanager, monkeypatch):
+    monkeypatch.setattr(drainalert, "datetime", master_clock_ahead(SKEW))
+    spent = {"mode": "on", "budget": "10%", "fleet": 20, "limit": 2, "drained": 2,
+             "held_back": ["gpu-01"]}  # fmt: skip
+    client = Alertmanager(nodealerts.settings.ALERTMANAGER_URL, 5)
+
+    def firing() -> list[dict]:
+        return [
+            a for a in alertmanager.get("/api/v2/alerts?active=true")
+            if a["labels"]["alertname"] == drainalert.ALERTNAME
+        ]  # fmt: skip
+
+    assert drainalert.post_budget_alert(spent, client) == ""
+    assert firing()
+    assert drainalert.post_budget_alert({**spent, "held_back": []}, client) == ""
+    time.sleep(SKEW + 0.5)
+    assert firing()  # the end lost
+
+    assert drainalert.post_budget_alert({**spent, "held_back": []}, client) == ""
+
+    assert wait_until(lambda: not firing(), timeout=10)

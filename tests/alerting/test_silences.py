@@ -114,3 +114,75 @@ def test_a_silence_an_earlier_release_made_is_replaced_with_todays_matchers(
     assert done.created == [node.pk]
     [silence] = live(alertmanager)
     assert {m["name"] for m in silence["matchers"]} == {"node", "cluster_name", "alertname"}
+
+
+@pytest.mark.django_db(transaction=True)  # two reconciles in two threads, as two workers
+def test_maintenance_off_then_on_at_once_keeps_the_silence(alertmanager, make_node):
+    """OFF's reconcile decides to expire the silence; before it does, ON's reads the
+    silence as lasting and makes none. One reconcile at a time: ON then reads after
+    OFF's expiry and makes a new one."""
+    import threading
+
+    from django.db import connection
+
+    from inventory.models import Node
+
+    node = make_node("gpu-12", "10.1.0.12", maintenance=True)
+    silences.reconcile()
+    [first] = live(alertmanager)
+    decided, go = threading.Event(), threading.Event()
+
+    class PausedBeforeExpiring(Alertmanager):
+        def expire_silence(self, silence_id):
+            decided.set()
+            go.wait(10)
+            return super().expire_silence(silence_id)
+
+    def reconcile(client: Alertmanager) -> None:
+        try:
+            silences.reconcile([node.pk], client=client)
+        finally:
+            connection.close()
+
+    Node.objects.filter(pk=node.pk).update(maintenance=False)  # OFF, and its task
+    off = threading.Thread(target=reconcile, args=(PausedBeforeExpiring.from_settings(),))
+    off.start()
+    assert decided.wait(10)
+    Node.objects.filter(pk=node.pk).update(maintenance=True)  # ON at once, and its task
+    on = threading.Thread(target=reconcile, args=(Alertmanager.from_settings(),))
+    on.start()
+    on.join(2)  # with nothing to wait for, ON is done well within this
+    go.set()
+    off.join(20)
+    on.join(20)
+
+    [silence] = live(alertmanager)
+    assert silence["id"] != first["id"]
+    assert silences.node_of(silence) == node.pk
+
+
+def test_a_reconcile_that_waits_too_long_says_so_and_the_poll_does_not_wait(
+    alertmanager, make_node, monkeypatch
+):
+    from alerting import tasks
+
+    node = make_node("gpu-13", "10.1.0.13", maintenance=True)
+    monkeypatch.setattr(silences, "LOCK_WAIT", 0.3)
+    with silences.one_at_a_time(0):  # another worker's reconcile, still running
+        assert tasks.sync_silences([node.pk]) == {
+            "ok": False,
+            "error": "another reconcile of the silences held them for over 0.3 s",
+        }
+        assert "silences_created" not in tasks.sync_alertmanager()
+        assert live(alertmanager) == []
+    assert tasks.sync_alertmanager()["silences_created"] == [node.pk]
+
+
+def test_a_redis_that_does_not_answer_leaves_reconcile_unlocked(alertmanager, make_node, settings):
+    from testkit.ports import free_port
+
+    node = make_node("gpu-14", "10.1.0.14", maintenance=True)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens
+
+    assert silences.reconcile().created == [node.pk]
+    assert len(live(alertmanager)) == 1

@@ -96,3 +96,42 @@ def test_the_poll_puts_back_a_missing_maintenance_silence(alertmanager, make_nod
     result = tasks.sync_alertmanager()
     assert result["silences_created"] == [node.pk]
     assert tasks.sync_alertmanager()["silences_created"] == []
+
+
+@needs_alertmanager
+def test_a_stored_channel_with_a_bad_port_never_stops_the_silences(alertmanager, make_node):
+    from alerting import services
+    from alerting.models import NotificationChannel
+
+    bad = NotificationChannel.objects.create(
+        name="old", kind="slack", url="https://hooks.example.test:99999/T0/B0/port-token"
+    )
+    node = make_node("gpu-06", "10.1.0.6", maintenance=True)
+
+    result = tasks.sync_alertmanager()
+
+    assert result["silences_created"] == [node.pk]
+    assert result["write_error"] == ""
+    bad.refresh_from_db()
+    assert "65535" in bad.config_error
+    assert bad.receiver_name not in services.config_path().read_text()
+
+
+@needs_alertmanager
+def test_a_failed_rewrite_of_the_configuration_still_reconciles_silences(
+    alertmanager, make_node, monkeypatch
+):
+    from alerting import services
+
+    node = make_node("gpu-06", "10.1.0.6", maintenance=True)
+    monkeypatch.setattr(services, "config_out_of_step", lambda: "differs")
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug in the generation")
+
+    monkeypatch.setattr(services, "apply_channels", broken)
+
+    result = tasks.sync_alertmanager()
+
+    assert result["silences_created"] == [node.pk]
+    assert "a bug in the generation" in result["apply_error"]
