@@ -40,6 +40,7 @@ from redis.lock import Lock
 
 from alerting.client import Alertmanager
 from alerting.nodealerts import POSTED_ALERTNAMES
+from alerting.queries import node_of_label
 from inventory.models import Node
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,8 @@ def node_of(silence: dict) -> int | None:
     }
     if found.get("cluster_name") != settings.CLUSTER_NAME:
         return None
-    value = found.get("node", "")
-    return int(value) if value.isdigit() else None
+    # ASCII digits only: "²".isdigit() holds (int() refuses it) and int("٣") is 3.
+    return node_of_label(str(found.get("node", "")))
 
 
 def _parse_time(text: str) -> dt.datetime:

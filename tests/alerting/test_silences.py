@@ -186,3 +186,19 @@ def test_a_redis_that_does_not_answer_leaves_reconcile_unlocked(alertmanager, ma
 
     assert silences.reconcile().created == [node.pk]
     assert len(live(alertmanager)) == 1
+
+
+@pytest.mark.parametrize("label", ["\u00b2", "\u0663", "9" * 5000, "7a"])
+def test_a_node_label_of_other_digits_is_no_node_of_ours(label, settings):
+    """'²'.isdigit() holds and int() refuses it: a reconcile over such a silence raised."""
+    silence = {
+        "createdBy": silences.CREATED_BY,
+        "status": {"state": "active"},
+        "matchers": [
+            {"name": "cluster_name", "value": settings.CLUSTER_NAME, "isRegex": False},
+            {"name": "node", "value": label, "isRegex": False},
+        ],
+    }
+    assert silences.node_of(silence) is None
+    silence["matchers"][1]["value"] = "42"
+    assert silences.node_of(silence) == 42
