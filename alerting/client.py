@@ -10,6 +10,7 @@ the dashboard and /health show as they are ("alerts unavailable: <why>").
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -137,3 +138,13 @@ class Alertmanager:
     def reload(self) -> None:
         """POST /-/reload: Alertmanager rereads alertmanager.yml (an error names the line)."""
         self._call("POST", "/-/reload")
+
+
+# A node id as a `node` label carries it: ASCII digits ("²".isdigit() holds and int("٣")
+# is 3), no more than a database id has (int() refuses past 4,300 digits).
+_NODE_ID = re.compile(r"[0-9]{1,18}")
+
+
+def node_of_label(label: str) -> int | None:
+    """The id of the node a `node` label names; None for one that names none of ours."""
+    return int(label) if _NODE_ID.fullmatch(label) else None

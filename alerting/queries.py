@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import urllib.parse
 from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
 
-from alerting.client import Alertmanager, AlertmanagerUnavailable
+from alerting.client import Alertmanager, AlertmanagerUnavailable, node_of_label
 from alerting.silences import CREATED_BY
 
 # The live list carries at most this many alerts (the count is always the full one).
@@ -23,9 +22,6 @@ LIST_LIMIT = 100
 # always the full one; the node table's `?alert=` filter lists them all).
 GROUP_NODES = 50
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
-# A node id as a `node` label carries it: ASCII digits ("²".isdigit() holds and int("٣")
-# is 3), no more than a database id has (int() refuses past 4,300 digits).
-_NODE_ID = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass
@@ -75,11 +71,6 @@ def _web_link(url: object) -> str:
     except ValueError:  # e.g. an unclosed "[" in the host
         return ""
     return url.strip() if scheme in {"http", "https"} else ""
-
-
-def node_of_label(label: str) -> int | None:
-    """The id of the node a `node` label names; None for one that names none of ours."""
-    return int(label) if _NODE_ID.fullmatch(label) else None
 
 
 def _sort_key(row: dict) -> tuple:

@@ -38,9 +38,8 @@ from django.utils import timezone
 from redis.exceptions import LockError
 from redis.lock import Lock
 
-from alerting.client import Alertmanager
+from alerting.client import Alertmanager, node_of_label
 from alerting.nodealerts import POSTED_ALERTNAMES
-from alerting.queries import node_of_label
 from inventory.models import Node
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from alerting import bulkheads
-from alerting.queries import alerts_and_silences, firing_alerts, node_alerts, node_of_label
+from alerting.client import node_of_label
+from alerting.queries import alerts_and_silences, firing_alerts, node_alerts
 from inventory import services
 from inventory.models import Node
 from macweb.dashboard.views import RETRY_AFTER_SECONDS, json_login_required
