@@ -215,6 +215,9 @@ class GpuVerdict:
     serial: str = ""
     vendor: str = ""
     evidence: tuple[Evidence, ...] = ()
+    # The minor number of its device file (/dev/nvidia<minor>, the `device` label), None
+    # where not said: Slurm numbers a node's GPUs in this order, NVML by PCI bus.
+    minor: int | None = None
 
     @property
     def state(self) -> HealthState:
@@ -267,6 +270,8 @@ VERDICT_READ_CAP = 32 * 1024
 _INDEX_LABELS = ("gpu", "gpu_id")
 _UUID_LABELS = ("UUID", "gpu_uuid")
 _SERIAL_LABELS = ("serial", "serial_number")
+# dcgm-exporter's and MAC's `device` label: "nvidia3" is /dev/nvidia3, minor number 3.
+_NVIDIA_DEVICE = re.compile(r"nvidia([0-9]{1,6})")
 
 
 def _first(labels: dict, names: tuple[str, ...]) -> str:
@@ -322,6 +327,12 @@ def _seen_at(value: str) -> float:
     return at if 0.0 <= at < _LAST_TIME else 0.0
 
 
+def _minor(device: str) -> int | None:
+    """3 for "nvidia3"; None for any other name (AMD's, "nvidia-uvm", "nvidia²")."""
+    match = _NVIDIA_DEVICE.fullmatch(device)
+    return int(match.group(1)) if match else None
+
+
 def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> ReportedHealth | None:
     """The verdicts in an exporter's answer to VERDICT_QUERY; None when it holds none.
 
@@ -353,7 +364,8 @@ def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> Re
         gpu = gpus.setdefault(
             index,
             {"uuid": _first(labels, _UUID_LABELS)[: _KEPT["uuid"]],
-             "serial": _first(labels, _SERIAL_LABELS)[: _KEPT["serial"]], "evidence": []},
+             "serial": _first(labels, _SERIAL_LABELS)[: _KEPT["serial"]], "evidence": [],
+             "minor": _minor(labels.get("device", ""))},
         )  # fmt: skip
         if name == EVIDENCE_METRIC:
             try:
@@ -376,7 +388,8 @@ def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> Re
         return None
     for index in sorted(gpus, key=lambda i: (len(i), i)):
         gpu = gpus[index]
+        evidence = tuple(ranked(gpu["evidence"]))
         found.gpus.append(
-            GpuVerdict(index, gpu["uuid"], gpu["serial"], vendor, tuple(ranked(gpu["evidence"])))
+            GpuVerdict(index, gpu["uuid"], gpu["serial"], vendor, evidence, gpu["minor"])
         )
     return found

@@ -175,6 +175,10 @@ class GpuHealth(models.Model):
     index = models.PositiveIntegerField()
     uuid = models.CharField(max_length=128, blank=True, default="")
     serial = models.CharField(max_length=64, blank=True, default="")
+    # The minor number of its device file (/dev/nvidia<minor>), empty where the exporter
+    # does not say (AMD, an agent before it): job attribution maps Slurm's GPU index, which
+    # counts the device files in this order, to `index` (NVML's, by PCI bus) with it.
+    minor = models.PositiveIntegerField(null=True, blank=True)
     vendor = models.CharField(max_length=16, choices=GpuVendor.choices, default=GpuVendor.NONE)
     state = models.CharField(
         max_length=16, choices=HealthState.choices, default=HealthState.HEALTHY

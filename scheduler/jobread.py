@@ -4,12 +4,17 @@ One read (`read_jobs`, run by the task scheduler.tasks.read_slurm_jobs every
 MAC_PROBE_INTERVAL whenever slurm.conf exists, whatever MAC_SLURM_DRAIN says):
 
 1. `squeue --json`: every job slurmctld remembers; a running one with each node's GRES
-   indexes (`gres_detail`), which are the same for NVIDIA and AMD;
+   indexes (`gres_detail`), which are the same for NVIDIA and AMD: Slurm's count of the
+   node's device files, mapped to the exporters' GPU index (`gpu_order`);
 2. `sacct` since the last read (where the cluster has slurmdbd): jobs that started and
    ended between two reads, even once slurmctld forgot them (MinJobAge);
 3. the database: a `Job` per job that started, a `JobGpu` per GPU index it held, open
-   (`until` empty) while squeue says it holds it, closed at its end (or at the read that
-   no longer lists it).
+   (`until` empty) while squeue says it holds it, closed at its end (or, when no source
+   lists it any more, at the last read that did).
+
+The readers of what jobs hold now (`held_gpu_rows`, `current_jobs`, `jobs_on_gpu`) leave
+out an open row whose job no read has listed for STALE_READS reads: reads that stopped
+(slurmctld unreachable) close nothing.
 
 A job never seen running has its nodes and GPU count, not its indexes: neither squeue
 after the end nor sacct keeps them. Jobs are pruned MAC_METRICS_RETENTION after they
@@ -19,16 +24,18 @@ ended, as the metrics they are joined with. docs/jobs.md says why central readin
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from inventory.models import Node
+from inventory.models import GpuHealth, Node
 from scheduler.config import NodeNameMap
 from scheduler.models import Job, JobGpu
 from scheduler.slurm import SlurmClient, SlurmError, SlurmJob
@@ -45,6 +52,14 @@ SACCT_FIRST_WINDOW = timedelta(hours=1)
 # A job row whose id Slurm gave to another job keeps its history under its id with its
 # row id above Slurm's 32-bit job ids (`_retire_reused_ids`).
 RETIRED_SHIFT = 32
+# An open GPU row counts as held now only while a read listed its job within this many
+# read intervals: when reads stop (slurmctld or munge down, no worker) nothing closes the
+# rows, and the metrics, the node page and the GPU alerts must not go on naming jobs that
+# may have ended. Several, so that a read skipped now and then (a slow one holding the lock,
+# a busy worker) is not taken for an outage; never under STALE_FLOOR, the longest a read
+# may hold its lock (scheduler.tasks.LOCK_SECONDS).
+STALE_READS = 5
+STALE_FLOOR = timedelta(seconds=120)
 JOB_FIELDS = (
     "slurm_id", "name", "user", "account", "partition", "state", "nodes", "gpu_count", "submitted",
     "started", "ended", "seen",
@@ -108,7 +123,7 @@ def merge(live: list[SlurmJob], accounted: list[SlurmJob]) -> dict[int, SlurmJob
 
 
 def held_gpus(jobs: dict[int, SlurmJob]) -> set[tuple[int, str, int]]:
-    """(job id, NodeName, GPU index) of every GPU that a job holds now."""
+    """(job id, NodeName, Slurm's GPU index) of every GPU that a job holds now."""
     return {
         (job.job_id, allocation.node, index)
         for job in jobs.values()
@@ -134,26 +149,40 @@ def record(
         )
     result.jobs = len(jobs)
     ids = dict(Job.objects.filter(job_id__in=jobs).values_list("job_id", "id"))
-    held = held_gpus(jobs)
+    held = held_gpus(jobs)  # by Slurm's index
     open_rows = {
-        (row.job.job_id, row.slurm_node, row.index): row
-        for row in JobGpu.objects.filter(until__isnull=True).select_related("job")
+        _key(row): row for row in JobGpu.objects.filter(until__isnull=True).select_related("job")
     }
     node_of = _node_ids({name for _, name, _ in held})
-    # Held still, on a node MAC enrolled (or MAC_SLURM_NODE_MAP named) since the row began.
-    moved = [row for key, row in open_rows.items()
-             if key in held and row.node_id != node_of.get(row.slurm_node)]  # fmt: skip
+    order = gpu_order(set(node_of.values()))
+
+    def gpu_of(name: str, slurm_index: int) -> tuple[int | None, int]:
+        node = node_of.get(name)
+        return node, _exporter_index(order.get(node), slurm_index)
+
+    # Held still, on a node MAC enrolled (or MAC_SLURM_NODE_MAP named) since the row began,
+    # or whose GPUs' minors the inventory learnt since: the row follows.
+    moved = [
+        row
+        for key, row in open_rows.items()
+        if key in held and (row.node_id, row.index) != gpu_of(row.slurm_node, key[2])
+    ]
     for row in moved:
-        row.node_id = node_of.get(row.slurm_node)
-    JobGpu.objects.bulk_update(moved, ["node"], batch_size=500)
-    # Ended: no longer held by a job slurmctld or sacct still lists (its end), or by a
-    # job neither lists any more (this read).
+        row.slurm_index = _key(row)[2]
+        row.node_id, row.index = gpu_of(row.slurm_node, row.slurm_index)
+    JobGpu.objects.bulk_update(moved, ["node", "index", "slurm_index"], batch_size=500)
+    # Ended: no longer held by a job slurmctld or sacct still lists (its end, else this
+    # read), or by a job neither lists any more: then when a read last listed it, as its
+    # Job.ended below, so that it does not overlap the next job on that GPU.
     closing = []
     for key, row in open_rows.items():
         if key in held:
             continue
         job = jobs.get(key[0])
-        row.until = job.ended if job and job.ended else now
+        if job is None:
+            row.until = max(row.since, row.job.seen)
+        else:
+            row.until = job.ended or now
         closing.append(row)
     JobGpu.objects.bulk_update(closing, ["until"], batch_size=500)
     result.closed = len(closing)
@@ -165,7 +194,7 @@ def record(
     # Held again after a read closed it (a requeued job back on the same GPU, or a read
     # that missed it): the one row per job and GPU opens again, from the job's latest start.
     closed = {
-        (row.job.job_id, row.slurm_node, row.index): row
+        _key(row): row
         for row in JobGpu.objects.filter(
             job__job_id__in={key[0] for key in held}, until__isnull=False
         ).select_related("job")
@@ -174,19 +203,60 @@ def record(
     for row in reopening:
         row.until = None
         row.since = jobs[row.job.job_id].started or row.since
-        row.node_id = node_of.get(row.slurm_node)
-    JobGpu.objects.bulk_update(reopening, ["until", "since", "node"], batch_size=500)
+        row.slurm_index = _key(row)[2]
+        row.node_id, row.index = gpu_of(row.slurm_node, row.slurm_index)
+    JobGpu.objects.bulk_update(
+        reopening, ["until", "since", "node", "index", "slurm_index"], batch_size=500
+    )
     # Begun: held now, with no row yet.
     known = open_rows.keys() | closed.keys()
     opening = [
         JobGpu(
-            job_id=ids[job_id], node_id=node_of.get(name), slurm_node=name, index=index,
-            since=jobs[job_id].started or now,
+            job_id=ids[job_id], node_id=gpu_of(name, index)[0], slurm_node=name,
+            index=gpu_of(name, index)[1], slurm_index=index, since=jobs[job_id].started or now,
         )
         for job_id, name, index in sorted(held - known)
     ]  # fmt: skip
     JobGpu.objects.bulk_create(opening, batch_size=500)
     result.opened = len(opening) + len(reopening)
+
+
+def _key(row: JobGpu) -> tuple[int, str, int]:
+    """(job id, NodeName, Slurm's GPU index): a row as `held_gpus` names what it holds."""
+    slurm_index = row.index if row.slurm_index is None else row.slurm_index
+    return (row.job.job_id, row.slurm_node, slurm_index)
+
+
+def gpu_order(node_ids: set[int]) -> dict[int, list[int]]:
+    """For each of these nodes whose every GPU's minor number the inventory knows: its GPUs'
+    indexes as the exporters number them (NVML's, by PCI bus), in minor-number order.
+
+    Slurm numbers a node's GPUs in the order of their device files (gres.conf's
+    File=/dev/nvidia[0-7], or AutoDetect's, by minor number), NVML by PCI bus: the two
+    differ on real nodes, so Slurm's GPU k is the one with the k-th smallest minor. Where
+    one minor is unknown (AMD, an agent before it, no verdict read yet), or two GPUs say
+    the same, the node is left out: its Slurm index is taken as the exporters'."""
+    minors: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    unknown: set[int] = set()
+    rows = GpuHealth.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "minor")
+    for node_id, index, minor in rows:
+        if minor is None:
+            unknown.add(node_id)
+        else:
+            minors[node_id].append((minor, index))
+    return {
+        node_id: [index for _, index in sorted(pairs)]
+        for node_id, pairs in minors.items()
+        if node_id not in unknown and len({minor for minor, _ in pairs}) == len(pairs)
+    }
+
+
+def _exporter_index(order: list[int] | None, slurm_index: int) -> int:
+    """The exporters' index of Slurm's GPU `slurm_index` (`gpu_order`); Slurm's own where
+    the order is unknown or holds no such GPU."""
+    if order and slurm_index < len(order):
+        return order[slurm_index]
+    return slurm_index
 
 
 def _retire_reused_ids(jobs: dict[int, SlurmJob]) -> int:
@@ -222,14 +292,33 @@ def _another_job(row: Job, job: SlurmJob) -> bool:
 
 def _node_ids(slurm_names: set[str]) -> dict[str, int]:
     """MAC's node id of each of these Slurm NodeNames it monitors (MAC_SLURM_NODE_MAP, else
-    the short host name): one pass over the inventory, whatever the number of GPUs held."""
+    the short host name): one pass over the inventory, whatever the number of GPUs held.
+
+    A NodeName two MAC hosts map to (short names alike in two domains, a typo in the map)
+    is left out, as the drain leaves it: its jobs would otherwise go to either host."""
     names = NodeNameMap.from_settings()
-    found: dict[str, int] = {}
+    hosts: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for hostname, node_id in Node.objects.values_list("hostname", "id"):
         name = names.to_slurm(hostname)
         if name in slurm_names:
-            found.setdefault(name, node_id)
+            hosts[name].append((hostname, node_id))
+    found: dict[str, int] = {}
+    for name, pairs in hosts.items():
+        if len(pairs) == 1:
+            found[name] = pairs[0][1]
+            continue
+        shared = (name, tuple(sorted(hostname for hostname, _ in pairs)))
+        if shared not in _SAID_SHARED:  # once per worker, not at every read
+            _SAID_SHARED.add(shared)
+            log.warning(
+                "Job attribution: MAC's hosts %s all name Slurm's %s; its jobs are shown on "
+                "none of them; give each its own in MAC_SLURM_NODE_MAP",
+                ", ".join(shared[1]), name,
+            )  # fmt: skip
     return found
+
+
+_SAID_SHARED: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def _job_row(job: SlurmJob, now: datetime) -> Job:
@@ -242,6 +331,15 @@ def _job_row(job: SlurmJob, now: datetime) -> Job:
     )  # fmt: skip
 
 
+def close_all() -> int:
+    """Close every open GPU row at its job's last read, where attribution is switched off
+    (no slurm.conf any more): no read will ever close them. Returns how many."""
+    last_read = Subquery(Job.objects.filter(pk=OuterRef("job_id")).values("seen")[:1])
+    return JobGpu.objects.filter(until__isnull=True).update(
+        until=Greatest(models.F("since"), last_read)
+    )
+
+
 def prune(now: datetime) -> int:
     """Remove jobs that ended longer ago than the metrics are kept (MAC_METRICS_RETENTION)."""
     cutoff = now - timedelta(seconds=settings.METRICS_RETENTION_SECONDS)
@@ -252,19 +350,30 @@ def prune(now: datetime) -> int:
 # ---------------------------------------------------------------- reading what was recorded
 
 
+def stale_after() -> timedelta:
+    """How long after the last read that listed a job its open GPU rows still count."""
+    return max(timedelta(seconds=STALE_READS * settings.PROBE_INTERVAL), STALE_FLOOR)
+
+
+def _held_now() -> Q:
+    """Open rows whose job a read listed lately (STALE_READS)."""
+    return Q(until__isnull=True, job__seen__gte=timezone.now() - stale_after())
+
+
 def jobs_on_gpu(node_id: int, index: int, at: datetime) -> list[Job]:
-    """The jobs that held GPU `index` of MAC's node `node_id` at the moment `at`."""
+    """The jobs that held GPU `index` (the exporters' index) of MAC's node `node_id` at the
+    moment `at`; a row still open counts up to STALE_READS read intervals after a read last
+    listed its job."""
     held = JobGpu.objects.filter(node_id=node_id, index=index, since__lte=at).filter(
-        Q(until__isnull=True) | Q(until__gte=at)
+        Q(until__gte=at) | Q(until__isnull=True, job__seen__gte=at - stale_after())
     )
     return list(Job.objects.filter(gpus__in=held).distinct().order_by("job_id"))
 
 
 def current_jobs(node_ids: list[int] | None = None) -> dict[tuple[int, int], JobGpu]:
-    """{(node id, GPU index): its open allocation, with the job} for the nodes (default all)."""
-    rows = JobGpu.objects.filter(until__isnull=True, node__isnull=False).select_related(
-        "job", "node"
-    )
+    """{(node id, GPU index): its open allocation, with the job} for the nodes (default all),
+    leaving out jobs no read has listed lately (STALE_READS)."""
+    rows = JobGpu.objects.filter(_held_now(), node__isnull=False).select_related("job", "node")
     if node_ids is not None:
         rows = rows.filter(node_id__in=node_ids)
     return {(row.node_id, row.index): row for row in rows.order_by("since")}
@@ -288,9 +397,9 @@ def alert_jobs(sender: object = None, rows: list[dict] = (), **kwargs) -> dict:
 
 def held_gpu_rows():
     """(node id, GPU index, hostname, job id, user, partition) of every GPU held now, on
-    nodes MAC monitors, in node and index order."""
+    nodes MAC monitors, in node and index order (jobs a read listed lately: STALE_READS)."""
     return (
-        JobGpu.objects.filter(until__isnull=True, node__isnull=False)
+        JobGpu.objects.filter(_held_now(), node__isnull=False)
         .order_by("node_id", "index", "job__job_id")
         .values_list(
             "node_id", "index", "node__hostname", "job__job_id", "job__user", "job__partition"

@@ -14,7 +14,9 @@ Job attribution (scheduler.jobread), whenever it has recorded jobs:
 
     mac_gpu_job_info{Hostname, gpu, UUID, job_id, user, partition}   1 per GPU a job
         holds now; dashboards join it on the GPU series (dcgm-exporter's Hostname, gpu
-        and UUID labels) instead of multiplying every GPU series by a job label
+        and UUID labels) instead of multiplying every GPU series by a job label. `gpu` is
+        the exporter's index of the GPU (NVML's), which the read mapped Slurm's to
+        (scheduler.jobread.gpu_order), so the join lands on the GPU the job holds
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def job_metrics() -> Iterator[Metric]:
     model instances: a scrape with 8,000 held GPUs stays cheap (bench/slurm_jobs.py)."""
     info = GaugeMetricFamily(
         "mac_gpu_job_info",
-        "1 for each GPU a Slurm job holds now (Slurm's GRES index); join on Hostname, gpu, UUID.",
+        "1 for each GPU a Slurm job holds now (gpu: the exporter's index); join on Hostname, "
+        "gpu, UUID.",
         labels=["Hostname", "gpu", "UUID", "job_id", "user", "partition"],
     )
     held = list(held_gpu_rows())

@@ -80,10 +80,14 @@ class Job(models.Model):
 
 
 class JobGpu(models.Model):
-    """One GPU a job held, from Slurm's GRES index on one node, and from when to when.
+    """One GPU a job held on one node, and from when to when.
 
-    `until` is empty while the job holds it. `node` is MAC's node of that Slurm NodeName
-    (MAC_SLURM_NODE_MAP), empty when MAC does not monitor it.
+    `slurm_index` is Slurm's GRES index (the order of the node's device files); `index`
+    the same GPU as the exporters and GpuHealth number it (NVML's, by PCI bus), which
+    every reader matches: scheduler.jobread maps one to the other from the GPUs' minor
+    numbers, the identity where they are not known. `until` is empty while the job holds
+    it. `node` is MAC's node of that Slurm NodeName (MAC_SLURM_NODE_MAP), empty when MAC
+    does not monitor it.
     """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpus")
@@ -92,6 +96,8 @@ class JobGpu(models.Model):
     )
     slurm_node = models.CharField(max_length=200)
     index = models.PositiveIntegerField()
+    # Empty where it is `index` (a row written by something other than the read).
+    slurm_index = models.PositiveIntegerField(null=True, blank=True)
     since = models.DateTimeField()
     until = models.DateTimeField(null=True, blank=True)
 
@@ -99,7 +105,7 @@ class JobGpu(models.Model):
         ordering = ["job", "slurm_node", "index"]
         constraints = [
             models.UniqueConstraint(
-                fields=["job", "slurm_node", "index"], name="one_row_per_job_gpu"
+                fields=["job", "slurm_node", "slurm_index"], name="one_row_per_job_slurm_gpu"
             )
         ]
         indexes = [models.Index(fields=["node", "index", "until"])]

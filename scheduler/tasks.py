@@ -20,7 +20,7 @@ from django.core.cache import cache
 
 from scheduler.config import slurm_client, slurm_configured
 from scheduler.drainpass import needs_pass, run_drain_pass
-from scheduler.jobread import read_jobs
+from scheduler.jobread import close_all, read_jobs
 from scheduler.slurm import SlurmError
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,10 @@ JOBS_LOCK_KEY = "scheduler:jobs:lock"
 def read_slurm_jobs() -> dict:
     """One read of job attribution (scheduler.jobread), while slurm.conf exists."""
     if not slurm_configured():
+        # Attribution switched off: no read will close the GPU rows still open.
+        closed = close_all()
+        if closed:
+            log.info("job attribution is off (no slurm.conf): %d GPU allocations closed", closed)
         return {"ran": False, "reason": f"no slurm.conf at {settings.SLURM_CONF}"}
     token = secrets.token_hex(8)
     if not cache.add(JOBS_LOCK_KEY, token, timeout=LOCK_SECONDS):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -181,6 +181,7 @@ def _with_missing(
                 gpus[int(gpu.index)] = gpu
     complete = all(report.complete for report in reports)
     expected = row.get("gpu_count") or 0
+    reported = {gpu.minor for gpu in gpus.values()}
     if complete and len(gpus) < expected:
         vendor = row.get("gpu_vendor", "")
         words = f"missing: the exporter reports {len(gpus)} of the {expected} GPUs registered"
@@ -190,6 +191,9 @@ def _with_missing(
             seen = known.get(index)
             at = _missing_since(seen) or now.timestamp()
             uuid, serial = (seen.uuid, seen.serial) if seen else ("", "")
+            # its minor too: Slurm still counts its device file among the node's GPUs (not
+            # where a GPU reported now has it: NVML's indexes moved up, this is another GPU)
+            minor = seen.minor if seen and seen.minor not in reported else None
             item = Evidence(
                 EvidenceSource.MISSING,
                 "missing",
@@ -201,7 +205,7 @@ def _with_missing(
                 uuid,
                 serial,
             )
-            gpus[index] = GpuVerdict(str(index), uuid, serial, vendor, (item,))
+            gpus[index] = GpuVerdict(str(index), uuid, serial, vendor, (item,), minor)
     return [gpus[index] for index in sorted(gpus)]
 
 
@@ -262,9 +266,7 @@ def _escalate(
             )
     for (node_id, index), extra in repeats.items():
         gpu = verdicts[node_id][index]
-        verdicts[node_id][index] = GpuVerdict(
-            gpu.index, gpu.uuid, gpu.serial, gpu.vendor, tuple(ranked([*extra, *gpu.evidence]))
-        )
+        verdicts[node_id][index] = replace(gpu, evidence=tuple(ranked([*extra, *gpu.evidence])))
 
 
 def _event(row: dict, state, action, line: str, gpus: list[GpuVerdict], now: datetime) -> NodeEvent:
@@ -378,6 +380,7 @@ def _save_gpus(gpus: dict[int, list[GpuVerdict]], now: datetime) -> None:
                         index=index,
                         uuid=verdict.uuid,
                         serial=verdict.serial,
+                        minor=verdict.minor,
                         vendor=verdict.vendor or "none",
                         state=verdict.state,
                         action=verdict.action,
@@ -388,19 +391,20 @@ def _save_gpus(gpus: dict[int, list[GpuVerdict]], now: datetime) -> None:
                 )
                 continue
             fields = (verdict.uuid, verdict.serial, str(verdict.state), str(verdict.action))
-            if fields == (row.uuid, row.serial, row.state, row.action) and row.evidence == evidence:
+            same = fields == (row.uuid, row.serial, row.state, row.action)
+            if same and row.evidence == evidence and row.minor == verdict.minor:
                 continue
             if row.state != verdict.state:
                 row.since = now
             row.uuid, row.serial, row.state, row.action = fields
-            row.evidence, row.updated = evidence, now
+            row.evidence, row.updated, row.minor = evidence, now, verdict.minor
             if verdict.vendor:
                 row.vendor = verdict.vendor
             update.append(row)
     GpuHealth.objects.bulk_create(create, batch_size=1000)
     GpuHealth.objects.bulk_update(
         update,
-        ["uuid", "serial", "vendor", "state", "action", "evidence", "since", "updated"],
+        ["uuid", "serial", "minor", "vendor", "state", "action", "evidence", "since", "updated"],
         batch_size=500,
     )
     for node_id, rows in known.items():

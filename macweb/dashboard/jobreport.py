@@ -1,7 +1,8 @@
 """A job's report: its nodes and GPUs, their metrics over its life, the faults that touched them.
 
 What the job page (/jobs/<id>/) and its API (/api/v1/jobs/<id>/) show, built from job
-attribution (scheduler.jobread: which GPU indexes the job held, from when to when), the
+attribution (scheduler.jobread: which GPUs the job held, from when to when, by the index
+the exporters give them, which the read mapped Slurm's own index to), the
 GPU verdicts (GpuFault, GpuHealth) and the metrics store. The charts ask Prometheus'
 query_range as the node page's charts do (macweb.dashboard.charts: the same queries,
 the same MAC_PROMETHEUS_URL, which is the store every shard writes to under
@@ -83,7 +84,8 @@ def build_report(job: Job, now: datetime | None = None) -> JobReport:
 
 
 def job_gpus(job: Job) -> list[dict]:
-    """The GPUs the job held: node, index, UUID, from when to when."""
+    """The GPUs the job held: node, index (the exporters' and GpuHealth's: the UUID, the
+    faults and the charts' `gpu` label match it), Slurm's index, UUID, from when to when."""
     rows = list(job.gpus.select_related("node").order_by("slurm_node", "index"))
     uuids = {
         (gpu.node_id, gpu.index): gpu.uuid
@@ -95,6 +97,7 @@ def job_gpus(job: Job) -> list[dict]:
             "hostname": row.node.hostname if row.node else row.slurm_node,
             "slurm_node": row.slurm_node,
             "index": row.index,
+            "slurm_index": row.index if row.slurm_index is None else row.slurm_index,
             "uuid": uuids.get((row.node_id, row.index), ""),
             "since": row.since,
             "until": row.until,

@@ -22,6 +22,7 @@ numbers as {"set", "infinite", "number"} and write the state as one list of flag
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Any
 from scheduler.slurm.errors import SlurmCommandRefused, SlurmOutputError
 from scheduler.slurm.hostlist import HostlistError, expand_hostlist
 
+log = logging.getLogger(__name__)
 # MAC writes its drain reasons as "MAC: <evidence>; <action>" and touches only those.
 MAC_REASON_PREFIX = "MAC:"
 # sacct's "no job matched" in a --json document: an empty answer, not an error.
@@ -311,16 +313,21 @@ def parse_sacct(text: str) -> list[SlurmJob]:
     Text, not --json: 22.05's sacct --json names a job's user only through its
     association, so on a cluster without associations every user is empty; the text
     output resolves the job's uid.
+
+    A line of another shape (a job name with a newline splits its line in two, one with
+    the delimiter has a field too many) is left out and logged: the other jobs still count.
     """
     jobs = []
     for line in text.splitlines():
         if not line.strip():
             continue
         values = line.split(SACCT_DELIMITER)
-        if len(values) != len(SACCT_FORMAT):
-            raise SlurmOutputError(
-                ("sacct",), f"expected {len(SACCT_FORMAT)} fields, got {len(values)}: {line!r}"
-            )
+        if len(values) != len(SACCT_FORMAT) or not _ascii_digits(values[0]):
+            log.warning(
+                "sacct: left out a line of %d fields (expected %d, a job id first): %r",
+                len(values), len(SACCT_FORMAT), line[:300],
+            )  # fmt: skip
+            continue
         row = dict(zip(SACCT_FORMAT, values, strict=True))
         state = row["State"].split(" ", 1)[0].upper()  # "CANCELLED by 0"
         array_job, _, task = row["JobID"].partition("_")
@@ -451,6 +458,10 @@ def _time(value: Any) -> datetime | None:
     if not seconds or not isinstance(seconds, int | float):
         return None
     return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def _ascii_digits(value: str) -> bool:
+    return value.isascii() and value.isdigit()  # "²".isdigit() holds, int() refuses it
 
 
 def _epoch_text(value: str) -> datetime | None:

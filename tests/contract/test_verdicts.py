@@ -144,3 +144,20 @@ def test_the_clock_pattern_finds_the_time_in_todays_and_older_evidence():
         words = Evidence("dcgm", "xid:79", "XID 79", HealthState.UNHEALTHY,
                          HealthAction.REBOOT, at=at).words()  # fmt: skip
         assert CLOCK_IN_WORDS.sub(" at", words) == "XID 79 at", words
+
+
+def test_each_gpus_minor_number_is_read_from_its_device_label():
+    page = (
+        b'mac_gpu_health{gpu="0",UUID="GPU-a",device="nvidia2",state="healthy",action="none"} 0\n'
+        b'mac_gpu_health{gpu="1",UUID="GPU-b",device="nvidia0",state="healthy",action="none"} 0\n'
+        b'mac_gpu_health{gpu="2",UUID="GPU-c",device="card1",state="healthy",action="none"} 0\n'
+        b'mac_gpu_health{gpu="3",UUID="GPU-d",device="nvidia\xc2\xb2",state="healthy",'
+        b'action="none"} 0\n'
+        b'mac_gpu_health{gpu="4",UUID="GPU-e",state="healthy",action="none"} 0\n'
+        b'mac_node_boot_info{boot_id="b"} 1\n'
+    )
+    found = parse_verdicts(page, "nvidia")
+    # only "nvidia<digits>" is a minor: another name, a non-ASCII digit or none is unknown
+    assert [(g.index, g.minor) for g in found.gpus] == [
+        ("0", 2), ("1", 0), ("2", None), ("3", None), ("4", None),
+    ]  # fmt: skip

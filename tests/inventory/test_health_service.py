@@ -89,3 +89,57 @@ def test_an_answer_no_column_or_clock_can_hold_is_cut_and_the_sweep_writes(
     assert len(gpu.uuid) <= 128 and len(gpu.serial) <= 64
     assert gpu.evidence[0]["at"] == (1781000000.0 if at == "1781000000" else 0.0)
     assert Node.objects.get(pk=other.pk).gpus.count() == 1
+
+
+def test_each_gpus_minor_number_is_kept_and_follows_the_answer(make_node):
+    node = make_node(gpu_vendor="nvidia", gpu_count=2)
+
+    def sweep(minors: tuple[str, str]) -> None:
+        lines = [
+            f'mac_gpu_health{{gpu="{i}",UUID="GPU-{i}",device="{device}",state="healthy",'
+            f'action="none"}} 0'
+            for i, device in enumerate(minors)
+        ]
+        body = "\n".join([*lines, 'mac_node_boot_info{boot_id="b-1"} 1', ""]).encode()
+        row = Node.objects.values(*NODE_FIELDS).get(pk=node.pk)
+        seen = Observation(node.pk, True, answer_digest(body), [("nvidia", body, False)])
+        now = timezone.now()
+        save_health(judge_health([row], {node.pk: seen}, now), now)
+
+    sweep(("nvidia1", "nvidia0"))
+    assert list(node.gpus.values_list("index", "minor")) == [(0, 1), (1, 0)]
+    sweep(("nvidia1", "card0"))  # no longer said: unknown, not the old one
+    assert list(node.gpus.values_list("index", "minor")) == [(0, 1), (1, None)]
+
+
+def test_a_gpu_the_exporter_no_longer_reports_keeps_its_minor_number(make_node):
+    """Slurm's order of the node's GPUs does not change when one falls off the bus."""
+    node = make_node(gpu_vendor="nvidia", gpu_count=2)
+    line = 'mac_gpu_health{{gpu="{i}",UUID="GPU-{i}",device="nvidia{m}",state="healthy",action="none"}} 0'  # noqa: E501
+    for pairs in (((0, 1), (1, 0)), ((0, 1),)):
+        lines = [line.format(i=i, m=m) for i, m in pairs]
+        body = "\n".join([*lines, 'mac_node_boot_info{boot_id="b-1"} 1', ""]).encode()
+        row = Node.objects.values(*NODE_FIELDS).get(pk=node.pk)
+        seen = Observation(node.pk, True, answer_digest(body), [("nvidia", body, False)])
+        now = timezone.now()
+        save_health(judge_health([row], {node.pk: seen}, now), now)
+
+    assert list(node.gpus.values_list("index", "minor", "state")) == [
+        (0, 1, "healthy"), (1, 0, "unhealthy"),
+    ]  # fmt: skip
+
+
+def test_a_missing_gpus_minor_that_another_gpu_now_reports_is_not_kept(make_node):
+    """NVML numbers the GPUs left after one fell off the bus anew: the index MAC calls
+    missing was another GPU's, whose minor the exporter now reports under another index."""
+    node = make_node(gpu_vendor="nvidia", gpu_count=3)
+    line = 'mac_gpu_health{{gpu="{i}",UUID="GPU-{i}",device="nvidia{m}",state="healthy",action="none"}} 0'  # noqa: E501
+    for pairs in (((0, 0), (1, 1), (2, 2)), ((0, 0), (1, 2))):
+        lines = [line.format(i=i, m=m) for i, m in pairs]
+        body = "\n".join([*lines, 'mac_node_boot_info{boot_id="b-1"} 1', ""]).encode()
+        row = Node.objects.values(*NODE_FIELDS).get(pk=node.pk)
+        seen = Observation(node.pk, True, answer_digest(body), [("nvidia", body, False)])
+        now = timezone.now()
+        save_health(judge_health([row], {node.pk: seen}, now), now)
+
+    assert list(node.gpus.values_list("index", "minor")) == [(0, 0), (1, 2), (2, None)]

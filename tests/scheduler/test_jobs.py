@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from contract.drainpolicy import DrainMode
 from contract.verdicts import Evidence, HealthAction, HealthState
@@ -343,7 +344,7 @@ def test_a_runaway_job_slurmdbd_still_calls_running_ends_when_squeue_no_longer_l
 
     job = Job.objects.get(job_id=91)
     assert job.ended == NOW - timedelta(hours=1)  # when MAC last saw it run
-    assert JobGpu.objects.get(job=job).until == NOW
+    assert JobGpu.objects.get(job=job).until == job.ended  # its GPU too
 
 
 def test_an_array_task_is_named_as_slurm_names_it(api_client, staff):
@@ -361,3 +362,73 @@ def test_an_array_task_is_named_as_slurm_names_it(api_client, staff):
     api_client.force_authenticate(staff)
     answer = api_client.get("/api/v1/jobs/130/").json()
     assert (answer["job_id"], answer["slurm_id"]) == (130, "123_4")
+
+
+def test_a_slurm_name_two_mac_hosts_share_is_left_unmatched_as_the_drain_leaves_it(caplog):
+    a, b = online_gpu_node("gpu-01.dc-a"), online_gpu_node("gpu-01.dc-b")
+    mine = online_gpu_node("gpu-02.dc-a")
+    started = NOW - timedelta(minutes=5)
+
+    with caplog.at_level("WARNING", logger="scheduler.jobread"):
+        for _ in range(2):
+            record(
+                [running(61, "gpu-01", (0,), started), running(62, "gpu-02", (0,), started)],
+                [], NOW, ReadResult(),
+            )  # fmt: skip
+
+    assert JobGpu.objects.get(job__job_id=61).node is None  # neither host's
+    assert JobGpu.objects.get(job__job_id=62).node_id == mine.pk
+    assert jobs_on_gpu(a.pk, 0, NOW) == jobs_on_gpu(b.pk, 0, NOW) == []
+    said = [r.getMessage() for r in caplog.records if "gpu-01" in r.getMessage()]
+    assert said == [
+        "Job attribution: MAC's hosts gpu-01.dc-a, gpu-01.dc-b all name Slurm's gpu-01; its "
+        "jobs are shown on none of them; give each its own in MAC_SLURM_NODE_MAP"
+    ]  # once, not at every read
+
+
+def test_a_job_missed_until_slurm_forgot_it_does_not_overlap_the_next_job_on_its_gpu():
+    node = online_gpu_node("node-14")
+    first_seen = NOW - timedelta(hours=2)
+    record([running(71, node.hostname, (0,), first_seen)], [], first_seen, ReadResult())
+    # the master was away; meanwhile job 71 ended, Slurm forgot it, job 72 took its GPU
+    second = running(72, node.hostname, (0,), NOW - timedelta(hours=1))
+
+    record([second], [], NOW, ReadResult())
+
+    old = Job.objects.get(job_id=71)
+    assert old.ended == first_seen == JobGpu.objects.get(job=old).until
+    assert [job.job_id for job in jobs_on_gpu(node.pk, 0, NOW - timedelta(minutes=30))] == [72]
+
+
+def test_the_gpus_of_jobs_still_open_are_closed_when_slurm_conf_goes(settings, tmp_path):
+    from scheduler.jobread import held_gpu_rows
+
+    node = online_gpu_node("node-15")
+    seen = timezone.now() - timedelta(seconds=20)
+    record([running(73, node.hostname, (0, 1), seen)], [], seen, ReadResult())
+    settings.SLURM_CONF = tmp_path / "absent" / "slurm.conf"  # attribution switched off
+
+    read_slurm_jobs()
+
+    assert list(JobGpu.objects.values_list("until", flat=True)) == [seen, seen]
+    assert list(held_gpu_rows()) == []
+
+
+def test_jobs_no_successful_read_has_seen_lately_are_not_named_as_holding_gpus(settings):
+    from scheduler.jobread import STALE_READS, current_jobs, held_gpu_rows
+
+    settings.PROBE_INTERVAL = 30
+    node = online_gpu_node("node-16")
+    now = timezone.now()
+    last = now - timedelta(seconds=30 * STALE_READS + 1)  # then slurmctld stopped answering
+    started = last - timedelta(hours=1)
+    jobs = [running(74, node.hostname, (0,), started), running(75, node.hostname, (1,), started)]
+    record(jobs, [], last, ReadResult())
+    # the rows as an outage leaves them: no read closed 74's; one that listed 75 came since
+    Job.objects.filter(job_id=75).update(seen=now - timedelta(seconds=30))
+
+    assert [row[3] for row in held_gpu_rows()] == [75]
+    assert [row.job.job_id for row in current_jobs([node.pk]).values()] == [75]
+    assert jobs_on_gpu(node.pk, 0, now) == []  # a fault now: not job 74's, for all MAC knows
+    assert [job.job_id for job in jobs_on_gpu(node.pk, 0, last)] == [74]  # while it was seen
+    assert JobGpu.objects.get(job__job_id=74).until is None  # kept, reopened by the next read

@@ -139,9 +139,24 @@ def test_accounting_keeps_jobs_with_users_and_gpu_counts():
     assert pending.nodes == () and pending.started is None
 
 
-def test_an_accounting_line_of_the_wrong_shape_is_an_output_error():
-    with pytest.raises(SlurmOutputError, match="expected 12 fields"):
-        parse_sacct(SACCT_DELIMITER.join(["1", "1", "name"]))
+def test_an_accounting_line_of_the_wrong_shape_is_left_out_and_the_others_kept(caplog):
+    def line(job_id: str, name: str) -> str:
+        return SACCT_DELIMITER.join(
+            [job_id, job_id, name, "bob", "ml", "gpu", "COMPLETED", "n1", "gres/gpu=1",
+             "1796323997", "1796323999", "1796324001"]
+        )  # fmt: skip
+
+    text = "\n".join(
+        [line("51", "ok"), line("52", "two\nlines"), line("53", f"a{SACCT_DELIMITER}b"),
+         line("54", "fine")]
+    )  # fmt: skip
+
+    with caplog.at_level("WARNING", logger="scheduler.slurm.records"):
+        jobs = parse_sacct(text)
+
+    assert [job.job_id for job in jobs] == [51, 54]
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 3 and all("sacct: left out a line of" in words for words in said)
 
 
 def test_a_cancelled_array_task_is_read_from_accounting():
