@@ -327,8 +327,29 @@ class NvmlSource:
         if self._hpc_job_dir is not None:
             # A host path: under Docker the host's / is the exporter's --rootfs.
             mapping = read_mapping(self._roots.host(str(self._hpc_job_dir)))
-            families = with_hpc_job(families, mapping)
+            families = with_hpc_job(families, self._by_nvml_index(mapping))
         yield from families
+
+    def _by_nvml_index(self, mapping: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        """The prolog's files, named by Slurm's GPU index, keyed by this exporter's instead.
+
+        Slurm numbers GPUs by their device files (minor numbers), NVML by PCI bus, and the
+        two orders differ on real nodes: Slurm's GPU k is the one with the k-th smallest
+        minor (scheduler.jobread.gpu_order does the same on the master). Where a minor is
+        unknown or shared, the files' names are taken as they are."""
+        minors = {}
+        for index, ident in self._identities.items():
+            digits = ident.device.removeprefix("nvidia")
+            if not digits.isascii() or not digits.isdigit():
+                return mapping
+            minors[index] = int(digits)
+        if len(set(minors.values())) != len(minors):
+            return mapping
+        order = sorted(minors, key=minors.get)
+        return {
+            str(order[int(name)]) if int(name) < len(order) else name: jobs
+            for name, jobs in mapping.items()
+        }
 
     def _state(self, index: int) -> GpuState:
         if index not in self._states:

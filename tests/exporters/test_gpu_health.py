@@ -196,6 +196,21 @@ def test_the_job_mapping_folder_is_a_host_path_read_under_the_exporters_rootfs(t
     assert 'hpc_job="2002"' in page and page.count("hpc_job=") == 1
 
 
+def test_the_prologs_files_by_slurms_index_label_the_gpu_slurm_means(tmp_path):
+    """Slurm's GPU 0 is the first device file (/dev/nvidia0); NVML numbers by PCI bus, and
+    here NVML's GPU 0 is /dev/nvidia1: the job on Slurm's 0 is on NVML's GPU 1."""
+    nvml = two_h200s()
+    nvml.gpus[0].minor, nvml.gpus[1].minor = 1, 0
+    (tmp_path / "0").write_text("3003\n")
+    source = NvmlSource("gpu-node-17", nvml=nvml, roots=ROOTS, wall=Wall(), hpc_job_dir=tmp_path)
+    exporter = Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
+
+    page = exporter.page(["DCGM_FI_DEV_GPU_TEMP"]).decode()
+
+    (labelled,) = [line for line in page.splitlines() if "hpc_job=" in line]
+    assert 'gpu="1"' in labelled and 'device="nvidia0"' in labelled
+
+
 def test_nvml_fields_feed_the_verdict():
     nvml, wall = two_h200s(), Wall()
     exporter = dcgm(nvml, wall)
