@@ -65,7 +65,13 @@ class JobGpuSerializer(serializers.Serializer):
     node = serializers.IntegerField(allow_null=True, help_text="MAC's node id; null: not monitored")
     hostname = serializers.CharField()
     slurm_node = serializers.CharField(help_text="Slurm's NodeName")
-    index = serializers.IntegerField(help_text="the GPU index (Slurm's GRES IDX)")
+    index = serializers.IntegerField(
+        help_text="the GPU index as the exporters number it (dcgm-exporter's `gpu` label)"
+    )
+    slurm_index = serializers.IntegerField(
+        help_text="the same GPU in Slurm's numbering (its GRES IDX, by device file); it "
+        "differs from `index` where NVML's order (PCI bus) does not follow the device files"
+    )
     uuid = serializers.CharField(allow_blank=True)
     since = serializers.DateTimeField()
     until = serializers.DateTimeField(allow_null=True, help_text="null while the job holds it")
