@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from contract.services import SERVICES
 from maccli import output
 from maccli.fixsteps import MacCommand, apply_step
 from maccli.output import CliError
@@ -84,6 +85,22 @@ def _narrowed(ctx: CheckContext, names: Sequence[str]) -> CheckContext:
         raise CliError(
             f"unknown check {', '.join(repr(name) for name in unknown)}.",
             hint=f"The checks are: {', '.join(CHECK_IDS)} (service:<name> for one service).",
+            commands=["mac doctor"],
+            code=2,
+        )
+    # service:<name> runs the checks of this node's services only: a misspelt name would
+    # select none and report "0 passed", which reads as healthy.
+    services = ctx.extra.get("services") or [service.name for service in SERVICES]
+    strays = [
+        name.split(":", 1)[1]
+        for name in names
+        if name.startswith("service:") and name.split(":", 1)[1] not in services
+    ]
+    if strays:
+        raise CliError(
+            f"unknown service {', '.join(repr(name) for name in strays)}.",
+            hint=f"The services of this node are: "
+            f"{', '.join(f'service:{name}' for name in services)}.",
             commands=["mac doctor"],
             code=2,
         )

@@ -1,25 +1,32 @@
 """`mac env set|get|unset|list`: the per-user and per-node configuration files.
 
-Values that differ per node (NODE_NAME, MASTER_IP) are refused in a per-user file
-on a network filesystem, because every node of the cluster would read them.
+Values that differ per node (NODE_NAME, MASTER_IP, MAC_AGENT_IP, MAC_NODE_KEY, an
+address in MAC_BIND) are refused in a per-user file on a network filesystem, because
+every node of the cluster would read them. The commands it prints quote the value for
+the shell and show a secret's as <value>.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from pathlib import Path
 
 from maccli import output
-from maccli.envvalues import UnknownSetting, mask, validate
+from maccli.envvalues import UnknownSetting, mask, printable, validate
 from maccli.output import CliError
 from node.config import (
-    PER_NODE_KEYS,
     SECRET_KEYS,
     ConfigError,
     NodeConfig,
     Source,
+    is_per_node,
 )
-from node.envfile import write_env_file
+from node.envfile import EnvFileError, write_env_file
+
+# The one per-node value every node may share on purpose (--force): one master for all.
+SHAREABLE = frozenset({"MASTER_IP"})
 
 
 def _split(assignment: str) -> tuple[str, str]:
@@ -45,28 +52,36 @@ def _writable_or_error(cfg: NodeConfig, node: bool, command: str) -> None:
         )
 
 
+def _write(path: Path, updates: Mapping[str, str | None]) -> None:
+    try:
+        write_env_file(path, updates)
+    except EnvFileError as exc:  # a value it cannot store, a line that would swallow it
+        raise CliError(str(exc), commands=exc.commands) from None
+
+
 def env_set(assignment: str, node: bool = False, force: bool = False) -> int:
     cfg = NodeConfig.load()
     key, value = _split(assignment)
     try:
         validate(key, value)
     except UnknownSetting as exc:
-        meant = [f"mac env set {exc.meant}={value}"] if exc.meant else []
+        meant = [f"mac env set {printable(exc.meant, value)}"] if exc.meant else []
         raise CliError(str(exc), commands=meant) from None
     except ConfigError as exc:
         raise CliError(str(exc), commands=[f"mac env set {key}=<value>"]) from None
     flag = " --node" if node else ""
-    if not node and key in PER_NODE_KEYS:
+    if not node and is_per_node(key, value):
         shared, why = cfg.shared_home()
-        if shared and (key == "NODE_NAME" or not force):
+        if shared and (key not in SHAREABLE or not force):
             hint = (
                 f"{cfg.user_file} is read by every node of the cluster ({why}). "
                 f"Per-node values belong in the per-node file {cfg.node_file}:"
             )
-            commands = [f"sudo mac env set --node {key}={value}"]
+            commands = [f"sudo mac env set --node {printable(key, value)}"]
             if key == "MASTER_IP":
                 commands.append(
-                    f"# or, if every node uses this master: mac env set --force {key}={value}"
+                    "# or, if every node uses this master: "
+                    f"mac env set --force {printable(key, value)}"
                 )
             raise CliError(
                 f"{key} must not be set in the shared per-user file {cfg.user_file}.",
@@ -75,9 +90,9 @@ def env_set(assignment: str, node: bool = False, force: bool = False) -> int:
             )
         if shared:
             output.warn(f"{key} saved in {cfg.user_file}, which every node reads ({why}).")
-    _writable_or_error(cfg, node, f"mac env set{flag} {key}={value}")
+    _writable_or_error(cfg, node, f"mac env set{flag} {printable(key, value)}")
     path = cfg.node_file if node else cfg.user_file
-    write_env_file(path, {key: value})
+    _write(path, {key: value})
     scope = "per-node" if node else "per-user"
     shown = mask(value) if key in SECRET_KEYS else value
     output.ok(f"Saved {key}={shown} to {path} ({scope}).")
@@ -86,6 +101,12 @@ def env_set(assignment: str, node: bool = False, force: bool = False) -> int:
     _, source = fresh.lookup(key)
     if source is not None and source != winner:
         output.warn(f"{key} is also set in the {source}, which takes precedence.")
+    elif not node and fresh.node_file_unreadable:
+        # The per-node file wins over this one, and this user cannot see what it holds.
+        output.warn(
+            f"{cfg.node_file} is readable by root only: it may set {key} too, and it takes "
+            f"precedence. To see: sudo mac env get {key}"
+        )
     return 0
 
 
@@ -109,15 +130,29 @@ def env_unset(key: str, node: bool = False) -> int:
     cfg = NodeConfig.load()
     path = cfg.node_file if node else cfg.user_file
     values = cfg.node_values if node else cfg.user_values
+    if node and cfg.node_file_unreadable:
+        # Not "nothing to do": the key may well be set in the file this user cannot read.
+        raise CliError(
+            f"cannot read {path}: permission denied; {key} may be set there.",
+            hint="The per-node file belongs to root:",
+            commands=[f"sudo mac env unset --node {key}"],
+        )
     if key not in values:
         output.say(f"{key} is not set in {path}; nothing to do.")
     else:
         _writable_or_error(cfg, node, f"mac env unset{' --node' if node else ''} {key}")
-        write_env_file(path, {key: None})
+        _write(path, {key: None})
         output.ok(f"Removed {key} from {path}.")
-    value, source = NodeConfig.load().lookup(key)
+    fresh = NodeConfig.load()
+    value, source = fresh.lookup(key)
     if value is not None and source != Source.DEFAULT:
-        output.warn(f"{key}={value} still comes from the {source}.")
+        shown = mask(value) if key in SECRET_KEYS else value
+        output.warn(f"{key}={shown} still comes from the {source}.")
+    elif fresh.node_file_unreadable:
+        output.warn(
+            f"{cfg.node_file} is readable by root only: it may still set {key}. "
+            f"To see: sudo mac env get {key}"
+        )
     return 0
 
 

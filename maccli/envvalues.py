@@ -10,6 +10,7 @@ contract.settings, which the master's settings and the agent's commands read too
 from __future__ import annotations
 
 import difflib
+import shlex
 
 from contract import settings
 from node.config import ConfigError
@@ -49,7 +50,7 @@ def validate(key: str, value: str) -> None:
     if declared.set_with is settings.SetWith.ENVIRONMENT:
         raise ConfigError(
             f"{key} is read from the process environment only, never from the env files: "
-            f"give it on the command line instead (e.g. {key}={value} mac ...)."
+            f"give it on the command line instead (e.g. {printable(key, value)} mac ...)."
         )
     try:
         declared.check(value)
@@ -62,3 +63,11 @@ def mask(value: str) -> str:
     if len(value) <= 8:
         return "****"
     return f"****{value[-4:]}"
+
+
+def printable(key: str, value: str) -> str:
+    """KEY=VALUE for a command printed to copy: quoted for the shell, and a secret's value
+    as <value> (it is not printed where anyone may read the terminal or its log)."""
+    if key in settings.SECRETS:
+        return f"{key}=<value>"
+    return shlex.quote(f"{key}={value}")

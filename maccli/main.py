@@ -11,6 +11,7 @@ from contract.pinning import UntrustedMaster
 from maccli import output
 from maccli.output import CliError
 from node.config import ConfigError
+from node.envfile import EnvFileError
 
 EXAMPLES = """\
 examples:
@@ -229,9 +230,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         output.print_error(exc)
         return exc.code
-    except ConfigError as exc:
-        # An env file `mac` cannot read comes with its own fix; `mac env list` would fail too.
-        output.print_error(CliError(str(exc), commands=exc.commands or ["mac env list"]))
+    except (ConfigError, EnvFileError) as exc:
+        # An env file `mac` cannot read or write comes with its own fix (the node key's write
+        # at registration among them); `mac env list` would fail too.
+        commands = getattr(exc, "commands", None) or ["mac env list"]
+        output.print_error(CliError(str(exc), commands=commands))
         return 1
     except UntrustedMaster as exc:
         from maccli.agent.errors import untrusted_master_error

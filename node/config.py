@@ -16,6 +16,7 @@ No Django here: this runs on agents.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import re
@@ -70,14 +71,31 @@ NETWORK_FILESYSTEMS = frozenset(
 # and per-user env files, the state folder): tests point each at a folder of their own.
 FILE_SETTINGS = ("MAC_NODE_ENV_FILE", "MAC_USER_ENV_FILE", "MAC_STATE_DIR")
 
-# Values that differ from node to node: never in a shared home.
-PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP"})
+NODE_KEY = "MAC_NODE_KEY"
+# Values that differ from node to node: never in a shared home, where every node would
+# claim one name, one address or one node key. MAC_BIND only when it names an address
+# (is_per_node); MASTER_IP alone may be shared on purpose (one master for every node).
+PER_NODE_KEYS = frozenset({"NODE_NAME", "MASTER_IP", "MAC_AGENT_IP", NODE_KEY, "MAC_BIND"})
 # The master's URL (https://<master>:28443 with a CA pin), in place of MASTER_IP.
 MASTER_URL_KEY = "MASTER_URL"
 CA_PIN_KEY = "MAC_MASTER_CA_SHA256"
 # Values nobody but root should read: shown masked by `mac env list` (the declared secrets).
 SECRET_KEYS = settings.SECRETS
-NODE_KEY = "MAC_NODE_KEY"
+
+
+def is_per_node(key: str, value: str) -> bool:
+    """Whether KEY=VALUE differs from node to node. MAC_BIND=0.0.0.0 (any address) or a
+    loopback one means the same on every node; MAC_BIND=10.0.0.17 is one node's address."""
+    if key != "MAC_BIND":
+        return key in PER_NODE_KEYS
+    if value.strip().lower() == "localhost":
+        return False
+    try:
+        address = ipaddress.ip_address(value.strip().strip("[]"))
+    except ValueError:
+        return True  # a host name: one node's
+    return not (address.is_unspecified or address.is_loopback)
+
 
 # The defaults `mac env list` shows beside what the files set.
 DEFAULTS: dict[str, str] = {

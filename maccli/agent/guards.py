@@ -8,6 +8,7 @@ is caught before a service runs or a registration is sent.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from contract.settings.kinds import valid_hostname
@@ -81,10 +82,20 @@ def _can_write(path: Path) -> bool:
 
 def require_node_file_writable(cfg: NodeConfig) -> None:
     if not _can_write(cfg.node_file):
+        # sudo gives root's HOME, so `sudo mac start agent` reads /root/.mac/env, not this
+        # user's file: a MASTER_IP saved only there would be "required" again under sudo.
+        hint = f"Run it as root. The values in {cfg.user_file} are not read under sudo"
+        commands = ["sudo mac start agent"]
+        if cfg.source_of("MASTER_IP") == Source.USER:
+            hint += "; save MASTER_IP in the per-node file first:"
+            assignment = shlex.quote(f"MASTER_IP={cfg.get('MASTER_IP')}")
+            commands.insert(0, f"sudo mac env set --node {assignment}")
+        else:
+            hint += " (keep what root needs in the per-node file: sudo mac env set --node):"
         raise CliError(
             f"the node key must be kept in {cfg.node_file}, which only root can write.",
-            hint="Run it as root:",
-            commands=["sudo mac start agent"],
+            hint=hint,
+            commands=commands,
         )
 
 

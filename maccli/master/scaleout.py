@@ -276,7 +276,8 @@ def specs(
     store = store_url(cfg, layout)
     scrapers = scraper_addresses(cfg, layout)
     interval = cfg.get("MAC_SCRAPE_INTERVAL") or "15s"
-    sd_check = f"{max(1, round(float(cfg.get('MAC_PROBE_INTERVAL') or 30)))}s"
+    # Validated by the catalogue (a number of seconds from 0.5): `10s` or nan is refused.
+    sd_check = f"{max(1, round(cfg.value('MAC_PROBE_INTERVAL')))}s"
     buffer = scraper_buffer(cfg)
     result: list[ServiceSpec] = []
     if not cfg.get("MAC_METRICS_STORE_URL"):

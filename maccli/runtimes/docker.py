@@ -168,7 +168,9 @@ class DockerRuntime(Runtime):
 
     @property
     def image(self) -> str:
-        return os.environ.get("MAC_IMAGE") or DEFAULT_IMAGE
+        # As compose_env gives it to Compose: the environment, else the env files
+        # (`mac env set MAC_IMAGE=...`), else the default.
+        return NodeConfig.load().get("MAC_IMAGE") or DEFAULT_IMAGE
 
     def compose_files(self, role: str) -> list[Path]:
         """Those written for this start, else the role's compose file, then the agent's

@@ -34,7 +34,8 @@ def choose_runtime(
     units = systemd_units(cfg.get)  # boot-time units where systemd runs (maccli.systemd)
     process = ProcessRuntime(
         cfg.state_dir,
-        grace=float(cfg.get("MAC_STOP_GRACE") or 10),
+        # Through the catalogue: `10s`, nan or -5 is an error naming it, not a traceback.
+        grace=cfg.value("MAC_STOP_GRACE"),
         systemd=units,
         log_max_bytes=cfg.int_value("MAC_LOG_MAX_BYTES", LOG_MAX_BYTES),
         log_backups=cfg.int_value("MAC_LOG_BACKUPS", LOG_BACKUPS),

@@ -61,3 +61,29 @@ def test_a_per_node_file_that_is_a_directory_names_it_and_the_fix(files, argv, c
     assert "Traceback" not in said
     assert f"Error: {node_file} is a directory, not an env file" in said
     assert f"mv {node_file} {node_file}.bak" in said
+
+
+def test_a_write_the_file_refuses_midway_is_a_clear_error_too(files, monkeypatch, capsys):
+    """A write deep inside a command (the node key at registration) that meets a line the
+    reader could not take back is the same clear error, not a traceback."""
+    from maccli import main as main_module
+    from node.envfile import write_env_file
+
+    _, node_file = files
+    node_file.parent.mkdir(parents=True)
+    before = 'MASTER_IP=10.0.0.5\nMAC_LABELS="rack=1\n'  # an unclosed quote left by hand
+    node_file.write_text(before)
+
+    def registering(args, ap):
+        # A value that needs quotes: its opening quote would close the one left open.
+        write_env_file(node_file, {"MAC_NODE_KEY": "k #1"})
+        return 0
+
+    monkeypatch.setattr(main_module, "dispatch", registering)
+
+    code = main(["status"])
+
+    said = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in said
+    assert str(node_file) in said and "line 2" in said
+    assert node_file.read_text() == before

@@ -198,3 +198,23 @@ def test_roots_come_from_the_mac_root_settings(tmp_path):
 def test_a_bad_shared_home_override_is_refused_naming_it(tmp_path):
     with pytest.raises(ConfigError, match="MAC_SHARED_HOME='perhaps' is not on or off"):
         _config(tmp_path, environ={"MAC_SHARED_HOME": "perhaps"}).shared_home()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "per_node"),
+    [
+        ("MAC_BIND", "0.0.0.0", False),
+        ("MAC_BIND", "::", False),
+        ("MAC_BIND", "127.0.0.1", False),
+        ("MAC_BIND", "10.0.0.17", True),
+        ("MAC_BIND", "fd00::17", True),
+        ("MAC_AGENT_IP", "10.0.0.17", True),
+        ("MAC_NODE_KEY", "k", True),
+        ("NODE_NAME", "gpu-1", True),
+        ("MAC_LABELS", "rack=a1", False),
+    ],
+)
+def test_per_node_values_are_the_ones_that_differ_between_nodes(key, value, per_node):
+    from node.config import is_per_node
+
+    assert is_per_node(key, value) is per_node

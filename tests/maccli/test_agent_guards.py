@@ -1,0 +1,53 @@
+"""The guard that sends a user to `sudo mac start agent`: under sudo, ~/.mac/env is root's,
+so what the user saved there is not read; it says so and gives the per-node command.
+
+Configurations are built from files under tmp_path; the machine's own are never read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maccli.agent import guards
+from maccli.output import CliError
+from node.config import NodeConfig
+
+
+def _config(tmp_path: Path, node: str = "", user: str = "") -> NodeConfig:
+    node_file, user_file = tmp_path / "node.env", tmp_path / "home" / ".mac" / "env"
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    node_file.write_text(node)
+    user_file.write_text(user)
+    return NodeConfig.load(
+        {"MAC_NODE_ENV_FILE": str(node_file), "MAC_USER_ENV_FILE": str(user_file)}
+    )
+
+
+@pytest.fixture
+def root_only(monkeypatch):
+    """The per-node file as a user sees it: only root may write it (the tests run as root)."""
+    monkeypatch.setattr(guards, "_can_write", lambda path: False)
+
+
+def test_master_ip_only_in_the_per_user_file_gets_the_per_node_command(tmp_path, root_only):
+    cfg = _config(tmp_path, user="MASTER_IP=10.0.0.5\n")
+    with pytest.raises(CliError) as caught:
+        guards.require_node_file_writable(cfg)
+    error = caught.value
+    assert "only root can write" in error.message
+    assert f"values in {cfg.user_file} are not read under sudo" in error.hint
+    assert error.commands == ["sudo mac env set --node MASTER_IP=10.0.0.5", "sudo mac start agent"]
+
+
+def test_master_ip_in_the_per_node_file_needs_only_sudo(tmp_path, root_only):
+    cfg = _config(tmp_path, node="MASTER_IP=10.0.0.9\n", user="MASTER_IP=10.0.0.5\n")
+    with pytest.raises(CliError) as caught:
+        guards.require_node_file_writable(cfg)
+    assert caught.value.commands == ["sudo mac start agent"]
+    assert "not read under sudo" in caught.value.hint
+
+
+def test_a_writable_node_file_passes(tmp_path):
+    guards.require_node_file_writable(_config(tmp_path, user="MASTER_IP=10.0.0.5\n"))
