@@ -13,8 +13,23 @@ from node.runner import Runner, run_command
 
 
 def docker_answers(run: Runner = run_command) -> bool:
-    """A working engine, not merely a client: `docker info` must succeed."""
-    return run(["docker", "info", "--format", "{{.ServerVersion}}"]).returncode == 0
+    """A working engine, not merely a client: `docker info` must succeed.
+
+    An engine that runs but refuses this user (not root, not in the `docker` group) is a
+    CliError: falling back to the process runtime would report every container as a
+    stopped process, and `mac logs` would find none."""
+    done = run(["docker", "info", "--format", "{{.ServerVersion}}"])
+    if done.returncode == 0:
+        return True
+    said = f"{done.stderr}\n{done.stdout}"
+    if "permission denied" in said.lower() and "docker" in said.lower():
+        raise CliError(
+            "Docker runs here, but this user may not use it (permission denied on its "
+            "socket), so mac cannot see the services it runs.",
+            hint="Run mac as root, or add this user to the docker group (then log in again):",
+            commands=["sudo mac status", "sudo usermod -aG docker $USER"],
+        )
+    return False
 
 
 def _docker(cfg: NodeConfig, run: Runner, remove_stale: bool, units) -> DockerRuntime:

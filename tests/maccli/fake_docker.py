@@ -146,6 +146,14 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
+    if (STATE / "engine-refuses").exists():  # a user outside the docker group
+        print(
+            "permission denied while trying to connect to the Docker daemon socket at "
+            'unix:///var/run/docker.sock: Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/info": '
+            "dial unix /var/run/docker.sock: connect: permission denied",
+            file=sys.stderr,
+        )
+        return 1
     command = args[0]
     if command == "info":
         print("27.3.1")

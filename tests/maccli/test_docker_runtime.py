@@ -117,6 +117,28 @@ def test_auto_runtime_is_docker_when_the_engine_answers_else_process(docker, mac
     assert isinstance(choose_runtime(cfg, "agent", "docker"), DockerRuntime)
 
 
+def test_an_engine_that_refuses_this_user_is_said_not_taken_for_no_engine(
+    docker, mac_env, monkeypatch
+):
+    """Falling back to the process runtime listed every running container as a stopped
+    service (`mac status` as a user outside the docker group, the guide's first step)."""
+    from maccli.output import CliError
+
+    monkeypatch.setenv("PATH", mac_env.env["PATH"])
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
+    cfg = NodeConfig.load({**own_files(mac_env.root), "MAC_STATE_DIR": str(mac_env.state_dir)})
+    (docker / "engine-refuses").write_text("")
+
+    with pytest.raises(CliError) as caught:
+        choose_runtime(cfg, "agent")
+
+    assert "may not use it" in caught.value.message
+    assert caught.value.commands == ["sudo mac status", "sudo usermod -aG docker $USER"]
+    refused = mac_env.run("status")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "sudo usermod -aG docker" in refused.stderr
+
+
 def _without_plugin(docker, bin_dir, compose_v1: bool) -> None:
     """Like Debian's docker.io: no `docker compose`; `docker-compose` 1.29 when asked."""
     (docker / "no-compose-plugin").write_text("")
