@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from urllib.parse import urlencode
@@ -327,10 +327,21 @@ def _seen_at(value: str) -> float:
     return at if 0.0 <= at < _LAST_TIME else 0.0
 
 
-def _minor(device: str) -> int | None:
+def device_minor(device: str) -> int | None:
     """3 for "nvidia3"; None for any other name (AMD's, "nvidia-uvm", "nvidia²")."""
     match = _NVIDIA_DEVICE.fullmatch(device)
     return int(match.group(1)) if match else None
+
+
+def slurm_gpu_order(minors: Mapping[int, int | None]) -> list[int] | None:
+    """A node's GPU indexes as the exporters number them (NVML's, by PCI bus), in Slurm's
+    order: Slurm numbers GPUs by their device files, so its GPU k is the one with the k-th
+    smallest minor number. None where a minor is unknown or two GPUs say the same: then
+    Slurm's index is taken as the exporters' (AMD, an agent before the minors)."""
+    known = [minor for minor in minors.values() if minor is not None]
+    if len(known) != len(minors) or len(set(known)) != len(known):
+        return None
+    return sorted(minors, key=lambda index: minors[index])
 
 
 def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> ReportedHealth | None:
@@ -365,7 +376,7 @@ def parse_verdicts(body: bytes, vendor: str = "", truncated: bool = False) -> Re
             index,
             {"uuid": _first(labels, _UUID_LABELS)[: _KEPT["uuid"]],
              "serial": _first(labels, _SERIAL_LABELS)[: _KEPT["serial"]], "evidence": [],
-             "minor": _minor(labels.get("device", ""))},
+             "minor": device_minor(labels.get("device", ""))},
         )  # fmt: skip
         if name == EVIDENCE_METRIC:
             try:

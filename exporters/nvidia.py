@@ -42,6 +42,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
 
+from contract.verdicts import device_minor, slurm_gpu_order
 from exporters.gpu_health import evidence_window, verdict_families
 from exporters.hpcjob import with_hpc_job
 from exporters.nvidia_fields import (
@@ -331,21 +332,14 @@ class NvmlSource:
         yield from families
 
     def _by_nvml_index(self, mapping: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-        """The prolog's files, named by Slurm's GPU index, keyed by this exporter's instead.
-
-        Slurm numbers GPUs by their device files (minor numbers), NVML by PCI bus, and the
-        two orders differ on real nodes: Slurm's GPU k is the one with the k-th smallest
-        minor (scheduler.jobread.gpu_order does the same on the master). Where a minor is
-        unknown or shared, the files' names are taken as they are."""
-        minors = {}
-        for index, ident in self._identities.items():
-            digits = ident.device.removeprefix("nvidia")
-            if not digits.isascii() or not digits.isdigit():
-                return mapping
-            minors[index] = int(digits)
-        if len(set(minors.values())) != len(minors):
+        """The prolog's files, named by Slurm's GPU index, keyed by this exporter's instead,
+        in the order the master maps jobs by (contract.verdicts.slurm_gpu_order); where a
+        minor is unknown or shared, the files' names are taken as they are."""
+        order = slurm_gpu_order(
+            {index: device_minor(ident.device) for index, ident in self._identities.items()}
+        )
+        if order is None:
             return mapping
-        order = sorted(minors, key=minors.get)
         return {
             str(order[int(name)]) if int(name) < len(order) else name: jobs
             for name, jobs in mapping.items()

@@ -35,6 +35,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from contract.verdicts import slurm_gpu_order
 from inventory.models import GpuHealth, Node
 from scheduler.config import NodeNameMap
 from scheduler.models import Job, JobGpu
@@ -229,26 +230,15 @@ def _key(row: JobGpu) -> tuple[int, str, int]:
 
 def gpu_order(node_ids: set[int]) -> dict[int, list[int]]:
     """For each of these nodes whose every GPU's minor number the inventory knows: its GPUs'
-    indexes as the exporters number them (NVML's, by PCI bus), in minor-number order.
-
-    Slurm numbers a node's GPUs in the order of their device files (gres.conf's
-    File=/dev/nvidia[0-7], or AutoDetect's, by minor number), NVML by PCI bus: the two
-    differ on real nodes, so Slurm's GPU k is the one with the k-th smallest minor. Where
-    one minor is unknown (AMD, an agent before it, no verdict read yet), or two GPUs say
-    the same, the node is left out: its Slurm index is taken as the exporters'."""
-    minors: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    unknown: set[int] = set()
+    indexes as the exporters number them, in Slurm's order (contract.verdicts.slurm_gpu_order:
+    Slurm's GPU k is the one with the k-th smallest minor; NVML numbers by PCI bus, and the
+    two differ on real nodes). A node left out keeps Slurm's index as the exporters'."""
+    minors: dict[int, dict[int, int | None]] = defaultdict(dict)
     rows = GpuHealth.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "minor")
     for node_id, index, minor in rows:
-        if minor is None:
-            unknown.add(node_id)
-        else:
-            minors[node_id].append((minor, index))
-    return {
-        node_id: [index for _, index in sorted(pairs)]
-        for node_id, pairs in minors.items()
-        if node_id not in unknown and len({minor for minor, _ in pairs}) == len(pairs)
-    }
+        minors[node_id][index] = minor
+    found = {node_id: slurm_gpu_order(by_index) for node_id, by_index in minors.items()}
+    return {node_id: order for node_id, order in found.items() if order is not None}
 
 
 def _exporter_index(order: list[int] | None, slurm_index: int) -> int:

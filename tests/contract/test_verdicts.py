@@ -161,3 +161,15 @@ def test_each_gpus_minor_number_is_read_from_its_device_label():
     assert [(g.index, g.minor) for g in found.gpus] == [
         ("0", 2), ("1", 0), ("2", None), ("3", None), ("4", None),
     ]  # fmt: skip
+
+
+def test_slurms_gpu_order_is_by_minor_number_and_none_where_it_cannot_be_told():
+    from contract.verdicts import device_minor, slurm_gpu_order
+
+    # NVML's GPUs 0, 1, 2 are /dev/nvidia2, /dev/nvidia0, /dev/nvidia1: Slurm's 0 is NVML's 1.
+    assert slurm_gpu_order({0: 2, 1: 0, 2: 1}) == [1, 2, 0]
+    assert slurm_gpu_order({0: 0, 1: None}) is None  # one unknown: Slurm's index as is
+    assert slurm_gpu_order({0: 3, 1: 3}) is None  # two say the same
+    assert [device_minor(d) for d in ("nvidia3", "nvidia-uvm", "card0", "nvidia\u00b2")] == [
+        3, None, None, None
+    ]  # fmt: skip

@@ -107,6 +107,31 @@ def loopback_address(salt: int) -> str:
 
 
 @pytest.fixture
+def files(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """(user file, per-node file) under tmp_path, for `mac` run in this process
+    (maccli.main.main): the machine's own /etc/mango/mac/env and ~/.mac/env are never read."""
+    home = tmp_path / "home" / "op"
+    (home / ".mac").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
+    user_file, node_file = home / ".mac" / "env", tmp_path / "etc" / "mango" / "mac" / "env"
+    for name, value in {
+        "HOME": str(home),
+        "MAC_USER_ENV_FILE": str(user_file),
+        "MAC_NODE_ENV_FILE": str(node_file),
+        "MAC_STATE_DIR": str(tmp_path / "state"),
+        "MAC_PROC_ROOT": str(tmp_path / "proc"),
+        "MAC_RUNTIME": "process",
+        "NO_COLOR": "1",
+        "COLUMNS": "300",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("MASTER_IP", "NODE_NAME", "MASTER_URL", "OTHER", "MAC_BMC_REDFISH_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    return user_file, node_file
+
+
+@pytest.fixture
 def docker(mac_env, tmp_path):
     """Put the stand-in docker first on PATH, with two leftovers of project `deploy`."""
     bin_dir = tmp_path / "bin"

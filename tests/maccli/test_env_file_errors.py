@@ -6,34 +6,9 @@ the machine's own /etc/mango/mac/env and ~/.mac/env are never read.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from maccli.main import main
-
-
-@pytest.fixture
-def files(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
-    home = tmp_path / "home" / "op"
-    (home / ".mac").mkdir(parents=True)
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "proc" / "mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
-    user_file, node_file = home / ".mac" / "env", tmp_path / "etc" / "mango" / "mac" / "env"
-    for name, value in {
-        "HOME": str(home),
-        "MAC_USER_ENV_FILE": str(user_file),
-        "MAC_NODE_ENV_FILE": str(node_file),
-        "MAC_STATE_DIR": str(tmp_path / "state"),
-        "MAC_PROC_ROOT": str(tmp_path / "proc"),
-        "MAC_RUNTIME": "process",
-        "NO_COLOR": "1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("MASTER_IP", "NODE_NAME", "MASTER_URL"):
-        monkeypatch.delenv(name, raising=False)
-    return user_file, node_file
-
 
 COMMANDS = [["env", "get", "MASTER_IP"], ["status"], ["stop", "agent"]]
 

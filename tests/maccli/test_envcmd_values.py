@@ -1,7 +1,7 @@
 """`mac env` with values that need quoting, keys written twice, a per-node file this user
 cannot read, per-node keys in a shared home, and the fix commands it prints.
 
-Every file is under tmp_path (the mac_env fixture, or `files` below for runs in this
+Every file is under tmp_path (the mac_env fixture, or `files` in conftest.py for runs in this
 process): the machine's own /etc/mango/mac/env and ~/.mac/env are never read or written.
 """
 
@@ -105,30 +105,6 @@ def test_an_environment_only_setting_is_shown_quoted(mac_env):
     result = mac_env.run("env", "set", "MAC_USER_ENV_FILE=/tmp/my env")
     assert result.returncode == 1
     assert "(e.g. 'MAC_USER_ENV_FILE=/tmp/my env' mac ...)" in result.stderr
-
-
-@pytest.fixture
-def files(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
-    """The env files under tmp_path, for `mac` run in this process (main)."""
-    home = tmp_path / "home" / "op"
-    (home / ".mac").mkdir(parents=True)
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "proc" / "mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
-    user_file, node_file = home / ".mac" / "env", tmp_path / "etc" / "mango" / "mac" / "env"
-    for name, value in {
-        "HOME": str(home),
-        "MAC_USER_ENV_FILE": str(user_file),
-        "MAC_NODE_ENV_FILE": str(node_file),
-        "MAC_STATE_DIR": str(tmp_path / "state"),
-        "MAC_PROC_ROOT": str(tmp_path / "proc"),
-        "MAC_RUNTIME": "process",
-        "NO_COLOR": "1",
-        "COLUMNS": "300",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("MASTER_IP", "NODE_NAME", "MASTER_URL", "OTHER", "MAC_BMC_REDFISH_PASSWORD"):
-        monkeypatch.delenv(name, raising=False)
-    return user_file, node_file
 
 
 @pytest.fixture
