@@ -62,18 +62,21 @@ def firing_rows() -> list[dict]:
             "since",
         )
     )  # fmt: skip
-    firing = [
-        {
+    firing = []
+    for row in rows:
+        state = read_state(row["state"])
+        evidence = read_evidence(row["evidence"])
+        firing.append({
+            **row,
             "node": row["node_id"],
             "hostname": row["node__hostname"],
             "gpu": row["index"],
-            "alertname": ALERTNAMES[HealthState(row["state"])],
-            "severity": SEVERITIES[HealthState(row["state"])],
-            "fault_at": fault_time(row),
-            **row,
-        }
-        for row in rows
-    ]
+            "alertname": ALERTNAMES[state],
+            "severity": SEVERITIES[state],
+            "state": state,
+            "evidence": evidence,
+            "fault_at": fault_time({"evidence": evidence, "since": row["since"]}),
+        })  # fmt: skip
     if firing:
         for _, answer in gpu_jobs.send(sender=None, rows=firing):
             for row in firing:
@@ -81,10 +84,34 @@ def firing_rows() -> list[dict]:
     return firing
 
 
+def read_state(value: str) -> HealthState:
+    """A stored verdict's state; one this release does not know (a later release's, a
+    hand-edited row) is taken as unhealthy: it pages rather than stops every alert's post."""
+    try:
+        state = HealthState(value)
+    except ValueError:
+        return HealthState.UNHEALTHY
+    return state if state in ALERTNAMES else HealthState.UNHEALTHY
+
+
+def read_evidence(items) -> list[Evidence]:
+    """A stored verdict's evidence; an item this release cannot read is said in its own
+    words (its detail, else the raw item) rather than dropped or raised on."""
+    evidence = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            evidence.append(Evidence.from_dict(item))
+        except (AttributeError, TypeError, ValueError):
+            detail = item.get("detail") if isinstance(item, dict) else None
+            evidence.append(
+                Evidence("", "", str(detail or item), HealthState.UNHEALTHY, HealthAction.NONE, 0.0)
+            )
+    return evidence
+
+
 def fault_time(row: dict) -> datetime:
     """When the GPU's fault happened: its earliest dated evidence, else when the verdict turned."""
-    moments = [item.get("at") or 0 for item in row["evidence"] or []]
-    earliest = min((at for at in moments if at), default=0)
+    earliest = min((item.at for item in row["evidence"] if item.at > 0), default=0)
     return datetime.fromtimestamp(earliest, UTC) if earliest else row["since"]
 
 
@@ -107,18 +134,22 @@ def gpu_words(row: dict) -> str:
 
 
 def firing_alert(row: dict, ends_at: str, node_url: str, runbook: str) -> dict:
-    action = HealthAction(row["action"])
-    state = HealthState(row["state"])
-    evidence = [Evidence.from_dict(item) for item in row["evidence"] or []]
+    state, evidence = row["state"], row["evidence"]
+    try:
+        action = HealthAction(row["action"])
+    except ValueError:  # a later release's action: its own name, with no fix to offer
+        action_words, fix = str(row["action"]), ""
+    else:
+        action_words, fix = ACTION_LABELS[action], ACTION_FIXES[action]
     jobs = row.get("jobs", "")
     annotations = {
-        "summary": f"{gpu_words(row)} on {row['hostname']} is {state}: {ACTION_LABELS[action]}"
+        "summary": f"{gpu_words(row)} on {row['hostname']} is {state}: {action_words}"
         + (f"; it held {jobs}" if jobs else ""),
         "gpu": gpu_words(row),
         "jobs": jobs,
         "evidence": "\n".join(item.words() for item in evidence),
-        "action": str(action),
-        "fix": ACTION_FIXES[action],
+        "action": str(row["action"]),
+        "fix": fix,
         "node_url": node_url,
         "runbook_url": runbook,
         "source": "mac-master",

@@ -171,6 +171,32 @@ def test_the_email_of_a_gpu_alert_says_the_gpu_the_evidence_and_the_fix(
     assert "sudo reboot" in text
 
 
+def test_a_verdict_this_release_cannot_read_pages_and_the_rest_still_posts(alertmanager):
+    """A later release's state or action, or evidence it cannot parse (a downgrade, a row
+    edited by hand), made the whole post fail: no node or GPU alert went out for anyone."""
+    odd = online_gpu_node("gpu-47", "10.0.0.47")
+    GpuHealth.objects.create(
+        node=odd, index=2, uuid="GPU-2", state="quarantined", action="replace_board",
+        evidence=[{"detail": "fenced by a later release", "state": "quarantined"}, "raw words"],
+    )  # fmt: skip
+    plain = online_gpu_node("gpu-48", "10.0.0.48")
+    verdict(plain, 3, XID79)
+
+    post = nodealerts.post_node_alerts()
+
+    assert post.error == ""
+    assert post.gpus_firing == sorted(
+        [f"{odd.pk}/2/MacGpuUnhealthy", f"{plain.pk}/3/MacGpuUnhealthy"]
+    )
+    [alert] = held(alertmanager, "gpu-47")
+    assert alert["labels"]["severity"] == "critical"
+    notes = alert["annotations"]
+    assert notes["summary"] == "GPU 2 (UUID GPU-2) on gpu-47 is unhealthy: replace_board"
+    assert notes["action"] == "replace_board" and "fix" not in notes
+    assert notes["evidence"] == "fenced by a later release\nraw words"
+    assert [a["labels"]["gpu"] for a in held(alertmanager, "gpu-48")] == ["3"]
+
+
 def test_an_alert_an_earlier_release_posted_under_another_name_is_still_ended():
     from alerting.gpualerts import resolved_alert
 

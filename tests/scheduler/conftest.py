@@ -134,7 +134,7 @@ def clear_drain_keys() -> None:
     counters = [drainpass.counter_key(d, dry) for d in Decision for dry in (False, True)]
     cache.delete_many(
         [link.LINK_KEY, drainpass.BUDGET_KEY, drainpass.VIEW_KEY, drainalert.POSTED_KEY,
-         tasks.LOCK_KEY, *counters]
+         drainalert.ENDED_KEY, tasks.LOCK_KEY, *counters]
     )  # fmt: skip
 
 
