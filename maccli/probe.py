@@ -12,8 +12,9 @@ registered it: the diagnosis leaves such services out, as the master's would.
 
 The diagnosis depends on the node's network mode (host or bridge, reported at
 registration): `--network` gives it; without it, a node probing its own address asks
-its master (GET /api/v1/self with its node key); otherwise it is unknown and the node
-is judged as an agent older than the mode, as the master would.
+its master (GET /api/v1/self with its node key). Otherwise it is unknown here: the node
+is judged as an agent older than the mode (bridge), which the master does only for a
+node that registered no mode, so the output says the master may judge differently.
 """
 
 from __future__ import annotations
@@ -150,6 +151,10 @@ def probe(
     basis = judged(node.results)
     code = diagnose(NodeProbe(node.node_id, ip, basis), mode)
     meaning, fix = describe(code)
+    # The mode unknown, judged as bridge: where host mode (new installs' default) reads the
+    # same probes otherwise, that reading is given too, so neither is taken on trust.
+    if_host = "" if mode else diagnose(NodeProbe(node.node_id, ip, basis), AgentNetwork.HOST)
+    if_host = "" if if_host == code else if_host
     online = node.sys.ok
     label = DIAGNOSIS_LABELS[Diagnosis(code)] if code else ""
     if as_json:
@@ -170,6 +175,15 @@ def probe(
                         "meaning": meaning,
                         "fix": fix,
                     },
+                    # The mode unknown: the diagnosis a host-mode node would get, where it differs.
+                    "diagnosis_if_host": {
+                        "code": str(if_host),
+                        "label": DIAGNOSIS_LABELS[Diagnosis(if_host)],
+                        "meaning": describe(if_host)[0],
+                        "fix": describe(if_host)[1],
+                    }
+                    if if_host
+                    else None,
                 }
             )
         )
@@ -191,9 +205,13 @@ def probe(
     if mode:
         output.say(f"Network mode: {mode} ({mode_source}).")
     else:
+        # Only the master knows what the node registered, and only behind a login, an API
+        # token or the node's own key: mac holds none of these for another node.
         output.say(
-            "Network mode: unknown (judged as an agent older than the mode, as the master "
-            "does); give it with --network host|bridge."
+            "Network mode: unknown: the master may judge differently (judged here as an agent "
+            "older than the mode: bridge). The node's page on the dashboard shows the "
+            f"mode it registered (Network; agent_network in GET /api/v1/nodes/?search={ip}); "
+            "give it with --network host|bridge."
         )
     sys_row = rows[[s.name for s in SERVICES].index(SYS_EXPORTER.name)]
     if online:
@@ -213,4 +231,14 @@ def probe(
     output.say(meaning)
     if fix:
         output.say(fix)
+    if if_host:
+        host_meaning, host_fix = describe(if_host)
+        output.say(
+            f"If {ip} runs in host mode (the default of new installs), the diagnosis is "
+            f"instead: {DIAGNOSIS_LABELS[Diagnosis(if_host)]}.",
+            "bold",
+        )
+        output.say(host_meaning)
+        if host_fix:
+            output.say(host_fix)
     return 1

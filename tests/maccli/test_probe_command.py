@@ -100,9 +100,10 @@ def test_json_has_every_service_and_the_diagnosis(mac_env, fleet):
     body = json.loads(online.stdout)
     assert set(body) == {
         "address", "ip", "timeout", "network", "network_source", "online", "results",
-        "judged_on", "diagnosis",
+        "judged_on", "diagnosis", "diagnosis_if_host",
     }  # fmt: skip
     assert (body["network"], body["network_source"]) == ("", "")
+    assert body["diagnosis_if_host"] is None  # online: no other reading
     assert body["online"] is True and body["timeout"] == 1.0
     assert body["diagnosis"] == {"code": "", "label": "", "meaning": "", "fix": ""}
     assert len(body["results"]) == 8
@@ -168,9 +169,25 @@ def test_with_network_host_the_forwarding_pattern_is_a_blocked_port(mac_env, fle
 
 
 def test_without_network_an_unknown_mode_is_judged_as_before_and_says_so(mac_env, fleet):
-    done = probe(mac_env, fleet.nodes[2].ip, "--timeout", "0.5")
-    assert "Network mode: unknown" in done.stdout and "--network host|bridge" in done.stdout
+    ip = fleet.nodes[2].ip
+    done = probe(mac_env, ip, "--timeout", "0.5")
+    assert "Network mode: unknown: the master may judge differently" in done.stdout
+    # Where the registered mode is read, and how to give it.
+    assert f"agent_network in GET /api/v1/nodes/?search={ip}" in done.stdout
+    assert "give it with --network host|bridge." in done.stdout
+    # A host-mode node would be judged otherwise by the master: no claim that it agrees.
+    assert "as the master does" not in done.stdout
     assert "Diagnosis: IPv4 forwarding is off on the agent." in done.stdout
+    # The reading of the same probes for a host-mode node (new installs' default) is given too.
+    assert f"If {ip} runs in host mode (the default of new installs), the diagnosis is " in (
+        " ".join(done.stdout.split())
+    )
+    assert "instead: sys-exporter hangs or a host firewall drops its port." in " ".join(
+        done.stdout.split()
+    )
+    body = json.loads(probe(mac_env, ip, "--json", "--timeout", "0.5").stdout)
+    assert body["diagnosis"]["code"] == "ip_forward_off"
+    assert body["diagnosis_if_host"]["code"] == "port_blocked"
 
 
 def test_a_bad_network_names_the_allowed_values(mac_env):
