@@ -14,6 +14,8 @@ dashboard, the API and `mac status` all show the same text.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from contract.liveness import NodeProbe
 from contract.outcomes import Diagnosis, Outcome
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork
@@ -56,7 +58,26 @@ def diagnose(probe: NodeProbe, network: str = "") -> str:
     return Diagnosis.HOST_DOWN
 
 
+# The cure for forwarding off, in the words `mac doctor` uses for it (node.checks.network
+# and node.checks.networkd build their steps from these), so the master's fix text and
+# doctor's name the same files and run the same commands in the same order.
+IPFORWARD_SYSCTL_FILE = "/etc/sysctl.d/99-mac-ipforward.conf"
+IPFORWARD_DROPIN = "mac-ipforward.conf"
+
+
+def ipforward_dropin_dir(network_file: str) -> str:
+    """Where MAC's drop-in for a .network file goes: /etc, whatever folder holds the file."""
+    return f"/etc/systemd/network/{PurePosixPath(network_file).name}.d"
+
+
+def networkd_apply(iface: str) -> tuple[tuple[str, ...], ...]:
+    """The commands that make networkd use a new drop-in on a link: it reads drop-ins only
+    on `reload`, and `reconfigure` then applies them to the link."""
+    return (("networkctl", "reload"), ("networkctl", "reconfigure", iface))
+
+
 _IFACE = "<iface>"  # the node's primary interface, see `networkctl list`
+_DROPIN_DIR = ipforward_dropin_dir(f"10-netplan-{_IFACE}.network")
 
 DESCRIPTIONS: dict[str, tuple[str, str]] = {
     Diagnosis.NONE: ("", ""),
@@ -68,15 +89,16 @@ DESCRIPTIONS: dict[str, tuple[str, str]] = {
         "On the agent, turn forwarding back on (the node returns on the next sweep):\n"
         "  sudo sysctl -w net.ipv4.ip_forward=1\n"
         "Keep it on across reboots:\n"
-        "  echo 'net.ipv4.ip_forward = 1' | sudo tee /etc/sysctl.d/99-mac-ipforward.conf\n"
-        "  sudo sysctl -p /etc/sysctl.d/99-mac-ipforward.conf\n"
+        f"  echo 'net.ipv4.ip_forward = 1' | sudo tee {IPFORWARD_SYSCTL_FILE}\n"
+        f"  sudo sysctl -p {IPFORWARD_SYSCTL_FILE}\n"
         "Keep it on when systemd-networkd reconfigures a link (it only ever switches "
         "forwarding on), with a drop-in for the primary interface:\n"
-        f"  sudo mkdir -p /etc/systemd/network/10-netplan-{_IFACE}.network.d\n"
+        f"  sudo mkdir -p {_DROPIN_DIR}\n"
         "  printf '[Network]\\nIPForward=yes\\n' | sudo tee "
-        f"/etc/systemd/network/10-netplan-{_IFACE}.network.d/ipforward.conf\n"
-        f"  sudo networkctl reconfigure {_IFACE}\n"
-        "(systemd 256 and later spell the key IPv4Forwarding=yes.)",
+        f"{_DROPIN_DIR}/{IPFORWARD_DROPIN}\n"
+        + "".join(f"  sudo {' '.join(argv)}\n" for argv in networkd_apply(_IFACE))
+        + "(systemd 256 and later spell the key IPv4Forwarding=yes; `mac doctor` on the "
+        "node prints these lines for its own link.)",
     ),
     Diagnosis.SERVICE_DOWN: (
         "The node is up, but nothing listens on the sys-exporter port (29101): the connection "

@@ -2,8 +2,8 @@
 
 The guide's hardest failure is forwarding dropping to 0 mid-run (a RoCE NIC gains
 carrier, the network is reconfigured), after which the node silently goes Offline.
-A poll of /proc/sys/net/ipv4/ip_forward every second costs one small read; each 1 -> 0
-transition is a reset. For each one the watch
+A poll of the flag every second costs one small read; each 1 -> 0 transition is a
+reset. For each one the watch
 
 - counts it (mac_ipforward_resets_total) and keeps its time;
 - with MAC_IPFORWARD_REASSERT=1 (off by default) writes 1 back at once, as networkd
@@ -13,13 +13,15 @@ transition is a reset. For each one the watch
 - hands it to the reporter (exporters.ipforward_report), which records it in the node's
   history on the master.
 
-/proc/sys/net belongs to the network namespace of the reader: the watch sees the host's
-flag where sys-manager shares the host's network (host mode, the process runtime). To
-set it back, sys-manager needs the file writable and CAP_NET_ADMIN: the process runtime
-runs as root; under Docker, host mode's compose file gives sys-manager that one file
-read-write and the capability. In bridge mode sys-manager has a network namespace of its
-own, whose flag is not the node's: a reassert there would change nothing, so the watch
-does not try, and says so (``reassert_problem``).
+/proc/sys/net belongs to the network namespace of the reader. Where sys-manager shares
+the host's network (host mode, the process runtime) the watch reads that file; in bridge
+mode sys-manager has a network namespace of its own, and the watch reads the node's flag
+from the host's pid 1 instead (/proc/1/net/snmp: node.checks.network.read_forwarding,
+which the `ip_forward` check uses too). To set it back, sys-manager needs the file
+writable and CAP_NET_ADMIN: the process runtime runs as root; under Docker, host mode's
+compose file gives sys-manager that one file read-write and the capability. In bridge
+mode a write would change only sys-manager's own namespace, so the watch does not try,
+and says so (``reassert_problem``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from exporters.runtime import BackendStatus
+from node.checks.network import PROC_FILE, read_forwarding
 from node.host import Roots
 from node.runner import Runner, run_command
 
 log = logging.getLogger("exporters")
 
-PROC_FILE = "sys/net/ipv4/ip_forward"  # under the proc root
 DEFAULT_INTERVAL = 1.0
 # A carrier gain this long before a reset still counts as what preceded it.
 CARRIER_WINDOW_SECONDS = 300
@@ -116,8 +118,12 @@ class IpForwardWatch:
         journal_dir: str | None = None,
         clock: Callable[[], float] = time.time,
         reassert_problem: str = "",
+        netns_of_its_own: bool = False,
     ) -> None:
-        self.path = (roots or Roots()).proc(PROC_FILE)
+        self.roots = roots or Roots()
+        self.path = self.roots.host(PROC_FILE)  # what a reassert writes
+        # Not in the node's network namespace (bridge mode): read the host's pid 1's.
+        self.netns_of_its_own = netns_of_its_own
         # Why a reassert cannot work here ("" when it can, or when none is asked for).
         self.reassert_problem = reassert_problem if reassert else ""
         self.reassert = reassert and not self.reassert_problem
@@ -136,16 +142,9 @@ class IpForwardWatch:
         self.last: Reset | None = None
 
     def _read(self) -> int | None:
-        try:
-            text = self.path.read_text().strip()
-        except OSError as exc:
-            self.error = f"cannot read {self.path}: {exc.strerror}"
-            return None
-        if text not in {"0", "1"}:
-            self.error = f"{self.path} holds {text[:20]!r}, not 0 or 1"
-            return None
-        self.error = ""
-        return int(text)
+        found = read_forwarding(self.roots, self.netns_of_its_own)
+        self.error = found.problem
+        return found.value
 
     def _write_one(self) -> bool:
         try:

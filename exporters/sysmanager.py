@@ -8,7 +8,9 @@ check failed. ``/metrics`` exposes the latest results as
 
 It also watches net.ipv4.ip_forward (exporters.ipforward: `mac_ipforward_*`), sets it
 back at once with MAC_IPFORWARD_REASSERT=1, and reports every reset to the master
-(exporters.ipforward_report), where it shows in the node's history.
+(exporters.ipforward_report), where it shows in the node's history. In bridge mode
+sys-manager's network namespace is not the node's: the watch and the checks are told
+so, and read the node's flag and nothing of its own namespace's.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from contract.master_api import MasterClient
-from exporters.ipforward import PROC_FILE, IpForwardWatch
+from contract.services import AgentNetwork
+from exporters.ipforward import IpForwardWatch
 from exporters.ipforward_report import ResetReporter
 from exporters.runtime import Exporter, Options
 from node.checks import CheckContext, CheckResult, CheckStatus, run_checks
+from node.checks.network import PROC_FILE, netns_differs
 from node.config import ConfigError, node_config
 from node.host import Roots
 
@@ -37,9 +41,27 @@ log = logging.getLogger("exporters")
 METRICS_MAX_AGE_SECONDS = 30.0
 
 
-def check_context(roots: Roots) -> CheckContext:
-    """The checks read the same (possibly redirected) host paths as the exporters."""
-    return CheckContext(roots=roots)
+def check_context(roots: Roots, netns_of_its_own: bool = False) -> CheckContext:
+    """The checks read the same (possibly redirected) host paths as the exporters, and
+    know when sys-manager's network namespace is not the node's."""
+    return CheckContext(roots=roots, extra={"netns_of_its_own": netns_of_its_own})
+
+
+def container_network(roots: Roots) -> str | None:
+    """The agent's network mode where sys-manager runs in a container (it reads the host
+    under /host/root); None under the process runtime."""
+    if roots.rootfs == "/":
+        return None
+    return node_config(roots).value_or_default("MAC_AGENT_NETWORK", log.error)
+
+
+def netns_of_its_own(roots: Roots, network: str | None) -> bool:
+    """Whether sys-manager's network namespace is not the node's: a container on the bridge,
+    or one the kernel shows in a namespace other than the host's pid 1's. Under the process
+    runtime the namespace sys-manager runs in is the node's by definition."""
+    if network is None:
+        return False
+    return network == AgentNetwork.BRIDGE or bool(netns_differs(roots))
 
 
 def master_client(roots: Roots) -> MasterClient | None:
@@ -54,22 +76,28 @@ def master_client(roots: Roots) -> MasterClient | None:
     return MasterClient(url, timeout=5.0, node_key=cfg.node_key, ca_pin=pin)
 
 
-def ipforward_watch(options: Options, report: ResetReporter) -> IpForwardWatch:
-    """The watch as the node's settings ask: MAC_IPFORWARD_REASSERT, MAC_IPFORWARD_INTERVAL."""
+def ipforward_watch(
+    options: Options, report: ResetReporter, network: str | None, own_netns: bool
+) -> IpForwardWatch:
+    """The watch as the node's settings ask: MAC_IPFORWARD_REASSERT, MAC_IPFORWARD_INTERVAL.
+
+    `network` is the agent's mode in a container (None under the process runtime);
+    `own_netns` whether sys-manager's network namespace is not the node's.
+    """
     cfg = node_config(options.roots)
     journal = options.roots.host("/var/log/journal")
-    in_container = options.roots.rootfs != "/"
     return IpForwardWatch(
         options.roots,
         reassert=cfg.value_or_default("MAC_IPFORWARD_REASSERT", log.error),
         reassert_problem=reassert_problem(
-            options.roots.proc(PROC_FILE),
-            cfg.value_or_default("MAC_AGENT_NETWORK", log.error) if in_container else None,
+            options.roots.host(PROC_FILE),
+            AgentNetwork.BRIDGE if own_netns else network,
         ),
         interval=cfg.value_or_default("MAC_IPFORWARD_INTERVAL", log.error),
         on_reset=report.add,
         # In a container the host's persistent journal is read from its files.
-        journal_dir=str(journal) if in_container and journal.is_dir() else None,
+        journal_dir=str(journal) if network is not None and journal.is_dir() else None,
+        netns_of_its_own=own_netns,
     )
 
 
@@ -79,11 +107,11 @@ def reassert_problem(path: Path, container_network: str | None) -> str:
     ``container_network`` is the agent's mode when sys-manager runs in a container
     (None under the process runtime).
     """
-    if container_network == "bridge":
+    if container_network == AgentNetwork.BRIDGE:
         return (
-            "in bridge mode sys-manager has a network namespace of its own, and the "
-            "ip_forward it sees is not the node's. Run the agent in host mode: "
-            "sudo mac start agent --network host"
+            "in bridge mode sys-manager has a network namespace of its own: it reads the "
+            "node's ip_forward, but a write would change only its own. Run the agent in "
+            "host mode: sudo mac start agent --network host"
         )
     if not os.access(path, os.W_OK):
         how = (
@@ -153,9 +181,11 @@ def diagnostics_answer(source: ChecksSource) -> tuple[int, dict]:
 def build(
     options: Options, runner: Callable[[CheckContext], list[CheckResult]] = run_checks
 ) -> Exporter:
-    source = ChecksSource(check_context(options.roots), runner=runner)
+    network = container_network(options.roots)
+    own_netns = netns_of_its_own(options.roots, network)
+    source = ChecksSource(check_context(options.roots, own_netns), runner=runner)
     report = ResetReporter(lambda: master_client(options.roots)).start()
-    watch = ipforward_watch(options, report).start()
+    watch = ipforward_watch(options, report, network, own_netns).start()
 
     async def diagnostics(_request: web.Request) -> web.Response:
         loop = asyncio.get_running_loop()

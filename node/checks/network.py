@@ -5,26 +5,101 @@ with net.ipv4.ip_forward = 0 the master sees only the host-network nic-exporter 
 marks the node offline. A carrier event under systemd-networkd can reset the flag at
 run time, so a sysctl.d file alone is not enough: a networkd drop-in re-enables it.
 
-/proc/sys/net belongs to the network namespace of the process that reads it, so the
-checks (and sys-manager's watch, exporters.ipforward) see the namespace they run in:
-the host's under the process runtime and in host-network mode.
+/proc/sys/net belongs to the network namespace of the process that reads it. `mac
+doctor`, the process runtime and host mode's sys-manager share the node's network, so
+they read the flag there. In bridge mode sys-manager has a namespace of its own, and
+reads the node's flag from the host's pid 1 instead (/proc/1/net/snmp, which shows that
+process's namespace to a reader in any other): `read_forwarding`, used by the check
+below and by sys-manager's watch (exporters.ipforward).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from contract.diagnosis import IPFORWARD_SYSCTL_FILE
 from contract.services import SERVICES, AgentNetwork
 from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
 from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
+from node.host import Roots
 
 KEY = "net.ipv4.ip_forward"
 PROC_FILE = "/proc/sys/net/ipv4/ip_forward"
-SYSCTL_FILE = "/etc/sysctl.d/99-mac-ipforward.conf"
+SNMP_FILE = "/proc/1/net/snmp"  # the host's init: its namespace is the node's
+# The Ip: Forwarding column (RFC 1213's ipForwarding): 1 forwarding, 2 not.
+_SNMP_FORWARDING = {"1": 1, "2": 0}
 TURN_ON = SetSysctl(KEY, "1")
 _BRIDGE_PORTS = ", ".join(str(s.port) for s in SERVICES if s.network == "bridge")
 _HOST_SERVICES = ", ".join(f"{s.name} ({s.port})" for s in SERVICES if s.network == "host")
+
+
+@dataclass(frozen=True)
+class Forwarding:
+    """The node's net.ipv4.ip_forward as read from `path`, or why it could not be."""
+
+    value: int | None  # 1 on, 0 off, None unknown
+    path: Path
+    problem: str = ""
+
+
+def parse_ip_forward(text: str) -> int:
+    """The content of /proc/sys/net/ipv4/ip_forward; ValueError unless 0 or 1."""
+    value = text.strip()
+    if value not in {"0", "1"}:
+        raise ValueError(f"holds {value[:20]!r}, not 0 or 1")
+    return int(value)
+
+
+def parse_snmp_forwarding(text: str) -> int:
+    """ip_forward (1 or 0) from /proc/<pid>/net/snmp: the Forwarding column of its Ip:
+    header and value lines. ValueError, saying what is missing, otherwise."""
+    rows = [line.split()[1:] for line in text.splitlines() if line.startswith("Ip:")]
+    if len(rows) < 2:
+        raise ValueError("has no Ip: header and value lines")
+    header, values = rows[0], rows[1]
+    if "Forwarding" not in header or len(values) != len(header):
+        raise ValueError("has no Forwarding value on its Ip: lines")
+    raw = values[header.index("Forwarding")]
+    if raw not in _SNMP_FORWARDING:
+        raise ValueError(f"has Forwarding {raw[:20]!r}, not 1 (on) or 2 (off)")
+    return _SNMP_FORWARDING[raw]
+
+
+def read_forwarding(roots: Roots, netns_of_its_own: bool = False) -> Forwarding:
+    """The node's net.ipv4.ip_forward, read under `roots`.
+
+    `netns_of_its_own`: this process runs in a network namespace that is not the node's
+    (sys-manager in bridge mode), where /proc/sys/net is that namespace's: the flag is
+    then read from the host's pid 1 (/proc/1/net/snmp, under the host's procfs).
+    """
+    path = roots.host(SNMP_FILE if netns_of_its_own else PROC_FILE)
+    parse = parse_snmp_forwarding if netns_of_its_own else parse_ip_forward
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return Forwarding(None, path, f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        return Forwarding(parse(text), path)
+    except ValueError as exc:
+        return Forwarding(None, path, f"{path} {exc}")
+
+
+def netns_differs(roots: Roots) -> bool | None:
+    """Whether the kernel shows this process a network namespace other than the host's
+    pid 1's; None where it will not say (reading pid 1's link needs ptrace rights)."""
+    try:
+        return os.readlink(roots.proc("self/ns/net")) != os.readlink(roots.proc("1/ns/net"))
+    except OSError:
+        return None
+
+
+def netns_of_its_own(ctx: CheckContext) -> bool:
+    """Whether the checks run in a network namespace that is not the node's (sys-manager in
+    bridge mode says so in ctx.extra); `mac doctor` runs in the node's."""
+    return bool(ctx.extra.get("netns_of_its_own"))
 
 
 _BRIDGE_PORT_SET = {str(s.port) for s in SERVICES if s.network == "bridge"}
@@ -42,7 +117,10 @@ _HOST_MODE = (
 def exporter_ports_dnatted(ctx: CheckContext) -> bool | None:
     """Whether the nat table DNATs an exporter port (Docker's published ports, or a rule
     made by hand): only then must the kernel forward for the master to reach it.
-    None when the rules cannot be read (no iptables, not root): assume they are."""
+    None when the node's rules cannot be read (no iptables, not root, or a network
+    namespace of its own, whose rules are not the node's): assume they are."""
+    if netns_of_its_own(ctx):
+        return None
     result = runner(ctx)(["iptables", "-t", "nat", "-S"])
     if result.returncode != 0:
         return None
@@ -65,20 +143,21 @@ def off_status(ctx: CheckContext) -> tuple[CheckStatus, str]:
 
 
 def check_ip_forward(ctx: CheckContext) -> CheckResult:
-    path = ctx.local(PROC_FILE)
     title = "IPv4 forwarding is on"
-    try:
-        value = path.read_text().strip()
-    except OSError as exc:
-        return CheckResult("ip_forward", title, CheckStatus.SKIP, f"cannot read {path}: {exc}")
-    if value == "1":
-        return CheckResult("ip_forward", title, CheckStatus.PASS, "net.ipv4.ip_forward = 1")
+    found = read_forwarding(ctx.roots, netns_of_its_own(ctx))
+    if found.value is None:
+        return CheckResult("ip_forward", title, CheckStatus.SKIP, found.problem)
+    shown = f"{KEY} = {found.value}"
+    if netns_of_its_own(ctx):
+        shown += f" (the host's, from {ctx.host(found.path)})"
+    if found.value == 1:
+        return CheckResult("ip_forward", title, CheckStatus.PASS, shown)
     status, note = off_status(ctx)
     if note:
-        detail = f"net.ipv4.ip_forward = {value}{note}"
+        detail = f"{shown}{note}"
     else:
         detail = (
-            f"net.ipv4.ip_forward = {value}: the bridge services ({_BRIDGE_PORTS}) are "
+            f"{shown}: the bridge services ({_BRIDGE_PORTS}) are "
             f"unreachable from the master, only {_HOST_SERVICES} answers."
         )
     return CheckResult("ip_forward", title, status, detail, steps=(TURN_ON,))
@@ -122,7 +201,10 @@ def check_ip_forward_persisted(ctx: CheckContext) -> CheckResult:
             continue
         if KEY in values:
             effective, where = values[KEY], path
-    steps = (WriteFile(SYSCTL_FILE, f"{KEY} = 1\n"), ApplySysctlFile(SYSCTL_FILE))
+    steps = (
+        WriteFile(IPFORWARD_SYSCTL_FILE, f"{KEY} = 1\n"),
+        ApplySysctlFile(IPFORWARD_SYSCTL_FILE),
+    )
     if effective == "1":
         return CheckResult(
             "ip_forward_persisted",

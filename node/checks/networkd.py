@@ -20,12 +20,12 @@ import fnmatch
 import re
 from pathlib import Path
 
+from contract.diagnosis import IPFORWARD_DROPIN, ipforward_dropin_dir, networkd_apply
 from node.checks.base import CheckContext, CheckResult, CheckStatus, runner
 from node.checks.fixes import MakeDirs, Run, WriteFile
 from node.checks.network import off_status
 
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=
-DROPIN_NAME = "mac-ipforward.conf"
 NETWORK_DIRS = (  # lowest precedence first; a name in a later one masks the earlier
     "/lib/systemd/network",  # the same folder as /usr/lib's on merged-/usr systems
     "/usr/lib/systemd/network",
@@ -174,13 +174,13 @@ def _global_forwarding(ctx: CheckContext) -> bool:
 
 
 def dropin_steps(network: str, iface: str, key: str) -> tuple:
-    """Write the drop-in, have networkd read it, and configure the link with it."""
-    directory = f"/etc/systemd/network/{Path(network).name}.d"
+    """Write the drop-in, have networkd read it, and configure the link with it (the same
+    drop-in and commands as the master's fix text: contract.diagnosis)."""
+    directory = ipforward_dropin_dir(network)
     return (
         MakeDirs(directory),
-        WriteFile(f"{directory}/{DROPIN_NAME}", f"[Network]\n{key}=yes\n"),
-        Run(("networkctl", "reload")),
-        Run(("networkctl", "reconfigure", iface)),
+        WriteFile(f"{directory}/{IPFORWARD_DROPIN}", f"[Network]\n{key}=yes\n"),
+        *(Run(argv) for argv in networkd_apply(iface)),
     )
 
 

@@ -81,6 +81,15 @@ def test_ip_forward_fix_gives_the_exact_commands():
     assert "networkctl reconfigure" in fix
 
 
+def test_ip_forward_fix_has_networkd_read_the_drop_in_before_reconfiguring():
+    _, fix = describe(Diagnosis.IP_FORWARD_OFF)
+    lines = [line.strip() for line in fix.splitlines()]
+    dropin = "/etc/systemd/network/10-netplan-<iface>.network.d/mac-ipforward.conf"
+    assert lines.count(f"printf '[Network]\\nIPForward=yes\\n' | sudo tee {dropin}") == 1
+    reload, reconfigure = "sudo networkctl reload", "sudo networkctl reconfigure <iface>"
+    assert lines.index(reload) + 1 == lines.index(reconfigure)
+
+
 def test_service_down_fix_restarts_the_agent():
     assert "mac restart agent" in describe(Diagnosis.SERVICE_DOWN)[1]
 

@@ -24,6 +24,7 @@ from exporters.runtime import Exporter
 from exporters.sysmanager import reassert_problem
 from node.host import Roots
 from node.runner import CommandResult
+from tests.node.checks.scratch import snmp, write
 
 JOURNAL = Path(__file__).parents[1] / "fixtures/journal/networkd-carrier.json"
 # The two "host0: Gained carrier" entries of the recording, in unix seconds.
@@ -136,6 +137,37 @@ def test_in_bridge_mode_the_watch_does_not_reassert_and_says_why(tmp_path, flag)
     assert reset is not None and not reset.reasserted and flag.read_text() == "0\n"
     labels = {"backend": "ip_forward_reassert", "reason": problem}
     assert _sample(watch, "mac_exporter_backend_available", labels) == 0
+
+
+def test_in_a_namespace_of_its_own_the_watch_follows_the_hosts_flag(tmp_path, flag):
+    """Bridge mode: sys-manager's own flag stays 1 while the node's (pid 1's) drops."""
+    host = tmp_path / "proc/1/net/snmp"
+    write(host, snmp("1"))
+    seen: list[Reset] = []
+    watch = IpForwardWatch(
+        Roots(proc_root=str(tmp_path / "proc")),
+        netns_of_its_own=True,
+        on_reset=seen.append,
+        run=lambda argv: CommandResult(1, "", ""),
+        clock=lambda: 1796141600.0,
+    )
+    watch.poll()
+    assert _sample(watch, "mac_ipforward_enabled") == 1
+    write(host, snmp("2"))
+    assert watch.poll() is not None
+    assert len(seen) == 1 and flag.read_text() == "1\n"
+    assert _sample(watch, "mac_ipforward_enabled") == 0
+    assert _sample(watch, "mac_ipforward_resets_total") == 1
+
+
+def test_a_garbled_host_flag_is_a_backend_with_its_reason(tmp_path, flag):
+    write(tmp_path / "proc/1/net/snmp", "Ip: DefaultTTL\nIp: 64\n")
+    watch = IpForwardWatch(Roots(proc_root=str(tmp_path / "proc")), netns_of_its_own=True)
+    watch.poll()
+    [backend] = watch.backends()
+    assert not backend.available
+    assert backend.reason == f"{tmp_path}/proc/1/net/snmp has no Forwarding value on its Ip: lines"
+    assert _sample(watch, "mac_ipforward_enabled") is None
 
 
 def test_a_flag_sys_manager_cannot_write_is_named_with_what_to_do(tmp_path):

@@ -5,9 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from exporters.runtime import Exporter
-from exporters.sysmanager import ChecksSource, check_context, diagnosis, diagnostics_answer
+from exporters.sysmanager import (
+    ChecksSource,
+    check_context,
+    diagnosis,
+    diagnostics_answer,
+    netns_of_its_own,
+)
 from node.checks import CheckContext, CheckResult, CheckStatus
 from node.host import Roots
+from tests.node.checks.scratch import snmp, write
 
 RESULTS = [
     CheckResult("master_ip", "MASTER_IP is set", CheckStatus.PASS, "10.0.0.1"),
@@ -77,3 +84,45 @@ def test_an_env_file_it_cannot_read_is_logged_not_a_crash_loop(tmp_path):
     assert f"{node_file} is a directory, not an env file" in said
     assert f"{user_file} is not UTF-8 text (byte 0xe9 on line 1)" in said
     assert "Traceback" not in said
+
+
+def test_a_namespace_of_its_own_is_the_bridge_or_one_the_kernel_shows_apart(tmp_path):
+    roots = Roots(proc_root=str(tmp_path / "proc"), rootfs=str(tmp_path))
+    assert netns_of_its_own(roots, None) is False  # the process runtime: the node's own
+    assert netns_of_its_own(roots, "bridge") is True
+    assert netns_of_its_own(roots, "host") is False  # pid 1's namespace unreadable
+    for pid, inode in (("self", 4026532301), ("1", 4026531833)):
+        (tmp_path / f"proc/{pid}/ns").mkdir(parents=True)
+        (tmp_path / f"proc/{pid}/ns/net").symlink_to(f"net:[{inode}]")
+    assert netns_of_its_own(roots, "host") is True
+
+
+def test_in_bridge_mode_sys_manager_watches_and_checks_the_hosts_flag(tmp_path):
+    """A bridge container's own ip_forward is 1 while the node's is off: the watch, the
+    ip_forward check and the reassert's reason all speak of the node's."""
+    from tests.exporters.conftest import ExporterProcess
+
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "1\n")  # the container's own
+    write(tmp_path / "proc/1/net/snmp", snmp("2"))  # the node's: off
+    (tmp_path / "rootfs").mkdir()
+    env = {
+        "MAC_NODE_ENV_FILE": str(tmp_path / "node-env"),
+        "MAC_USER_ENV_FILE": str(tmp_path / "user-env"),
+        "MAC_AGENT_NETWORK": "bridge",
+        "MAC_IPFORWARD_REASSERT": "1",
+    }
+    roots = ["--proc-root", str(tmp_path / "proc"), "--rootfs", str(tmp_path / "rootfs")]
+    process = ExporterProcess("sys-manager", *roots, env=env)
+    try:
+        process.wait_ready("/health")
+        checks = {check["id"]: check for check in process.json("/diagnostics")["checks"]}
+        _, metrics, _ = process.get("/metrics")
+        health = process.json("/health")  # as of that scrape
+    finally:
+        process.stop()
+    assert "mac_ipforward_enabled 0.0" in metrics.splitlines()
+    assert checks["ip_forward"]["status"] == "fail"
+    assert "(the host's, from /proc/1/net/snmp)" in checks["ip_forward"]["detail"]
+    reassert = health["backends"]["ip_forward_reassert"]
+    assert not reassert["available"] and "bridge mode" in reassert["reason"]
+    assert (tmp_path / "proc/sys/net/ipv4/ip_forward").read_text() == "1\n"

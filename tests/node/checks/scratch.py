@@ -31,3 +31,15 @@ def write(path: Path, text: str) -> None:
     """Write a file of the scratch node, its folders made as needed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def snmp(forwarding: str) -> str:
+    """/proc/<pid>/net/snmp as the kernel writes it (its first lines), with `forwarding` in
+    the Ip: Forwarding column: "1" on, "2" off."""
+    ip = (
+        "Forwarding DefaultTTL InReceives InHdrErrors InAddrErrors ForwDatagrams "
+        "InUnknownProtos InDiscards InDelivers OutRequests OutDiscards OutNoRoutes "
+        "ReasmTimeout ReasmReqds ReasmOKs ReasmFails FragOKs FragFails FragCreates OutTransmits"
+    )
+    values = f"{forwarding} 64 138582 0 4 0 0 0 138578 130490 0 0 0 0 0 0 0 0 0 130490"
+    return f"Ip: {ip}\nIp: {values}\nIcmp: InMsgs InErrors\nIcmp: 1 0\n"

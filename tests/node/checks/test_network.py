@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from node.checks import CheckContext, CheckStatus
 from node.checks.fixes import ApplySysctlFile, SetSysctl, SetSysctlInFile, WriteFile
-from node.checks.network import check_ip_forward, check_ip_forward_persisted
+from node.checks.network import (
+    check_ip_forward,
+    check_ip_forward_persisted,
+    netns_differs,
+    parse_snmp_forwarding,
+)
+from node.host import Roots
 from node.runner import CommandResult
 from testkit.macenv import own_files
-from tests.node.checks.scratch import scratch_context, write
+from tests.node.checks.scratch import scratch_context, snmp, write
 
 
 def _ctx(tmp_path: Path, version: int | None = 252, networkd: str = "active") -> CheckContext:
@@ -139,3 +147,74 @@ def test_host_mode_with_exporter_ports_still_dnatted_fails(tmp_path):
     ctx.extra["config"] = NodeConfig.load({**own_files(tmp_path), "MAC_AGENT_NETWORK": "host"})
 
     assert check_ip_forward(ctx).status == CheckStatus.FAIL
+
+
+# --- a network namespace of its own (sys-manager in bridge mode) --------------------------
+
+
+def _bridge_ctx(tmp_path: Path, own: str, host: str, nat_rules: str = DOCKER_NAT) -> CheckContext:
+    """sys-manager on the bridge: its own namespace's flag is `own`, the host's pid 1's
+    snmp says `host` (1 on, 2 off)."""
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", f"{own}\n")
+    write(tmp_path / "proc/1/net/snmp", snmp(host))
+    ctx = _ctx_with_nat(tmp_path, nat_rules)
+    ctx.extra["netns_of_its_own"] = True
+    return ctx
+
+
+def test_snmp_forwarding_is_1_on_and_2_off_and_anything_else_says_what_is_wrong():
+    assert parse_snmp_forwarding(snmp("1")) == 1
+    assert parse_snmp_forwarding(snmp("2")) == 0
+    for text, said in [
+        ("", "no Ip: header"),
+        ("Ip: Forwarding DefaultTTL\n", "no Ip: header"),
+        ("Ip: DefaultTTL InReceives\nIp: 64 1\n", "no Forwarding"),
+        ("Ip: Forwarding DefaultTTL\nIp: 1\n", "no Forwarding"),
+        (snmp("0"), r"Forwarding '0', not 1 \(on\) or 2 \(off\)"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            parse_snmp_forwarding(text)
+
+
+def test_in_a_namespace_of_its_own_the_check_reads_the_hosts_flag_not_its_own(tmp_path):
+    off = check_ip_forward(_bridge_ctx(tmp_path, own="1", host="2"))
+    assert off.status == CheckStatus.FAIL
+    assert off.detail.startswith("net.ipv4.ip_forward = 0 (the host's, from /proc/1/net/snmp)")
+    assert off.fix == "sudo sysctl -w net.ipv4.ip_forward=1"
+    on = check_ip_forward(_bridge_ctx(tmp_path, own="0", host="1"))
+    assert on.status == CheckStatus.PASS
+
+
+def test_in_a_namespace_of_its_own_its_nat_rules_are_not_the_nodes(tmp_path):
+    # Its own namespace DNATs nothing; the node's bridge exporters still need forwarding.
+    result = check_ip_forward(_bridge_ctx(tmp_path, own="0", host="2", nat_rules=UNRELATED_NAT))
+    assert result.status == CheckStatus.FAIL
+    assert "unreachable from the master" in result.detail
+
+
+def test_an_unreadable_or_garbled_flag_skips_with_the_reason(tmp_path):
+    ctx = _bridge_ctx(tmp_path, own="1", host="1")
+    (tmp_path / "proc/1/net/snmp").unlink()
+    missing = check_ip_forward(ctx)
+    assert missing.status == CheckStatus.SKIP
+    assert missing.detail == f"cannot read {tmp_path}/proc/1/net/snmp: No such file or directory"
+    write(tmp_path / "proc/1/net/snmp", "Ip: Forwarding DefaultTTL\nIp:\n")
+    garbled = check_ip_forward(ctx)
+    assert garbled.status == CheckStatus.SKIP and "no Forwarding value" in garbled.detail
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "yes\n")
+    ctx.extra["netns_of_its_own"] = False
+    own = check_ip_forward(ctx)
+    assert own.status == CheckStatus.SKIP and "holds 'yes', not 0 or 1" in own.detail
+
+
+def test_namespaces_differ_when_the_kernel_shows_pid_1_in_another(tmp_path):
+    roots = Roots(proc_root=str(tmp_path / "proc"))
+    assert netns_differs(roots) is None  # pid 1's link unreadable: cannot tell
+    (tmp_path / "proc/self/ns").mkdir(parents=True)
+    (tmp_path / "proc/1/ns").mkdir(parents=True)
+    (tmp_path / "proc/self/ns/net").symlink_to("net:[4026532301]")
+    (tmp_path / "proc/1/ns/net").symlink_to("net:[4026531833]")
+    assert netns_differs(roots) is True
+    (tmp_path / "proc/self/ns/net").unlink()
+    (tmp_path / "proc/self/ns/net").symlink_to("net:[4026531833]")
+    assert netns_differs(roots) is False

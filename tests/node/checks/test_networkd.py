@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contract.diagnosis import describe
+from contract.outcomes import Diagnosis
 from node.checks import CheckContext, CheckStatus
 from node.checks.fixes import MakeDirs, Run, WriteFile
 from node.checks.networkd import (
@@ -82,6 +84,17 @@ def test_a_missing_drop_in_fails_with_ipforward_before_256_and_reload_then_recon
         "sudo networkctl reload",
         "sudo networkctl reconfigure enp65s0f0",
     ]
+
+
+def test_the_masters_fix_text_gives_doctors_drop_in_commands(tmp_path):
+    """The offline node's fix on the master and `mac doctor` on it: the same drop-in, the
+    same commands, reload before reconfigure (the master names the link <iface>)."""
+    _netplan_node(tmp_path)
+    doctor = check_ip_forward_networkd(_ctx(tmp_path, version=252)).fix.splitlines()
+    _, master = describe(Diagnosis.IP_FORWARD_OFF)
+    lines = [line.strip().replace("<iface>", "enp65s0f0") for line in master.splitlines()]
+    start = lines.index(doctor[0])
+    assert lines[start : start + len(doctor)] == doctor
 
 
 def test_the_drop_in_makes_it_pass(tmp_path):
