@@ -108,6 +108,11 @@ _NOT_NEEDED = (
     "; harmless for now: no exporter port is DNAT'd here (no Docker-published ports), "
     "but the agent's containers will need it."
 )
+_NEW_INSTALL = (
+    "; not needed: no mode is chosen yet (MAC_AGENT_NETWORK unset, never registered), so "
+    "`mac start agent` runs the exporters on the host network, which needs no forwarding "
+    "(`--network bridge` would: then run this again)."
+)
 _HOST_MODE = (
     "; not needed: the agent's exporters run on the host network (MAC_AGENT_NETWORK=host) "
     "and no exporter port is DNAT'd, so the master reaches them without forwarding."
@@ -133,11 +138,18 @@ def exporter_ports_dnatted(ctx: CheckContext) -> bool | None:
 
 def off_status(ctx: CheckContext) -> tuple[CheckStatus, str]:
     """How much forwarding being off matters here, and why: FAIL where it carries the
-    exporters' traffic; SKIP in host mode, where nothing is DNAT'd and nothing will be;
-    WARN where nothing needs it yet (bridge containers not started)."""
+    exporters' traffic; SKIP in host mode, where nothing is DNAT'd and nothing will be,
+    and on a node with no mode chosen yet (a new install starts in host mode); WARN where
+    nothing needs it yet (bridge containers not started)."""
     if exporter_ports_dnatted(ctx) is False:
-        if config(ctx).get("MAC_AGENT_NETWORK") == AgentNetwork.HOST:
+        cfg = config(ctx)
+        mode = cfg.get("MAC_AGENT_NETWORK")
+        if mode == AgentNetwork.HOST:
             return CheckStatus.SKIP, _HOST_MODE
+        if not mode and not cfg.node_key:
+            # Never registered, no mode chosen: `mac start agent` starts a new install in
+            # host mode (maccli.agent.network), which needs no forwarding either.
+            return CheckStatus.SKIP, _NEW_INSTALL
         return CheckStatus.WARN, _NOT_NEEDED
     return CheckStatus.FAIL, ""
 

@@ -113,15 +113,39 @@ def test_forwarding_off_fails_where_docker_dnats_the_exporter_ports(tmp_path):
     assert persisted.status == CheckStatus.FAIL
 
 
+def _with_config(ctx: CheckContext, tmp_path: Path, **values: str) -> CheckContext:
+    from node.config import NodeConfig
+
+    ctx.extra["config"] = NodeConfig.load({**own_files(tmp_path), **values})
+    return ctx
+
+
 def test_forwarding_off_only_warns_where_no_exporter_port_is_dnatted(tmp_path):
+    # A node registered by an older mac, no mode written: its Docker agent runs bridge.
     write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
-    result = check_ip_forward(_ctx_with_nat(tmp_path, UNRELATED_NAT))
+    registered = {"MAC_NODE_KEY": "k" * 43}
+    result = check_ip_forward(_with_config(_ctx_with_nat(tmp_path, UNRELATED_NAT), tmp_path,
+                                           **registered))  # fmt: skip
     assert result.status == CheckStatus.WARN
     assert "no exporter port is DNAT'd" in result.detail
     assert result.fix == "sudo sysctl -w net.ipv4.ip_forward=1"
-    persisted = check_ip_forward_persisted(_ctx_with_nat(tmp_path, UNRELATED_NAT))
+    persisted = check_ip_forward_persisted(
+        _with_config(_ctx_with_nat(tmp_path, UNRELATED_NAT), tmp_path, **registered)
+    )
     assert persisted.status == CheckStatus.WARN
     assert "sysctl.d" in persisted.fix
+
+
+def test_forwarding_off_is_not_a_problem_on_a_new_install(tmp_path):
+    """No mode chosen and never registered: `mac start agent` will run host mode, so
+    doctor --fix must not offer to make the node a router (it warned before)."""
+    write(tmp_path / "proc/sys/net/ipv4/ip_forward", "0\n")
+    ctx = _with_config(_ctx_with_nat(tmp_path, UNRELATED_NAT), tmp_path)
+
+    now, persisted = check_ip_forward(ctx), check_ip_forward_persisted(ctx)
+
+    assert (now.status, persisted.status) == (CheckStatus.SKIP, CheckStatus.SKIP)
+    assert "no mode is chosen yet" in now.detail and "will need it" not in now.detail
 
 
 def test_forwarding_off_is_not_a_problem_in_host_mode(tmp_path):
