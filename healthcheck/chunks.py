@@ -27,7 +27,14 @@ Nothing lost, nothing doubled, whatever the order chunks end in or a worker's de
   call of it (a redelivered callback) does nothing;
 - the nodes a chunk changed are kept in the pending set (healthcheck.state) until a
   finished sweep has pushed them: a change is pushed at least once, by the next sweep
-  that finishes if this one never does.
+  that finishes if this one never does;
+- a chunk that raises (Redis or the database away for a moment, a bug on one range's
+  rows) rolls its write back and returns its error instead of failing its task: Celery
+  never calls a chord's callback after a failed header task, so one such chunk would
+  leave the whole fleet unpublished and the lock held past the next tick. The callback
+  counts it in the sweep's figures (/health names it) and its nodes are probed by the
+  next sweep. A chunk that Celery itself fails (a time limit, an expiry) makes the
+  chord call its error callback, which releases the lock by token (healthcheck.tasks).
 """
 
 from __future__ import annotations
@@ -86,15 +93,19 @@ def run_chunk(
     token and fencing token these are. What it did, for the chord's callback:
     {"ran": True, "stats": ...} or {"ran": False, "reason": ...}."""
     lock = sweep_lock(client or get_redis(), token)
-    if not lock.owned():
-        log.info("sweep chunk %s skipped: its sweep is over or was given up", id_range)
-        return {"ran": False, "reason": "sweep over"}
     try:
+        if not lock.owned():
+            log.info("sweep chunk %s skipped: its sweep is over or was given up", id_range)
+            return {"ran": False, "reason": "sweep over"}
         with LockHeartbeat(lock):
-            stats, _rows = probe_and_save(Fence(fence, lock), id_range, probe, started_at)
+            stats = probe_and_save(Fence(fence, lock), id_range, probe, started_at)
     except SweepLockLost as exc:
         log.warning("sweep chunk %s abandoned, nothing written: %s", id_range, exc)
         return {"ran": False, "reason": "lock lost"}
+    except Exception as exc:  # its write rolled back: the callback must still run (docstring)
+        log.exception("sweep chunk %s failed, nothing written; the next sweep probes it", id_range)
+        error = f"nodes {id_range[0]}..{id_range[1]}: {type(exc).__name__}: {exc}"
+        return {"ran": False, "reason": "error", "error": error[:300]}
     return {"ran": True, "stats": asdict(stats)}
 
 
@@ -121,6 +132,16 @@ def finish(
         if result and result.get("ran"):
             stats.add(result["stats"])
             stats.chunks += 1
+        elif result and result.get("reason") == "error":
+            stats.chunks_failed += 1
+            stats.chunk_error = stats.chunk_error or result.get("error", "")
+    if stats.chunks_failed:
+        log.warning(
+            "sweep: %d of %d chunks failed (first: %s); the next sweep probes their nodes",
+            stats.chunks_failed,
+            len(results),
+            stats.chunk_error,
+        )
     try:
         with LockHeartbeat(lock):
             publish(stats, sd_dir=sd_dir)

@@ -12,6 +12,9 @@ counted from this process's start as well: /health is 200 during the first
 sweep recorded before a restart therefore never makes a fresh master unhealthy,
 and a master whose worker never comes up says so within about 90 s.
 
+A sharded sweep whose chunks partly failed (healthcheck.chunks) still finished: the
+"sweeps" check stays green and its detail names how many failed and the first error.
+
 The "targets" check says whether the last sweep could write Prometheus' file-SD
 targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
@@ -21,7 +24,8 @@ reason, while "sweeps" stays green, since the sweep itself ran.
 "prometheus" only degrade the answer: the master still probes and shows nodes without
 them, so /health stays 200 with `"status": "degraded"` and names them in `degraded`,
 while nobody would be notified. Prometheus and Alertmanager are asked at once, within
-OUTSIDE_DEADLINE together.
+OUTSIDE_DEADLINE together; whatever they answer, hung, refusing, or not HTTP at all (an
+https port asked with http://), is one of these failed checks, never a 500.
 
 The "queues" check names a chunk queue (MAC_PROBE_QUEUE) that no worker consumes:
 every sweep samples its backlog (healthcheck.tasks.sample_chunk_queue), and a backlog
@@ -42,6 +46,7 @@ channels' names only go to a logged-in caller (alerting.health).
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 import urllib.error
@@ -137,10 +142,17 @@ def check_sweeps(last: dict | None, stuck: str = "") -> tuple[bool, str]:
     if now - max(finished, PROCESS_STARTED) <= allowance:
         if not last:
             return True, "no sweep yet since start-up"
-        return True, (
+        detail = (
             f"last sweep finished {now - finished:.0f} s ago in {last['duration']:.2f} s "
             f"({last['nodes']} nodes, {last['online']} online, {last['offline']} offline)"
         )
+        failed = last.get("chunks_failed", 0)
+        if failed:
+            detail += (
+                f"; {failed} of its chunks failed, their nodes are probed again next sweep "
+                f"(first: {last.get('chunk_error', '')}; the worker's log has the traceback)"
+            )
+        return True, detail
     cause = (
         f"its chunk tasks wait in {stuck}, which no worker consumes (see queues)"
         if stuck
@@ -294,7 +306,18 @@ def check_prometheus(timeout: float = OUTSIDE_DEADLINE) -> tuple[bool, str]:
         reason = getattr(exc, "reason", exc)
         words = getattr(reason, "strerror", None) or str(reason)
         return False, f"Prometheus at {where} is unreachable: {words}"
+    except http.client.HTTPException as exc:  # urllib lets these out unwrapped
+        return False, not_http(f"Prometheus at {where}", exc)
     return True, f"Prometheus at {where} is ready"
+
+
+def not_http(what: str, exc: Exception) -> str:
+    """Something answered, but not in HTTP: an https port asked with http://, a port that
+    another service holds."""
+    return (
+        f"{what} does not speak HTTP ({type(exc).__name__}: {exc}): is it the right port, "
+        "and http:// or https:// as it serves?"
+    )[:400]
 
 
 class _LastAnswer:
@@ -363,14 +386,36 @@ def _ask_outside_services() -> dict[str, tuple[bool, str]]:
     alertmanager = Alertmanager(
         settings.ALERTMANAGER_URL, min(settings.ALERTMANAGER_TIMEOUT, OUTSIDE_DEADLINE)
     )
+    ask_alertmanager = _never_raises(
+        f"Alertmanager at {url_without_credentials(settings.ALERTMANAGER_URL)}",
+        lambda: check_alertmanager(alertmanager),
+    )
     if settings.SCRAPE_SHARDS >= 1:
         # Scale-out mode runs no Prometheus: the store, the scrapers, vmalert and the
         # targets view have checks of their own (scraping.engines).
-        return {"alertmanager": check_alertmanager(alertmanager)}
+        return {"alertmanager": ask_alertmanager()}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mac-health") as pool:
-        prometheus = pool.submit(check_prometheus)
-        checked = {"alertmanager": check_alertmanager(alertmanager)}
+        where = url_without_credentials(settings.PROMETHEUS_URL)
+        prometheus = pool.submit(_never_raises(f"Prometheus at {where}", check_prometheus))
+        checked = {"alertmanager": ask_alertmanager()}
         checked["prometheus"] = prometheus.result()
+    return checked
+
+
+def _never_raises(
+    service: str, check: Callable[[], tuple[bool, str]]
+) -> Callable[[], tuple[bool, str]]:
+    """`check`, with whatever it did not expect as its failed answer: these services only
+    degrade /health, which must never answer 500 because of one of them."""
+
+    def checked() -> tuple[bool, str]:
+        try:
+            return check()
+        except http.client.HTTPException as exc:
+            return False, not_http(service, exc)
+        except Exception as exc:
+            return False, f"{service} could not be checked: {type(exc).__name__}: {exc}"[:400]
+
     return checked
 
 

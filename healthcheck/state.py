@@ -205,6 +205,8 @@ class SweepStats:
     probes: int = 0
     confirmed: int = 0  # Online nodes whose failed probes were repeated before judging
     chunks: int = 1  # chunk tasks that shared the sweep (healthcheck.chunks)
+    chunks_failed: int = 0  # chunk tasks that raised: their nodes wait for the next sweep
+    chunk_error: str = ""  # the first failed chunk's node range and error
     outcomes: dict[str, int] = field(default_factory=dict)
     targets_rewritten: list[str] = field(default_factory=list)
     targets_error: str = ""  # why the targets files could not be written ("" when written)

@@ -1,8 +1,8 @@
 """One fleet sweep: single steps that tests can call one by one, and the one pipeline.
 
     probe_and_save:  load_nodes -> probe_nodes -> judge -> save_fenced
-    publish:         write_targets_for -> push_pending -> queue_node_alerts
-                     -> queue_drain_pass -> record
+    publish:         load_targets -> write_targets_for -> push_pending
+                     -> queue_node_alerts -> queue_drain_pass -> record
 
 Both paths of a sweep run exactly these two functions. run_sweep runs them one after
 the other in one process over every node; a sharded sweep (healthcheck.chunks) runs
@@ -58,7 +58,7 @@ from inventory.models import SUMMARY_FIELDS, Node, NodeEvent
 from inventory.services.contention import atomic_again
 from inventory.services.health import HealthChanges, drop_overtaken, judge_health, save_health
 from scheduler.tasks import queue_drain_pass
-from scraping.targets import write_targets
+from scraping.targets import TARGET_FIELDS, write_targets
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,6 @@ class Judgement:
     changed: list[dict] = field(default_factory=list)
     events: list[NodeEvent] = field(default_factory=list)
     seen_ids: list[int] = field(default_factory=list)
-    rows: list[dict] = field(default_factory=list)  # every node after the sweep
     health: HealthChanges = field(default_factory=HealthChanges)  # the GPU verdicts
 
     @property
@@ -94,6 +93,11 @@ def load_nodes(id_range: tuple[int, int] | None = None) -> list[dict]:
     if id_range is not None:
         nodes = nodes.filter(id__gte=id_range[0], id__lte=id_range[1])
     return list(nodes.values(*NODE_FIELDS))
+
+
+def load_targets() -> list[dict]:
+    """Every node as it is now, only the columns of its targets and of the counts."""
+    return list(Node.objects.order_by().values(*TARGET_FIELDS))
 
 
 def targets_for(rows: Iterable[dict]) -> list[Target]:
@@ -153,7 +157,6 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
     for row in rows:
         probe = probes.get(row["id"])
         if probe is None:  # registered after the probe started: next sweep
-            result.rows.append(row)
             continue
         answered = probe.sys.ok
         new = {
@@ -190,7 +193,6 @@ def judge(rows: list[dict], probes: dict[int, NodeProbe], now: datetime) -> Judg
                         created_at=now,
                     )
                 )
-        result.rows.append(row)
     return result
 
 
@@ -387,12 +389,12 @@ def probe_and_save(
     id_range: tuple[int, int] | None = None,
     probe: ProbeFunction | None = None,
     started_at: float | None = None,
-) -> tuple[SweepStats, list[dict]]:
+) -> SweepStats:
     """The first half of every sweep: load -> probe -> judge -> write, fenced.
 
     All the nodes (run_sweep) or one id range (a chunk task). Returns the figures of
-    what it probed and wrote, and the rows as they are after the write. Raises
-    SweepLockLost, having written nothing, when the sweep lost its fence.
+    what it probed and wrote. Raises SweepLockLost, having written nothing, when the
+    sweep lost its fence.
     """
     stats = SweepStats(started_at=started_at or time.time())
     rows = load_nodes(id_range)
@@ -405,7 +407,7 @@ def probe_and_save(
     save_fenced(judgement, now, fence)
     stats.nodes = len(rows)
     count_changes(stats, judgement, probes)
-    return stats, judgement.rows
+    return stats
 
 
 def publish(
@@ -415,11 +417,14 @@ def publish(
     post (queued for a worker, alerting.nodealerts) -> the drain in Slurm (queued too,
     scheduler.drainpass; nothing while MAC_SLURM_DRAIN is off) -> statistics.
 
-    `rows` are every node after the write (run_sweep has them); None loads them (the
-    chord callback of a sharded sweep, whose chunks wrote in other processes).
+    The targets and the counts are made from every node as it is now, read here in one
+    query (None, as both sweeps pass) or just before by the caller (`rows`), never from
+    the rows the probe started from: a node deregistered, renamed, moved or put in
+    maintenance while the probe ran (seconds, at scale) is written as it now is, not
+    listed under its old labels for one more interval.
     """
     if rows is None:
-        rows = load_nodes()
+        rows = load_targets()
     count_statuses(stats, rows)
     write_targets_step(rows, stats, sd_dir)
     push_pending()
@@ -450,8 +455,8 @@ def run_sweep(
     benchmark, a shell) the sweep claims a fresh token, which fences off any older
     sweep still running. Raises SweepLockLost, having written nothing, when it lost it.
     """
-    stats, rows = probe_and_save(fence or Fence.claim(), probe=probe)
-    return publish(stats, rows, sd_dir)
+    stats = probe_and_save(fence or Fence.claim(), probe=probe)
+    return publish(stats, sd_dir=sd_dir)
 
 
 def count_statuses(stats: SweepStats, rows: Iterable[dict]) -> None:

@@ -13,15 +13,18 @@ A fleet of at most MAC_SWEEP_CHUNK_SIZE nodes is swept inside probe_fleet
 (sweep.run_sweep). A larger one is split into a Celery chord: one `probe_chunk` per
 id range (routed to MAC_PROBE_QUEUE by settings.CELERY_TASK_ROUTES) and
 `finish_sweep` as its callback, which publishes the sweep and releases the lock
-(healthcheck.chunks says why nothing is lost or doubled). probe_fleet returns as
-soon as the chord is sent, its lock handed over. Called directly
-(`manage.py probe_fleet`, tests), probe_fleet always sweeps in the calling process.
+(healthcheck.chunks says why nothing is lost or doubled), or, when Celery failed a
+chunk task itself, `release_sweep` as the callback's error callback, which only
+releases the lock. probe_fleet returns as soon as the chord is sent, its lock handed
+over. Called directly (`manage.py probe_fleet`, tests), probe_fleet always sweeps in
+the calling process.
 
 acks_late and task_reject_on_worker_lost (settings, for every task): a message is
 acknowledged only after its task ran, so a pool process killed mid-task gives it
 back at once, and a whole worker killed leaves it to the broker's visibility
-timeout (settings.CELERY_BROKER_TRANSPORT_OPTIONS), which is shorter than the
-interval: a lost chunk runs again in the same sweep.
+timeout (settings.CELERY_BROKER_TRANSPORT_OPTIONS), which outlasts a chunk of
+MAC_SWEEP_CHUNK_SIZE nodes: a lost chunk runs again, in the same sweep while its
+lock still holds, else its nodes wait for the next one.
 """
 
 from __future__ import annotations
@@ -99,15 +102,25 @@ def probe_fleet(self, force: bool = False) -> dict:
 
 
 def send_chunks(token: str, fence: int, ranges: list[tuple[int, int]]) -> None:
-    """One chord: a probe_chunk per id range, finish_sweep once they have all returned."""
-    started_at = time.time()
+    """Send the sweep's chord (sweep_chord)."""
+    sweep_chord(token, fence, time.time(), ranges).apply_async()
+    log.info("sweep %s (fence %d): %d chunks sent", token[:8], fence, len(ranges))
+
+
+def sweep_chord(token: str, fence: int, started_at: float, ranges: list[tuple[int, int]]) -> chord:
+    """A probe_chunk per id range, finish_sweep once they have all returned.
+
+    A chunk's own errors come back as its result (chunks.run_chunk). A header task that
+    Celery fails itself (a time limit, an expiry) makes the chord skip finish_sweep and
+    call its error callback instead, release_sweep, which frees the lock for the next tick.
+    """
     expires = settings.PROBE_INTERVAL * CHUNK_EXPIRY_INTERVALS
     header = [
         probe_chunk.si(token, fence, started_at, low, high).set(expires=expires)
         for low, high in ranges
     ]
-    chord(header)(finish_sweep.s(token, fence, started_at))
-    log.info("sweep %s (fence %d): %d chunks sent", token[:8], fence, len(ranges))
+    finish = finish_sweep.s(token, fence, started_at).on_error(release_sweep.s(token=token))
+    return chord(header, finish)
 
 
 def sample_chunk_queue(app) -> None:
@@ -145,3 +158,16 @@ def finish_sweep(results: list[dict], token: str, fence: int, started_at: float)
     if stats is None:
         return {"ran": False, "reason": "finished"}
     return {"ran": True, "nodes": stats.nodes, "changed": stats.changed, "duration": stats.duration}
+
+
+@shared_task(name="healthcheck.tasks.release_sweep", ignore_result=True)
+def release_sweep(request, exc, traceback, token: str) -> bool:
+    """The chord's error callback (Celery's errback signature: the failed request, its
+    exception and traceback): release the sweep's lock by its token, so that the next
+    tick sweeps again. The nodes its chunks changed stay pending; that sweep pushes them."""
+    log.warning(
+        "sweep %s: a chunk task failed (%s); its lock is released, the next sweep publishes",
+        token[:8],
+        exc,
+    )
+    return release_quietly(sweep_lock(get_redis(), token))

@@ -351,19 +351,31 @@ CELERY_RESULT_EXPIRES = int(max(10 * PROBE_INTERVAL, 120))
 # worker killed (SIGKILL, the OOM killer, its machine) cannot give anything back: the
 # Redis transport hands its unacknowledged message out again `visibility_timeout`
 # seconds after delivery, looking every `unacked_restore_interval` seconds (whole
-# seconds, at least 1). Both come from the interval, so that a lost chunk runs again
-# within the same sweep, while its lock still holds: back at most 1/3 + 1/10 of an
-# interval after delivery, against a lock that lives at least 0.675 of an interval after
-# its holder died (healthcheck.state: TTL 0.9 interval, extended every quarter of it).
-# The timeout is never below what a task may take, two probe timeouts (a slow node's
-# grace, contract.liveness) and a second to write, else a running task would be handed
-# out a second time (harmless: fenced writes, one event per change, the chord counts a
-# chunk once; but wasted). At the defaults (30 s, 3 s): 10 s, looked for every 3 s.
+# seconds, at least 1). The timeout is never below what a task may take, else a task
+# still running is handed to a second worker and its nodes probed twice in one sweep
+# (harmless: fenced writes, one event per change, the chord counts a chunk once; but
+# the whole chunk's load again): two probe timeouts (a slow node's grace,
+# contract.liveness) and a second to write, plus CHUNK_SECONDS_PER_NODE for each node
+# of a chunk (MAC_SWEEP_CHUNK_SIZE; a sweep in one process is at most that large too).
+# Otherwise it is a third of the interval, so that a lost small chunk runs again within
+# the same sweep, while its lock still holds: back at most 1/3 + 1/10 of an interval
+# after delivery, against a lock that lives at least 0.675 of an interval after its
+# holder died (healthcheck.state: TTL 0.9 interval, extended every quarter of it). A
+# chunk that takes longer may come back after its sweep's lock expired: the next sweep
+# probes its nodes instead. At the defaults (30 s, 3 s, 10,000 nodes): 27 s, looked for
+# every 3 s.
+# The slowest chunk measured (docs/benchmarks.md, Sweep): the first sweep after 10,000
+# nodes registered, every one changing status, 13.43 s in one process (1.34 ms a node,
+# its one probe timeout included); 2 ms a node leaves room for a busier machine.
+CHUNK_SECONDS_PER_NODE = 0.002
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": max(PROBE_INTERVAL / 3, 2 * PROBE_TIMEOUT + 1),
+    "visibility_timeout": max(
+        PROBE_INTERVAL / 3,
+        2 * PROBE_TIMEOUT + 1 + SWEEP_CHUNK_SIZE * CHUNK_SECONDS_PER_NODE,
+    ),
     "unacked_restore_interval": max(1, int(PROBE_INTERVAL / 10)),
     "unacked_restore_throttle": 1,  # every look really looks (kombu's default: every 10th)
     # A hung Redis (SIGSTOP, a wedged VM) still accepts connections: without these a

@@ -32,11 +32,13 @@ and MAC_RULES_URL (vmalert).
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import yaml
@@ -132,6 +134,8 @@ def _answers(url: str, path: str = "/health") -> str:
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         return f"does not answer ({reason})"
+    except http.client.HTTPException as exc:  # urllib lets these out unwrapped
+        return f"does not speak HTTP ({type(exc).__name__}: {exc}); is it the right port?"
     return ""
 
 
@@ -164,7 +168,7 @@ def _free_disk(store: str) -> float | None:
     """The store's free disk bytes (its vm_free_disk_space_bytes), None when unknown."""
     for line in _get(f"{store}/metrics").decode().splitlines():
         if line.startswith("vm_free_disk_space_bytes"):
-            return float(line.rsplit(" ", 1)[1])
+            return float(line.split()[-1])
     return None
 
 
@@ -179,8 +183,8 @@ def check_store() -> tuple[bool, str]:
         )
     try:
         free = _free_disk(store)
-    except (OSError, ValueError) as exc:
-        return False, f"the metrics store at {store} does not report its disk ({exc})"
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return False, f"the metrics store at {store} does not report its disk ({exc!r})"
     minimum = settings.METRICS_MIN_FREE_BYTES
     if free is not None and free < minimum:
         return False, (
@@ -220,18 +224,38 @@ def check_targets_view() -> tuple[bool, str]:
 
 
 def check_engines() -> dict[str, tuple[bool, str]]:
-    """Ask every engine now, each within CHECK_TIMEOUT (the background thread's work)."""
+    """Ask every engine now, each within CHECK_TIMEOUT (the background thread's work).
+
+    A check that raises is that engine's failed answer: an exception here would leave no
+    answer in the cache, and /health saying "first check under way" for good."""
     others = {"metrics_store": check_store}
     if settings.RULES_URL:
         others["rules"] = check_rules
     if settings.TARGETS_URL != settings.PROMETHEUS_URL:
         others["targets_view"] = check_targets_view
     with ThreadPoolExecutor(max_workers=len(others), thread_name_prefix="mac-engine") as pool:
-        asked = {name: pool.submit(check) for name, check in others.items()}
+        asked = {name: pool.submit(_never_raises, name, check) for name, check in others.items()}
         # In this thread: a missing scraper's share is counted in the database.
-        scrapers = check_scrapers()
+        scrapers = _never_raises("scrapers", check_scrapers)
         checked = {name: future.result() for name, future in asked.items()}
     return {"metrics_store": checked.pop("metrics_store"), "scrapers": scrapers, **checked}
+
+
+ENGINE_NAMES = {
+    "metrics_store": "the metrics store",
+    "scrapers": "the scrapers",
+    "rules": "the rule evaluator (vmalert)",
+    "targets_view": "the targets view",
+}
+
+
+def _never_raises(name: str, check: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
+    try:
+        return check()
+    except Exception as exc:
+        log.warning("checking %s failed", ENGINE_NAMES[name], exc_info=True)
+        why = f"{type(exc).__name__}: {exc}"
+        return False, f"{ENGINE_NAMES[name]} could not be checked ({why}); mac status master"[:400]
 
 
 def _checks_key() -> str:

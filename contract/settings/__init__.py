@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from contract.settings import agent, development, launch, master, monitoring, scheduler
-from contract.settings.kinds import duration_seconds
+from contract.settings.kinds import duration_seconds, valid_duration
 from contract.settings.master import HttpMode, LogLevel
 from contract.settings.model import (
     Applies,
@@ -98,6 +98,7 @@ __all__ = [
     "duration_seconds",
     "problems",
     "setting",
+    "valid_duration",
     "values",
 ]
 

@@ -19,17 +19,25 @@ from urllib.parse import urlsplit
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-# A Prometheus/Alertmanager duration: 30s, 5m, 1h30m, 500ms.
-_DURATION = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
-_DURATION_UNITS = {
-    "ms": 0.001,
-    "s": 1,
-    "m": 60,
-    "h": 3600,
-    "d": 86400,
-    "w": 7 * 86400,
-    "y": 365 * 86400,
+# A duration as Prometheus reads it (prometheus/common's model.ParseDuration, which
+# Prometheus, promtool, Alertmanager and vmalert's rule files all use): 30s, 5m, 1h30m,
+# 500ms; each unit at most once and the largest first (y w d h m s ms), no sign, no
+# fraction, and "0" alone for zero. "30s5m" or "1m1m" stop Prometheus from starting.
+_DURATION = re.compile(
+    r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
+)
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_DURATION_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+    "w": 7 * 86_400_000,
+    "y": 365 * 86_400_000,
 }
+# The longest duration Go holds (time.Duration: int64 nanoseconds), in milliseconds.
+_DURATION_MAX_MS = (2**63 - 1) // 1_000_000
 # Bytes, or a number with the unit VictoriaMetrics and Prometheus take (KB...TiB).
 _SIZE = re.compile(r"[1-9][0-9]*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)?")
 _HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
@@ -43,10 +51,24 @@ def refuse(name: str, text: str, want: str, wrong: str = "") -> ValueError:
 
 def duration_seconds(text: str) -> float:
     """Seconds in a duration the Duration kind accepted ("1h30m" -> 5400.0; y is 365 days)."""
-    return sum(
-        int(number) * _DURATION_UNITS[unit]
-        for number, unit in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", text)
-    )
+    return _milliseconds(text) / 1000
+
+
+def _milliseconds(text: str) -> int:
+    return sum(int(number) * _DURATION_MS[unit] for number, unit in _DURATION_PART.findall(text))
+
+
+def valid_duration(text: str, *, zero: bool = False) -> bool:
+    """Whether Prometheus reads `text` as a duration (see _DURATION), and, unless `zero`,
+    one above zero: a zero scrape or group interval is silently replaced or refused by
+    the engine, while a rule's `for: 0s` means "at once". The one check of every duration
+    MAC writes for Prometheus, Alertmanager or vmalert."""
+    if text == "0":
+        return zero
+    if not text or not _DURATION.fullmatch(text):
+        return False
+    milliseconds = _milliseconds(text)
+    return milliseconds <= _DURATION_MAX_MS and (zero or milliseconds > 0)
 
 
 def valid_hostname(name: str) -> bool:
@@ -206,20 +228,25 @@ class Number(Kind):
 @dataclass(frozen=True)
 class Duration(Kind):
     """A duration as Prometheus and Alertmanager write it (30s, 5m, 1h30m); kept as text,
-    for their configuration files; `duration_seconds` reads it as a number."""
+    for their configuration files; `duration_seconds` reads it as a number. Above zero
+    unless `zero` (valid_duration)."""
+
+    zero: bool = False
 
     def parse(self, name: str, text: str) -> str:
-        if not _DURATION.match(text):
+        if not valid_duration(text, zero=self.zero):
+            least = "" if self.zero else ", above zero"
             raise refuse(
                 name,
                 text,
-                "write it as Prometheus does, e.g. 30s, 5m or 1h30m",
+                "write it as Prometheus does, e.g. 30s, 5m or 1h30m: each unit once, "
+                f"largest first (y w d h m s ms){least}",
                 "is not a duration",
             )
         return text
 
     def describe(self) -> str:
-        return "duration (30s, 5m, 1h)"
+        return "duration (30s, 5m, 1h; 0s allowed)" if self.zero else "duration (30s, 5m, 1h)"
 
 
 @dataclass(frozen=True)

@@ -347,7 +347,7 @@ ALERTS = Group(
         ),
         Setting(
             "MAC_ALERT_GROUP_WAIT",
-            Duration(),
+            Duration(zero=True),
             "30s",
             "Alertmanager's `group_wait`",
             MASTER,
@@ -374,7 +374,7 @@ ALERTS = Group(
         ),
         Setting(
             "MAC_ALERT_NODE_GROUP_WAIT",
-            Duration(),
+            Duration(zero=True),
             "3s",
             "`group_wait` of the node alerts the master posts itself (MacNodeOffline, grouped "
             "per node and incident): an incident shorter than this is never sent",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from contract.pinning import parse_pin
-from contract.settings.kinds import _DURATION, refuse
+from contract.settings.kinds import refuse, valid_duration
 
 # What DRF's throttles and nginx's limit_req both understand: "<count>/<period>".
 RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
@@ -48,11 +48,12 @@ def rule_durations(name: str, text: str) -> str:
     text. Which rule names exist is the master's to say (scraping.promconfig)."""
     for item in filter(None, (part.strip() for part in text.split(","))):
         rule, sep, duration = (piece.strip() for piece in item.partition("="))
-        if not sep or not _RULE_NAME.fullmatch(rule) or not _DURATION.match(duration):
+        if not sep or not _RULE_NAME.fullmatch(rule) or not valid_duration(duration, zero=True):
             raise refuse(
                 name,
                 text,
-                "write RULE=DURATION pairs, e.g. MacNodeOffline=3m,GpuXidError=0s",
+                "write RULE=DURATION pairs, e.g. MacNodeOffline=3m,GpuXidError=0s (each "
+                "duration as Prometheus writes it: each unit once, largest first)",
                 f"has {item!r}",
             )
     return text

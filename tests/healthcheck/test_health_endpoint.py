@@ -96,3 +96,22 @@ def test_an_old_sweep_from_before_a_restart_does_not_fail_a_fresh_master(
     settings.PROBE_INTERVAL = 30.0
     _record(sweep_redis, finished_ago=86400)
     assert client.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("service", ["PROMETHEUS_URL", "ALERTMANAGER_URL"])
+def test_a_service_that_does_not_speak_http_only_degrades_it(client, settings, service):
+    from healthcheck.health import forget_outside_answers
+    from tests.healthcheck.private_servers import NotHttp
+
+    with NotHttp() as server:
+        setattr(settings, service, server.url)
+        forget_outside_answers()
+        client.raise_request_exception = False
+        response = client.get("/health")
+
+    assert response.status_code == 200, response.content[:300]
+    body = response.json()
+    name = "prometheus" if service == "PROMETHEUS_URL" else "alertmanager"
+    assert body["status"] == "degraded" and name in body["degraded"]
+    assert server.url in body["checks"][name]["detail"]
+    assert "does not speak HTTP" in body["checks"][name]["detail"]

@@ -7,7 +7,10 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from healthcheck.state import sweep_lock
+from contract.liveness import run_probe
+from healthcheck import sweep
+from healthcheck.fence import claim_fence
+from healthcheck.state import RUNNING_KEY, sweep_lock
 from inventory.models import Node
 from testkit.simfleet import Mode
 
@@ -36,3 +39,22 @@ def test_it_refuses_while_a_sweep_runs(sweep_redis, fast_probes):
             call_command("probe_fleet")
     finally:
         holder.release()
+
+
+def test_it_says_the_sweep_lost_its_lock_when_it_did(
+    fleet, make_node, fast_probes, sd_dir, sweep_redis, monkeypatch
+):
+    for node in fleet(1).nodes:
+        make_node(ip=node.ip)
+
+    def probe_while_a_newer_sweep_starts(*args, **kwargs):
+        claim_fence()  # a newer sweep took the fence while this one probed
+        return run_probe(*args, **kwargs)
+
+    monkeypatch.setattr(sweep, "run_probe", probe_while_a_newer_sweep_starts)
+
+    with pytest.raises(CommandError, match="lost its lock") as refused:
+        call_command("probe_fleet")
+
+    assert "already running" not in str(refused.value)
+    assert not sweep_redis.exists(RUNNING_KEY)  # released: the next sweep may run

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
+from celery.exceptions import ChordError
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
@@ -27,9 +29,11 @@ from healthcheck.state import (
     sweep_lock,
 )
 from healthcheck.sweep import judge, load_nodes, probe_nodes, run_sweep, save_changes
+from healthcheck.tasks import probe_fleet, sweep_chord
 from inventory.choices import NodeStatus
 from inventory.live import join_dashboard, leave_dashboard
 from inventory.models import Node, NodeEvent
+from macweb.celery import app as celery_app
 from testkit.channel_layer import receive_within
 from testkit.simfleet import Mode
 
@@ -258,3 +262,71 @@ def test_changes_of_a_one_process_sweep_that_died_before_its_push_are_pushed_nex
     assert {change["id"] for change in messages[0]["changes"]} == {
         node.pk for node in seven_nodes[1]
     }
+
+
+class FlakyRedis:
+    """Redis dropping the connection at the chunk's pending-set write."""
+
+    def sadd(self, *args):
+        raise redis.ConnectionError("Connection reset by peer")
+
+
+def test_a_chunk_that_raises_is_counted_and_the_sweep_still_publishes(
+    seven_nodes, sweep_redis, sd_dir, monkeypatch, client
+):
+    from healthcheck import sweep as sweep_module
+
+    sweep = Sweep(sweep_redis, 3)
+    with monkeypatch.context() as patch:
+        patch.setattr(sweep_module, "get_redis", lambda *args, **kwargs: FlakyRedis())
+        failed = sweep.chunk(0)  # a task that raised would never let the chord call finish
+    rest = [sweep.chunk(index) for index in range(1, len(sweep.ranges))]
+
+    stats = sweep.finish([failed, *rest])
+
+    low, high = sweep.ranges[0]
+    assert failed["ran"] is False and failed["reason"] == "error"
+    assert "ConnectionError" in failed["error"] and f"nodes {low}..{high}" in failed["error"]
+    assert (stats.chunks, stats.chunks_failed, stats.changed) == (2, 1, 4)
+    # Its write rolled back: its nodes wait for the next sweep, untouched.
+    untouched = Node.objects.filter(id__gte=low, id__lte=high)
+    assert set(untouched.values_list("status", flat=True)) == {NodeStatus.UNKNOWN}
+    assert not NodeEvent.objects.filter(node_id__gte=low, node_id__lte=high).exists()
+    # The others' work is published and the lock released for the next tick.
+    assert json.loads((sd_dir / "sys-exporter.json").read_text())
+    assert sweep_redis.get(RUNNING_KEY) is None
+    assert last_sweep(sweep_redis)["chunks_failed"] == 1
+    sweeps = client.get("/health").json()["checks"]["sweeps"]
+    assert sweeps["ok"] and "1 of its chunks failed" in sweeps["detail"], sweeps
+    assert probe_fleet.apply(kwargs={"force": True}).get()["ran"]
+    assert set(untouched.values_list("status", flat=True)) != {NodeStatus.UNKNOWN}
+
+
+def fail_chord(built, reason: str) -> None:
+    """What Celery's result backend does once a chord's header task failed (a time limit,
+    an expiry): instead of the callback, the callback's error callbacks, from its except."""
+    try:
+        raise ChordError(reason)
+    except ChordError as exc:
+        celery_app.backend.chord_error_from_stack(built.body, exc)
+
+
+def test_a_chunk_that_celery_fails_releases_the_lock_through_the_chords_error_callback(
+    seven_nodes, sweep_redis
+):
+    sweep = Sweep(sweep_redis, 3)
+    built = sweep_chord(sweep.token, sweep.fence, sweep.started_at, sweep.ranges)
+    fail_chord(built, "Dependency 1 raised TimeLimitExceeded(300)")
+
+    assert sweep_redis.get(RUNNING_KEY) is None
+    assert probe_fleet.apply(kwargs={"force": True}).get()["ran"]
+
+
+def test_the_chords_error_callback_never_releases_another_sweeps_lock(sweep_redis):
+    newer = sweep_lock(sweep_redis)
+    assert newer.acquire()
+    stale = sweep_chord("not-the-holders-token", 1, time.time(), [(1, 2), (3, 4)])
+
+    fail_chord(stale, "Dependency 1 raised TaskRevokedError('expired')")
+
+    assert newer.owned()

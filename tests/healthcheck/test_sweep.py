@@ -247,3 +247,34 @@ def test_a_node_deleted_during_the_sweep_does_not_break_it(six_nodes):
     stats = run_sweep(probe=probe_then_delete)
     assert stats.nodes == 6
     assert not NodeEvent.objects.filter(hostname=nodes[0].hostname).exists()
+
+
+def test_the_targets_say_what_changed_while_the_probe_ran(fleet, make_node, fast_probes, sd_dir):
+    """Deregistered, renamed, put in maintenance or moved during the probe: written as the
+    node now is, not as the probe found it (docs/probing.md)."""
+    runner = fleet(3)
+    nodes = [make_node(ip=node.ip) for node in runner.nodes]
+    run_sweep()
+    assert len(json.loads((sd_dir / "sys-exporter.json").read_text())) == 3
+
+    def probe_while_the_inventory_changes(targets):
+        from contract.liveness import run_probe
+
+        results = run_probe(targets, timeout=0.5)
+        Node.objects.filter(pk=nodes[0].pk).delete()  # mac stop agent
+        Node.objects.filter(pk=nodes[1].pk).update(hostname="renamed", maintenance=True)
+        Node.objects.filter(pk=nodes[2].pk).update(ip="198.18.9.9")
+        return results
+
+    stats = run_sweep(probe=probe_while_the_inventory_changes)
+
+    listed = {
+        group["labels"]["node"]: (group["labels"]["hostname"], group["labels"]["maintenance"],
+                                  group["targets"])
+        for group in json.loads((sd_dir / "sys-exporter.json").read_text())
+    }  # fmt: skip
+    assert listed == {
+        str(nodes[1].pk): ("renamed", "true", [f"{nodes[1].ip}:29101"]),
+        str(nodes[2].pk): (nodes[2].hostname, "false", ["198.18.9.9:29101"]),
+    }
+    assert (stats.online, stats.maintenance) == (2, 1)  # the fleet after the sweep

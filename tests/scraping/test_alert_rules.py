@@ -248,6 +248,17 @@ def test_an_exporter_that_stops_answering_alerts_unless_in_maintenance(tmp_path)
     )
 
 
+def test_a_scraper_that_is_down_is_no_exporter_alert(tmp_path):
+    """Scale-out mode: the store scrapes its scrapers (job mac-scraper, no node label);
+    MacScraperDown (scaleout.yml) pages for a dead one, MacExporterDown does not."""
+    scraper = {"job": "mac-scraper", "instance": "127.0.0.1:29431", "shard": "1/2"}
+    promtool_test(
+        tmp_path,
+        [series("up", scraper, "0 0 0 0 0"), series("up", DCGM, "1 1 1 1 1")],
+        [quiet("3m", "MacExporterDown"), quiet("4m", "MacExporterDown")],
+    )
+
+
 XID_SUMMARY = "GPU 1 on gpu-03 reported an XID error"
 XID_DESCRIPTION = (
     "GPU 1 (GPU-a1b2c3d4, 00000000:3B:00.0) reported an XID that needs a look; "

@@ -27,6 +27,7 @@ from scraping.httpsd import shard_of
 from testkit.factories import make_node
 from testkit.ports import free_port
 from testkit.waiting import wait_for
+from tests.healthcheck.private_servers import NotHttp
 
 pytestmark = [
     pytest.mark.skipif(
@@ -432,3 +433,53 @@ def test_vmalert_and_the_targets_view_are_watched_too(client, scale_out, scraper
     assert body["checks"]["rules"]["detail"].startswith(
         f"the rule evaluator (vmalert) at {scale_out.RULES_URL} does not answer"
     )
+
+
+@pytest.fixture
+def scale_out_without_engines(settings, monkeypatch):
+    """Scale-out mode's settings, for tests that put their own servers at its URLs."""
+    monkeypatch.setattr(health, "PROCESS_STARTED", time.time())
+    settings.SCRAPE_SHARDS = 1
+    settings.RULES_URL = ""
+    settings.METRICS_MIN_FREE_BYTES = 0
+    return settings
+
+
+@pytest.mark.django_db
+def test_a_store_that_does_not_speak_http_degrades_health(client, scale_out_without_engines):
+    with NotHttp() as server:
+        scale_out_without_engines.PROMETHEUS_URL = server.url
+        scale_out_without_engines.TARGETS_URL = server.url
+        scale_out_without_engines.SCRAPER_URLS = [server.url]
+        body = _health(client)
+
+    assert {"metrics_store", "scrapers"} <= set(body["degraded"])
+    for name in ("metrics_store", "scrapers"):
+        detail = body["checks"][name]["detail"]
+        assert server.url in detail and "does not speak HTTP" in detail, detail
+
+
+@pytest.mark.django_db
+def test_a_check_that_raises_is_a_failed_answer_not_a_first_check_for_good(
+    client, scale_out_without_engines, monkeypatch
+):
+    from scraping import engines
+
+    scale_out_without_engines.PROMETHEUS_URL = "http://127.0.0.1:9"
+    scale_out_without_engines.TARGETS_URL = "http://127.0.0.1:9"
+    scale_out_without_engines.SCRAPER_URLS = ["http://127.0.0.1:9"]
+
+    def broken() -> tuple[bool, str]:
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(engines, "check_store", broken)
+    monkeypatch.setattr(engines, "check_scrapers", broken)
+    refresh_engine_checks()  # the background thread's work
+
+    checks = _health_cached(client)["checks"]
+    assert checks["metrics_store"] == {
+        "ok": False,
+        "detail": "the metrics store could not be checked (IndexError: list index out of "
+        "range); mac status master",
+    }
+    assert checks["scrapers"]["ok"] is False

@@ -195,3 +195,31 @@ def test_the_command_asks_for_the_token_before_writing_a_shard_config(tmp_path, 
         call_command("prometheus_config", "--out", str(tmp_path / "p.yml"), "--shard", "0",
                      "--of", "2")  # fmt: skip
     assert not (tmp_path / "p.yml").exists()
+
+
+@pytest.mark.parametrize(("interval", "refresh"), [(10.0, "10s"), (2.5, "2500ms"), (30.0, "30s")])
+def test_the_shard_config_reads_its_targets_as_often_as_the_sweep_runs(
+    tmp_path, sd_token, settings, interval, refresh
+):
+    """docs/probing.md: http_sd is refreshed every sweep interval, whatever it is."""
+    import shutil
+    import subprocess
+
+    import yaml
+    from django.core.management import call_command
+
+    settings.PROBE_INTERVAL = interval
+    out = tmp_path / "prometheus.yml"
+    call_command("prometheus_config", "--out", str(out), "--shard", "0", "--of", "2")
+
+    jobs = yaml.safe_load(out.read_text())["scrape_configs"]
+    sds = [sd for job in jobs for sd in job.get("http_sd_configs", ())]
+    assert sds and {sd["refresh_interval"] for sd in sds} == {refresh}
+    if shutil.which("promtool"):
+        run = subprocess.run(
+            ["promtool", "check", "config", "--syntax-only", str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout + run.stderr

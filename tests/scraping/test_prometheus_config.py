@@ -11,7 +11,10 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from scraping.promconfig import (
+    RulesError,
+    parse_rule_for,
     render_prometheus_yaml,
+    shipped_rule_names,
 )
 from scraping.targets import SCRAPED_SERVICES
 
@@ -70,3 +73,21 @@ def test_the_metrics_token_goes_beside_the_config_or_nowhere(tmp_path, settings)
 def test_out_is_required(tmp_path):
     with pytest.raises(CommandError, match="--out FILE is required"):
         call_command("prometheus_config")
+
+
+@pytest.mark.parametrize("interval", ["30s5m", "1m1m", "0s", "15"])
+def test_a_scrape_interval_prometheus_would_refuse_is_named(tmp_path, interval):
+    out = tmp_path / "prometheus.yml"
+    with pytest.raises(CommandError, match=f"--scrape-interval '{interval}' is not a duration"):
+        call_command("prometheus_config", "--out", str(out), "--scrape-interval", interval)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("duration", ["1m1m", "30s5m"])
+def test_a_rule_duration_prometheus_would_refuse_is_named(duration):
+    with pytest.raises(RulesError, match="each unit once, largest first"):
+        parse_rule_for(f"MacNodeOffline={duration}", shipped_rule_names())
+    assert parse_rule_for("MacNodeOffline=1m30s,GpuXidError=0s", shipped_rule_names()) == {
+        "MacNodeOffline": "1m30s",
+        "GpuXidError": "0s",
+    }

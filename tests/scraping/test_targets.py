@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 from scraping.targets import (
     SCRAPED_SERVICES,
@@ -179,6 +181,20 @@ def test_the_cluster_name_labels_every_group(tmp_path):
     for service in ("sys-exporter", "nic-exporter"):
         groups = json.loads((tmp_path / f"{service}.json").read_text())
         assert {group["labels"]["cluster_name"] for group in groups} == {"train-a"}
+
+
+def test_the_docs_show_a_targets_file_as_the_sweep_writes_it():
+    """docs/probing.md's example group is what render_targets gives for that node."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "probing.md"
+    section = docs.read_text().split("## The targets files", 1)[1]
+    example = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    [group] = example
+    labels = group["labels"]
+    node = row(
+        int(labels["node"]), group["targets"][0].rsplit(":", 1)[0], hostname=labels["hostname"]
+    )
+    written = json.loads(render_targets([node])["dcgm-exporter"])
+    assert written == example
 
 
 def test_scale_out_shares_split_the_whole_files_by_node(tmp_path):

@@ -7,6 +7,15 @@ from django.core.management.base import BaseCommand, CommandError
 from healthcheck.state import get_redis, last_sweep
 from healthcheck.tasks import probe_fleet
 
+# Why probe_fleet did not sweep (its "reason"), in words for the operator.
+NOT_RUN = {
+    "running": "a sweep is already running; try again in a few seconds.",
+    "lock lost": (
+        "the sweep lost its lock before it could write (another sweep took over, or Redis "
+        "dropped the lock): it probed but wrote nothing; try again."
+    ),
+}
+
 
 class Command(BaseCommand):
     help = (
@@ -20,7 +29,8 @@ class Command(BaseCommand):
         except Exception as exc:  # Redis or the database down: say which, no traceback
             raise CommandError(f"the sweep could not run: {exc}") from None
         if not outcome["ran"]:
-            raise CommandError("a sweep is already running; try again in a few seconds.")
+            reason = outcome.get("reason", "")
+            raise CommandError(NOT_RUN.get(reason, f"the sweep did not run: {reason}."))
         stats = last_sweep(get_redis()) or {}
         self.stdout.write(
             f"Swept {outcome['nodes']} nodes in {outcome['duration']:.2f} s: "

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from contract.atomicfile import write_atomically
+from contract.settings import valid_duration
 from scraping.httpsd import ShardError, parse_shard
 from scraping.promconfig import (
     ALERT_RULES,
@@ -30,6 +31,7 @@ from scraping.promconfig import (
     parse_rule_for,
     render_alert_rules,
     render_prometheus_yaml,
+    seconds_as_duration,
     shipped_rule_names,
 )
 from scraping.targets import ensure_target_files
@@ -81,6 +83,12 @@ class Command(BaseCommand):
             host, _, port = master.rpartition(":")
             if not host or not port.isdigit():
                 raise CommandError(f"--master {master!r} is not HOST:PORT (e.g. {LOCAL_MASTER}).")
+        scrape_interval = options["scrape_interval"] or settings.SCRAPE_INTERVAL
+        if not valid_duration(scrape_interval):
+            raise CommandError(
+                f"--scrape-interval {scrape_interval!r} is not a duration as Prometheus writes "
+                "it: e.g. 15s, 1m or 1m30s (each unit once, largest first, above zero)."
+            )
         http_sd = self._http_sd(options, masters[0] if masters else LOCAL_MASTER, out)
         if http_sd is None:
             try:
@@ -93,7 +101,9 @@ class Command(BaseCommand):
             str(sd_dir.resolve()),
             masters,
             out=str(out),
-            scrape_interval=options["scrape_interval"] or settings.SCRAPE_INTERVAL,
+            scrape_interval=scrape_interval,
+            # The targets change at most once a sweep: read them again as often.
+            sd_refresh_interval=seconds_as_duration(settings.PROBE_INTERVAL),
             metrics_token_file=self._write_metrics_token(out),
             rule_files=[self._rules(out)],
             http_sd=http_sd,
