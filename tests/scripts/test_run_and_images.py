@@ -1,0 +1,74 @@
+"""scripts/run's set-up (no database servers) and scripts/docker-images' PYTHON, each the
+real script in a sandbox (tests/scripts/sandbox.py) with stand-ins for what it starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.scripts.sandbox import Sandbox, needs_tools
+
+pytestmark = pytest.mark.skipif(bool(needs_tools()), reason=str(needs_tools()))
+
+RECORDING_PYTHON = 'printf "%s\\n" "ran as $0" >> "$FAKE_CALLS"\n'
+
+
+def test_scripts_run_asks_bootstrap_for_neither_postgresql_nor_mariadb(tmp_path: Path) -> None:
+    # The master here runs on SQLite, and its Slurm lab (python -m testkit.slurmlab)
+    # starts without accounting, so without slurmdbd and MariaDB.
+    box = Sandbox(tmp_path)
+    box.script("run")
+    box.write(
+        "scripts/bootstrap",
+        "#!/bin/sh\n"
+        'echo "bootstrap postgres=${MAC_NEED_POSTGRES-unset} mariadb=${MAC_NEED_MARIADB-unset}"'
+        ' >> "$FAKE_CALLS"\n',
+        0o755,
+    )
+    box.write(".venv/bin/mac", '#!/bin/sh\necho "mac $*" >> "$FAKE_CALLS"\n', 0o755)
+    done = box.run("run", MAC_DATA_DIR=str(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert box.called("bootstrap") == ["postgres=0 mariadb=0"]
+    assert box.called("mac")[:2] == ["start master", "start agent"]
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Sandbox:
+    box = Sandbox(tmp_path)
+    box.script("docker-images")
+    for name in ("python3", "python3.11"):
+        box.fake(name, RECORDING_PYTHON)
+    return box
+
+
+def test_python_named_as_a_command_is_the_one_that_runs(images: Sandbox) -> None:
+    done = images.run("docker-images", "--help", PYTHON="python3.11")
+    assert done.returncode == 0, done.stderr
+    assert images.called("python3.11") == ["-m maccli.runtimes.dockerimage --help"]
+    assert not images.called("python3")
+
+
+def test_python_given_as_a_path_is_the_one_that_runs(images: Sandbox) -> None:
+    done = images.run("docker-images", PYTHON=str(images.bin / "python3.11"))
+    assert done.returncode == 0, done.stderr
+    assert images.called("python3.11") == ["-m maccli.runtimes.dockerimage"]
+
+
+def test_a_python_that_is_not_there_is_named_not_swapped(images: Sandbox) -> None:
+    done = images.run("docker-images", PYTHON="python3.99")
+    assert done.returncode == 1
+    assert "PYTHON=python3.99 is not a command here" in done.stderr
+    assert not images.called("python3")
+
+
+def test_without_python_the_checkouts_venv_then_python3(images: Sandbox) -> None:
+    done = images.run("docker-images")
+    assert done.returncode == 0, done.stderr
+    assert images.called("python3") == ["-m maccli.runtimes.dockerimage"]
+
+    images.write(".venv/bin/python", '#!/bin/sh\necho "venv $*" >> "$FAKE_CALLS"\n', 0o755)
+    images.calls.write_text("")
+    done = images.run("docker-images", "--save")
+    assert done.returncode == 0, done.stderr
+    assert images.called("venv") == ["-m maccli.runtimes.dockerimage --save"]
