@@ -9,6 +9,7 @@ the dashboard and /health show as they are ("alerts unavailable: <why>").
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import urllib.error
@@ -106,6 +107,11 @@ class Alertmanager:
             raise AlertmanagerUnavailable(f"cannot reach {self.where}: {words}") from None
         except OSError as exc:
             raise AlertmanagerUnavailable(f"cannot reach {self.where}: {exc}") from None
+        except http.client.HTTPException as exc:  # not HTTP at all: an https port, another service
+            raise AlertmanagerUnavailable(
+                f"{self.where} does not speak HTTP ({type(exc).__name__}): is it Alertmanager, "
+                "and http or https as its URL says?"
+            ) from None
         return raw
 
     # Reads ---------------------------------------------------------------------------------

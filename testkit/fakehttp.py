@@ -1,8 +1,10 @@
-"""Real HTTP servers on loopback for the tests that play a master or a BMC."""
+"""Real HTTP servers on loopback for the tests that play a master or a BMC, and a port
+that does not speak HTTP at all (NotHttp)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,3 +40,32 @@ def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class NotHttp:
+    """A loopback port that answers every connection with a TLS alert, as an https port
+    asked with http:// does: no HTTP status line at all (a context manager; `url`)."""
+
+    ANSWER = b"\x15\x03\x01\x00\x02\x02\x46"
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, name="not-http", daemon=True)
+
+    def __enter__(self) -> NotHttp:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                connection.recv(4096)
+                connection.sendall(self.ANSWER)

@@ -100,6 +100,21 @@ def test_the_test_action_says_why_when_alertmanager_is_down(staff_client, am_set
     assert "cannot reach" in response.json()["detail"]
 
 
+def test_an_alertmanager_url_that_does_not_speak_http_is_said_not_a_500(staff_client, am_settings):
+    """An https port asked with http:// answers no status line: urllib raises
+    http.client.BadStatusLine, which is no OSError (it was a 500)."""
+    from testkit.fakehttp import NotHttp
+
+    created = staff_client.post(
+        URL, {"name": "hook", "kind": "webhook", "url": "http://127.0.0.1:9/hook"}, format="json"
+    )
+    with NotHttp() as server:
+        am_settings.ALERTMANAGER_URL = server.url
+        response = staff_client.post(f"{URL}{created.json()['id']}/test/")
+    assert response.status_code == 409
+    assert "does not speak HTTP (BadStatusLine)" in response.json()["detail"]
+
+
 @needs_alertmanager
 def test_the_test_action_sends_through_alertmanager(staff_client, alertmanager, webhook):
     created = staff_client.post(

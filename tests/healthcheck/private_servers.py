@@ -12,10 +12,8 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -133,32 +131,3 @@ class Frozen:
         for proc in self.stopped:
             with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(signal.SIGCONT)
-
-
-class NotHttp:
-    """A loopback port that answers every connection with a TLS alert, as an https port
-    asked with http:// does: no HTTP status line at all (a context manager; `url`)."""
-
-    ANSWER = b"\x15\x03\x01\x00\x02\x02\x46"
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.thread = threading.Thread(target=self._serve, name="not-http", daemon=True)
-
-    def __enter__(self) -> NotHttp:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.listener.close()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            with connection:
-                connection.recv(4096)
-                connection.sendall(self.ANSWER)

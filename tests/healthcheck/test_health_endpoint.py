@@ -101,7 +101,7 @@ def test_an_old_sweep_from_before_a_restart_does_not_fail_a_fresh_master(
 @pytest.mark.parametrize("service", ["PROMETHEUS_URL", "ALERTMANAGER_URL"])
 def test_a_service_that_does_not_speak_http_only_degrades_it(client, settings, service):
     from healthcheck.health import forget_outside_answers
-    from tests.healthcheck.private_servers import NotHttp
+    from testkit.fakehttp import NotHttp
 
     with NotHttp() as server:
         setattr(settings, service, server.url)

@@ -25,9 +25,9 @@ from inventory.models import Node
 from scraping.engines import refresh_engine_checks
 from scraping.httpsd import shard_of
 from testkit.factories import make_node
+from testkit.fakehttp import NotHttp
 from testkit.ports import free_port
 from testkit.waiting import wait_for
-from tests.healthcheck.private_servers import NotHttp
 
 pytestmark = [
     pytest.mark.skipif(
