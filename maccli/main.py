@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -224,10 +225,13 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = parser()
-    args = ap.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(words)
     try:
         return dispatch(args, ap)
     except CliError as exc:
+        if exc.rerun:
+            exc.commands.append(shlex.join(["mac", *words]))
         output.print_error(exc)
         return exc.code
     except (ConfigError, EnvFileError) as exc:

@@ -18,7 +18,12 @@ from rich.text import Text
 
 
 class CliError(Exception):
-    """An expected failure: a message, what to run next, and the exit code."""
+    """An expected failure: a message, what to run next, and the exit code.
+
+    `rerun`: the last thing to run is the very `mac` command that failed, once the
+    commands before it are done (main() adds it, as it was typed): said where the code
+    that fails is shared by several commands and cannot name the one that ran.
+    """
 
     def __init__(
         self,
@@ -27,12 +32,14 @@ class CliError(Exception):
         hint: str = "",
         commands: Sequence[str] = (),
         code: int = 1,
+        rerun: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
         self.commands = list(commands)
         self.code = code
+        self.rerun = rerun
 
 
 def _console(stderr: bool) -> Console:

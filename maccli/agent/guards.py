@@ -14,22 +14,39 @@ from pathlib import Path
 from contract.settings.kinds import valid_hostname
 from maccli import output
 from maccli.output import CliError
-from node.config import ConfigError, NodeConfig, Source
+from node.config import MASTER_URL_KEY, ConfigError, NodeConfig, Source
+
+
+def needs_root(cfg: NodeConfig) -> bool:
+    """Whether `mac start agent` must run as root here, and under sudo, whose HOME is
+    root's, so that this user's ~/.mac/env is not read: the node key goes to the per-node
+    file, which this user cannot write (or this is sudo already)."""
+    under_sudo = os.geteuid() == 0 and bool(os.environ.get("SUDO_USER"))
+    return os.geteuid() != 0 or under_sudo or not _can_write(cfg.node_file)
 
 
 def require_master_ip(cfg: NodeConfig) -> str:
-    if not cfg.master_ip:
+    if cfg.master_ip:
+        return cfg.master_ip
+    if needs_root(cfg):
+        # The guide's per-user route dead-ends here: `mac start agent` stops at the root-only
+        # per-node file, and `sudo mac start agent` does not read ~/.mac/env.
         raise CliError(
             "MASTER_IP is required.",
-            hint="Set it (saved to ~/.mac/env) and run again:",
-            commands=[
-                "mac env set MASTER_IP=<master-ip>",
-                "mac start agent",
-                "# on a shared (NFS) home, use the per-node file /etc/mango/mac/env instead:",
-                "sudo mac env set --node MASTER_IP=<master-ip>",
-            ],
+            hint=f"Set it in the per-node file {cfg.node_file} (read under sudo, where "
+            f"~/.mac/env is root's) and run again as root:",
+            commands=["sudo mac env set --node MASTER_IP=<master-ip>", "sudo mac start agent"],
         )
-    return cfg.master_ip
+    raise CliError(
+        "MASTER_IP is required.",
+        hint="Set it (saved to ~/.mac/env) and run again:",
+        commands=[
+            "mac env set MASTER_IP=<master-ip>",
+            "mac start agent",
+            "# on a shared (NFS) home, use the per-node file /etc/mango/mac/env instead:",
+            "sudo mac env set --node MASTER_IP=<master-ip>",
+        ],
+    )
 
 
 def resolve_node_name(cfg: NodeConfig) -> str:
@@ -86,9 +103,11 @@ def require_node_file_writable(cfg: NodeConfig) -> None:
         # user's file: a MASTER_IP saved only there would be "required" again under sudo.
         hint = f"Run it as root. The values in {cfg.user_file} are not read under sudo"
         commands = ["sudo mac start agent"]
-        if cfg.source_of("MASTER_IP") == Source.USER:
-            hint += "; save MASTER_IP in the per-node file first:"
-            assignment = shlex.quote(f"MASTER_IP={cfg.get('MASTER_IP')}")
+        # Where the master's address comes from; from the environment, sudo drops it too.
+        key = "MASTER_IP" if cfg.get("MASTER_IP") else MASTER_URL_KEY
+        if cfg.source_of(key) in (Source.USER, Source.PROCESS):
+            hint += f" (nor is this shell's environment); save {key} in the per-node file first:"
+            assignment = shlex.quote(f"{key}={cfg.get(key)}")
             commands.insert(0, f"sudo mac env set --node {assignment}")
         else:
             hint += " (keep what root needs in the per-node file: sudo mac env set --node):"

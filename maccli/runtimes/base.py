@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from contract.liveness import check_url, outcome_words
 from contract.services import AgentNetwork
+from maccli.output import CliError
 
 
 @dataclass
@@ -99,6 +100,19 @@ def service_health(spec: ServiceSpec, timeout: float = 2.0) -> str:
     if spec.health_command:
         return command_health(spec.health_command, spec.env)
     return "-"
+
+
+def not_answering(
+    late: Sequence[tuple[ServiceSpec, str]], *, hint: str, commands: Sequence[str]
+) -> CliError:
+    """A start whose services still do not answer at their deadline, in the same words
+    under every runtime: each service, what it was asked, and its last answer."""
+    said = "; ".join(
+        f"{spec.name} does not answer {spec.liveness_url or 'its health check'} after "
+        f"{spec.ready_timeout:g} s: {word}"
+        for spec, word in late
+    )
+    return CliError(f"{said}.", hint=hint, commands=commands)
 
 
 class Runtime(ABC):

@@ -15,10 +15,14 @@ The master's network keeps other hosts out by rules of MAC's own in Docker's DOC
 chain (maccli.runtimes.dockerfence), put in after every `up` and taken out at `down`.
 
 Before `up`: MAC's image is built when it is missing (offline, maccli.runtimes.dockerimage),
-the AMD profile's devices must exist, and containers named mac-* that belong to another
-Compose project (a raw `docker compose up` elsewhere, project "deploy") are found,
-because Docker would otherwise stop with a bare
-`Conflict. The container name "/mac-..." is already in use`.
+a GPU profile whose plumbing is missing is left out (maccli.runtimes.dockergpu), and
+containers named mac-* that belong to another Compose project (a raw `docker compose up`
+elsewhere, project "deploy") are found, because Docker would otherwise stop with a bare
+`Conflict. The container name "/mac-..." is already in use`. After it, `start` waits
+until each service answers, and fails naming those that do not.
+
+An engine that does not answer is said as such by every command, never taken for
+"no containers" (every service "stopped") nor shown as Compose's own traceback.
 """
 
 from __future__ import annotations
@@ -37,19 +41,21 @@ import yaml
 from contract.services import AgentNetwork
 from maccli import output
 from maccli.output import CliError, spinner
-from maccli.runtimes import dockerfence
-from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, probe
+from maccli.runtimes import dockerfence, dockergpu
+from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, not_answering, probe
+from maccli.runtimes.dockerengine import (
+    compose_errors,
+    conflict_error,
+    engine_error,
+    find_compose,
+    mac_containers,
+    stale_error,
+)
 from maccli.runtimes.dockerimage import DEFAULT_IMAGE, ImageError, build_image, image_exists
 from maccli.runtimes.dockerimage import source_root as image_source
 from maccli.runtimes.dockerlogs import docker_logs
 from maccli.systemd import ISOLATION_UNIT, SystemdUnits
-from node.checks.docker import (
-    COMPOSE_PROJECT,
-    REMOVE_STALE_COMMAND,
-    DockerUnavailable,
-    describe_stale,
-    stale_containers,
-)
+from node.checks.docker import COMPOSE_PROJECT, describe_stale
 from node.config import NodeConfig, Source
 from node.runner import CommandResult, Runner, run_command
 
@@ -62,7 +68,6 @@ NETWORK_FILES = {
 BRIDGE_NETWORK = "agent"  # the bridge of docker-compose.agent.bridge.yml
 MASTER_NETWORK = "master"  # the master's own network (docker-compose.master.yml)
 PROJECT_LABEL, SERVICE_LABEL = "com.docker.compose.project", "com.docker.compose.service"
-AMD_DEVICES = ("kfd", "dri")
 COMPOSE_TIMEOUT = 600.0  # seconds: `up` may create every container from scratch
 COMPOSE_VARIABLE = re.compile(r"\$\{([A-Z][A-Z0-9_]*)")
 
@@ -96,31 +101,6 @@ def run_long(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Comma
     return run_command(argv, timeout=COMPOSE_TIMEOUT, env=env)
 
 
-def find_compose(run: Runner = run_command) -> list[str]:
-    """`docker compose` (the v2 plugin) where it answers, else `docker-compose` (1.29)."""
-    if run(["docker", "compose", "version"]).returncode == 0:
-        return ["docker", "compose"]
-    if run(["docker-compose", "version"]).returncode == 0:
-        return ["docker-compose"]
-    raise CliError(
-        "Docker Compose is missing: neither `docker compose` (the v2 plugin) nor "
-        "`docker-compose` answers.",
-        hint="Install Debian's Compose (or Docker's docker-compose-plugin), then run again:",
-        commands=["sudo apt-get install docker-compose", "mac start agent"],
-    )
-
-
-def stale_error(role: str, names: str) -> CliError:
-    return CliError(
-        f"containers left by another Compose project hold MAC's names: {names}.",
-        hint=(
-            'Docker would refuse with: Conflict. The container name "/mac-..." is already '
-            "in use. Remove them and start again (or add --remove-stale):"
-        ),
-        commands=[REMOVE_STALE_COMMAND, f"mac start {role}"],
-    )
-
-
 def _words(exc: CliError | OSError) -> str:
     """What a failed systemd step said, for a warning."""
     return exc.message if isinstance(exc, CliError) else str(exc)
@@ -152,8 +132,10 @@ class DockerRuntime(Runtime):
         # `mac` may not touch it, the one an earlier start left (maccli.systemd).
         self.systemd = systemd
         self.left_unit = left_unit
-        # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter).
+        # Compose profiles of optional services (nvidia: dcgm-exporter, amd: rocm-exporter),
+        # and the services of those this start left out (their GPU plumbing is missing).
         self.profiles = list(profiles or [])
+        self.left_out: set[str] = set()
         # The agent's network mode (maccli.agent.network sets it); None: no overlay. And
         # the mode its containers ran in before this command, when that was seen.
         self.network: AgentNetwork | None = None
@@ -190,41 +172,26 @@ class DockerRuntime(Runtime):
         return [*self._compose, "-p", self.project, *files, *profiles, *args]
 
     def _clear_stale(self, role: str) -> None:
-        try:
-            stale = stale_containers(self.run, self.project)
-        except DockerUnavailable as exc:
-            raise CliError(
-                f"the Docker engine does not answer: {exc}",
-                hint="Start Docker (and enable it at boot), or use the process runtime:",
-                commands=[
-                    "sudo systemctl enable --now docker",
-                    f"mac start {role} --runtime process",
-                ],
-            ) from None
+        found = mac_containers(self.run)
+        stale = [c for c in found if c.project != self.project]
         if not stale:
             return
         if not self.remove_stale:
-            raise stale_error(role, describe_stale(stale))
-        result = self.run(["docker", "rm", "-f", *(c.name for c in stale)])
+            raise stale_error(role, stale, ours=len(stale) < len(found))
+        names = [c.name for c in stale]
+        result = self.run(["docker", "rm", "-f", *names])
         if result.returncode != 0:
             raise CliError(
                 f"could not remove {describe_stale(stale)}: {result.stderr.strip()}",
-                commands=[REMOVE_STALE_COMMAND],
+                commands=[f"docker rm -f {' '.join(names)}"],
             )
 
-    def _check_devices(self) -> None:
-        if "amd" not in self.profiles:
-            return
-        dev = Path(os.environ.get("MAC_DEV_ROOT") or "/dev")
-        missing = [str(dev / name) for name in AMD_DEVICES if not (dev / name).exists()]
-        if missing:
-            raise CliError(
-                f"rocm-exporter needs {' and '.join(str(dev / n) for n in AMD_DEVICES)} passed "
-                f"into its container, and {', '.join(missing)} is missing here: the amdgpu "
-                "driver is not loaded.",
-                hint="Load it (the ROCm kernel driver), check, then run again:",
-                commands=["sudo modprobe amdgpu", "lsmod | grep amdgpu", "mac start agent"],
-            )
+    def _leave_out(self, role: str, item: dockergpu.LeftOut) -> None:
+        """Run without a GPU profile this node cannot run now, and say how to add it."""
+        services = dockergpu.profile_services(self.compose_files(role), item.profile)
+        self.profiles = [name for name in self.profiles if name != item.profile]
+        self.left_out.update(services)
+        output.warn(dockergpu.warning(services, item))
 
     def _ensure_image(self) -> None:
         if image_exists(self.image, self.run):
@@ -320,23 +287,39 @@ class DockerRuntime(Runtime):
 
     def _up(self, role: str, specs: Sequence[ServiceSpec], *extra: str) -> None:
         self._clear_stale(role)
-        self._check_devices()
+        roots = NodeConfig.load().roots()
+        for item in dockergpu.left_out(self.profiles, self.run, roots):
+            self._leave_out(role, item)
         self._ensure_image()
-        argv = self.compose(role, "up", "-d", "--no-build", *extra)
-        tool = " ".join(self._compose or ["docker", "compose"])
-        with spinner(f"{tool} -p {self.project} up -d ({role}) ..."):
-            result = self.run(argv, env=self.compose_env(role, specs))
+        result = self._compose_up(role, specs, extra)
+        said = (result.stderr or result.stdout).strip()
+        refused = result.returncode != 0 and dockergpu.NVIDIA_REFUSED in said
+        if refused and "nvidia" in self.profiles:
+            self._leave_out(role, dockergpu.nvidia_refused(compose_errors(said, 1)))
+            self.prune(lambda service: service in self.left_out)  # created, never started
+            result = self._compose_up(role, specs, extra)
+            said = (result.stderr or result.stdout).strip()
         if result.returncode != 0:
-            output = (result.stderr or result.stdout).strip()
-            if "Conflict" in output and "already in use" in output:
-                raise stale_error(role, output.splitlines()[-1])
+            if "Conflict" in said and "already in use" in said:
+                conflict = conflict_error(self.run, self.project, role, said)
+                if conflict is not None:
+                    raise conflict
+            tool = " ".join(self._compose or ["docker", "compose"])
             raise CliError(
-                f"{tool} up failed: {compose_errors(output, result.returncode)}",
+                f"{tool} up failed: {compose_errors(said, result.returncode)}",
                 commands=[
                     " ".join(self.compose(role, "logs", "--tail", "50")),
                     f"mac start {role}",
                 ],
             )
+
+    def _compose_up(
+        self, role: str, specs: Sequence[ServiceSpec], extra: Sequence[str]
+    ) -> CommandResult:
+        argv = self.compose(role, "up", "-d", "--no-build", *extra)
+        tool = " ".join(self._compose or ["docker", "compose"])
+        with spinner(f"{tool} -p {self.project} up -d ({role}) ..."):
+            return self.run(argv, env=self.compose_env(role, specs))
 
     def start(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
         self._up(role, specs)
@@ -393,24 +376,52 @@ class DockerRuntime(Runtime):
         )
 
     def _wait_ready(self, role: str, specs: Sequence[ServiceSpec]) -> None:
-        """Until each liveness URL answers (or its ready_timeout passes): as the process
-        runtime does, so that the node is registered with its services answering."""
-        waiting = [spec for spec in specs if spec.liveness_url]
-        deadline = time.monotonic() + max((spec.ready_timeout for spec in waiting), default=0)
+        """Until each liveness URL answers, within its ready_timeout (MAC_START_TIMEOUT;
+        0: not waited for), as the process runtime does: `mac start` says ok, and the
+        node registers, only with its services answering. Those still silent at their
+        deadline fail the start, by name, with their containers' logs as the next step;
+        the containers stay (Docker keeps restarting them), so the logs are there."""
+        began = time.monotonic()
+        waiting = {
+            spec.name: spec
+            for spec in specs
+            if spec.liveness_url and spec.ready_timeout > 0 and spec.name not in self.left_out
+        }
+        words: dict[str, str] = {}
+        late: list[ServiceSpec] = []
         with spinner(f"waiting for the {role} services to answer ..."):
-            while waiting and time.monotonic() < deadline:
-                waiting = [spec for spec in waiting if probe(spec.liveness_url) != "ok"]
+            while waiting:
+                for name, spec in list(waiting.items()):
+                    words[name] = probe(spec.liveness_url)
+                    if words[name] == "ok":
+                        del waiting[name]
+                    elif time.monotonic() - began > spec.ready_timeout:
+                        late.append(waiting.pop(name))
                 if waiting:
                     time.sleep(0.5)
+        if late:
+            rows = self._containers(late)
+            raise not_answering(
+                [(spec, _with_container(words[spec.name], spec, rows)) for spec in late],
+                hint="Their containers' last lines say why (Docker keeps restarting them). "
+                "Fix the cause, then check:",
+                commands=[
+                    *(f"docker logs mac-{spec.name} --tail 50" for spec in late),
+                    f"mac status {role}",
+                ],
+            )
 
     def stop(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        # The engine first: with none, Compose 1.29 prints a Python traceback.
+        mac_containers(self.run)
         argv = self.compose(role, "down")
         tool = " ".join(self._compose or ["docker", "compose"])
         with spinner(f"{tool} -p {self.project} down ({role}) ..."):
             result = self.run(argv, env=self.compose_env(role, specs))
         if result.returncode != 0:
+            said = (result.stderr or result.stdout).strip()
             raise CliError(
-                f"{tool} down failed: {(result.stderr or result.stdout).strip()}",
+                f"{tool} down failed: {compose_errors(said, result.returncode)}",
                 commands=[f"docker ps -a --filter label={PROJECT_LABEL}={self.project}"],
             )
         # A container of a profile no longer active here (a GPU removed) is this role's too.
@@ -504,11 +515,16 @@ class DockerRuntime(Runtime):
         return names
 
     def _containers(self, specs: Sequence[ServiceSpec]) -> dict[str, dict]:
-        """docker inspect of this project's containers of `specs`, by service name."""
+        """docker inspect of this project's containers of `specs`, by service name.
+
+        An engine that does not answer is an error: "no containers" would show every
+        service as stopped, and send the operator to start a second copy."""
         listed = self.run(
             ["docker", "ps", "-aq", "--filter", f"label={PROJECT_LABEL}={self.project}"]
         )
-        ids = listed.stdout.split() if listed.returncode == 0 else []
+        if listed.returncode != 0:
+            raise engine_error(f"{listed.stderr}\n{listed.stdout}")
+        ids = listed.stdout.split()
         if not ids:
             return {}
         inspected = self.run(["docker", "inspect", *ids])
@@ -556,17 +572,16 @@ class DockerRuntime(Runtime):
         return states
 
 
-def compose_errors(output: str, code: int) -> str:
-    """What went wrong in Compose's output: its ERROR lines (1.29 ends with a bare
-    "Encountered errors while bringing up the project."), else its last line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith(("ERROR:", "Error"))]
-    # 1.29 prints each failure twice ("for mac-x" and "for x"): once is enough.
-    # ("ERROR: for NAME  WHAT": only WHAT)
-    unique = list(dict.fromkeys(e.partition("  ")[2] if "  " in e else e for e in errors))
-    if unique:
-        return "; ".join(unique)
-    return lines[-1] if lines else f"exit code {code}"
+def _with_container(word: str, spec: ServiceSpec, rows: Mapping[str, dict]) -> str:
+    """A service's last answer, and its container's state where it is not running."""
+    row = rows.get(spec.name)
+    if row is None:
+        return f"{word} (no container mac-{spec.name})"
+    state = row.get("State", {})
+    if state.get("Status") == "running":
+        return word
+    status, code = state.get("Status", "unknown"), state.get("ExitCode", "?")
+    return f"{word} ({row['Name']}: {status}, exit code {code})"
 
 
 def _since(stamp: str) -> float | None:

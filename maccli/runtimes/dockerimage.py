@@ -241,11 +241,40 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"==> built {args.image} on {base}")
     if args.save:
-        if run_command(["docker", "save", "-o", str(args.save), args.image]).returncode != 0:
-            print(f"Error: docker save -o {args.save} {args.image} failed", file=sys.stderr)
+        try:
+            save_image(args.image, args.save)
+        except ImageError as exc:
+            print(f"Error: {exc}", file=sys.stderr)
             return 1
         print(f"==> saved to {args.save}; on each node: docker load -i {args.save.name}")
     return 0
+
+
+def save_image(image: str, target: Path) -> None:
+    """`docker save` of `image` into `target`, for air-gapped nodes (`docker load -i`).
+
+    No time limit: the image holds Prometheus, VictoriaMetrics, Slurm and a venv, and
+    writing it takes minutes on a slow disk. It is written beside `target` and renamed
+    into place when complete, so that a failed or interrupted save never leaves a file
+    that looks like an image; Docker's own words say why it failed."""
+    partial = target.with_name(f"{target.name}.tmp")
+    try:
+        done = subprocess.run(
+            ["docker", "save", "-o", str(partial), image],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        if done.returncode == 0:
+            partial.replace(target)
+            return
+        said = done.stderr.strip() or f"exit code {done.returncode}"
+    except OSError as exc:
+        said = str(exc)
+    finally:
+        partial.unlink(missing_ok=True)
+    raise ImageError(f"docker save -o {target} {image} failed: {said}")
 
 
 if __name__ == "__main__":

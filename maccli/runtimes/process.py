@@ -38,7 +38,13 @@ import psutil
 from rich.text import Text
 
 from maccli.output import CliError, err, spinner, warn
-from maccli.runtimes.base import Runtime, ServiceSpec, ServiceState, service_health
+from maccli.runtimes.base import (
+    Runtime,
+    ServiceSpec,
+    ServiceState,
+    not_answering,
+    service_health,
+)
 from maccli.runtimes.logfiles import file_logs
 from maccli.runtimes.pidfiles import PidFiles
 from maccli.runtimes.ports import check_port_free, check_port_owner
@@ -303,10 +309,8 @@ class ProcessRuntime(Runtime):
                         check_port_owner(role, spec, program.pid)
                         del pending[name]
                     elif time.monotonic() > deadline[name]:
-                        what = spec.liveness_url or "its health check"
-                        raise CliError(
-                            f"{name} does not answer {what} after {spec.ready_timeout:g} s: "
-                            f"{last_word[name]}.",
+                        raise not_answering(
+                            [(spec, last_word[name])],
                             hint=f"Last lines of {log}:\n{_tail(log)}\nThen check:",
                             commands=[f"mac status {role}", f"tail -n 50 {log}"],
                         )

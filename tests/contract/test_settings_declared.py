@@ -38,6 +38,7 @@ OTHER_PROGRAMS = {
     "DOCKER_HOST": "Docker's engine address",
     "NO_COLOR": "no-color.org",
     "PYTHONPATH": "Python's",
+    "SUDO_USER": "sudo's: who ran it",
     "XDG_CACHE_HOME": "the XDG base directories",
 }
 # How the code reads a setting by its literal name.

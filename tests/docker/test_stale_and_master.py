@@ -33,7 +33,10 @@ def test_it_finds_a_raw_compose_ups_containers_before_dockers_conflict(docker_ma
         assert refused.returncode == 1
         assert "(project deploy)" in refused.stderr
         assert 'Conflict. The container name "/mac-...' in refused.stderr
-        assert f"  {REMOVE_STALE_COMMAND}\n" in refused.stderr
+        # Exactly the old deployment's containers, by name: the guide's blanket form would
+        # remove the master's too, which share this engine, so it is not offered.
+        assert "\n  docker rm -f mac-" in refused.stderr
+        assert REMOVE_STALE_COMMAND not in refused.stderr
         projects = {r["Config"]["Labels"]["com.docker.compose.project"] for r in _agent(node)}
         assert projects == {"deploy"}  # nothing of ours was created next to them
 

@@ -20,7 +20,8 @@ from testkit.macenv import free_master_ports
 
 FAKE_DOCKER = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 # Variables of the developer's shell that would change what `mac` does under test.
-_SCRUB = ("MASTER_IP", "NODE_NAME", "NO_COLOR")
+# (SUDO_USER: `mac` run under sudo gives the per-node commands, maccli.agent.guards.)
+_SCRUB = ("MASTER_IP", "NODE_NAME", "NO_COLOR", "SUDO_USER")
 
 
 @dataclass
@@ -126,7 +127,14 @@ def files(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
         "COLUMNS": "300",
     }.items():
         monkeypatch.setenv(name, value)
-    for name in ("MASTER_IP", "NODE_NAME", "MASTER_URL", "OTHER", "MAC_BMC_REDFISH_PASSWORD"):
+    for name in (
+        "MASTER_IP",
+        "NODE_NAME",
+        "MASTER_URL",
+        "OTHER",
+        "MAC_BMC_REDFISH_PASSWORD",
+        "SUDO_USER",
+    ):
         monkeypatch.delenv(name, raising=False)
     return user_file, node_file
 

@@ -1,14 +1,17 @@
 """A stand-in `docker` executable for hosts without a Docker engine (tests only).
 
 It keeps a small container table in $FAKE_DOCKER_STATE and answers the calls `mac`
-makes: `docker info`, `docker ps -a --filter name=^/mac- --format ...`, `docker rm -f`,
+makes: `docker info` (its Runtimes from runtimes.json, else runc alone), `docker ps -a
+--filter name=^/mac- --format ...`, `docker rm -f`, `docker save -o FILE IMAGE`,
 `docker ps -aq --filter label=...`, `docker inspect`, `docker image inspect`, `docker logs`,
 `docker network rm` and `docker compose version|-p P -f FILE [-f FILE...] [--profile X]
 up -d|down` (later files override a service's keys, as Compose merges them; a container
 whose network changed is recreated; `up` keeps the MAC_* variables it was given in
 compose-env.json).
 Like the real engine, `compose up` refuses a container name held by another project with
-Docker's own Conflict message. Every call is appended to calls.log.
+Docker's own Conflict message, and (with a file no-nvidia-driver) the `nvidia` profile's
+GPU request with its "could not select device driver" error. Every call is appended to
+calls.log.
 """
 
 from __future__ import annotations
@@ -58,6 +61,13 @@ def compose(args: list[str]) -> int:
         if not spec.get("profiles") or profiles & set(spec["profiles"])
     }
     rows = load()
+    if rest[0] == "up" and "nvidia" in profiles and (STATE / "no-nvidia-driver").exists():
+        print(
+            'Error response from daemon: could not select device driver "nvidia" with '
+            "capabilities: [[gpu]]",
+            file=sys.stderr,
+        )
+        return 1
     if rest[0] == "up":
         # What Compose would substitute into the files' ${MAC_...}.
         seen = {k: v for k, v in os.environ.items() if k.startswith("MAC_")}
@@ -155,8 +165,20 @@ def main() -> int:
         )
         return 1
     command = args[0]
+    if command == "info" and ".Runtimes" in " ".join(args):
+        runtimes = STATE / "runtimes.json"
+        print(runtimes.read_text() if runtimes.exists() else '{"runc":{"path":"runc"}}')
+        return 0
     if command == "info":
         print("27.3.1")
+        return 0
+    if command == "save":  # docker save -o FILE IMAGE; with save-fails: half a file, an error
+        path = Path(args[args.index("-o") + 1])
+        if (STATE / "save-fails").exists():
+            path.write_text("half a tar")
+            print("write /x: no space left on device", file=sys.stderr)
+            return 1
+        path.write_text(f"tar of {args[-1]}")
         return 0
     if command == "ps" and "-aq" in args:  # docker ps -aq --filter label=<project label>=P
         project = args[args.index("--filter") + 1].rpartition("=")[2]

@@ -53,6 +53,8 @@ def test_start_agent_refuses_stale_containers_then_removes_them_on_request(
             "MASTER_IP": "127.0.0.1",
             "MAC_MASTER_PORT": str(live_master.port),
             "NODE_NAME": f"docker-{os.getpid()}",
+            # The stand-in runs no container: nothing would answer a start that waited.
+            "MAC_START_TIMEOUT": "0",
         }
     )
     refused = mac_env.run("start", "agent")
@@ -60,7 +62,11 @@ def test_start_agent_refuses_stale_containers_then_removes_them_on_request(
     assert "Error: containers left by another Compose project hold MAC's names: " in refused.stderr
     assert "mac-sys-exporter (project deploy), mac-nic-exporter (project deploy)" in refused.stderr
     assert CONFLICT in refused.stderr
-    assert f"  {REMOVE_STALE_COMMAND}\n  mac start agent" in refused.stderr
+    # Those two by name; the guide's blanket form only as a note (none of MAC's own here).
+    assert "  docker rm -f mac-sys-exporter mac-nic-exporter\n  mac start agent\n" in (
+        refused.stderr
+    )
+    assert refused.stderr.endswith(f"  {REMOVE_STALE_COMMAND}\n")
     assert not any(call.startswith("compose") for call in _calls(docker))
     assert not Node.objects.exists()
 
@@ -102,14 +108,18 @@ def test_a_conflict_from_compose_itself_gets_the_same_advice(docker, monkeypatch
 
     with pytest.raises(CliError) as caught:
         runtime.start("agent", [])
-    assert caught.value.commands[0] == REMOVE_STALE_COMMAND
-    assert "already in use" in caught.value.message
+    assert caught.value.commands[0] == "docker rm -f mac-sys-exporter mac-nic-exporter"
+    assert "already in use" in caught.value.hint
 
 
 def test_auto_runtime_is_docker_when_the_engine_answers_else_process(docker, mac_env, monkeypatch):
     monkeypatch.setenv("PATH", mac_env.env["PATH"])
     monkeypatch.setenv("FAKE_DOCKER_STATE", str(docker))
-    cfg = NodeConfig.load({**own_files(mac_env.root), "MAC_STATE_DIR": str(mac_env.state_dir)})
+    # A host that never had Docker's engine (no unit): test_docker_faults.py has the other.
+    never = {f"MAC_{name}_ROOT": str(mac_env.root / "none") for name in ("ETC", "USR", "LIB")}
+    cfg = NodeConfig.load(
+        {**own_files(mac_env.root), **never, "MAC_STATE_DIR": str(mac_env.state_dir)}
+    )
     assert isinstance(choose_runtime(cfg, "agent"), DockerRuntime)
     (docker / "engine-down").write_text("")
     assert isinstance(choose_runtime(cfg, "agent"), ProcessRuntime)

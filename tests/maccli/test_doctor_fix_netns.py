@@ -52,7 +52,14 @@ def scratch():
 
 
 def _env(scratch: Path) -> dict[str, str]:
-    return scratch_mac_env(scratch, MAC_ETC_ROOT=str(scratch / "etc"), PYTHONDONTWRITEBYTECODE="1")
+    # A bridge-mode node (the guide's layout), where forwarding carries the exporters'
+    # traffic: on a new install with no mode chosen, forwarding off is no problem at all.
+    return scratch_mac_env(
+        scratch,
+        MAC_ETC_ROOT=str(scratch / "etc"),
+        MAC_AGENT_NETWORK="bridge",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
 
 
 def _mac(namespace: str, scratch: Path, *args: str, prefix: tuple[str, ...] = ()):
