@@ -23,6 +23,7 @@ local one).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import tempfile
 import time
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default="0318b7d")
     parser.add_argument("--no-report", action="store_true", help="print, do not write the doc")
     args = parser.parse_args(argv)
+    os.environ.setdefault("MAC_REDIS_URL", "redis://127.0.0.1:6379/15")  # start_stack's Redis
     head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, check=True, capture_output=True,
         text=True,

@@ -36,14 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.report import median, update_section, verdict
+from contract.settings import CATALOG
 from testkit.alertstack import AlertStack
 from testkit.ports import free_port
 from testkit.simfleet import Fault, FleetThread, loopback_base, register_fleet
 from testkit.slurmlab import SlurmLab, lab_folder
 from testkit.waiting import wait_for
 
-DEFAULT_INTERVAL = 30.0
-PROBE_TIMEOUT = 3.0  # MAC_PROBE_TIMEOUT's default
+DEFAULT_INTERVAL = CATALOG["MAC_PROBE_INTERVAL"].default
+PROBE_TIMEOUT = CATALOG["MAC_PROBE_TIMEOUT"].default  # the stack leaves it at its default
 SLACK = 5.0  # the bound: interval + timeout + 5 s
 
 

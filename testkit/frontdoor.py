@@ -110,7 +110,8 @@ def start_stack(
             "DJANGO_SETTINGS_MODULE": "macweb.settings",
             "PYTHONPATH": str(repo),
             "MAC_DATA_DIR": str(data),
-            "MAC_REDIS_URL": os.environ.get("MAC_REDIS_URL", "redis://127.0.0.1:6379/15"),
+            # The caller's (under pytest, testkit.xdistworker's: never a master's db 0).
+            "MAC_REDIS_URL": os.environ["MAC_REDIS_URL"],
             "MAC_CACHE_PREFIX": f"door{os.getpid()}x{free_port()}",
             "MAC_PROBE_INTERVAL": "3600",
             "MAC_SECRET_KEY": "front-door-test-secret-key-not-for-production-0123456789",

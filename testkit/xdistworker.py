@@ -1,9 +1,20 @@
-"""Each pytest-xdist worker gets its own Redis database, data folder and loopback block.
+"""The tests' own Redis database and data folder; each pytest-xdist worker's own share of
+both, and its own loopback block.
 
 Loaded with `-p testkit.xdistworker` (pyproject's addopts), so it is imported while
 pytest reads its options: before pytest-env and pytest-django set up Django, whose
-settings read MAC_REDIS_URL once. pytest-django already gives each worker its own test
-database (`<name>_gw0`, `<name>_gw1`); the rest of what the tests share is here:
+settings read MAC_REDIS_URL once. A plain `pytest` (not through scripts/test) must never
+meet a real or dev master there: the settings' defaults are a master's own (Redis
+database 0, the checkout's var/, and with it its installation id and cache prefix),
+and the tests' fixtures delete the keys they find there. So, when unset (`defaults`):
+
+- MAC_REDIS_URL: MAC_TEST_REDIS_URL, else that setting's default (database 9, as in
+  scripts/test);
+- MAC_DATA_DIR: a fresh temporary folder, removed when this process ends.
+
+That happens in the controller too, before xdist starts its workers (which inherit
+both). pytest-django already gives each worker its own test database (`<name>_gw0`,
+`<name>_gw1`); the rest of what the tests share is split here:
 
 - MAC_REDIS_URL: database N + worker number, so Celery queues, sweep locks and the
   channel layer of one worker's masters never meet another's.
@@ -33,13 +44,19 @@ length, so those lines say which tests to move or cut when CI nears its 30 minut
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+
+from contract.settings import CATALOG
 
 HEAVY_MARKS = ("slow", "netns", "nspawn", "slurm")
 # Slow, but with no deadline to miss and nothing of the host's to own: beside the others.
@@ -50,9 +67,9 @@ MODULES_SHOWN = 8  # each worker's longest test modules, in the summary
 QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
 
 
-def worker_number() -> int | None:
+def worker_number(environ: Mapping[str, str] = os.environ) -> int | None:
     """0 for gw0, 1 for gw1...; None outside xdist (one process runs everything)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    worker = environ.get("PYTEST_XDIST_WORKER", "")
     return int(worker.removeprefix("gw")) if worker.startswith("gw") else None
 
 
@@ -62,16 +79,41 @@ def _own_redis_database(url: str, number: int) -> str:
     return urlunsplit(parts._replace(path=f"/{(base + number) % 16}"))
 
 
-def _apply() -> None:
-    number = worker_number()
+def defaults(environ: MutableMapping[str, str] = os.environ) -> None:
+    """The tests' Redis database and data folder where nothing gave them (an empty value
+    counts as none): never a master's database 0 or the checkout's var/."""
+    if not environ.get("MAC_REDIS_URL"):
+        test_redis = environ.get("MAC_TEST_REDIS_URL") or CATALOG["MAC_TEST_REDIS_URL"].default
+        environ["MAC_REDIS_URL"] = test_redis
+    if not environ.get("MAC_DATA_DIR"):
+        folder = tempfile.mkdtemp(prefix="mac-test-data.")
+        environ["MAC_DATA_DIR"] = folder
+        atexit.register(_remove, folder, os.getpid())
+
+
+def _remove(folder: str, owner: int) -> None:
+    """The data folder made by `defaults`, by the process that made it (not by a child
+    forked from it, whose exit runs these handlers too)."""
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def per_worker(environ: MutableMapping[str, str] = os.environ) -> None:
+    """This xdist worker's own Redis database and data folder (nothing outside xdist)."""
+    number = worker_number(environ)
     if number is None:
         return
-    if url := os.environ.get("MAC_REDIS_URL"):
-        os.environ["MAC_REDIS_URL"] = _own_redis_database(url, number)
-    if data := os.environ.get("MAC_DATA_DIR"):
+    if url := environ.get("MAC_REDIS_URL"):
+        environ["MAC_REDIS_URL"] = _own_redis_database(url, number)
+    if data := environ.get("MAC_DATA_DIR"):
         own = Path(data) / f"gw{number}"
         own.mkdir(parents=True, exist_ok=True)
-        os.environ["MAC_DATA_DIR"] = str(own)
+        environ["MAC_DATA_DIR"] = str(own)
+
+
+def _apply(environ: MutableMapping[str, str] = os.environ) -> None:
+    defaults(environ)
+    per_worker(environ)
 
 
 _apply()

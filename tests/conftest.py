@@ -16,6 +16,7 @@ import pytest
 
 from testkit import factories
 from testkit.macenv import own_files
+from testkit.ports import ContractPortHeld
 from testkit.processes import stop_process
 from testkit.simfleet import FleetThread, loopback_base
 from testkit.waiting import WaitTimeout, wait_http
@@ -50,6 +51,27 @@ def pytest_configure(config: pytest.Config) -> None:
             + "\n  ".join(stopped),
             file=sys.stderr,
         )
+
+
+# On a MAC node the agent listens on its contract ports on every address (MAC_BIND's
+# default), where the simulated fleets and the tests' own agents listen on loopback
+# addresses of theirs: such a test cannot run there. testkit.ports finds that listener
+# before anything binds (SimFleet.start, check_contract_ports) and the test is skipped,
+# naming the port and the way out; tests/test_hermetic.py shows it on a decoy machine.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    try:
+        return (yield)
+    except ContractPortHeld as held:
+        raise pytest.skip.Exception(str(held)) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    try:
+        return (yield)
+    except ContractPortHeld as held:
+        raise pytest.skip.Exception(str(held)) from None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

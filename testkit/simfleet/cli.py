@@ -15,6 +15,7 @@ from contract.liveness import loop_factory, raise_nofile_limit
 from contract.master_api import registration_body
 from contract.services import SYS_EXPORTER
 from node.gpu.health import DEFAULT_WINDOW
+from testkit.ports import ContractPortHeld
 from testkit.simfleet import control
 from testkit.simfleet.fleet import (
     DEFAULT_BASE,
@@ -345,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             return runner.run(_serve(args))
     except ValueError as exc:
         parser.error(str(exc))
+    except ContractPortHeld as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(
             f"Error: cannot listen: {exc}. Is another fleet using these addresses?", file=sys.stderr

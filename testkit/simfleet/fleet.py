@@ -22,6 +22,7 @@ from contract.liveness import loop_factory, raise_nofile_limit
 from contract.services import BY_NAME, NIC_EXPORTER, SYS_EXPORTER, AgentNetwork, Service
 from contract.verdicts import VERDICT_METRICS
 from node.gpu.health import DEFAULT_WINDOW, AmdReading, NvidiaReading
+from testkit.ports import check_contract_ports
 from testkit.simfleet.health import SimVerdicts
 from testkit.simfleet.model import Event, Fault
 from testkit.simfleet.profiles import (
@@ -437,6 +438,12 @@ class SimFleet:
         return hardware.boot_id
 
     async def start(self) -> None:
+        """Listen on every node's ports; ContractPortHeld (nothing bound) when a listener
+        on every address, a MAC agent's, keeps the fleet from the contract's ports."""
+        check_contract_ports(
+            (node.ip for node in self.nodes),
+            {port.service.port for node in self.nodes for port in node.ports.values()},
+        )
         raise_nofile_limit()
         for node in self.nodes:
             for port in node.ports.values():
@@ -544,7 +551,11 @@ class FleetThread:
 
     def start(self) -> FleetThread:
         self.thread.start()
-        self._call(self.fleet.start())
+        try:
+            self._call(self.fleet.start())
+        except BaseException:
+            self.stop()  # what did bind, and the loop's thread
+            raise
         return self
 
     def stop(self) -> None:

@@ -11,9 +11,12 @@ import socket
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 from django.contrib.auth.models import Permission
 
+from alerting import services
 from alerting.models import NotificationChannel
+from testkit.ports import free_port
 from tests.alerting.test_admin import ADD, form
 
 pytestmark = pytest.mark.django_db
@@ -75,21 +78,34 @@ def test_the_masters_own_address_is_refused(staff_client, no_allowlist):
     assert "one of the master's own addresses" in response.json()["url"][0]
 
 
-def test_an_address_on_the_sites_network_is_taken(staff_client, no_allowlist):
-    response = staff_client.post(
-        URL, {"name": "chat", "kind": "webhook", "url": "http://192.0.2.10/hook"}, format="json"
-    )
-
+def _taken(response, name: str, url: str) -> None:
+    """Saved, with nothing against it, and in the alertmanager.yml that MAC wrote."""
     assert response.status_code == 201, response.content
+    channel = NotificationChannel.objects.get(name=name)
+    assert (channel.url, channel.config_error) == (url, "")
+    written = yaml.safe_load(services.config_path().read_text())
+    receivers = {receiver["name"]: receiver for receiver in written["receivers"]}
+    assert channel.receiver_name in receivers, sorted(receivers)
+    hooks = receivers[channel.receiver_name]["webhook_configs"]
+    assert [hook["url"] for hook in hooks] == [url]
+
+
+def test_an_address_on_the_sites_network_is_taken(staff_client, no_allowlist):
+    url = "http://192.0.2.10/hook"
+    body = {"name": "chat", "kind": "webhook", "url": url}
+    response = staff_client.post(URL, body, format="json")
+
+    _taken(response, "chat", url)
 
 
 def test_the_allowlist_lets_a_site_use_its_loopback(staff_client, no_allowlist):
     no_allowlist.CHANNEL_ALLOWED_NETWORKS = [ipaddress.ip_network("127.0.0.0/8")]
+    url = f"http://127.0.0.1:{free_port()}/hook"
     response = staff_client.post(
-        URL, {"name": "relay", "kind": "webhook", "url": "http://127.0.0.1:9/hook"}, format="json"
+        URL, {"name": "relay", "kind": "webhook", "url": url}, format="json"
     )
 
-    assert response.status_code == 201, response.content
+    _taken(response, "relay", url)
 
 
 def test_the_admin_form_names_the_url_too(admin_client, no_allowlist):

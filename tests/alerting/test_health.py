@@ -8,6 +8,7 @@ import pytest
 
 from alerting import services
 from alerting.models import NotificationChannel
+from testkit.ports import free_port
 from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +82,9 @@ def test_an_api_token_names_the_channels_too(client, am_settings, django_user_mo
 
 
 def test_alertmanagers_credentials_never_show(client, am_settings):
-    am_settings.ALERTMANAGER_URL = "http://mac:am-basic-secret@127.0.0.1:9"
+    port = free_port()  # nothing listens there
+    am_settings.ALERTMANAGER_URL = f"http://mac:am-basic-secret@127.0.0.1:{port}"
     response = client.get("/health")
     assert "am-basic-secret" not in response.content.decode()
-    assert "cannot reach http://127.0.0.1:9" in response.json()["checks"]["alertmanager"]["detail"]
+    detail = response.json()["checks"]["alertmanager"]["detail"]
+    assert f"cannot reach http://127.0.0.1:{port}" in detail

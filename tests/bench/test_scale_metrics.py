@@ -18,6 +18,7 @@ import pytest
 from bench import hostpages
 from bench.scale_metrics import (
     BARE_TARGETS,
+    BASE,
     HOST_JOB,
     NO_RULES,
     STORE_SCRAPES,
@@ -31,6 +32,8 @@ from bench.scale_metrics import (
     parse_tuning,
     scrapes_in_store,
 )
+from testkit.ports import check_contract_ports
+from testkit.simfleet import node_addresses
 from testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,6 +143,7 @@ def bench_run(test):
 
 def start_bench(tmp_path: Path, warmup: int, **output) -> subprocess.Popen:
     """The bench on Prometheus with 5 nodes and one run, its files under tmp_path."""
+    check_contract_ports(node_addresses(5, BASE))  # its fleet's; not beside a MAC agent's
     return subprocess.Popen(
         [sys.executable, "-m", "bench.scale_metrics", "--engines", "prometheus", "--sizes", "5",
          "--runs", "1", "--warmup", str(warmup), "--window", "10"],

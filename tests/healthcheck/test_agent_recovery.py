@@ -9,6 +9,7 @@ import pytest
 
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
 from inventory.models import Node
+from testkit.ports import check_contract_ports
 from testkit.simfleet import loopback_base
 from testkit.waiting import wait_for
 from tests.healthcheck.conftest import PYTHON, wait_ready
@@ -21,6 +22,7 @@ SLACK = 2.0
 
 
 def start_agent(processes, ip: str):
+    check_contract_ports([ip])  # its own process would fail to bind: skip here instead
     agent = processes.start("agent", [PYTHON, "-m", "testkit.simfleet", "--ip", ip], env=None)
     wait_ready(agent)
     return agent

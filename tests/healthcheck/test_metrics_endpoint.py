@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerting.nodealerts import down_since
 from healthcheck.state import SweepStats, record_sweep
 from inventory.choices import Diagnosis, NodeStatus, StatusReason
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -141,7 +142,7 @@ def test_a_node_not_probed_yet_is_not_down(client, make_node):
 
 def test_without_redis_the_node_series_still_come_out(client, make_node, settings):
     make_node("gpu-09", "10.1.0.9", status=NodeStatus.ONLINE)
-    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     got = samples(client.get("/metrics"))
     assert any(name == "mac_node_up" for name, _ in got)
     assert not any(name == "mac_sweep_duration_seconds" for name, _ in got)

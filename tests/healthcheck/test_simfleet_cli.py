@@ -9,6 +9,7 @@ import pytest
 
 from healthcheck.sweep import run_sweep
 from inventory.models import Node
+from testkit.ports import check_contract_ports
 from testkit.simfleet import hostname_for, loopback_base, node_addresses, pick
 from tests.healthcheck.conftest import PYTHON, REPO, wait_ready
 
@@ -19,6 +20,7 @@ def test_it_serves_and_registers_nodes_the_sweep_then_judges(
 ):
     settings.JOIN_TOKEN = "join-secret"
     base = loopback_base()
+    check_contract_ports(node_addresses(4, base))  # not beside an agent's (a skip)
     fleet_proc = processes.start(
         "simfleet",
         [PYTHON, "-m", "testkit.simfleet", "--nodes", "4", "--base", base,
@@ -45,6 +47,7 @@ def test_it_serves_and_registers_nodes_the_sweep_then_judges(
 @pytest.mark.django_db(transaction=True)
 def test_a_second_run_reregisters_the_same_rows_from_each_nodes_own_address(live_server):
     base = loopback_base()
+    check_contract_ports(node_addresses(3, base))
     for run in range(2):
         done = subprocess.run(
             [PYTHON, "-c", (
@@ -66,8 +69,10 @@ def test_a_second_run_reregisters_the_same_rows_from_each_nodes_own_address(live
 
 def test_a_wrong_token_is_reported_with_the_next_step(live_server, settings, tmp_path):
     settings.JOIN_TOKEN = "right"
+    base = loopback_base()
+    check_contract_ports(node_addresses(1, base))
     done = subprocess.run(
-        [PYTHON, "-m", "testkit.simfleet", "--nodes", "1", "--base", loopback_base(),
+        [PYTHON, "-m", "testkit.simfleet", "--nodes", "1", "--base", base,
          "--register", live_server.url, "--token", "wrong"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

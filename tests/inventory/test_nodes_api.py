@@ -38,7 +38,10 @@ def test_a_logged_in_user_reads_the_list(client, user, make_node):
     make_node("gpu-01")
     client.force_login(user)
 
-    assert client.get("/api/v1/nodes/").status_code == 200
+    response = client.get("/api/v1/nodes/")
+
+    assert response.status_code == 200
+    assert hostnames(response) == ["gpu-01"]
 
 
 def test_list_is_paginated_and_never_shows_keys(auth_client, make_node):

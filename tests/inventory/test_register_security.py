@@ -9,6 +9,8 @@ import pytest
 from django.test import Client
 
 from inventory.models import Node
+from inventory.services.keys import node_key_matches
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +46,22 @@ def test_wrong_or_malformed_join_token_is_refused(api_client, join_token, header
     assert not Node.objects.exists()
 
 
+def _registered(response) -> Node:
+    """The node a first registration made, whose key is the one the answer handed out."""
+    assert response.status_code == 201, response.content
+    node = Node.objects.get(hostname="gpu-01")
+    assert response.json()["id"] == node.pk
+    assert node_key_matches(node, response.json()["node_key"])
+    return node
+
+
 def test_valid_join_token_registers(register, join_token):
-    assert register("gpu-01", token=join_token).status_code == 201
+    _registered(register("gpu-01", token=join_token))
 
 
 def test_join_token_not_needed_when_unset(register, settings):
     settings.JOIN_TOKEN = ""
-    assert register("gpu-01").status_code == 201
+    _registered(register("gpu-01"))
 
 
 # --- Which address is stored -----------------------------------------------------------
@@ -300,11 +311,16 @@ def test_claiming_a_known_nodes_address_needs_its_key(register, join_token):
 
 
 def test_claimed_address_equal_to_the_source_counts_as_the_nodes_own(register, join_token):
-    register("gpu-01", remote="10.0.0.5", ip="10.0.0.5", token=join_token)
+    first = register("gpu-01", remote="10.0.0.5", ip="10.0.0.5", token=join_token).json()
 
     again = register("gpu-01", remote="10.0.0.5", ip="10.0.0.5", token=join_token)
 
     assert again.status_code == 200
+    # The same node: one row, its id and address unchanged.
+    assert list(Node.objects.values_list("pk", "hostname", "ip")) == [
+        (first["id"], "gpu-01", "10.0.0.5")
+    ]
+    assert again.json()["id"] == first["id"]
 
 
 def test_claiming_a_known_address_under_a_new_name_does_not_rename(register, join_token):
@@ -349,7 +365,7 @@ def test_registration_keeps_working_when_the_rate_limit_cache_is_down(register, 
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
         }
     }
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from testkit.macenv import free_master_ports
+from testkit.ports import check_contract_ports
 
 FAKE_DOCKER = os.path.join(os.path.dirname(__file__), "fake_docker.py")
 # Variables of the developer's shell that would change what `mac` does under test.
@@ -102,9 +103,14 @@ def make_mac_env(tmp_path: Path) -> MacEnv:
 
 
 def loopback_address(salt: int) -> str:
-    """An address of 127.0.0.0/8 of this test run, so the contract ports are free on it."""
+    """An address of 127.0.0.0/8 of this test run, so the contract ports are free on it.
+
+    Not on a MAC node whose agent listens on every address: ContractPortHeld, which
+    skips the test (tests/conftest.py)."""
     pid = os.getpid()
-    return f"127.77.{(pid // 250) % 250 + 1}.{(pid + salt) % 250 + 1}"
+    address = f"127.77.{(pid // 250) % 250 + 1}.{(pid + salt) % 250 + 1}"
+    check_contract_ports([address])
+    return address
 
 
 @pytest.fixture

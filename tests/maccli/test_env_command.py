@@ -99,6 +99,8 @@ def test_master_ip_in_a_shared_home_is_refused_unless_forced(mac_env):
 
 def test_per_node_keys_are_accepted_in_a_local_home(mac_env):
     assert mac_env.run("env", "set", "NODE_NAME=gpu-1").returncode == 0
+    assert mac_env.run("env", "get", "NODE_NAME").stdout.strip() == "gpu-1"
+    assert mac_env.user_file.read_text() == "NODE_NAME=gpu-1\n"
 
 
 def test_a_misspelt_setting_is_refused_with_the_one_meant(mac_env):

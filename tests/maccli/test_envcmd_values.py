@@ -88,6 +88,10 @@ def test_a_wildcard_bind_address_is_no_per_node_value(mac_env):
 def test_per_node_addresses_are_accepted_in_a_local_home(mac_env):
     assert mac_env.run("env", "set", "MAC_AGENT_IP=10.0.0.17").returncode == 0
     assert mac_env.run("env", "set", "MAC_BIND=10.0.0.17").returncode == 0
+    for key in ("MAC_AGENT_IP", "MAC_BIND"):
+        assert mac_env.run("env", "get", key).stdout.strip() == "10.0.0.17"
+    written = mac_env.user_file.read_text().splitlines()
+    assert sorted(written) == ["MAC_AGENT_IP=10.0.0.17", "MAC_BIND=10.0.0.17"]
 
 
 # --- the fix commands it prints: quoted, secrets as <value> --------------------------------

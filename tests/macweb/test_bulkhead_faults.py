@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.settings import CATALOG
 from healthcheck.health import OUTSIDE_DEADLINE, OUTSIDE_REUSE
+from macweb.dashboard.scrapes import TIMEOUT as SCRAPES_TIMEOUT
 from testkit.alerting import AlertmanagerServer
 from testkit.dashboard_servers import start_prometheus_config
 from testkit.frontdoor import Burst, Stack, Stopped, call, sample_front_door, start_stack
@@ -40,17 +42,16 @@ pytestmark = [
 ]
 
 BURST = 64
-FRONT_DOOR_P99 = 1.0  # seconds: /health and registration, while the burst waits
-CHART_DEADLINE = 5.0  # MAC_DASHBOARD_PROMETHEUS_TIMEOUT's default
-ALERTS_DEADLINE = 3.0  # MAC_ALERTMANAGER_TIMEOUT's default
+# The deadlines the burst's requests wait for (the settings' defaults, which the stacks
+# keep): a front-door request that queued behind the burst would wait for them too, so
+# one answered before its deadline never did. How fast it answers is bench/bulkheads.py's
+# to measure, not a test's bound.
+CHART_DEADLINE = CATALOG["MAC_DASHBOARD_PROMETHEUS_TIMEOUT"].default
+ALERTS_DEADLINE = CATALOG["MAC_ALERTMANAGER_TIMEOUT"].default
+# The shortest wait on Prometheus a page has: a node page that asked it would wait this.
+SCRAPES_DEADLINE = min(SCRAPES_TIMEOUT, CHART_DEADLINE)
 SWITCH_BOUND = 5.0  # the maintenance switch with Redis frozen
 SLACK = 2.0  # a loaded 2-core CI machine, on the deadlines the master itself keeps
-
-
-def p99(values: list[float]) -> float:
-    """Nearest-rank 99th percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(0.99 * len(ordered) + 0.5) - 1))]
 
 
 def _empty_prometheus(tmp_path: Path):
@@ -75,13 +76,15 @@ def _node(stack: Stack) -> int:
     return answer.body["id"]
 
 
-def _front_door_kept_open(door: dict) -> None:
+def _front_door_kept_open(door: dict, deadline: float) -> None:
+    """Every /health and registration answered, and before the burst's `deadline`: none
+    waited behind the burst."""
     for name, answers in door.items():
         statuses = {a.status for a in answers}
         assert statuses <= {200, 201}, (name, statuses, [a.body for a in answers][:3])
         took = [a.seconds for a in answers]
         assert len(took) >= 10, name
-        assert p99(took) < FRONT_DOOR_P99, (name, sorted(took)[-5:])
+        assert max(took) < deadline, (name, sorted(took)[-5:])
 
 
 def _health_naming(url: str, check: str) -> dict:
@@ -122,12 +125,12 @@ def test_prometheus_frozen_charts_fail_fast_and_the_front_door_stays_open(tmp_pa
         assert answer.seconds < CHART_DEADLINE + SLACK, answer
     reasons = {a.body["empty_reason"].split(" (")[0] for a in burst.answers}
     assert any("already wait on Prometheus" in r for r in reasons), reasons
-    _front_door_kept_open(door)
+    _front_door_kept_open(door, CHART_DEADLINE)
     assert "prometheus" in health["degraded"], health
     assert "did not answer within" in health["checks"]["prometheus"]["detail"]
-    assert page.status == 200 and page.seconds < FRONT_DOOR_P99, page
-    assert scrapes.status == 503 and scrapes.seconds < 2.0 + SLACK, scrapes
-    assert "did not answer within 2 s" in scrapes.body["error"], scrapes
+    assert page.status == 200 and page.seconds < SCRAPES_DEADLINE, page  # never asked it
+    assert scrapes.status == 503 and scrapes.seconds < SCRAPES_DEADLINE + SLACK, scrapes
+    assert f"did not answer within {SCRAPES_DEADLINE:g} s" in scrapes.body["error"], scrapes
 
 
 def test_alertmanager_frozen_alerts_fail_fast_and_the_front_door_stays_open(tmp_path):
@@ -150,7 +153,7 @@ def test_alertmanager_frozen_alerts_fail_fast_and_the_front_door_stays_open(tmp_
         assert answer.status == 503, answer
         assert answer.body["available"] is False and answer.body["error"], answer
         assert answer.seconds < ALERTS_DEADLINE + SLACK, answer
-    _front_door_kept_open(door)
+    _front_door_kept_open(door, ALERTS_DEADLINE)
 
 
 def _worker_and_beat(stack: Stack, tmp_path: Path) -> subprocess.Popen:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.settings import CATALOG
 from scheduler.slurm import SlurmClient, SlurmNode
 from testkit.alerting import WebhookReceiver
 from testkit.alertstack import AlertStack
@@ -40,7 +41,7 @@ pytestmark = [
 ]
 
 INTERVAL = 5
-TIMEOUT = 3  # MAC_PROBE_TIMEOUT's default
+TIMEOUT = CATALOG["MAC_PROBE_TIMEOUT"].default  # the stack leaves it at its default
 # The bound: a fault is DRAIN in Slurm within interval + timeout + 5 s.
 DRAIN_WITHIN = INTERVAL + TIMEOUT + 5
 RESUME_SWEEPS = 2

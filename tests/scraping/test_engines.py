@@ -366,7 +366,8 @@ def test_health_answers_from_the_last_check_and_never_waits_for_the_next(
 
     from scraping import engines
 
-    scale_out.SCRAPER_URLS = ["http://127.0.0.1:9", "http://127.0.0.1:9"]
+    away = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    scale_out.SCRAPER_URLS = [away, away]
     release, asked = threading.Event(), []
 
     def hanging_check() -> dict:
@@ -399,7 +400,7 @@ def test_health_answers_from_the_last_check_and_never_waits_for_the_next(
 def test_an_answer_nobody_could_renew_says_how_old_it_is(client, scale_out, monkeypatch):
     from scraping import engines
 
-    scale_out.SCRAPER_URLS = ["http://127.0.0.1:9"]
+    scale_out.SCRAPER_URLS = [f"http://127.0.0.1:{free_port()}"]  # nothing listens there
     old = {"metrics_store": (True, "answers"), "scrapers": (True, "1 scrapers answer")}
     cache_at = time.time() - 120
     from django.core.cache import cache
@@ -465,9 +466,10 @@ def test_a_check_that_raises_is_a_failed_answer_not_a_first_check_for_good(
 ):
     from scraping import engines
 
-    scale_out_without_engines.PROMETHEUS_URL = "http://127.0.0.1:9"
-    scale_out_without_engines.TARGETS_URL = "http://127.0.0.1:9"
-    scale_out_without_engines.SCRAPER_URLS = ["http://127.0.0.1:9"]
+    away = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    scale_out_without_engines.PROMETHEUS_URL = away
+    scale_out_without_engines.TARGETS_URL = away
+    scale_out_without_engines.SCRAPER_URLS = [away]
 
     def broken() -> tuple[bool, str]:
         raise IndexError("list index out of range")

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.simfleet import loopback_base
+from testkit.ports import check_contract_ports
+from testkit.simfleet import loopback_base, node_addresses
 from testkit.slurmlab import check_can_run, lab_folder
 from testkit.slurmlab.cli import fleet_node_names
 from testkit.slurmlab.processes import DAEMON_MARKER
@@ -47,6 +48,7 @@ def test_it_runs_in_the_foreground_and_stops_everything_on_sigterm():
         check_can_run()
     except Exception as exc:
         pytest.skip(str(exc))
+    check_contract_ports(node_addresses(10, "127.100.0.0"))  # its fleet's
     with lab_folder() as root:
         child = subprocess.Popen(
             [sys.executable, "-m", "testkit.slurmlab", "--root", str(root),

@@ -1,6 +1,9 @@
 """The heavy tests share one xdist worker: run a small suite the way scripts/test runs
 the real one and see where each test went. A pytest or xdist release that stops honouring
-the group (pytest-dev/pytest-xdist#1386) fails here, not as races in the Docker tests."""
+the group (pytest-dev/pytest-xdist#1386) fails here, not as races in the Docker tests.
+
+And a plain `pytest` gets the tests' own Redis database and data folder, never a
+master's (finding 1 of the tests' review)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from testkit.xdistworker import defaults, per_worker
 
 REPO = Path(__file__).resolve().parents[2]
 # "[gw1] [ 50%] PASSED test_suite.py::test_slow[0]@heavy": the worker, the test, its group.
@@ -88,3 +93,54 @@ def test_the_run_ends_with_each_worker_s_share(suite_run) -> None:
     assert {worker: int(tests) for worker, tests in shares.items()} == counted, output
     # and under each, the modules its time went to
     assert output.count("    test_suite.py ") == len(counted), output
+
+
+def test_a_run_given_no_redis_or_data_folder_gets_the_tests_own_not_a_master_s():
+    environ: dict[str, str] = {"MAC_REDIS_URL": "", "PATH": "/usr/bin"}
+    defaults(environ)
+    assert environ["MAC_REDIS_URL"] == "redis://127.0.0.1:6379/9"  # scripts/test's, not db 0
+    made = Path(environ["MAC_DATA_DIR"])
+    try:
+        assert made.is_dir() and not any(made.iterdir())
+        assert not made.is_relative_to(REPO)  # never the checkout's var/
+        again: dict[str, str] = {"MAC_TEST_REDIS_URL": "redis://127.0.0.1:6379/11"}
+        defaults(again)
+        assert again["MAC_REDIS_URL"] == "redis://127.0.0.1:6379/11"
+        assert again["MAC_DATA_DIR"] != environ["MAC_DATA_DIR"]  # a fresh one each time
+        Path(again["MAC_DATA_DIR"]).rmdir()
+    finally:
+        made.rmdir()
+
+
+def test_given_values_are_kept_and_then_split_per_worker(tmp_path):
+    given = {
+        "MAC_REDIS_URL": "redis://127.0.0.1:6379/4",
+        "MAC_TEST_REDIS_URL": "redis://127.0.0.1:6379/11",
+        "MAC_DATA_DIR": str(tmp_path),
+    }
+    environ = dict(given)
+    defaults(environ)
+    assert environ == given
+    per_worker(environ)  # outside xdist: nothing to split
+    assert environ == given
+    environ["PYTEST_XDIST_WORKER"] = "gw1"
+    per_worker(environ)
+    assert environ["MAC_REDIS_URL"] == "redis://127.0.0.1:6379/5"
+    assert environ["MAC_DATA_DIR"] == str(tmp_path / "gw1") and (tmp_path / "gw1").is_dir()
+
+
+def test_loading_the_plugin_applies_the_defaults_and_removes_its_folder_at_exit():
+    """As `-p testkit.xdistworker` loads it: before anything reads the settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MAC_", "PYTEST_XDIST"))}
+    env["PYTHONPATH"] = str(REPO)
+    shown = subprocess.run(
+        [sys.executable, "-c",
+         "import os, testkit.xdistworker\n"
+         "print(os.environ['MAC_REDIS_URL'], os.environ['MAC_DATA_DIR'], "
+         "os.path.isdir(os.environ['MAC_DATA_DIR']))"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()  # fmt: skip
+    url, folder, existed = shown
+    assert url == "redis://127.0.0.1:6379/9"
+    assert existed == "True" and not Path(folder).is_relative_to(REPO)
+    assert not Path(folder).exists()  # removed when the run ended

@@ -12,6 +12,7 @@ import pytest
 from alerting import bulkheads
 from alerting.client import Alertmanager
 from testkit.alerting import AlertmanagerServer, firing_alerts
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -71,7 +72,7 @@ def test_it_lists_this_clusters_alerts_and_the_silences(client, user, make_node,
 
 
 def test_alertmanager_down_is_said(client, user, settings):
-    settings.ALERTMANAGER_URL = "http://127.0.0.1:9"
+    settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     client.force_login(user)
     page = client.get("/alerts/")
     assert page.status_code == 503

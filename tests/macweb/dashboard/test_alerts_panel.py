@@ -11,11 +11,10 @@ from django.test import Client
 from alerting import bulkheads
 from inventory.live import broadcast_alerts
 from testkit.fakehttp import JsonHandler, serving
+from testkit.ports import free_port
 from tests.macweb.dashboard.test_consumer import open_socket
 
 pytestmark = pytest.mark.django_db
-
-DOWN = "http://127.0.0.1:9"  # nothing listens on the discard port
 
 
 def test_the_alerts_json_needs_a_login(client):
@@ -24,7 +23,7 @@ def test_the_alerts_json_needs_a_login(client):
 
 
 def test_alertmanager_down_is_said_and_the_pages_still_render(client, user, make_node, settings):
-    settings.ALERTMANAGER_URL = DOWN
+    settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     node = make_node("gpu-31", "10.1.0.31")
     client.force_login(user)
 

@@ -15,6 +15,7 @@ from scraping.promconfig import render_prometheus_config
 from scraping.targets import write_targets
 from testkit import dashboard_servers as servers
 from testkit.factories import online_gpu_node
+from testkit.ports import check_contract_ports
 from testkit.processes import stop_process
 
 pytestmark = [
@@ -27,6 +28,7 @@ pytestmark = [
 def test_charts_follow_the_targets_file_labels(client_user, tmp_path):
     # An address of our own on loopback, so the contract's fixed port 29101 is free there.
     ip = f"127.56.{os.getpid() % 250}.{os.getpid() % 200 + 20}"
+    check_contract_ports([ip], [SYS_EXPORTER.port])  # not beside a MAC agent's (a skip)
     node = online_gpu_node(
         hostname="real-agent",
         ip=ip,

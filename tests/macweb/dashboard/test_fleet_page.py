@@ -8,6 +8,7 @@ from django.test import Client
 from inventory.choices import GpuVendor, NodeStatus
 from macweb.dashboard import queries, views
 from testkit.factories import bulk_nodes, offline_node, online_gpu_node
+from testkit.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -279,7 +280,7 @@ def test_it_filters_the_nodes_by_a_firing_alert(client_user, settings, tmp_path)
     down = offline_node(hostname="c-down", ip="192.0.2.77")
     online_gpu_node(hostname="a-nv")
     settings.ALERTMANAGER_DIR = tmp_path / "am"
-    settings.ALERTMANAGER_URL = "http://127.0.0.1:9"  # nothing listens on the discard port
+    settings.ALERTMANAGER_URL = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     page = client_user.get("/?alert=MacNodeOffline")
     assert page.status_code == 400 and "alerts unavailable: cannot reach" in page.content.decode()
     assert client_user.get("/fleet.json?alert=Mac Node").json() == {
