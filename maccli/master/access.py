@@ -9,11 +9,13 @@ import sys
 
 from contract.pinning import first_certificate, spki_sha256
 from maccli import output
-from maccli.master.layout import Layout
+from maccli.master.layout import DATA_VOLUME, Layout
 from maccli.master.preflight import ROLE, has_command, http_mode, tls_port
+from maccli.master.specs import ADMIN_SAID
 from maccli.output import CliError
 from maccli.runtimes import Runtime, ServiceSpec
 from node.config import NodeConfig
+from node.runner import run_command
 
 
 def create_admin(specs: list[ServiceSpec]) -> str:
@@ -35,6 +37,26 @@ def create_admin(specs: list[ServiceSpec]) -> str:
             commands=["python -m django createadmin"],
         )
     return result.stdout.strip()
+
+
+def admin_said(runtime: Runtime, layout: Layout) -> str:
+    """What the api-server's container said of the admin user (a generated password among
+    it) since `mac` last asked, once: read from the data volume, where it waits readable
+    by root alone (specs.ADMIN_SAID), then removed. Empty when nothing new was said."""
+    path = layout.data / ADMIN_SAID
+    try:
+        said = runtime.read_file(ROLE, "api-server", path).decode(errors="replace").strip()
+    except OSError:
+        return ""  # no start of the api-server since; or it does not run (status says so)
+    removal = runtime.one_off(["rm", "-f", str(path)], volumes={DATA_VOLUME: layout.data})
+    done = run_command(removal, timeout=120)
+    if done.returncode != 0:
+        output.warn(
+            f"could not remove {path} from the {DATA_VOLUME} volume, which holds the admin "
+            f"password: {(done.stderr or done.stdout).strip()}. Remove it: "
+            f"docker exec mac-api-server rm {path}"
+        )
+    return said
 
 
 def join_lines(cfg: NodeConfig, runtime: Runtime, layout: Layout, host: str) -> list[str]:

@@ -7,12 +7,14 @@ processes: `mac` itself never loads the settings.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from contract.redact import url_without_credentials
 from maccli import output
 from maccli.master import compose, scaleout
-from maccli.master.access import create_admin, join_lines
+from maccli.master.access import admin_said, create_admin, join_lines
 from maccli.master.layout import Layout, master_layout
 from maccli.master.preflight import (
     ROLE,
@@ -26,7 +28,8 @@ from maccli.master.preflight import (
 )
 from maccli.master.specs import master_specs
 from maccli.output import CliError, print_states
-from maccli.runtimes import Runtime, ServiceSpec, choose_runtime
+from maccli.runtimes import Runtime, ServiceSpec, ServiceState, choose_runtime
+from maccli.runtimes.base import service_health
 from node.config import NodeConfig
 from node.host import host_addresses
 
@@ -129,14 +132,13 @@ def start(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     if not layout.docker:
         require_redis(cfg)  # the host's; the Compose master runs its own
     states = runtime.start(ROLE, specs)
-    # The admin user: made here on this host, by the api-server's container under Compose.
-    admin = "" if layout.docker else create_admin(specs)
+    # The admin user: made here on this host, by the api-server's container under Compose,
+    # which keeps what it said for this command alone (never in its log).
+    admin = admin_said(runtime, layout) if layout.docker else create_admin(specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     lines = where_lines(cfg, layout)
     if admin:
         lines.append(f"Admin:       {admin}")
-    elif layout.docker:
-        lines.append("Admin:       docker logs mac-api-server 2>&1 | grep -i 'admin user'")
     lines += join_lines(cfg, runtime, layout, public_host(cfg))
     for line in lines:
         output.say(line)
@@ -159,9 +161,13 @@ def stop(runtime_name: str | None = None) -> int:
 def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name, remove_stale=remove_stale)
-    _, specs = _prepared(cfg, runtime)
+    layout, specs = _prepared(cfg, runtime)
     states = runtime.restart(ROLE, specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
+    # A recreated api-server container runs createadmin again: a first one makes the user.
+    admin = admin_said(runtime, layout) if layout.docker else ""
+    if admin:
+        output.say(f"Admin:       {admin}")
     return 0
 
 
@@ -169,7 +175,8 @@ def status(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name)
     layout = master_layout(cfg, own_network=runtime.own_network)
-    states = runtime.status(ROLE, master_specs(cfg, layout))
+    specs = master_specs(cfg, layout)
+    states = _answered(runtime.status(ROLE, specs), specs)
     print_states(states, f"Master services ({runtime.name} runtime)")
     if scaleout.shards(cfg):
         # Each scraper's share, from its own targets (MAC_SCRAPE_SHARDS).
@@ -178,3 +185,17 @@ def status(runtime_name: str | None = None) -> int:
             output.say(f"  {name}: {share}")
     healthy = all(s.running and s.health in ("ok", "-") for s in states)
     return 0 if healthy else 1
+
+
+def _answered(states: list[ServiceState], specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+    """Each running service's own answer where the runtime's status has none: its health
+    command (under Compose, its container's check through `docker exec`: the API server,
+    the worker's Celery ping, mac-redis). A wedged worker is then no longer healthy."""
+    commands = {spec.name: spec for spec in specs if spec.health_command}
+    asked = [s for s in states if s.running and s.health == "-" and s.name in commands]
+    if asked:
+        with ThreadPoolExecutor(max_workers=len(asked)) as pool:
+            words = pool.map(lambda state: service_health(commands[state.name]), asked)
+            for state, word in zip(asked, words, strict=True):
+                state.health = word
+    return states

@@ -11,13 +11,14 @@ docker/docker-compose.master.yml up -d` works without `mac`). Regenerate it with
 and tests/maccli/test_compose_files.py fails while it is stale.
 
 From the specs: each service's command line and the commands that prepare it, run in
-its container in order before it; its published port. Written here, as they have no
-process equivalent: the images, volumes and networks, the waits that order the
-containers (the process runtime starts them one after another), mac-redis (the host's
-Redis serves the process runtime), the containers' health checks, and the environment:
-every setting the master's services may read passes through by name (its value from
-`mac`'s environment and env files at `up`; secrets are never written into the file),
-and the folders and addresses of the Compose network are pinned.
+its container in order before it; its published port; its container's health check
+(specs.container_check). Written here, as they have no process equivalent: the images,
+volumes and networks, the waits that order the containers (the process runtime starts
+them one after another), and the environment: every setting the master's services may
+read passes through by name (its value from `mac`'s environment and env files at `up`;
+secrets are never written into the file), and the folders and addresses of the Compose
+network are pinned. The secrets go only to the containers that read them
+(SECRET_READERS), so that `docker inspect` of the others shows none.
 """
 
 from __future__ import annotations
@@ -30,17 +31,19 @@ from pathlib import Path
 import yaml
 
 from contract.atomicfile import write_atomically
-from contract.settings import CATALOG, Applies, SetWith, Side
+from contract.settings import CATALOG, SECRETS, Applies, SetWith, Side
 from maccli.master.layout import (
+    DATA_VOLUME,
     DOCKER_ALERTMANAGER,
     DOCKER_DATA,
+    DOCKER_REDIS_URL,
     DOCKER_TARGETS,
     DOCKER_TLS,
     docker_layout,
 )
 from maccli.master.preflight import REPO_ROOT, tls_port
 from maccli.master.slurmaccess import SlurmAccess, slurm_access
-from maccli.master.specs import master_specs
+from maccli.master.specs import container_check, master_specs
 from maccli.output import CliError
 from maccli.runtimes import ServiceSpec
 from node.config import NodeConfig
@@ -68,6 +71,9 @@ HEADER = """\
 # Only mac-proxy is published to other hosts; mac-prometheus and mac-alertmanager on
 # the master's 127.0.0.1 only (docs/security.md). Where this host has a slurm.conf,
 # mac-worker also mounts it and munge's socket (maccli/master/slurmaccess.py).
+# Every container has the settings below (&master-environment); the secrets go only to
+# those that read them (after `<<:`, each its own), so `docker inspect` of the others
+# shows none.
 """
 # Pinned in the containers: the Compose network's folders and addresses.
 PINNED = {
@@ -75,7 +81,7 @@ PINNED = {
     "MAC_DATA_DIR": str(DOCKER_DATA),
     "MAC_SD_DIR": str(DOCKER_TARGETS),
     "MAC_TLS_DIR": str(DOCKER_TLS),
-    "MAC_REDIS_URL": "redis://redis:6379/0",
+    "MAC_REDIS_URL": DOCKER_REDIS_URL,
     "MAC_PROMETHEUS_URL": "http://prometheus:29090",
     "MAC_ALERTMANAGER_DIR": str(DOCKER_ALERTMANAGER),
     # The API server believes the client address mac-proxy sends (X-Forwarded-For).
@@ -88,7 +94,7 @@ FROM_SETTINGS = ("MAC_ALERTMANAGER_URL", "MAC_ALERTMANAGER_MANAGED")
 FROM_MAC = ("MAC_TLS_HOST_NAMES", "MAC_HOST_ADDRESSES", "MAC_PUBLIC_URL")
 # The volumes each service mounts.
 DATA_VOLUMES = [
-    f"mac-data:{DOCKER_DATA}",
+    f"{DATA_VOLUME}:{DOCKER_DATA}",
     f"mac-targets:{DOCKER_TARGETS}",
     # alertmanager.yml and mac.tmpl, written by the api-server and beat's worker.
     f"mac-alertmanager-config:{DOCKER_ALERTMANAGER}",
@@ -97,9 +103,9 @@ VOLUMES = {
     "api-server": DATA_VOLUMES,
     "worker": DATA_VOLUMES,
     "beat": DATA_VOLUMES,
-    "proxy": [f"mac-tls:{DOCKER_TLS}", f"mac-data:{DOCKER_DATA}"],
+    "proxy": [f"mac-tls:{DOCKER_TLS}", f"{DATA_VOLUME}:{DOCKER_DATA}"],
     "prometheus": [
-        f"mac-data:{DOCKER_DATA}",
+        f"{DATA_VOLUME}:{DOCKER_DATA}",
         f"mac-targets:{DOCKER_TARGETS}",
         f"mac-tls:{DOCKER_TLS}:ro",
         "mac-prometheus:/prometheus",
@@ -125,22 +131,18 @@ DEPENDS_ON = {
     "beat": ["redis"],
     "proxy": ["api-server"],
 }
-# The containers' own health: /health through the API server and through the proxy.
-HEALTHCHECK = {
-    "test": ["CMD", "curl", "-fsS", "-o", "/dev/null", "http://127.0.0.1:28080/health"],
-    "interval": HEALTHCHECK_INTERVAL,
-    "timeout": "5s",
-    "retries": 3,
-}
-HEALTHCHECKS = {"api-server": HEALTHCHECK, "proxy": HEALTHCHECK}
-REDIS = {
-    "image": IMAGE,
-    "container_name": "mac-redis",
-    "restart": "unless-stopped",
-    "networks": ["master"],
-    "entrypoint": [],
-    # Reached only on the master's own bridge network, hence no protected mode.
-    "command": ["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"],
+# How long a container's health check may take: the worker's loads Celery first.
+HEALTHCHECK_TIMEOUT = {"worker": "10s"}
+# Who reads each secret (contract.settings.SECRETS that reach the containers, and
+# DATABASE_URL, which may hold the database's password); no other container gets it.
+SECRET_READERS = {
+    "DATABASE_URL": ("api-server", "worker"),  # the inventory (beat only sends tasks)
+    "MAC_ADMIN_PASSWORD": ("api-server",),  # createadmin, a step of its start
+    "MAC_JOIN_TOKEN": ("api-server",),  # POST /api/v1/register
+    "MAC_METRICS_TOKEN": ("api-server", "prometheus"),  # /metrics; prometheus_config sends it
+    "MAC_SD_TOKEN": ("api-server",),  # http_sd
+    # The channel alert_channels_from_env makes, and the password-reset mail.
+    "MAC_SMTP_PASSWORD": ("api-server",),
 }
 
 
@@ -158,7 +160,13 @@ def passed_through() -> list[str]:
     return sorted((names | {"DATABASE_URL", *FROM_MAC}) - set(PINNED))
 
 
-def _environment(cfg: NodeConfig) -> dict[str, str | None]:
+def secrets() -> list[str]:
+    """The passed-through settings that only their readers get (SECRET_READERS)."""
+    return [name for name in passed_through() if name in SECRETS or name == "DATABASE_URL"]
+
+
+def _environment(cfg: NodeConfig, slurm: SlurmAccess | None) -> dict[str, str | None]:
+    """What every container gets: the pinned values and the settings but the secrets."""
     site_alertmanager = cfg.get("MAC_ALERTMANAGER_URL")
     pinned = {
         **PINNED,
@@ -166,8 +174,26 @@ def _environment(cfg: NodeConfig) -> dict[str, str | None]:
         "MAC_ALERTMANAGER_MANAGED": cfg.get("MAC_ALERTMANAGER_MANAGED")
         or ("0" if site_alertmanager else "1"),
     }
-    passed = {name: None for name in passed_through() if name not in pinned}
-    return {**pinned, **passed}
+    hidden = set(secrets())
+    passed = {name: None for name in passed_through() if name not in pinned.keys() | hidden}
+    return {**pinned, **passed, **(slurm.environment if slurm else {})}
+
+
+def _secrets_of(service: str) -> dict[str, None]:
+    """The secrets `service` reads, passed through by name."""
+    return {name: None for name in secrets() if service in SECRET_READERS.get(name, ())}
+
+
+def _healthcheck(spec: ServiceSpec, cfg: NodeConfig) -> dict | None:
+    check = container_check(spec.name, docker_layout(cfg))
+    if check is None:
+        return None
+    return {
+        "test": ["CMD", *(_escaped(word) for word in check)],
+        "interval": HEALTHCHECK_INTERVAL,
+        "timeout": HEALTHCHECK_TIMEOUT.get(spec.name, "5s"),
+        "retries": 3,
+    }
 
 
 def _script(spec: ServiceSpec) -> str:
@@ -188,14 +214,20 @@ def _service(spec: ServiceSpec, environment: dict, cfg: NodeConfig) -> dict:
     }
     if spec.name in DEPENDS_ON:
         service["depends_on"] = DEPENDS_ON[spec.name]
-    service["command"] = ["sh", "-c", _escaped(_script(spec))]
-    service["environment"] = environment
+    if spec.name in VOLUMES:
+        service["command"] = ["sh", "-c", _escaped(_script(spec))]
+        service["environment"] = {**environment, **_secrets_of(spec.name)}
+    else:
+        # mac-redis: no settings, no files, nothing to do before its server.
+        service["command"] = spec.argv
     ports = _ports(spec, cfg)
     if ports:
         service["ports"] = ports
-    service["volumes"] = VOLUMES[spec.name]
-    if spec.name in HEALTHCHECKS:
-        service["healthcheck"] = HEALTHCHECKS[spec.name]
+    if spec.name in VOLUMES:
+        service["volumes"] = VOLUMES[spec.name]
+    healthcheck = _healthcheck(spec, cfg)
+    if healthcheck:
+        service["healthcheck"] = healthcheck
     return service
 
 
@@ -216,10 +248,10 @@ def document(cfg: NodeConfig, slurm: SlurmAccess | None = None) -> dict:
     mode's engines come in a file of their own, scaleout.compose_overlay); with `slurm`,
     mac-worker runs Slurm's tools against the host's cluster (the drain, job reads)."""
     specs = master_specs(cfg, docker_layout(cfg))
-    environment = {**_environment(cfg), **(slurm.environment if slurm else {})}
-    services = {"redis": REDIS}
+    environment = _environment(cfg, slurm)
+    services = {}
     for spec in specs:
-        if spec.name in VOLUMES:
+        if spec.name in VOLUMES or spec.name == "redis":
             services[spec.name] = _service(spec, environment, cfg)
     if slurm and "worker" in services:
         worker = services["worker"]
@@ -251,8 +283,8 @@ def _escaped(text: str) -> str:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style; the one environment every service shares, written once under a
-    name people can read, and referred to by it."""
+    """Block style; the environment every service shares, written once under a name
+    people can read, and referred to by it (a service's own secrets after a merge key)."""
 
     shared: object = None
 
@@ -273,13 +305,32 @@ def _passed(dumper: yaml.SafeDumper, value: None):
     return dumper.represent_scalar("tag:yaml.org,2002:null", "")
 
 
+class _Merge:
+    """YAML's merge key, `<<`: the shared environment, then a service's own entries."""
+
+
+def _merge(dumper: yaml.SafeDumper, value: _Merge):
+    return dumper.represent_scalar("tag:yaml.org,2002:merge", "<<")
+
+
 _Dumper.add_representer(str, _literal)
 _Dumper.add_representer(type(None), _passed)
+_Dumper.add_representer(_Merge, _merge)
+MERGE = _Merge()
+
+
+def _over(shared: dict, environment: dict) -> dict:
+    """`environment` written as the shared one and what it adds."""
+    own = {name: value for name, value in environment.items() if name not in shared}
+    return {MERGE: shared, **own} if own else shared
 
 
 def render(cfg: NodeConfig, slurm: SlurmAccess | None = None) -> str:
     written = document(cfg, slurm)
-    shared = written["services"]["api-server"]["environment"]
+    shared = _environment(cfg, slurm)
+    for service in written["services"].values():
+        if "environment" in service:
+            service["environment"] = _over(shared, service["environment"])
     dumper = type("Dumper", (_Dumper,), {"shared": shared})
     body = yaml.dump(written, Dumper=dumper, sort_keys=False, default_flow_style=False, width=100)
     return HEADER + body

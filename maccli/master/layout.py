@@ -41,6 +41,10 @@ DOCKER_TLS = Path("/var/lib/mac-tls")
 DOCKER_TARGETS = Path("/var/lib/mac-targets")
 DOCKER_ALERTMANAGER = Path("/var/lib/mac-alertmanager")
 DOCKER_STORE_DATA = Path("/var/lib/mac-metrics")
+# The master's data folder's volume (Compose's name; the engine's is mac_mac-data).
+DATA_VOLUME = "mac-data"
+# mac-redis on the Compose network: the broker and the Channels layer.
+DOCKER_REDIS_URL = "redis://redis:6379/0"
 # The front door's links in the containers: Compose substitutes what `mac` passes
 # (MAC_PUBLIC_URL, derived from this host's address), or this for a bare `up`.
 DOCKER_PUBLIC_URL = "${MAC_PUBLIC_URL:-http://localhost:28080}"

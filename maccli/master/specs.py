@@ -1,6 +1,7 @@
 """The master's services as specs, once for both runtimes: api-server, proxy, worker,
 beat, Prometheus and Alertmanager (or scale-out mode's engines in Prometheus's place,
-scaleout.py), each with the commands that prepare it.
+scaleout.py), each with the commands that prepare it, and under Compose mac-redis (the
+process runtime uses the host's Redis).
 
 A Layout (layout.py) says where they run: the process runtime runs the specs of this
 host's loopback as they are; docker/docker-compose.master.yml is written from the specs
@@ -12,10 +13,11 @@ the services' own processes.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from maccli.master import scaleout
-from maccli.master.layout import Layout, master_layout
+from maccli.master.layout import DOCKER_REDIS_URL, Layout, master_layout
 from maccli.master.preflight import (
     LOOPBACK,
     REPO_ROOT,
@@ -42,6 +44,12 @@ PROMETHEUS_FLAGS = ["--web.route-prefix=/"]
 # Alertmanager's: its routes at the root, and no gossip port (9094 by default) to
 # collide with a site's: there is one Alertmanager.
 ALERTMANAGER_FLAGS = ["--web.route-prefix=/", "--cluster.listen-address="]
+# Under Compose, what createadmin said at the api-server's starts (the generated admin
+# password among it), in the data volume, readable by root alone: never in the container's
+# log, which Docker keeps (and a log driver ships) for the container's lifetime. `mac
+# start master` prints it and removes it (access.admin_said), as the process runtime
+# prints createadmin's own answer.
+ADMIN_SAID = "createadmin.txt"
 
 
 # What each service's start steps need of the others' (the process runtime runs the rest
@@ -117,8 +125,10 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
     A spec's port, host and liveness say how this host reaches the service (under
     Compose: the port published on its loopback; the API server has none, only
     mac-proxy faces other hosts); its command line, how the service runs where the
-    layout puts it. The containers' health checks stand in for the commands that
-    `mac` runs itself under the process runtime (the worker's ping, createadmin).
+    layout puts it. Under Compose, a service this host cannot ask over a port (the API
+    server, the worker, mac-redis) answers through its container's own check
+    (container_check, run with `docker exec`), and the api-server's container makes
+    the admin user, which `mac` makes itself under the process runtime.
     """
     layout = layout or master_layout(cfg)
     docker = layout.docker
@@ -146,9 +156,14 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
             django("alertmanager_config"),
         ]
     if docker:
-        # In the api-server's container: the admin user (mac makes it on this host), and
-        # alertmanager.yml from the channels, which mac-alertmanager waits for.
-        api_prestart.append(django("createadmin"))
+        # In the api-server's container: the admin user (mac makes it on this host), what
+        # it says kept for `mac start master` alone (ADMIN_SAID), and alertmanager.yml
+        # from the channels, which mac-alertmanager waits for. Appended: a container that
+        # restarts before `mac` read the file keeps the password made before.
+        said = shlex.quote(str(data / ADMIN_SAID))
+        api_prestart.append(
+            ["sh", "-c", f"umask 077 && {shlex.join(django('createadmin'))} >> {said}"]
+        )
         api_prestart += alertmanager_prestart if own_alertmanager else []
         alertmanager_prestart = []
     prom_dir = Path("/tmp/mac-prometheus") if docker else data / "prometheus"
@@ -211,6 +226,7 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
             liveness_path="/health",
             env=env,
             prestart=api_prestart,
+            health_command=_in_container("api-server", layout) if docker else None,
             ready_timeout=90,
             host=LOOPBACK,
             bind=LOOPBACK,
@@ -257,7 +273,11 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
             ],
             env=env,
             # Its own answer: a ping through the broker, without loading Django.
-            health_command=None if docker else _worker_ping(cfg, py),
+            health_command=(
+                _in_container("worker", layout)
+                if docker
+                else [*_worker_ping(py, _broker(cfg)), worker_name()]
+            ),
         ),
         ServiceSpec(
             "beat",
@@ -323,9 +343,44 @@ def master_specs(cfg: NodeConfig, layout: Layout | None = None) -> list[ServiceS
             cfg, layout, env, views_port=_host_port(cfg, layout, "prometheus"),
             project_spec=project_spec,
         )  # fmt: skip
+    if docker:
+        specs.insert(0, _redis(layout))
     for spec in specs:
         spec.prestart_after = PRESTART_AFTER.get(spec.name, PRESTART_AFTER["*"])
     return specs
+
+
+def _redis(layout: Layout) -> ServiceSpec:
+    """The Compose master's own Redis: the broker and the Channels layer. Reached only on
+    the master's own network (no published port), hence no protected mode."""
+    argv = ["redis-server", "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+    return ServiceSpec("redis", argv, health_command=_in_container("redis", layout))
+
+
+def container_check(service: str, layout: Layout) -> list[str] | None:
+    """Under Compose, the service's own check, run inside its container: Docker runs it as
+    the container's health check (compose.py), `mac status master` with `docker exec`
+    where this host has no port to ask. The servers' own URLs, Redis's PING, and the
+    worker's Celery ping of its own node name (its container's host name, Celery's %h)."""
+    urls = {
+        "api-server": f"{layout.api_port}/health",
+        "proxy": f"{layout.http_port}/health",
+        "prometheus": f"{layout.prometheus_port}/-/ready",
+        "alertmanager": f"{layout.alertmanager_port}/-/ready",
+    }
+    if service in urls:
+        return ["curl", "-fsS", "-o", "/dev/null", f"http://127.0.0.1:{urls[service]}"]
+    if service == "redis":
+        return ["redis-cli", "ping"]
+    if service == "worker":
+        ping = shlex.join(_worker_ping(layout.python, DOCKER_REDIS_URL))
+        return ["sh", "-c", f'{ping} "mac-worker@$HOSTNAME"']
+    return None
+
+
+def _in_container(service: str, layout: Layout) -> list[str]:
+    """How this host runs the service's container_check: `docker exec`."""
+    return ["docker", "exec", f"mac-{service}", *(container_check(service, layout) or [])]
 
 
 def _host_port(cfg: NodeConfig, layout: Layout, service: str) -> int:
@@ -334,8 +389,13 @@ def _host_port(cfg: NodeConfig, layout: Layout, service: str) -> int:
     return prometheus_port(cfg) if service == "prometheus" else alertmanager_port(cfg)
 
 
-def _worker_ping(cfg: NodeConfig, py: str) -> list[str]:
-    broker = (
+def _broker(cfg: NodeConfig) -> str:
+    return (
         cfg.get("MAC_CELERY_BROKER_URL") or cfg.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/0"
     )
-    return [py, "-m", "celery", "-b", broker, "inspect", "ping", "-d", worker_name(), "-t", "2"]
+
+
+def _worker_ping(py: str, broker: str) -> list[str]:
+    """Celery's ping through the broker, without loading Django; the worker's node name
+    comes last."""
+    return [py, "-m", "celery", "-b", broker, "inspect", "ping", "-t", "2", "-d"]

@@ -61,6 +61,8 @@ class Node:
     engine: DockerEngine
     root: Path
     env: dict[str, str]
+    # What `mac start master` printed (the master's fixture): the admin password, once.
+    started: str = ""
 
     def mac(
         self, *args: str, timeout: float = 300, env: dict[str, str] | None = None
@@ -146,6 +148,7 @@ def docker_master(engine, images, node_env, master_webhook, tmp_path_factory) ->
         assert saved.returncode == 0, saved.stderr
     done = master.mac("start", "master")
     assert done.returncode == 0, done.stdout + done.stderr
+    master.started = done.stdout
     try:
         wait_for(
             lambda: http_status(f"http://{NS_IP}:28080/health") == 200,

@@ -4,6 +4,7 @@ the specs changes both runtimes, and the settings reach the containers."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -67,19 +68,29 @@ def test_one_prometheus_flag_changed_in_the_specs_changes_both_runtimes(monkeypa
     assert f" {flag}" not in compose.COMMITTED.read_text()
 
 
+def _django_commands(steps: list[list[str]]) -> set[str]:
+    """The Django commands of start steps, those run through `sh -c` too."""
+    found = set()
+    for step in steps:
+        words = shlex.split(step[2]) if step[:2] == ["sh", "-c"] else step
+        if "django" in words:
+            found.add(words[words.index("django") + 1])
+    return found
+
+
 def test_both_runtimes_run_the_same_prestart_and_servers():
     """The same commands, each where its runtime puts it: only the paths, addresses and
-    interpreter differ (the Layout), and Compose adds the admin user and channels."""
+    interpreter differ (the Layout), and Compose adds the admin user and channels, and
+    its own Redis (the process runtime uses the host's)."""
     cfg = _config()
     here = {s.name: s for s in specs.master_specs(cfg, process_layout(cfg))}
     there = {s.name: s for s in specs.master_specs(cfg, docker_layout(cfg))}
-    assert set(here) == set(there)
+    assert set(here) == set(there) - {"redis"}
     for name, spec in here.items():
         assert len(spec.argv) == len(there[name].argv), name
-        commands = {step[step.index("django") + 1] for step in spec.prestart if "django" in step}
-        assert commands <= {
-            step[step.index("django") + 1] for s in there.values() for step in s.prestart
-        }, name
+        assert _django_commands(spec.prestart) <= _django_commands(
+            [step for s in there.values() for step in s.prestart]
+        ), name
 
 
 def _readme_settings_for_docker() -> list[str]:
@@ -154,3 +165,57 @@ def test_a_setting_mac_reads_is_written_into_the_file(tmp_path, value):
     document = compose.document(_config(MAC_API_WORKERS=value, MAC_MASTER_PORT="28123"))
     assert f"--workers {value} " in document["services"]["api-server"]["command"][2]
     assert document["services"]["proxy"]["ports"][0] == "28123:28080"
+
+
+def test_every_container_but_beat_has_its_own_health_check(tmp_path):
+    """Docker's health of each container (`docker ps`, `mac status`): mac-redis answers
+    PING, Prometheus and Alertmanager their /-/ready, the worker a Celery ping of its own
+    node name, the process runtime's health command run in its container."""
+    services = compose.document(_config())["services"]
+    assert "healthcheck" not in services["beat"]  # beat answers nothing (docs/operations.md)
+    tests = {name: s["healthcheck"]["test"] for name, s in services.items() if name != "beat"}
+    assert tests["redis"] == ["CMD", "redis-cli", "ping"]
+    assert tests["prometheus"][-1] == "http://127.0.0.1:29090/-/ready"
+    assert tests["alertmanager"][-1] == "http://127.0.0.1:29093/-/ready"
+    assert tests["api-server"][-1] == tests["proxy"][-1] == "http://127.0.0.1:28080/health"
+    cfg = _config(MAC_DATA_DIR=str(tmp_path))
+    process = {s.name: s for s in specs.master_specs(cfg, process_layout(cfg))}
+    ping = process["worker"].health_command
+    assert ping[1:4] == ["-m", "celery", "-b"] and ping[-2] == "-d"
+    assert "-n mac-worker@%h" in services["worker"]["command"][2]
+    assert tests["worker"][:3] == ["CMD", "sh", "-c"]
+    assert shlex.split(tests["worker"][3]) == [
+        "python", *ping[1:4], "redis://redis:6379/0", *ping[5:-1], "mac-worker@$$HOSTNAME"
+    ]  # fmt: skip
+    # Compose leaves the container's own host name alone (not the host's HOSTNAME).
+    resolved = yaml.safe_load(_compose_config(compose.COMMITTED, {"HOSTNAME": "the-host"}))
+    worker_test = resolved["services"]["worker"]["healthcheck"]["test"]
+    assert "mac-worker@the-host" not in str(worker_test) and "HOSTNAME" in str(worker_test)
+
+
+def test_secrets_reach_only_the_containers_that_read_them():
+    """`docker inspect` of mac-proxy, mac-beat, mac-alertmanager or mac-redis shows no
+    secret: each goes to its readers alone, and the others keep every other setting."""
+    secrets = compose.secrets()
+    assert {"DATABASE_URL", "MAC_ADMIN_PASSWORD", "MAC_SMTP_PASSWORD"} <= set(secrets)
+    assert set(secrets) <= set(compose.SECRET_READERS), "a secret nobody reads is given"
+    given = {name: f"value-of-{name.lower()}" for name in [*secrets, "MAC_PROBE_INTERVAL"]}
+    resolved = yaml.safe_load(_compose_config(compose.COMMITTED, given))["services"]
+    seen = {
+        name: {key for key, value in (service.get("environment") or {}).items() if value}
+        for name, service in resolved.items()
+    }
+    assert seen["api-server"] >= set(secrets)
+    assert seen["worker"] & set(secrets) == {"DATABASE_URL"}
+    assert seen["prometheus"] & set(secrets) == {"MAC_METRICS_TOKEN"}
+    for name in ("proxy", "beat", "alertmanager", "redis"):
+        assert not seen[name] & set(secrets), name
+    for name in ("api-server", "worker", "beat", "proxy", "prometheus", "alertmanager"):
+        assert "MAC_PROBE_INTERVAL" in seen[name], name
+
+
+def test_createadmin_says_its_password_into_a_file_only_root_reads_never_the_log():
+    api = compose.document(_config())["services"]["api-server"]["command"][2]
+    step = "sh -c 'umask 077 && python -m django createadmin >> /var/lib/mac/createadmin.txt'"
+    assert f"{step} &&" in api
+    assert "python -m django createadmin &&" not in api

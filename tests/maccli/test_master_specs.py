@@ -55,3 +55,19 @@ def test_only_the_proxy_listens_beyond_the_loopback(tmp_path):
     proxy_config = next(cmd for cmd in specs["proxy"].prestart if "proxy_config" in cmd)
     assert proxy_config[proxy_config.index("--prometheus") + 1] == "127.0.0.1:29090"
     assert proxy_config[proxy_config.index("--alertmanager") + 1] == "127.0.0.1:29093"
+
+
+def test_under_compose_the_host_asks_redis_the_api_server_and_the_worker_in_their_containers():
+    """They publish no port: `mac status master` runs each container's own check."""
+    from maccli.master.layout import docker_layout
+
+    cfg = NodeConfig.load(environ={"PATH": "/usr/bin:/bin", "SLURM_CONF": "/nonexistent"})
+    specs = {spec.name: spec for spec in master_specs(cfg, docker_layout(cfg))}
+    assert specs["redis"].health_command == ["docker", "exec", "mac-redis", "redis-cli", "ping"]
+    assert specs["api-server"].health_command == [
+        "docker", "exec", "mac-api-server", "curl", "-fsS", "-o", "/dev/null",
+        "http://127.0.0.1:28080/health",
+    ]  # fmt: skip
+    worker = specs["worker"].health_command
+    assert worker[:5] == ["docker", "exec", "mac-worker", "sh", "-c"]
+    assert worker[5].endswith('inspect ping -t 2 -d "mac-worker@$HOSTNAME"')
