@@ -58,20 +58,21 @@ def pytest_configure(config: pytest.Config) -> None:
 # addresses of theirs: such a test cannot run there. testkit.ports finds that listener
 # before anything binds (SimFleet.start, check_contract_ports) and the test is skipped,
 # naming the port and the way out; tests/test_hermetic.py shows it on a decoy machine.
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item):
+def _skip_where_a_contract_port_is_held():
     try:
         return (yield)
     except ContractPortHeld as held:
         raise pytest.skip.Exception(str(held)) from None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _skip_where_a_contract_port_is_held())
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    try:
-        return (yield)
-    except ContractPortHeld as held:
-        raise pytest.skip.Exception(str(held)) from None
+    return (yield from _skip_where_a_contract_port_is_held())
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
