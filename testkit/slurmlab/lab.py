@@ -192,6 +192,24 @@ class SlurmLab:
             shutil.rmtree(self.root / sub, ignore_errors=True)
         (self.root / "reboots.log").unlink(missing_ok=True)
 
+    def _recent_lines(self, names: list[str], count: int = 8) -> str:
+        """The last lines slurmctld logged about these nodes, and the end of their slurmd
+        and reboot logs: what a wait that timed out needs to say why."""
+        lines = []
+        controller = self.root / "log" / "slurmctld.log"
+        if controller.exists():
+            text = controller.read_text(errors="replace").splitlines()
+            lines += [f"slurmctld.log: {line}" for line in text if any(n in line for n in names)][
+                -count:
+            ]
+        for name in names:
+            for log_name in (f"slurmd-{name}.log", f"reboot-{name}.log"):
+                log = self.root / "log" / log_name
+                if log.exists():
+                    tail = log.read_text(errors="replace").splitlines()[-count:]
+                    lines += [f"{log_name}: {line}" for line in tail]
+        return "\n".join(lines)
+
     def _log_errors(self) -> str:
         """The errors the daemons of nodes that are not idle logged (for a failed start)."""
         states = self.node_states() if self.controller_up() else {}
@@ -423,7 +441,9 @@ class SlurmLab:
                 what=f"nodes {', '.join(wanted)} {'/'.join(states)}",
             )
         except WaitTimeout as exc:
-            raise WaitTimeout(f"{exc}; now {self.node_states()}") from None
+            raise WaitTimeout(
+                f"{exc}; now {self.node_states()}\n{self._recent_lines(wanted)}"
+            ) from None
 
     def wait_job(self, job_id: int, *states: str, timeout: float = 30.0) -> str:
         """Until job `job_id` is in one of `states` (RUNNING, COMPLETED...); that state."""

@@ -158,9 +158,13 @@ def test_a_job_slurmctld_forgot_is_recorded_from_accounting(jobs):
     started = datetime.now(UTC) - timedelta(seconds=2)
     short = jobs.lab.submit(gpus=2, node=jobs.host(1), user=BOB, seconds=0.5)
     jobs.lab.wait_job(short, "COMPLETED", timeout=30)
+    # slurmdbd has the job's start before its end: until the end arrives, sacct says it
+    # runs, and a record that only sacct says runs waits for the next read (merge).
     accounted = wait_for(
-        lambda: [j for j in jobs.client.accounting_jobs(started) if j.job_id == short],
-        10, 0.1, what=f"job {short} in sacct",
+        lambda: [
+            j for j in jobs.client.accounting_jobs(started) if j.job_id == short and j.finished
+        ],
+        10, 0.1, what=f"job {short} finished in sacct",
     )  # fmt: skip
 
     record([], accounted, datetime.now(UTC), ReadResult())  # squeue no longer lists it
