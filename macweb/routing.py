@@ -5,10 +5,12 @@ came from, so a hostile page could read the live feed of a logged-in operator. T
 Origin header says which site opened the socket; only the master's own may:
 
 - MAC_ALLOWED_ORIGINS, when set: those origins (scheme://host[:port]) only;
-- else an origin on one of the hosts the master answers to (ALLOWED_HOSTS, the
-  master's own names and addresses: macweb.hosts);
-- else (MAC_ALLOWED_HOSTS=*, which answers to any Host): the origin must be the
-  socket's own host, i.e. the page was served by this master.
+- else the origin must be the socket's own host and port, i.e. the page was served by
+  the server the socket goes to (the dashboard opens it at `location.host`), and that
+  host one the master answers to (ALLOWED_HOSTS, the master's own names and addresses:
+  macweb.hosts; any with MAC_ALLOWED_HOSTS=*). Another port on the master's own name is
+  another site (Prometheus' UI, Alertmanager's, a node's exporter), whose pages must not
+  read the feed either.
 
 A socket without an Origin header (not opened by a browser page) is refused too.
 """
@@ -51,14 +53,12 @@ def origin_allowed(origin: str | None, host_header: str | None) -> bool:
     scheme, host, port = parsed
     if settings.ALLOWED_ORIGINS:
         return any(_origin(allowed) == parsed for allowed in settings.ALLOWED_ORIGINS)
-    if "*" not in settings.ALLOWED_HOSTS:
-        return validate_host(f"[{host}]" if ":" in host else host, settings.ALLOWED_HOSTS)
     own_host, own_port = split_domain_port((host_header or "").lower())
     own_host = own_host.strip("[]")
-    if not own_host:
-        return False
     # The socket's port, as the browser sees it: the page's default when Host omits it.
-    return (host, port) == (own_host, own_port or _DEFAULT_PORTS[scheme])
+    if not own_host or (host, port) != (own_host, own_port or _DEFAULT_PORTS[scheme]):
+        return False
+    return validate_host(f"[{host}]" if ":" in host else host, settings.ALLOWED_HOSTS)
 
 
 class MasterOriginValidator:

@@ -73,7 +73,25 @@ async def test_allowed_hosts_decide_when_they_name_hosts(session_cookie, setting
     settings.ALLOWED_HOSTS, settings.ALLOWED_ORIGINS = [".example.org"], []
 
     assert await handshake(session_cookie, "mac.example.org", "https://mac.example.org")
+    assert await handshake(session_cookie, "mac.example.org:8443", "https://mac.example.org:8443")
     assert not await handshake(session_cookie, "mac.example.org", "https://evil.example")
+    # A host the master does not answer to, even as the socket's own.
+    assert not await handshake(session_cookie, "evil.example", "https://evil.example")
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["http://mac.example.org:9090", "http://mac.example.org:9093", "https://gpu-7.example.org"],
+)
+async def test_another_port_or_host_of_the_masters_names_is_another_site(
+    session_cookie, settings, origin
+):
+    """Prometheus' UI on :9090, Alertmanager's on :9093, a node's page under the same
+    domain: each is a host the master answers to, none is the page the master served."""
+    settings.ALLOWED_HOSTS, settings.ALLOWED_ORIGINS = [".example.org"], []
+
+    assert not await handshake(session_cookie, "mac.example.org:28080", origin)
+    assert await handshake(session_cookie, "mac.example.org:28080", "http://mac.example.org:28080")
 
 
 @pytest.mark.parametrize(
