@@ -498,7 +498,7 @@ DOCKER_GROUP = Group(
         ),
         Setting(
             "MAC_HEALTHCHECK_INTERVAL",
-            Duration(),
+            Duration(docker=True),
             "30s",
             "how often Docker runs each container's health check",
             BOTH,

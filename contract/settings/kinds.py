@@ -27,6 +27,7 @@ _DURATION = re.compile(
     r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
 )
 _DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_DOCKER_REFUSES = re.compile(r"[0-9]+[dwy]")
 _DURATION_MS = {
     "ms": 1,
     "s": 1000,
@@ -232,6 +233,8 @@ class Duration(Kind):
     unless `zero` (valid_duration)."""
 
     zero: bool = False
+    # For Docker and Compose, which read it with Go's time.ParseDuration: no d, w or y.
+    docker: bool = False
 
     def parse(self, name: str, text: str) -> str:
         if not valid_duration(text, zero=self.zero):
@@ -243,9 +246,19 @@ class Duration(Kind):
                 f"largest first (y w d h m s ms){least}",
                 "is not a duration",
             )
+        if self.docker and _DOCKER_REFUSES.search(text):
+            raise refuse(
+                name,
+                text,
+                "Docker takes hours, minutes, seconds and milliseconds only (h m s ms): "
+                "write 1d as 24h",
+                "has a unit Docker does not read",
+            )
         return text
 
     def describe(self) -> str:
+        if self.docker:
+            return "duration (30s, 5m, 1h; h m s ms only)"
         return "duration (30s, 5m, 1h; 0s allowed)" if self.zero else "duration (30s, 5m, 1h)"
 
 

@@ -76,6 +76,41 @@ def test_the_settings_apply_it():
     check("MAC_ALERT_NODE_GROUP_WAIT", "0s")
 
 
+@pytest.mark.parametrize("text", ["1d", "2w", "1y", "1d12h", "3w2d"])
+def test_a_docker_duration_has_no_days_weeks_or_years(text):
+    """Docker and Compose read a health check's interval with Go's time.ParseDuration (h m s
+    ms): `1d` would stop `mac start master` at Compose, so the setting refuses it first."""
+    assert Duration().parse("MAC_SCRAPE_INTERVAL", text) == text
+    with pytest.raises(ValueError, match="write 1d as 24h"):
+        Duration(docker=True).parse("MAC_HEALTHCHECK_INTERVAL", text)
+    with pytest.raises(SettingError, match="MAC_HEALTHCHECK_INTERVAL='1d' has a unit Docker"):
+        check("MAC_HEALTHCHECK_INTERVAL", "1d")
+
+
+def test_compose_reads_every_docker_duration_the_setting_takes():
+    """docker-compose 1.29's own parser (Debian's python3-compose), where it is installed."""
+    compose = "/usr/bin/python3"
+    probe = "import compose.timeparse"
+    if subprocess.run([compose, "-c", probe], capture_output=True, check=False).returncode:
+        pytest.skip("docker-compose (python3-compose) is not installed")
+    texts = [t for t in ACCEPTED if _takes_docker(t)] + ["1d", "2w", "1y"]
+    script = (
+        "import sys, compose.timeparse as t; "
+        "print(' '.join(str(t.timeparse(a) is not None) for a in sys.argv[1:]))"
+    )
+    out = subprocess.run([compose, "-c", script, *texts], capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    assert dict(zip(texts, out, strict=True)) == {t: str(_takes_docker(t)) for t in texts}
+
+
+def _takes_docker(text: str) -> bool:
+    try:
+        Duration(docker=True).parse("MAC_HEALTHCHECK_INTERVAL", text)
+    except ValueError:
+        return False
+    return True
+
+
 def test_seconds_are_read_from_the_same_grammar():
     assert duration_seconds("1y2w3d4h5m6s7ms") == (
         365 * 86400 + 2 * 7 * 86400 + 3 * 86400 + 4 * 3600 + 5 * 60 + 6 + 0.007

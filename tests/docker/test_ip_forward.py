@@ -53,7 +53,7 @@ def host_master(engine, tmp_path_factory) -> Iterator[dict[str, str]]:
         **{
             "MAC_DATA_DIR": str(root / "master-data"),
             "MAC_MASTER_BIND": HOST_IP,
-            "MAC_REDIS_URL": os.environ.get("MAC_REDIS_URL") or "redis://127.0.0.1:6379/14",
+            "MAC_REDIS_URL": os.environ["MAC_REDIS_URL"],  # the worker's own (testkit.xdistworker)
             "MAC_PROBE_INTERVAL": str(INTERVAL),
             "MAC_PROBE_TIMEOUT": str(TIMEOUT),
             "MAC_RUNTIME": "process",

@@ -85,11 +85,12 @@ def scaled(engine, docker_master) -> Iterator[dict]:
     """The session's master in scale-out mode with our nodes registered; by node id,
     each simulated node's hostname. Back to one Prometheus afterwards."""
     engine.add_host_addresses(NODE_IPS)
-    fleet = FleetThread(ips=NODE_IPS, fault_rate=0).start()
-    # vmalert from this host's file, not the image's: as a site runs a newer release.
-    HOST_VMALERT.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2("/usr/bin/vmalert", HOST_VMALERT)
+    fleet = None
     try:
+        fleet = FleetThread(ips=NODE_IPS, fault_rate=0).start()
+        # vmalert from this host's file, not the image's: as a site runs a newer release.
+        HOST_VMALERT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2("/usr/bin/vmalert", HOST_VMALERT)
         _sharding(docker_master, str(SHARDS))
         docker_master.mac("env", "set", f"MAC_VMALERT_BIN={HOST_VMALERT}")
         docker_master.mac("env", "set", f"MAC_SCRAPE_INTERVAL={SCRAPE:g}s")
@@ -120,7 +121,8 @@ def scaled(engine, docker_master) -> Iterator[dict]:
         )
         yield nodes
     finally:
-        fleet.stop()
+        if fleet is not None:
+            fleet.stop()
         engine.remove_host_addresses(NODE_IPS)
         docker_master.mac("env", "unset", "MAC_SCRAPE_INTERVAL")
         docker_master.mac("env", "unset", "MAC_METRICS_MIN_FREE_BYTES")
