@@ -15,6 +15,7 @@ from django.conf import settings
 
 from alerting.client import Alertmanager, AlertmanagerUnavailable, node_of_label
 from alerting.silences import CREATED_BY
+from inventory.models import Node
 
 # The live list carries at most this many alerts (the count is always the full one).
 LIST_LIMIT = 100
@@ -115,9 +116,21 @@ def firing_alerts(client: Alertmanager | None = None) -> AlertSnapshot:
         return AlertSnapshot(available=False, error=str(exc))
     # A shared Alertmanager holds other clusters' alerts too: their node="1" is not ours.
     rows = sorted((alert_row(alert) for alert in alerts if _ours(alert)), key=_sort_key)
+    _keep_known_nodes(rows)
     return AlertSnapshot(
         available=True, count=len(rows), alerts=rows[:LIST_LIMIT], groups=group_rows(rows)
     )
+
+
+def _keep_known_nodes(rows: list[dict]) -> None:
+    """Blank each row's `node` unless it names a node of the inventory, so the pages link
+    only to nodes that exist: a site's own alert may carry a node label of its own
+    ("rack-7"), and an alert may outlive its node (deleted, still firing until resolved)."""
+    ids = {node_of_label(row["node"]) for row in rows} - {None}
+    known = {str(pk) for pk in Node.objects.filter(pk__in=ids).values_list("pk", flat=True)}
+    for row in rows:
+        if row["node"] not in known:
+            row["node"] = ""
 
 
 def nodes_with_alert(alertname: str, client: Alertmanager | None = None) -> list[int]:

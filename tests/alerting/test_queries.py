@@ -6,14 +6,20 @@ import pytest
 
 from alerting import queries
 from alerting.client import Alertmanager
+from inventory.models import Node
 from testkit.alerting import firing_alerts
+from testkit.factories import make_node
 from tests.alerting.conftest import needs_alertmanager
 
 pytestmark = [pytest.mark.django_db, needs_alertmanager]
 
 
 def post(count: int, alertname: str, severity: str, first: int = 1) -> None:
+    """`count` alerts, on nodes `first`... of the inventory (made where missing)."""
     nodes = [(n, f"gpu-{n:03d}") for n in range(first, first + count)]
+    for pk, hostname in nodes:
+        if not Node.objects.filter(pk=pk).exists():
+            make_node(hostname, f"10.9.{pk // 250}.{pk % 250 + 1}", pk=pk)
     Alertmanager.from_settings().post_alerts(firing_alerts(nodes, alertname, severity))
 
 
@@ -61,3 +67,22 @@ def test_another_cluster_s_alerts_are_not_counted_or_linked(alertmanager, settin
     got = [(g["alertname"], g["count"], [n["node"] for n in g["nodes"]]) for g in snapshot.groups]
     assert got == [("MacNodeOffline", 2, ["1", "2"])]
     assert queries.nodes_with_alert("MacNodeOffline") == [1, 2]
+
+
+def test_only_a_node_of_the_inventory_is_linked(alertmanager):
+    """A site's own label (rack-7) and a node deleted while its alert still fires keep
+    their hostname but name no node, so no page links to a node that is not there."""
+    post(1, "MacNodeOffline", "critical")
+    client = Alertmanager.from_settings()
+    gone = firing_alerts([(4242, "gpu-gone")], "MacNodeOffline", "critical")
+    site = firing_alerts([(1, "rack-7-pdu")], "SitePduHot", "warning")
+    site[0]["labels"]["node"] = "rack-7"
+    client.post_alerts(gone + site)
+
+    snapshot = queries.firing_alerts()
+
+    nodes = {row["hostname"]: row["node"] for row in snapshot.alerts}
+    assert nodes == {"gpu-001": "1", "gpu-gone": "", "rack-7-pdu": ""}
+    offline = next(g for g in snapshot.groups if g["alertname"] == "MacNodeOffline")
+    assert offline["node_count"] == 2
+    assert {n["hostname"]: n["node"] for n in offline["nodes"]} == {"gpu-001": "1", "gpu-gone": ""}

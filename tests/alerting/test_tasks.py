@@ -59,6 +59,7 @@ def test_a_new_firing_alert_is_pushed(alertmanager, dashboard, make_node):
     assert dashboard()["alerts"] == {
         "available": True, "error": "", "count": 0, "alerts": [], "groups": [],
     }  # fmt: skip
+    make_node("gpu-05", "10.0.0.5", pk=5)
     Alertmanager.from_settings().post_alerts(
         [
             {
