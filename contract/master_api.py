@@ -1,4 +1,5 @@
-"""HTTP client of the master's node API: /health, register, deregister, self and its events.
+"""HTTP client of the master's node API: /health, register, deregister, self and its events,
+and the nodes list that `mac` reads with an API token (MAC_API_TOKEN).
 
 Also the one builder of a registration body, for `mac start agent` and the
 simulated fleets of the tests and benchmarks alike.
@@ -17,7 +18,8 @@ import socket
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from ipaddress import ip_address
+from urllib.parse import urlencode, urlsplit
 
 from contract import __version__
 from contract.bearer import authorization
@@ -41,6 +43,10 @@ REPORTED_FIELDS = (
 )
 # The whole body of POST /api/v1/register.
 REGISTRATION_FIELDS = ("hostname", "ip", *REPORTED_FIELDS)
+# How an API token of a master user goes in Authorization (DRF's TokenAuthentication).
+API_AUTH_SCHEME = "Token"
+# Nodes per page of GET /api/v1/nodes/ (the master's default page size).
+NODES_PAGE = 100
 
 
 @dataclass
@@ -122,11 +128,15 @@ class MasterClient:
         timeout: float = 10.0,
         join_token: str = "",
         node_key: str = "",
+        api_token: str = "",
         source_ip: str | None = None,
         ca_pin: str = "",
     ) -> None:
         """`ca_pin` (hex, contract.pinning.parse_pin) needs an https:// `base_url`: with it
-        the client trusts that CA alone, once its public key hashed to the pin."""
+        the client trusts that CA alone, once its public key hashed to the pin.
+
+        `api_token` (a master user's, for the nodes list) goes in Authorization in place
+        of the join token."""
         parts = urlsplit(base_url)
         self.tls = parts.scheme == "https"
         if ca_pin and not self.tls:
@@ -137,6 +147,7 @@ class MasterClient:
         self.timeout = timeout
         self.join_token = join_token
         self.node_key = node_key
+        self.api_token = api_token
         self.source_ip = source_ip
         self.ca_pin = ca_pin
         self._context: ssl.SSLContext | None = None
@@ -177,7 +188,9 @@ class MasterClient:
         if payload is not None:
             body = json.dumps(payload).encode()
             headers["Content-Type"] = "application/json"
-        if self.join_token:
+        if self.api_token:
+            headers["Authorization"] = f"{API_AUTH_SCHEME} {self.api_token}"
+        elif self.join_token:
             headers["Authorization"] = authorization(self.join_token)
         if self.node_key:
             headers[NODE_KEY_HEADER] = self.node_key
@@ -224,6 +237,39 @@ class MasterClient:
     def report_event(self, payload: dict) -> Reply:
         """Add an event to the calling node's history (sys-manager's ip_forward resets)."""
         return self.request("POST", "/api/v1/nodes/self/events", payload)
+
+    def node_at(self, ip: str) -> tuple[dict | None, Reply]:
+        """(the inventory's node at address `ip`, the last reply), from GET /api/v1/nodes/.
+
+        The search matches words anywhere (10.0.0.1 finds 10.0.0.17 too), so every page is
+        read until a node's address is exactly `ip`. None when no node has it, or when a
+        reply is not ok (the reply says why); needs an API token.
+        """
+        offset = 0
+        while True:
+            query = urlencode({"search": ip, "limit": NODES_PAGE, "offset": offset})
+            reply = self.request("GET", f"/api/v1/nodes/?{query}")
+            if not reply.ok:
+                return None, reply
+            body = reply.body if isinstance(reply.body, dict) else {}
+            page = body.get("results")
+            if not isinstance(page, list):
+                return None, Reply(
+                    0, "", reply.headers, "its answer to GET /api/v1/nodes/ is not a nodes list"
+                )
+            for node in page:
+                if isinstance(node, dict) and _same_address(node.get("ip"), ip):
+                    return node, reply
+            if not (page and body.get("next")):
+                return None, reply
+            offset += len(page)
+
+
+def _same_address(found: object, wanted: str) -> bool:
+    try:
+        return ip_address(str(found)) == ip_address(wanted)
+    except ValueError:
+        return found == wanted
 
 
 def _describe(exc: OSError, timeout: float) -> str:

@@ -155,7 +155,8 @@ def parser() -> argparse.ArgumentParser:
         "--network",
         choices=["host", "bridge"],
         help="the node's network mode, on which the diagnosis depends (default: what the "
-        "master says, when this node probes its own address; else unknown)",
+        "master registered, asked with this node's key for its own address and with "
+        "MAC_API_TOKEN for any other; else unknown)",
     )
     return ap
 

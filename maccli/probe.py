@@ -11,10 +11,14 @@ service that refuses the connection is not running there, so a node would not ha
 registered it: the diagnosis leaves such services out, as the master's would.
 
 The diagnosis depends on the node's network mode (host or bridge, reported at
-registration): `--network` gives it; without it, a node probing its own address asks
-its master (GET /api/v1/self with its node key). Otherwise it is unknown here: the node
-is judged as an agent older than the mode (bridge), which the master does only for a
-node that registered no mode, so the output says the master may judge differently.
+registration), which only the master knows. `--network` gives it; without it, a node
+probing its own address asks its master (GET /api/v1/self with its node key), and any
+other address is looked up in the master's inventory with an API token of a master user
+(MAC_API_TOKEN; GET /api/v1/nodes/?search=<ip>). An address the inventory lacks is said
+to be so: the master does not probe it at all. With neither, or when the master refuses
+the token or does not answer (a warning), the mode is unknown: the node is judged as an
+agent older than the mode (bridge), which the master does only for a node that
+registered no mode, so the output says the master may judge differently.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+from dataclasses import dataclass
 
 from contract.diagnosis import describe, diagnose
 from contract.liveness import NodeProbe, Target, outcome_words, run_probe
-from contract.master_api import MasterClient
+from contract.master_api import MasterClient, Reply
 from contract.outcomes import DIAGNOSIS_LABELS, Diagnosis, Outcome
+from contract.pinning import UntrustedMaster
 from contract.services import BY_NAME, NIC_EXPORTER, SERVICES, SYS_EXPORTER, AgentNetwork
 from contract.settings.kinds import valid_hostname
 from maccli import output
@@ -81,28 +87,80 @@ def _timeout(cfg: NodeConfig, given: float | None) -> float:
     return given
 
 
-def node_network(cfg: NodeConfig, ip: str, given: str | None) -> tuple[str, str]:
-    """(the node's network mode, where it comes from); ("", "") when nobody says.
+@dataclass(frozen=True)
+class NetworkMode:
+    """The node's network mode as far as `mac` can tell, and who says so."""
 
-    Without --network, a node probing its own address asks its master what it
-    registered; the master answers with the mode only to the node's own key.
+    mode: str = ""  # an AgentNetwork value; "" when unknown or none was registered
+    source: str = ""  # who says; "" when nobody does (the mode is unknown)
+    # The master has a node at the address: None when it was not asked or did not answer.
+    registered: bool | None = None
+
+
+def _registered(node: dict, source: str) -> NetworkMode:
+    """The mode of the master's record of a node ("": an agent older than the mode)."""
+    mode = node.get("agent_network")
+    if mode not in {*AgentNetwork, ""}:
+        return NetworkMode(registered=True)  # a mode this mac does not know
+    return NetworkMode(mode, source, registered=True)
+
+
+def node_network(cfg: NodeConfig, ip: str, given: str | None) -> NetworkMode:
+    """The node's network mode: --network, else what its master registered.
+
+    A node probing its own address asks with its node key (GET /api/v1/self); any other
+    address is looked up in the inventory with MAC_API_TOKEN. A master that refuses the
+    token or does not answer is a warning, and the mode stays unknown.
     """
     if given:
-        return given, "--network"
-    if not (cfg.node_key and cfg.master_ip):
-        return "", ""
-    client = MasterClient(
-        cfg.master_url,
-        timeout=3.0,
-        join_token=cfg.join_token,
-        node_key=cfg.node_key,
-        ca_pin=cfg.master_ca_pin,
-    )
-    reply = client.self_info()
-    body = reply.body if reply.ok and isinstance(reply.body, dict) else {}
-    if body.get("ip") != ip or body.get("agent_network") not in set(AgentNetwork):
-        return "", ""
-    return body["agent_network"], f"registered with master {cfg.master_ip}"
+        return NetworkMode(given, "--network")
+    if not cfg.master_ip or not (cfg.node_key or cfg.api_token):
+        return NetworkMode()
+    try:
+        return _ask_master(cfg, ip)
+    except UntrustedMaster as exc:
+        output.warn(f"{exc}; the network mode of {ip} stays unknown.")
+        return NetworkMode()
+
+
+def _ask_master(cfg: NodeConfig, ip: str) -> NetworkMode:
+    master = cfg.master_ip
+
+    def client(**credentials: str) -> MasterClient:
+        return MasterClient(cfg.master_url, timeout=3.0, ca_pin=cfg.master_ca_pin, **credentials)
+
+    if cfg.node_key:
+        # The master answers with the node's own record only: used for its own address.
+        reply = client(join_token=cfg.join_token, node_key=cfg.node_key).self_info()
+        body = reply.body if reply.ok and isinstance(reply.body, dict) else {}
+        if body.get("ip") == ip:
+            return _registered(body, f"registered with master {master}")
+        if not cfg.api_token:
+            return NetworkMode()
+        if reply.status == 0:  # no answer: the token would get none either
+            return _unknown(master, ip, reply)
+    node, reply = client(api_token=cfg.api_token).node_at(ip)
+    if node is not None:
+        return _registered(node, f"registered with master {master} via MAC_API_TOKEN")
+    if reply.ok:
+        return NetworkMode(registered=False)
+    return _unknown(master, ip, reply)
+
+
+def _unknown(master: str, ip: str, reply: Reply) -> NetworkMode:
+    """The master did not say: a warning naming why, and the mode unknown."""
+    if reply.status in (401, 403):
+        output.warn(
+            f"master {master} refuses MAC_API_TOKEN ({reply.reason()}), so the network mode "
+            f"of {ip} stays unknown. Make a token on the master (python manage.py "
+            "drf_create_token <username>, docs/api.md), then: mac env set MAC_API_TOKEN=<token>"
+        )
+    else:
+        output.warn(
+            f"cannot read the network mode of {ip} from master {master} ({reply.reason()}); "
+            "it stays unknown."
+        )
+    return NetworkMode()
 
 
 def service_network(service_network: str, mode: str) -> str:
@@ -126,7 +184,8 @@ def probe(
     ip = resolve(target)
     cfg = NodeConfig.load()
     seconds = _timeout(cfg, timeout)
-    mode, mode_source = node_network(cfg, ip, network)
+    known = node_network(cfg, ip, network)
+    mode = known.mode
     names = tuple(service.name for service in SERVICES)
     if not as_json:
         output.err().print(f"Probing {len(names)} services of {ip} (timeout {seconds:g} s) ...")
@@ -153,7 +212,9 @@ def probe(
     meaning, fix = describe(code)
     # The mode unknown, judged as bridge: where host mode (new installs' default) reads the
     # same probes otherwise, that reading is given too, so neither is taken on trust.
-    if_host = "" if mode else diagnose(NodeProbe(node.node_id, ip, basis), AgentNetwork.HOST)
+    if_host = (
+        "" if known.source else diagnose(NodeProbe(node.node_id, ip, basis), AgentNetwork.HOST)
+    )
     if_host = "" if if_host == code else if_host
     online = node.sys.ok
     label = DIAGNOSIS_LABELS[Diagnosis(code)] if code else ""
@@ -165,7 +226,8 @@ def probe(
                     "ip": ip,
                     "timeout": seconds,
                     "network": mode,
-                    "network_source": mode_source,
+                    "network_source": known.source,
+                    "registered": known.registered,
                     "online": online,
                     "results": rows,
                     "judged_on": sorted(basis),
@@ -203,24 +265,35 @@ def probe(
         ],
     )
     if mode:
-        output.say(f"Network mode: {mode} ({mode_source}).")
+        output.say(f"Network mode: {mode} ({known.source}).")
+    elif known.source:
+        output.say(
+            f"Network mode: none ({known.source}): an agent older than the mode, judged as "
+            "bridge, as the master does."
+        )
+    elif known.registered is False:
+        output.say(
+            f"{ip} is not in the inventory of master {cfg.master_ip}: the master does not "
+            "probe it at all (`mac start agent` on that node registers it). Judged here as an "
+            "agent older than the mode (bridge).",
+            "yellow",
+        )
     else:
         # Only the master knows what the node registered, and only behind a login, an API
-        # token or the node's own key: mac holds none of these for another node.
+        # token or the node's own key.
         output.say(
             "Network mode: unknown: the master may judge differently (judged here as an agent "
             "older than the mode: bridge). The node's page on the dashboard shows the "
-            f"mode it registered (Network; agent_network in GET /api/v1/nodes/?search={ip}); "
-            "give it with --network host|bridge."
+            f"mode it registered (Network; agent_network in GET /api/v1/nodes/?search={ip}). "
+            "Let mac read it with an API token of a master user (mac env set "
+            "MAC_API_TOKEN=<token>; docs/api.md), or give it with --network host|bridge."
         )
     sys_row = rows[[s.name for s in SERVICES].index(SYS_EXPORTER.name)]
+    marks = "once registered, the master marks" if known.registered is False else "the master marks"
     if online:
-        output.ok(f"sys-exporter answers: the master marks {ip} Online.")
+        output.ok(f"sys-exporter answers: {marks} {ip} Online.")
         return 0
-    output.say(
-        f"sys-exporter ({sys_row['words']}) does not answer: the master marks {ip} Offline.",
-        "red",
-    )
+    output.say(f"sys-exporter ({sys_row['words']}) does not answer: {marks} {ip} Offline.", "red")
     others = ", ".join(sorted(set(BY_NAME) - set(basis)))
     if others and node.sys.outcome is Outcome.TIMEOUT:
         output.say(

@@ -353,6 +353,11 @@ class NodeConfig:
     def node_key(self) -> str:
         return (self.get(NODE_KEY) or "").strip()
 
+    @property
+    def api_token(self) -> str:
+        """MAC_API_TOKEN: a master user's API token, for reading the inventory."""
+        return (self.get("MAC_API_TOKEN") or "").strip()
+
     def node_name(self, hostname: str | None = None) -> tuple[str, Source | None]:
         """The name this node registers under: NODE_NAME, else the host name (lower-cased).
 

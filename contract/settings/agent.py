@@ -110,6 +110,16 @@ JOINING = Group(
             set_with=SetWith.MAC,
         ),
         Setting(
+            "MAC_API_TOKEN",
+            Secret(),
+            None,
+            "an API token of a master user (`manage.py drf_create_token <username>` on the "
+            "master), sent as `Authorization: Token`: `mac probe` reads another node's "
+            "network mode from the inventory with it",
+            AGENT,
+            see="docs/api.md",
+        ),
+        Setting(
             "NODE_NAME",
             HostName(address=False),
             Derived("the host name"),

@@ -99,10 +99,10 @@ def test_json_has_every_service_and_the_diagnosis(mac_env, fleet):
     assert online.returncode == 0
     body = json.loads(online.stdout)
     assert set(body) == {
-        "address", "ip", "timeout", "network", "network_source", "online", "results",
-        "judged_on", "diagnosis", "diagnosis_if_host",
+        "address", "ip", "timeout", "network", "network_source", "registered", "online",
+        "results", "judged_on", "diagnosis", "diagnosis_if_host",
     }  # fmt: skip
-    assert (body["network"], body["network_source"]) == ("", "")
+    assert (body["network"], body["network_source"], body["registered"]) == ("", "", None)
     assert body["diagnosis_if_host"] is None  # online: no other reading
     assert body["online"] is True and body["timeout"] == 1.0
     assert body["diagnosis"] == {"code": "", "label": "", "meaning": "", "fix": ""}
@@ -175,6 +175,8 @@ def test_without_network_an_unknown_mode_is_judged_as_before_and_says_so(mac_env
     # Where the registered mode is read, and how to give it.
     assert f"agent_network in GET /api/v1/nodes/?search={ip}" in done.stdout
     assert "give it with --network host|bridge." in done.stdout
+    # Or let mac ask the master with an API token.
+    assert "mac env set MAC_API_TOKEN=<token>" in " ".join(done.stdout.split())
     # A host-mode node would be judged otherwise by the master: no claim that it agrees.
     assert "as the master does" not in done.stdout
     assert "Diagnosis: IPv4 forwarding is off on the agent." in done.stdout
@@ -217,6 +219,102 @@ def test_a_node_probing_itself_asks_its_master_for_its_mode(mac_env, fleet, live
     # Another node's address: the master's answer is about this node, so it is not used.
     other = json.loads(probe(mac_env, fleet.nodes[3].ip, "--json", "--timeout", "0.5").stdout)
     assert other["network"] == "" and other["diagnosis"]["code"] == "ip_forward_off"
+
+
+def api_token(django_user_model) -> str:
+    from rest_framework.authtoken.models import Token
+
+    user = django_user_model.objects.create_user(f"probe-reader-{os.getpid()}")
+    return Token.objects.create(user=user).key
+
+
+def ask(mac_env, live_master, token: str) -> None:
+    """mac on the master's host (no node key): the inventory read with MAC_API_TOKEN."""
+    mac_env.env.update(
+        {"MASTER_IP": "127.0.0.1", "MAC_MASTER_PORT": str(live_master.port), "MAC_API_TOKEN": token}
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_node_is_judged_in_the_mode_it_registered_with_an_api_token(
+    mac_env, fleet, live_master, django_user_model
+):
+    from testkit.factories import make_node
+
+    ip = fleet.nodes[2].ip  # 29101 black-holed, 29500 answers
+    make_node(f"probe-other-{os.getpid()}", ip, agent_network="host")
+    # The search finds these too (the address is in theirs), and they come first.
+    make_node(f"a-probe-decoy-{os.getpid()}", f"{ip}0", agent_network="bridge")
+    make_node(f"a-probe-decoy2-{os.getpid()}", f"{ip}1", agent_network="bridge")
+    ask(mac_env, live_master, api_token(django_user_model))
+
+    done = probe(mac_env, ip, "--timeout", "0.5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Network mode: host (registered with master 127.0.0.1 via MAC_API_TOKEN)." in (
+        " ".join(done.stdout.split())
+    )
+    assert "unknown" not in done.stdout and "Warning" not in done.stderr
+    assert "Diagnosis: sys-exporter hangs or a host firewall drops its port." in done.stdout
+    assert "runs in host mode" not in done.stdout  # the mode is known: no other reading
+
+    body = json.loads(probe(mac_env, ip, "--json", "--timeout", "0.5").stdout)
+    assert body["network"] == "host" and body["registered"] is True
+    assert body["network_source"] == "registered with master 127.0.0.1 via MAC_API_TOKEN"
+    assert body["diagnosis"]["code"] == "port_blocked" and body["diagnosis_if_host"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_the_master_refuses_is_a_warning_and_the_probe_still_runs(
+    mac_env, fleet, live_master
+):
+    from testkit.factories import make_node
+
+    ip = fleet.nodes[2].ip
+    make_node(f"probe-refused-{os.getpid()}", ip, agent_network="host")
+    ask(mac_env, live_master, "0" * 40)
+
+    done = probe(mac_env, ip, "--timeout", "0.5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    warning = " ".join(done.stderr.split())
+    assert "Warning: master 127.0.0.1 refuses MAC_API_TOKEN (HTTP 401" in warning
+    assert "python manage.py drf_create_token <username>, docs/api.md" in warning
+    assert "Traceback" not in done.stderr
+    assert "Network mode: unknown" in done.stdout
+    assert "Diagnosis: IPv4 forwarding is off on the agent." in done.stdout
+
+    body = json.loads(probe(mac_env, ip, "--json", "--timeout", "0.5").stdout)
+    assert (body["network"], body["network_source"], body["registered"]) == ("", "", None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_address_the_master_does_not_know_is_said_to_be_outside_the_inventory(
+    mac_env, fleet, live_master, django_user_model
+):
+    ip = fleet.nodes[0].ip  # answers, but never registered
+    ask(mac_env, live_master, api_token(django_user_model))
+
+    done = probe(mac_env, ip, "--timeout", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = " ".join(done.stdout.split())
+    assert f"{ip} is not in the inventory of master 127.0.0.1: the master does not probe it" in said
+    assert f"sys-exporter answers: once registered, the master marks {ip} Online." in said
+    assert "Network mode: unknown" not in said and "Warning" not in done.stderr
+
+    body = json.loads(probe(mac_env, ip, "--json", "--timeout", "1").stdout)
+    assert (body["network"], body["network_source"], body["registered"]) == ("", "", False)
+
+
+def test_a_master_that_does_not_answer_is_a_warning_and_the_probe_still_runs(mac_env, fleet):
+    from testkit.ports import free_port
+
+    mac_env.env.update(
+        {"MASTER_IP": "127.0.0.1", "MAC_MASTER_PORT": str(free_port()), "MAC_API_TOKEN": "t" * 40}
+    )
+    done = probe(mac_env, fleet.nodes[2].ip, "--timeout", "0.5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot read the network mode" in done.stderr and "connection refused" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "Diagnosis: IPv4 forwarding is off on the agent." in done.stdout
 
 
 # --- the network-namespace reproduction (root) ---------------------------------------------
