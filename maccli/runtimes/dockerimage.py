@@ -230,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"base image (default: MAC_BASE_IMAGE, else {DEBIAN_BASE} when present, "
         f"else {REGISTRY_BASE})",
     )
-    ap.add_argument("--wheelhouse", type=Path, help="default: MAC_WHEELHOUSE or ~/.cache/mac")
+    ap.add_argument(
+        "--wheelhouse", type=Path, help="default: MAC_WHEELHOUSE or ~/.cache/mac/wheelhouse"
+    )
     ap.add_argument("--save", type=Path, metavar="FILE", help="also write `docker save` to FILE")
     args = ap.parse_args(argv)
     source = Path(__file__).resolve().parents[2]

@@ -3,6 +3,7 @@ real script in a sandbox (tests/scripts/sandbox.py) with stand-ins for what it s
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,29 @@ def test_scripts_run_asks_bootstrap_for_neither_postgresql_nor_mariadb(tmp_path:
     assert done.returncode == 0, done.stdout + done.stderr
     assert box.called("bootstrap") == ["postgres=0 mariadb=0"]
     assert box.called("mac")[:2] == ["start master", "start agent"]
+
+
+def test_scripts_run_leaves_another_terminal_the_env_that_finds_its_master(tmp_path: Path) -> None:
+    """`mac` in another terminal looks in its defaults (/var/lib/mac, /etc/mango/mac/env,
+    Docker where installed) and finds no master of scripts/run: run.env points it there."""
+    box = Sandbox(tmp_path)
+    box.script("run")
+    box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
+    box.write(".venv/bin/mac", '#!/bin/sh\necho "mac $*" >> "$FAKE_CALLS"\n', 0o755)
+    data = tmp_path / "a data dir"  # quoted as the shell reads it back
+    done = box.run("run", MAC_DATA_DIR=str(data))
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_env = data / "run.env"
+    assert f". {run_env}" in done.stdout
+
+    shell = subprocess.run(
+        ["bash", "-c", f'. "{run_env}"; command -v mac; echo "$MAC_STATE_DIR|$MAC_RUNTIME|'
+         '$MAC_NODE_ENV_FILE|$MASTER_IP"'],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=True,
+    )  # fmt: skip
+    found, values = shell.stdout.splitlines()
+    assert Path(found).resolve() == (box.repo / ".venv/bin/mac").resolve()
+    assert values == f"{data}/state|process|{data}/agent/node.env|127.0.0.1"
 
 
 @pytest.fixture
