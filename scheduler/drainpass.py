@@ -144,7 +144,7 @@ def run_drain_pass(client: SlurmClient | None = None, now: float | None = None) 
         }  # fmt: skip
     except SlurmError as exc:
         link.failed(_words(exc), now, unreachable=isinstance(exc, SlurmUnreachable))
-        log.warning("drain: Slurm not read, retrying later: %s", exc)
+        log.warning("drain: Slurm not read, retrying later: %s", _words(exc))
         return PassResult(skipped="slurm unreachable", error=str(exc))
     link.answered(f"slurmctld ({controller.role}) at {controller.host} answers", now)
     names = NodeNameMap.from_settings()
@@ -183,7 +183,11 @@ def needs_pass() -> bool:
 
 
 def _words(exc: SlurmError) -> str:
-    return f"{' '.join(exc.command)}: {exc.detail}" if exc.detail else str(exc)
+    """What /health and the log say of a failure: Slurm's words, after MAC's fix where it
+    has one (a refused credential: "slurmctld unreachable" alone would send the operator
+    to a slurmctld that runs). The fix first: the link keeps 500 characters."""
+    words = f"{' '.join(exc.command)}: {exc.detail}" if exc.detail else str(exc)
+    return f"{exc.fix} ({words})" if exc.fix else words
 
 
 def _written(record: DrainRecord | None) -> str:
@@ -285,7 +289,7 @@ def act(
             link.failed(_words(exc))
             plan_.drained = in_effect
             result.error = str(exc)
-            log.warning("drain: stopped before %s %s: %s", step.decision, name, exc)
+            log.warning("drain: stopped before %s %s: %s", step.decision, name, _words(exc))
             outcome.extend(s for s in plan_.steps[index:] if s.decision not in ACTIONS)
             return outcome
         log.info("drain: %s %s (%s)", step.decision, name, step.reason)

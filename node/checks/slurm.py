@@ -5,6 +5,9 @@ with the drain off) it is skipped. It runs Slurm's own `scontrol ping` and `scon
 show config` with the master's SLURM_CONF, as the drain does, and says what is missing:
 the drain's settings, slurm.conf, the client tools, munge, the controller, and whether
 this user may change nodes (SlurmUser, root, or an account at Slurm's Admin level).
+A ping that says DOWN is asked once more (`scontrol show config`): a slurmctld that
+runs but refuses this master's munge credential looks DOWN to ping, and only that read
+tells it from one that does not answer.
 Under Docker the drain runs in mac-worker (root there, with the host's slurm.conf and
 munge socket mounted), so the tools run there too, through `docker exec`.
 """
@@ -13,12 +16,18 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
+from pathlib import Path
 
 from contract.drainpolicy import DEFAULT_SLURM_CONF, DrainMode, check_settings
 from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner, which
+from node.runner import Runner
 
 CHECK_ID = "slurm"
 TITLE = "the master reaches slurmctld (MAC_SLURM_DRAIN)"
+# What 22.05's tools say when slurmctld took the connection and closed it unanswered:
+# it refused this host's credential (scheduler.slurm.errors, which node/ may not import).
+CREDENTIAL_REFUSED = "Zero Bytes were transmitted or received"
 INSTALL_FIX = (
     "# on the master: Slurm's client tools and munge, with the cluster's munge key\n"
     "sudo apt-get install slurm-client munge\n"
@@ -56,6 +65,37 @@ def _in_worker(ctx: CheckContext, runtime: str) -> bool:
         return False
     shown = runner(ctx)(["docker", "inspect", "-f", "{{.State.Running}}", "mac-worker"])
     return shown.returncode == 0 and shown.stdout.strip() == "true"
+
+
+def _refused_credential(
+    run: Runner, where: list[str], conf: Path, pinged: str
+) -> CheckResult | None:
+    """FAIL where slurmctld runs but refused this master's credential; None where it does
+    not answer at all. A munge key that is not the cluster's makes `scontrol ping` say
+    DOWN with no word of why; one read tells: it says "Zero Bytes were transmitted or
+    received" at once, while a down slurmctld's tools retry for ~9 s (cut at 3 here)."""
+    shown = run([*where, "env", f"SLURM_CONF={conf}", "timeout", "3", "scontrol", "show", "config"])
+    said = " ".join(f"{shown.stdout} {shown.stderr}".split())
+    if shown.returncode == 0 or CREDENTIAL_REFUSED not in said:
+        return None
+    found = re.search(r" at (\S+) is DOWN", pinged)
+    controller = found.group(1) if found else "<controller>"
+    fix = (
+        f'munge -n | ssh {controller} unmunge    # "Invalid credential": the keys differ\n'
+        f'# slurmctld\'s log on {controller} says "authentication error" for this master\n'
+        "sudo install -o munge -g munge -m 0400 <the cluster's munge.key> /etc/munge/munge.key\n"
+        "sudo systemctl restart munge"
+    )
+    if where:
+        fix += "\nmac restart master    # mac-worker mounts munge's socket as it is now"
+    return _result(
+        CheckStatus.FAIL,
+        f"slurmctld at {controller} runs but refused this master's credential "
+        f"(SLURM_CONF={conf}): `scontrol ping` says DOWN, `scontrol show config` says "
+        f"{said[:200]}. Most often this master's munge key is not the cluster's (or munged "
+        "here uses another one, or the Slurm versions differ).",
+        fix,
+    )
 
 
 def check_slurm(ctx: CheckContext) -> CheckResult:
@@ -119,6 +159,10 @@ def check_slurm(ctx: CheckContext) -> CheckResult:
             "sudo systemctl status munge    # munged runs here, with the cluster's key\n"
             "mac restart master    # mac-worker mounts munge's socket as it is now",
         )
+    if " is DOWN" in ping.stdout and not munge:
+        refused = _refused_credential(run, where, conf, ping.stdout)
+        if refused:
+            return refused
     if ping.returncode != 0 or " is UP" not in ping.stdout:
         return _result(
             CheckStatus.FAIL,

@@ -8,6 +8,7 @@ wrong in types a caller can act on. See docs/slurm.md.
 from scheduler.slurm.client import SlurmClient
 from scheduler.slurm.errors import (
     SlurmCommandRefused,
+    SlurmCredentialRefused,
     SlurmError,
     SlurmOutputError,
     SlurmPermissionDenied,
@@ -31,6 +32,7 @@ __all__ = [
     "Reservation",
     "SlurmClient",
     "SlurmCommandRefused",
+    "SlurmCredentialRefused",
     "SlurmError",
     "SlurmJob",
     "SlurmNode",

@@ -8,7 +8,9 @@ a node name or a reason reaches scontrol as one argument, whatever it holds.
 Every failure is one of the types of `scheduler.slurm.errors`, carrying the command and
 Slurm's own words. A controller that is down makes 22.05's tools retry for about 9 s
 before they give up (`scontrol ping` alone answers at once), so callers that must not
-wait (/health, the sweep) call `ping()` first.
+wait (/health, the sweep) call `ping()` first. A DOWN from ping costs it one more read
+(at most `ping_timeout`): slurmctld refusing this host's credential looks DOWN to ping
+too, and only that read tells it apart (SlurmCredentialRefused).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 
 from scheduler.slurm.errors import (
     SlurmCommandRefused,
+    SlurmCredentialRefused,
+    SlurmError,
     SlurmToolMissing,
     SlurmUnknownNode,
     SlurmUnreachable,
@@ -82,7 +86,27 @@ class SlurmClient:
         # a slurm.conf it cannot read): the fix is in them, not in "DOWN".
         why = _said(done.stderr)
         words = "; ".join(filter(None, [said, *why]))
+        if controllers and not why:
+            self._refused_or_down(argv, words)
         raise SlurmUnreachable(argv, words or done.stdout.strip() or "no slurmctld answered")
+
+    def _refused_or_down(self, argv: Sequence[str], said: str) -> None:
+        """After a ping that says DOWN and no more: raise SlurmCredentialRefused where
+        slurmctld runs but dropped the ping unanswered (a munge key not the cluster's
+        looks DOWN to ping); return where it does not answer at all.
+
+        Asked with one light read, whose words tell the two apart: "Zero Bytes were
+        transmitted or received" from a slurmctld that refused the credential, at once;
+        "Unable to contact slurm controller" after ~9 s of retries from one that is down,
+        so the read gets `ping_timeout` and its timeout means down.
+        """
+        follow = ("scontrol", "show", "config")
+        try:
+            self._run(follow, timeout=self.ping_timeout)
+        except SlurmCredentialRefused as exc:
+            raise SlurmCredentialRefused(argv, f"{said}; {' '.join(follow)}: {exc.detail}") from exc
+        except SlurmError:
+            return
 
     # ---------------------------------------------------------------- nodes
 
@@ -178,7 +202,8 @@ class SlurmClient:
             try:
                 self.ping()
             except SlurmUnreachable as down:
-                raise SlurmUnreachable(argv, f"{exc.detail} ({down.detail})") from exc
+                # its type too: a refused credential stays one, with its fix
+                raise type(down)(argv, f"{exc.detail} ({down.detail})") from exc
             raise
 
     def _run(

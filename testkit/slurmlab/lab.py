@@ -269,6 +269,36 @@ class SlurmLab:
         )
         wait_for(self.munge_socket.exists, 10, 0.02, what=f"munged's socket {self.munge_socket}")
 
+    def conf_with_another_munge_key(self) -> Path:
+        """A copy of slurm.conf for a client whose munged has a key of its own: a master
+        given a munge key that is not the cluster's. slurmctld takes its connections and
+        closes them unanswered ("Zero Bytes were transmitted or received"; `scontrol
+        ping` says DOWN). The second munged (socket in munge-other/) stops with the lab;
+        a second call returns the same copy."""
+        conf = self.root / "etc" / "slurm-other-key.conf"
+        if conf.exists():
+            return conf
+        munge = self.root / "munge-other"
+        munge.mkdir(mode=0o700, exist_ok=True)
+        key = munge / "munge.key"
+        key.write_bytes(secrets.token_bytes(1024))
+        key.chmod(0o400)
+        socket = munge / "munge.socket"
+        self._launch(
+            "munged",
+            "--force",
+            f"--socket={socket}",
+            f"--key-file={key}",
+            f"--pid-file={self.root / 'run' / 'munged-other.pid'}",
+            f"--log-file={self.root / 'log' / 'munged-other.log'}",
+            f"--seed-file={munge / 'munged.seed'}",
+        )
+        wait_for(socket.exists, 10, 0.02, what=f"the second munged's socket {socket}")
+        # AuthInfo, and AccountingStoragePass where slurmdbd runs: every socket the
+        # tools would ask munge for a credential
+        conf.write_text(self.conf.read_text().replace(str(self.munge_socket), str(socket)))
+        return conf
+
     def start_accounting(self) -> None:
         """Start slurmdbd (again, after stop_accounting) and wait until it listens."""
         write_slurmdbd_conf(self)
@@ -467,7 +497,7 @@ class SlurmLab:
                 self.cancel_all()
         for pid_file in sorted(run.glob("slurmd-*.pid")):
             stop_pid_file(pid_file)
-        for name in ("slurmctld.pid", "slurmdbd.pid", "munged.pid"):
+        for name in ("slurmctld.pid", "slurmdbd.pid", "munged.pid", "munged-other.pid"):
             stop_pid_file(run / name)
         kill_marked(str(self.root))
         if self.accounting_database:

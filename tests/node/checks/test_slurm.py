@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from node.checks import CheckContext, CheckStatus
@@ -190,3 +192,58 @@ def test_under_docker_what_keeps_the_worker_from_slurm_is_named(tmp_path, said, 
     result = check_slurm(ctx)
     assert result.status == CheckStatus.FAIL
     assert result.detail.startswith(detail) and result.fix.startswith(fix)
+
+
+@pytest.mark.slurm
+def test_a_refused_munge_credential_is_told_apart_from_a_stopped_controller(tmp_path, lab):
+    """Both make `scontrol ping` say DOWN; only the first is a matter of munge keys."""
+    other = lab.conf_with_another_munge_key()
+    controller = socket.gethostname().split(".")[0]  # the lab's SlurmctldHost
+    refused = check_slurm(_ctx(tmp_path, MAC_SLURM_DRAIN="on", SLURM_CONF=str(other)))
+    assert refused.status == CheckStatus.FAIL
+    assert refused.detail.startswith(
+        f"slurmctld at {controller} runs but refused this master's credential "
+        f"(SLURM_CONF={other}): "
+    ), refused.detail
+    assert "Zero Bytes were transmitted or received" in refused.detail
+    assert "munge key is not the cluster's" in refused.detail
+    assert refused.fix.startswith(f"munge -n | ssh {controller} unmunge")
+    assert "/etc/munge/munge.key" in refused.fix and "systemctl restart munge" in refused.fix
+    assert "mac restart master" not in refused.fix  # no mac-worker to restart here
+
+    ctx = _ctx(tmp_path, MAC_SLURM_DRAIN="on", SLURM_CONF=str(lab.conf))
+    lab.stop_controller()
+    try:
+        down = check_slurm(ctx)
+    finally:
+        lab.start_controller()
+    assert down.status == CheckStatus.FAIL
+    assert down.detail.startswith(f"slurmctld does not answer (SLURM_CONF={lab.conf}): ")
+    assert "munge" not in down.detail + down.fix and "credential" not in down.detail
+
+
+def test_under_docker_a_refused_credential_also_restarts_mac_worker(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=head(10.0.0.1)\n")
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if argv[-1] == "ping":
+            return CommandResult(1, "Slurmctld(primary) at head is DOWN\n")
+        return CommandResult(
+            1, "", "slurm_load_ctl_conf error: Zero Bytes were transmitted or received\n"
+        )
+
+    ctx = _ctx(tmp_path, run, MAC_SLURM_DRAIN="on", SLURM_CONF=str(conf), MAC_RUNTIME="docker")
+    result = check_slurm(ctx)
+    assert result.status == CheckStatus.FAIL
+    assert result.detail.startswith("slurmctld at head runs but refused this master's credential")
+    assert result.fix.startswith("munge -n | ssh head unmunge")
+    assert result.fix.endswith(
+        "mac restart master    # mac-worker mounts munge's socket as it is now"
+    )
+    assert calls[-1] == [
+        "docker", "exec", "mac-worker", "env", f"SLURM_CONF={conf}",
+        "timeout", "3", "scontrol", "show", "config",
+    ]  # fmt: skip

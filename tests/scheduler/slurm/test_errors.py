@@ -9,6 +9,7 @@ import pytest
 
 from scheduler.slurm.errors import (
     SlurmCommandRefused,
+    SlurmCredentialRefused,
     SlurmPermissionDenied,
     SlurmUnknownNode,
     SlurmUnreachable,
@@ -64,3 +65,22 @@ def test_an_unknown_node_is_also_a_refusal():
 def test_a_failure_that_prints_nothing_says_its_status():
     error = classify_failure(("scontrol", "update"), 3, "")
     assert "exited with status 3" in str(error)
+
+
+def test_a_connection_closed_unanswered_is_a_refused_credential_with_its_fix():
+    # What 22.05's scontrol says where slurmctld runs but this host's munge key is not
+    # the cluster's (measured on the lab: testkit.slurmlab's conf_with_another_munge_key).
+    output = "slurm_update error: Zero Bytes were transmitted or received\n"
+    error = classify_failure(("scontrol", "update", "NodeName=gpu-01", "State=DRAIN"), 1, output)
+    assert type(error) is SlurmCredentialRefused
+    assert isinstance(error, SlurmUnreachable)  # still "retry later" to every caller
+    assert "Zero Bytes were transmitted or received" in error.detail
+    assert error.fix.startswith("slurmctld runs but refused this host's credential")
+    assert "munge -n | ssh <controller> unmunge" in error.fix
+    assert "/etc/munge/munge.key" in error.fix and "0400" in error.fix
+
+
+def test_a_controller_that_cannot_be_contacted_stays_plainly_unreachable():
+    output = "slurm_load_ctl_conf error: Unable to contact slurm controller (connect failure)\n"
+    error = classify_failure(("scontrol", "show", "config"), 1, output)
+    assert type(error) is SlurmUnreachable and not error.fix
