@@ -12,7 +12,8 @@ What a node's verdict is (docs/gpu-health.md):
 - each GPU's verdict as its exporter judged it (node.gpu.health), plus two judgements
   only the master can make:
   - **missing**: the inventory (the registration's ``gpu_count``) has more GPUs than the
-    exporter reports: each GPU index left out is unhealthy, reboot;
+    exporter reports: each GPU left out is unhealthy, reboot, named by its identity (the
+    GPUs a reboot leaves are numbered anew: the index it had may be another's now);
   - **repeat**: a fault that a reset or a reboot should cure (its action is reset_gpu or
     reboot), seen on the same GPU (serial, else UUID) in more boots than
     MAC_GPU_FAULT_REBOOTS allows within MAC_GPU_FAULT_DAYS, is escalated to
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -181,32 +182,72 @@ def _with_missing(
                 gpus[int(gpu.index)] = gpu
     complete = all(report.complete for report in reports)
     expected = row.get("gpu_count") or 0
+    if not complete or len(gpus) >= expected:
+        return [gpus[index] for index in sorted(gpus)]
+    count = expected - len(gpus)
+    # The indexes the exporters leave free, as many as GPUs are missing: after a reboot NVML
+    # numbers the GPUs left from 0 again, so a missing GPU's own index may be another's now.
+    free = [i for i in range(max(expected, max(gpus, default=0) + 1)) if i not in gpus][:count]
+    gone, unknown = _missing_gpus(gpus, known, count)
+    slots = {seen.index: seen for seen in gone if seen.index in free}
+    rest = iter(i for i in free if i not in slots)
+    slots |= {next(rest): seen for seen in gone if seen.index not in slots}
     reported = {gpu.minor for gpu in gpus.values()}
-    if complete and len(gpus) < expected:
-        vendor = row.get("gpu_vendor", "")
-        words = f"missing: the exporter reports {len(gpus)} of the {expected} GPUs registered"
-        for index in (i for i in range(max(expected, max(gpus, default=0) + 1)) if i not in gpus):
-            if len(gpus) >= expected:
-                break
-            seen = known.get(index)
-            at = _missing_since(seen) or now.timestamp()
-            uuid, serial = (seen.uuid, seen.serial) if seen else ("", "")
-            # its minor too: Slurm still counts its device file among the node's GPUs (not
-            # where a GPU reported now has it: NVML's indexes moved up, this is another GPU)
-            minor = seen.minor if seen and seen.minor not in reported else None
-            item = Evidence(
-                EvidenceSource.MISSING,
-                "missing",
-                words,
-                HealthState.UNHEALTHY,
-                HealthAction.REBOOT,
-                at,
-                str(index),
-                uuid,
-                serial,
-            )
-            gpus[index] = GpuVerdict(str(index), uuid, serial, vendor, (item,), minor)
+    words = f"missing: the exporter reports {len(gpus)} of the {expected} GPUs registered"
+    for index in free:
+        seen = slots.get(index)
+        at = _missing_since(seen or known.get(index)) or now.timestamp()
+        uuid, serial = (seen.uuid, seen.serial) if seen else ("", "")
+        # its minor too: Slurm still counts its device file among the node's GPUs (not
+        # where a GPU reported now has it: the driver numbered the GPUs left anew)
+        minor = seen.minor if seen and seen.minor not in reported else None
+        item = Evidence(
+            EvidenceSource.MISSING,
+            "missing",
+            words if seen else f"{words}; MAC cannot tell which: {unknown}",
+            HealthState.UNHEALTHY,
+            HealthAction.REBOOT,
+            at,
+            str(index),
+            uuid,
+            serial,
+        )
+        gpus[index] = GpuVerdict(
+            str(index), uuid, serial, row.get("gpu_vendor", ""), (item,), minor
+        )
     return [gpus[index] for index in sorted(gpus)]
+
+
+def _missing_gpus(
+    gpus: dict[int, GpuVerdict], known: dict[int, GpuHealth], count: int
+) -> tuple[list[GpuHealth], str]:
+    """The rows of the known GPUs that the exporters left out, by identity (UUID, else
+    serial), at most ``count``; and why the others cannot be named.
+
+    Not by index: after a reboot NVML numbers the GPUs left anew, so the index a GPU had
+    may be another's now (so may its device file's minor number). Named only where the
+    answer tells: every GPU reported carries the identity, and none of them is new to MAC
+    (a new one may have replaced a GPU not reported, which then has left the node, not gone
+    missing). Partitions of one GPU (AMD's CPX mode) share its identity: each counts.
+    """
+    name = next((n for n in ("uuid", "serial") if all(getattr(g, n) for g in gpus.values())), "")
+    if not name:
+        return [], "the exporter does not name every GPU by UUID or serial"
+    rows = [gpu for _, gpu in sorted(known.items()) if getattr(gpu, name)]
+    reported = Counter(getattr(gpu, name) for gpu in gpus.values())
+    absent = Counter(getattr(gpu, name) for gpu in rows) - reported
+    if not absent:
+        return [], "every GPU MAC knew is reported"
+    if reported - Counter(getattr(gpu, name) for gpu in rows):
+        return [], "a GPU new to MAC is reported, maybe in its place"
+    if absent.total() > count:
+        return [], f"{absent.total()} GPUs MAC knew are not reported"
+    gone = []
+    for gpu in sorted(rows, key=lambda gpu: gpu.index in gpus):  # the one at a free index
+        if absent[getattr(gpu, name)] > 0:
+            absent[getattr(gpu, name)] -= 1
+            gone.append(gpu)
+    return sorted(gone, key=lambda gpu: gpu.index), "every other GPU MAC knew is reported"
 
 
 def _missing_since(gpu: GpuHealth | None) -> float:
