@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contract.nodemap import parse_node_map
+
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_DRAIN_BUDGET = "10%"
 DEFAULT_RESUME_SWEEPS = 3
@@ -121,6 +123,8 @@ PARSERS = {
     "MAC_DRAIN_BUDGET": parse_drain_budget,
     "MAC_SLURM_RESUME_SWEEPS": parse_resume_sweeps,
     "MAC_SLURM_REBOOT": parse_reboot,
+    # Strictly, its @file too: `mac start master` and `mac doctor` run where the file is.
+    "MAC_SLURM_NODE_MAP": parse_node_map,
 }
 
 

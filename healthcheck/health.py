@@ -20,7 +20,9 @@ targets: a full or read-only disk fails it with the directory and the system's
 reason, while "sweeps" stays green, since the sweep itself ran.
 
 "alertmanager", "alert_channels", "alert_config", "node_alerts" (alerting.health),
-"slurm" and "drain_budget" (scheduler.health, while MAC_SLURM_DRAIN is not off) and
+"slurm" and "drain_budget" (scheduler.health, while MAC_SLURM_DRAIN is not off; "slurm"
+also when no drain pass completed for a few intervals), "slurm_node_map" (a
+MAC_SLURM_NODE_MAP file a pass could not read, whatever the drain's mode) and
 "prometheus" only degrade the answer: the master still probes and shows nodes without
 them, so /health stays 200 with `"status": "degraded"` and names them in `degraded`,
 while nobody would be notified. Prometheus and Alertmanager are asked at once, within

@@ -6,13 +6,22 @@ slurm.conf exists at settings.SLURM_CONF (Slurm's own SLURM_CONF, else its defau
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
+from contract.nodemap import NodeMapError, parse_node_map
 from scheduler.slurm import SlurmClient
+
+# Where the pass keeps why MAC_SLURM_NODE_MAP could not be read, for /health; and for how
+# many probe intervals without a pass that meets it again.
+NODE_MAP_ERROR_KEY = "scheduler:slurm:node-map-error"
+NODE_MAP_ERROR_PASSES = 10
 
 
 def slurm_configured() -> bool:
@@ -32,42 +41,41 @@ def short_name(hostname: str) -> str:
 
 @dataclass(frozen=True)
 class NodeNameMap:
-    """MAC hostname <-> Slurm NodeName: the site's pairs, else the short host name."""
+    """MAC hostname -> Slurm NodeName: the site's pairs (contract.nodemap), else the short
+    host name. A dict: a map file of 10,000 lines is looked up once per node and pass."""
 
-    pairs: tuple[tuple[str, str], ...] = ()
+    names: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str) -> NodeNameMap:
-        """Pairs from "host=NodeName,host2=NodeName2" or "@/path" (one pair a line, # comments)."""
-        text = text.strip()
-        if text.startswith("@"):
-            path = Path(text[1:])
-            try:
-                text = path.read_text()
-            except OSError as exc:
-                raise ImproperlyConfigured(
-                    f"MAC_SLURM_NODE_MAP: cannot read {path}: {exc.strerror}"
-                ) from None
-            items = [line.split("#", 1)[0].strip() for line in text.splitlines()]
-        else:
-            items = [item.strip() for item in text.split(",")]
-        pairs = []
-        for item in filter(None, items):
-            host, sep, node = (part.strip() for part in item.partition("="))
-            if not sep or not host or not node:
-                raise ImproperlyConfigured(
-                    f"MAC_SLURM_NODE_MAP: {item!r} is not hostname=NodeName "
-                    "(e.g. MAC_SLURM_NODE_MAP=gpu-01.dc=gpu01,gpu-02.dc=gpu02)."
-                )
-            pairs.append((host, node))
-        return cls(tuple(pairs))
+        """The map MAC_SLURM_NODE_MAP's `text` gives: pairs, or "@/path" read now."""
+        try:
+            return cls(parse_node_map(text))
+        except NodeMapError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
 
     @classmethod
     def from_settings(cls) -> NodeNameMap:
-        return cls.parse(settings.SLURM_NODE_MAP)
+        """The map as the setting gives it now (an @file read again at each pass, so an edit
+        applies without a restart). A map that cannot be read is kept for /health
+        (scheduler.health) until a pass reads it again, and raised as ImproperlyConfigured."""
+        try:
+            names = cls.parse(settings.SLURM_NODE_MAP)
+        except ImproperlyConfigured as exc:
+            said = cache.get(NODE_MAP_ERROR_KEY) or {}
+            since = said.get("since") or time.time()
+            # Kept while passes fail; gone once nothing reads the map (the drain off and no
+            # slurm.conf): an error nobody meets any more is not news.
+            timeout = NODE_MAP_ERROR_PASSES * settings.PROBE_INTERVAL
+            cache.set(NODE_MAP_ERROR_KEY, {"error": str(exc), "since": since}, timeout)
+            raise
+        cache.delete(NODE_MAP_ERROR_KEY)
+        return names
 
     def to_slurm(self, hostname: str) -> str:
-        for host, node in self.pairs:
-            if host == hostname:
-                return node
-        return short_name(hostname)
+        return self.names.get(hostname.lower()) or short_name(hostname)
+
+
+def node_map_error() -> dict | None:
+    """{"error", "since"} of the map the last pass could not read; None while it reads."""
+    return cache.get(NODE_MAP_ERROR_KEY)

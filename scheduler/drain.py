@@ -15,14 +15,20 @@ budgets taught them (docs/slurm.md, "Draining unhealthy nodes"):
 - **Bring the reason up to date** on a node MAC drained whose evidence changed (an
   escalation to inspect_hardware shows in Slurm).
 - **Resume** only a node MAC drained (its reason starts with ``MAC:``) whose verdict has
-  been healthy for MAC_SLURM_RESUME_SWEEPS sweeps in a row. Degraded is not healthy.
+  been healthy for MAC_SLURM_RESUME_SWEEPS sweeps in a row. Degraded is not healthy. A
+  drain for an operator's repair (reset_gpu, reboot, inspect_hardware) also needs a boot
+  of the node after the last one its fault was seen on: most such faults are events
+  (XID 95, an uncorrectable ECC rise) that leave the verdict after the evidence window,
+  or at once when the agent's exporter restarts, repaired or not. A GPU reset MAC cannot
+  see: after one, a person resumes the node (``held`` until then, said once).
 - **Hands off:** a node that anyone else drained, downed or reserved is never drained
   again, resumed, or given another reason (``held``), and neither is one in MAC's
   maintenance. A reservation counts from ``scontrol show reservation``, which lists it
   at once, not only from the node's RESERVED flag, which slurmctld sets up to 5 s later.
 - **Budget:** MAC's drains in effect (nodes whose MAC reason Slurm keeps) plus the new
   ones never exceed MAC_DRAIN_BUDGET of the nodes MAC monitors in Slurm; the oldest
-  verdicts go first, the rest are ``over_budget``.
+  verdicts go first, the rest are ``over_budget``. A MAC reason someone edited is theirs
+  (an RMA that takes weeks) and counts apart, not in the budget.
 - A MAC node whose NodeName Slurm does not know is ``unknown`` (fix MAC_SLURM_NODE_MAP).
 
 The same plan serves dry-run: the pass then records what it would have done.
@@ -36,7 +42,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from contract.drainpolicy import DrainBudget, DrainMode
-from contract.verdicts import CLOCK_IN_WORDS, HealthAction, HealthState
+from contract.verdicts import CLOCK_IN_WORDS, OPERATOR_ACTIONS, HealthAction, HealthState
 from scheduler.slurm import MAC_REASON_PREFIX, SlurmNode
 
 # Slurm keeps a reason of any length, but sinfo and people read the start of it.
@@ -99,6 +105,11 @@ class MacNode:
     boot_id: str = ""
     rebooted_boot: str = ""  # the boot MAC asked Slurm to reboot ("?" when unknown)
     wrote: str = ""  # the reason MAC last wrote into Slurm for it ("" when not known)
+    # MAC's drain in effect (DrainRecord): the worst action it drained for, None where not
+    # known (a drain from before MAC kept it); the boot its fault was last seen on, "" where
+    # not known (drained then, or the agent reported none).
+    drained_action: HealthAction | None = None
+    drained_boot: str = ""
 
     @property
     def unhealthy(self) -> bool:
@@ -126,6 +137,10 @@ class Plan:
     # Slurm nodes MAC drained that no MAC node names any more (deregistered, or mapped
     # elsewhere): MAC never resumes them, and they count in the budget.
     unmonitored: list[str] = field(default_factory=list)
+    # Slurm nodes whose MAC reason someone edited ("...; RMA 1234, keep drained"): theirs
+    # to resume, so not in `drained`: a few nodes waiting weeks for a repair must not
+    # leave new unhealthy nodes in service.
+    edited: list[str] = field(default_factory=list)
 
     @property
     def over_budget(self) -> list[Step]:
@@ -222,8 +237,13 @@ def plan(
     result.fleet = len(mapped)
     result.limit = policy.budget.limit(result.fleet)
     # Every drain of MAC's in effect counts, also on Slurm nodes MAC no longer monitors
-    # and on nodes reserved since (still drained with MAC's reason when it ends).
+    # and on nodes reserved since (still drained with MAC's reason when it ends), but not
+    # one whose reason someone edited: that drain is theirs now.
+    result.edited = sorted(
+        node.slurm_name for node in mapped if _edited(node, slurm[node.slurm_name])
+    )
     result.drained = sum(hold_of(node) is Hold.MAC for node in slurm.values())
+    result.drained -= len(result.edited)
     named = {node.slurm_name for node in nodes}
     result.unmonitored = sorted(
         name for name, node in slurm.items() if hold_of(node) is Hold.MAC and name not in named
@@ -300,7 +320,7 @@ def _left_alone(
             f"Not drained: {_held_words(found, in_reservation)}; MAC leaves a node that "
             "someone else holds as it is",
         )  # fmt: skip
-    if hold_of(found) is Hold.MAC and _edited(node, found):
+    if _edited(node, found):
         return (
             Decision.HELD, found.reason,
             f"Not changed: {found.name}'s reason is MAC's as someone edited it "
@@ -314,7 +334,9 @@ def _edited(node: MacNode, found: SlurmNode) -> bool:
     now: someone added to it ("...; RMA 1234, keep drained"). MAC neither overwrites nor
     resumes that. Where MAC's last reason is not known (the node registered anew), the
     prefix alone says whose it is."""
-    return bool(node.wrote) and found.reason not in (node.wrote, mac_reason(node))
+    if hold_of(found) is not Hold.MAC or not node.wrote:
+        return False
+    return found.reason not in (node.wrote, mac_reason(node))
 
 
 def _may_reboot(node: MacNode, policy: Policy) -> bool:
@@ -327,7 +349,8 @@ def _may_reboot(node: MacNode, policy: Policy) -> bool:
 
 
 def _mac_drained(node: MacNode, found: SlurmNode, policy: Policy) -> Step | None:
-    """A node MAC holds: a newer reason while unhealthy, a resume once healthy long enough."""
+    """A node MAC holds: a newer reason while unhealthy, a resume once healthy long enough
+    (and, after a drain for an operator's repair, on a later boot)."""
     if found.reboot_pending:
         return None  # Slurm is rebooting it for MAC; it resumes by itself
     if node.unhealthy:
@@ -346,10 +369,61 @@ def _mac_drained(node: MacNode, found: SlurmNode, policy: Policy) -> Step | None
                 f"Not resumed: {found.name} is {what} in Slurm on top of MAC's drain; MAC "
                 "resumes it once Slurm has it back in service",
             )  # fmt: skip
+        waiting = _not_repaired(node, found)
+        if waiting:
+            return Step(node, Decision.HELD, found.reason, waiting)
+        booted = (
+            ", on a boot after the one its fault was last seen on"
+            if _needs_boot(node) else ""
+        )  # fmt: skip
         return Step(
             node, Decision.RESUME, found.reason,
             f"GPU verdict healthy for {node.streak} sweeps in a row "
-            f"(MAC_SLURM_RESUME_SWEEPS={policy.resume_sweeps}); MAC drained it with: "
-            f"{found.reason}",
+            f"(MAC_SLURM_RESUME_SWEEPS={policy.resume_sweeps}){booted}; MAC drained it "
+            f"with: {found.reason}",
         )  # fmt: skip
     return None
+
+
+def _needs_boot(node: MacNode) -> bool:
+    """Whether MAC's drain of the node waits for a boot, not only for a healthy verdict: a
+    drain for an operator's repair, or for a repair MAC did not record (a drain from
+    before it kept them: almost every unhealthy verdict asks for an operator)."""
+    return node.drained_action is None or node.drained_action in OPERATOR_ACTIONS
+
+
+def _not_repaired(node: MacNode, found: SlurmNode) -> str:
+    """Why a healthy node MAC drained is not resumed yet, with what to do; "" to resume.
+
+    A verdict that turned healthy on the boot the fault was seen on proves no repair: an
+    event (XID 48, 95, 119, an ECC rise) leaves it after MAC_GPU_EVIDENCE_WINDOW, and all
+    of them at once when the agent's exporter restarts. A new boot is what MAC can see;
+    a GPU reset it cannot, so after one a person resumes the node (MAC accepts that).
+    """
+    if not _needs_boot(node):
+        return ""
+    name = found.name
+    drained = f"MAC drained it for {node.drained_action or 'a repair it did not record'}"
+    reboot = f"scontrol reboot ASAP nextstate=RESUME {name}"
+    resume = f"scontrol update NodeName={name} State=RESUME"
+    if not node.boot_id:
+        return (
+            f"Not resumed: {name}'s agent reports no boot id, so MAC cannot tell whether it "
+            f"rebooted since its fault ({drained}); once repaired, reboot it through Slurm "
+            f"({reboot}) or resume it yourself ({resume})"
+        )
+    if not node.drained_boot:
+        return (
+            f"Not resumed: MAC does not know which boot of {name} its fault was seen on "
+            f"({drained} before it kept that, or while the agent reported no boot); it "
+            f"resumes the node once healthy after its next boot: reboot it ({reboot}), or "
+            f"after a GPU reset without a reboot resume it yourself ({resume})"
+        )
+    if node.boot_id == node.drained_boot:
+        return (
+            f"Not resumed: {name} has not booted since its fault was last seen ({drained}): "
+            "its GPU verdict may be healthy only because the fault's events aged out "
+            "(MAC_GPU_EVIDENCE_WINDOW) or the exporter restarted; reboot it "
+            f"({reboot}), or after a GPU reset without a reboot resume it yourself ({resume})"
+        )
+    return ""

@@ -16,6 +16,11 @@ sweep (the budget, someone else's drain, an unknown name) is written when it sta
 again only when it changes (DrainRecord). Between the read and the command a person can
 still drain a node by hand; the pass reads Slurm a fraction of a second before it acts,
 which is as close as Slurm's tools allow.
+
+Two passes never act side by side: the task (scheduler.tasks) holds a lock, and the pass
+renews it before each command it sends (`still_held`); a pass that lost it (stalled past
+the lock's time) sends nothing more, records what it did and decided, and leaves its
+other actions to the pass that holds the lock now, which read Slurm afresh.
 """
 
 from __future__ import annotations
@@ -23,16 +28,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError
 from django.utils import timezone
 
 from alerting import drainalert
 from contract.drainpolicy import DrainMode
-from contract.verdicts import HealthState
+from contract.verdicts import HealthAction, HealthState, worst_action
 from inventory.choices import EventKind
 from inventory.models import NodeEvent
 from inventory.services import node_verdicts
@@ -114,10 +121,16 @@ class PassResult:
     done: list[Step] = field(default_factory=list)  # changed Slurm (mode on)
     recorded: list[Step] = field(default_factory=list)  # reached the nodes' histories
     error: str = ""
+    lost_lock: bool = False  # another pass holds the lock now: this one stopped acting
 
 
-def run_drain_pass(client: SlurmClient | None = None, now: float | None = None) -> PassResult:
-    """One pass over the whole fleet (see the module docstring)."""
+def run_drain_pass(
+    client: SlurmClient | None = None,
+    now: float | None = None,
+    still_held: Callable[[], bool] | None = None,
+) -> PassResult:
+    """One pass over the whole fleet (see the module docstring). `still_held` renews the
+    caller's lock and says whether it still holds it; asked before each command."""
     policy = policy_from_settings()
     if policy.mode is DrainMode.OFF:
         turn_off()
@@ -147,19 +160,26 @@ def run_drain_pass(client: SlurmClient | None = None, now: float | None = None) 
         log.warning("drain: Slurm not read, retrying later: %s", _words(exc))
         return PassResult(skipped="slurm unreachable", error=str(exc))
     link.answered(f"slurmctld ({controller.role}) at {controller.host} answers", now)
-    names = NodeNameMap.from_settings()
+    try:
+        names = NodeNameMap.from_settings()
+    except ImproperlyConfigured as exc:  # kept for /health (slurm_node_map) by from_settings
+        log.warning("drain: nothing decided: %s", exc)
+        return PassResult(skipped="MAC_SLURM_NODE_MAP unreadable", error=str(exc))
     records = {record.node_id: record for record in DrainRecord.objects.all()}
     nodes = load_nodes(names, records)
     decided = plan(nodes, slurm, reserved, policy)
     result = PassResult(plan=decided)
     on = policy.mode is DrainMode.ON
-    steps = act(decided, client, policy, result, records) if on else decided.steps
+    read = slurm  # as the plan saw it
+    steps = act(decided, client, policy, result, records, still_held) if on else decided.steps
     if policy.mode is DrainMode.ON and result.done:
         try:
             slurm = {node.name: node for node in client.nodes()}  # as it is now
         except SlurmError as exc:
             log.warning("drain: Slurm not read again after acting: %s", exc)
     events = record(steps, records, nodes, policy, result)
+    if not result.lost_lock:  # else the pass that holds the lock now does it
+        follow_holds(nodes, read, records, {step.node.id for step in result.done})
     save_slurm_view(views(nodes, slurm, reserved), events)
     cache.set(VIEW_KEY, True, None)
     budget_state(decided, policy)
@@ -192,8 +212,13 @@ def _words(exc: SlurmError) -> str:
 
 def _written(record: DrainRecord | None) -> str:
     """The reason MAC last wrote into Slurm for the node, where its record says so (kept
-    across the refusals that follow it, until MAC resumes the node)."""
+    across the refusals that follow it, while MAC holds the node: follow_holds)."""
     return record.wrote if record is not None else ""
+
+
+def _drained_action(record: DrainRecord | None) -> HealthAction | None:
+    """The worst action MAC's drain in effect was for; None where not known."""
+    return HealthAction(record.drained_action) if record and record.drained_action else None
 
 
 def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacNode]:
@@ -215,6 +240,8 @@ def load_nodes(names: NodeNameMap, records: dict[int, DrainRecord]) -> list[MacN
                 boot_id=row["boot_id"],
                 rebooted_boot=record.rebooted_boot if record else "",
                 wrote=_written(record),
+                drained_action=_drained_action(record),
+                drained_boot=record.drained_boot if record else "",
             )
         )
     return nodes
@@ -226,10 +253,12 @@ def act(
     policy: Policy,
     result: PassResult,
     records: dict[int, DrainRecord] | None = None,
+    still_held: Callable[[], bool] | None = None,
 ) -> list[Step]:
     """Carry out the plan's actions; the steps as they turned out (a refusal replaces its step).
 
-    An unreachable controller stops the pass: what is left waits for the next one.
+    An unreachable controller stops the pass: what is left waits for the next one. So
+    does a lost lock (`still_held`, asked before each command): another pass acts now.
     The plan counted on its resumes to make room for its drains; a resume that does not
     happen (refused, held, the pass stopped) makes none, and a drain that needed that room
     is not sent (over_budget): MAC never holds more than MAC_DRAIN_BUDGET.
@@ -247,6 +276,16 @@ def act(
             outcome.append(over)
             continue
         name = step.node.slurm_name
+        if still_held is not None and not still_held():
+            # Stalled past the lock's time: another pass took it, read Slurm afresh and
+            # acts on what it read. Two passes acting side by side could each drain
+            # within the budget and together exceed it, or resume what the other drained.
+            result.lost_lock = True
+            result.error = "the drain pass's lock was lost to another pass"
+            plan_.drained = in_effect
+            log.warning("drain: lock lost, stopped before %s %s", step.decision, name)
+            outcome.extend(s for s in plan_.steps[index:] if s.decision not in ACTIONS)
+            return outcome
         try:
             if step.decision in (Decision.DRAIN, Decision.REASON):
                 client.drain(name, step.reason)
@@ -310,8 +349,11 @@ def _note_reboot(node: MacNode, records: dict[int, DrainRecord]) -> None:
     with contextlib.suppress(IntegrityError):  # the node deregistered during the pass
         records[node.id], _ = DrainRecord.objects.update_or_create(
             node_id=node.id,
-            defaults={"rebooted_boot": node.boot_id or "?", "rebooted_at": timezone.now()},
-        )
+            defaults={
+                "rebooted_boot": node.boot_id or "?", "rebooted_at": timezone.now(),
+                "drained_action": node.action, "drained_boot": node.boot_id,
+            },
+        )  # fmt: skip
 
 
 def _same(record_: DrainRecord, key: tuple[str, str, bool]) -> bool:
@@ -368,8 +410,9 @@ def record(
         record_.decided_at = now
         if acted and step.decision in WROTE:
             record_.wrote = key[1]
+            _drained_for(record_, node, fresh=step.decision is not Decision.REASON)
         elif acted and step.decision is Decision.RESUME:
-            record_.wrote = ""
+            record_.wrote = record_.drained_action = record_.drained_boot = ""
         if step.decision is Decision.REBOOT and not dry_run:
             record_.rebooted_boot, record_.rebooted_at = node.boot_id or "?", now
         try:
@@ -414,6 +457,72 @@ def record(
         if any(getattr(record_, name) != value for name, value in over.items()):
             DrainRecord.objects.filter(pk=record_.pk).update(**over)
     return events
+
+
+def _drained_for(record_: DrainRecord, node: MacNode, fresh: bool) -> None:
+    """What MAC's drain of `node` waits for: the worst action it drained for, and the boot
+    its fault was seen on ("" where the agent reports none). `fresh`: a new drain (or
+    reboot), else MAC's reason of a drain in effect brought up to date (an escalation)."""
+    actions = [node.action] if fresh or not record_.drained_action else [
+        record_.drained_action, node.action
+    ]  # fmt: skip
+    record_.drained_action = worst_action(actions)
+    record_.drained_boot = node.boot_id
+
+
+def follow_holds(
+    nodes: list[MacNode],
+    slurm: dict[str, SlurmNode],
+    records: dict[int, DrainRecord],
+    acted: set[int],
+) -> None:
+    """Keep each node's record in step with who held it in Slurm when the pass read it
+    (`acted`: the nodes this pass changed, which record() has kept already):
+
+    - out of MAC's hands (resumed by a person, by Slurm after MAC's reboot, drained anew
+      by someone else): MAC's words and what its drain waited for are forgotten. Kept,
+      a later MAC reason whose evidence moved would look edited by someone, and the node
+      would stay drained for good.
+    - MAC's, unhealthy: the worst action and the boot the fault is seen on now (the
+      fault back after a reboot waits for the next one).
+    - MAC's, its drain's boot not known (drained before MAC kept it, or while the agent
+      reported none): the node's boot now, so that its next boot frees it.
+    """
+    for node in nodes:
+        found = slurm.get(node.slurm_name)
+        if node.id in acted or found is None:
+            continue
+        record_ = records.get(node.id)
+        if hold_of(found) is not Hold.MAC:
+            if record_ is not None and (
+                record_.wrote or record_.drained_action or record_.drained_boot
+            ):
+                _keep(records, node, wrote="", drained_action="", drained_boot="")
+            continue
+        kept = (record_.drained_action, record_.drained_boot) if record_ else ("", "")
+        action, boot = kept
+        if node.unhealthy:
+            action = worst_action([node.action, *([action] if action else [])])
+            boot = node.boot_id
+        elif not boot:
+            boot = node.boot_id
+        if (action, boot) != kept:
+            _keep(records, node, drained_action=action, drained_boot=boot)
+
+
+def _keep(records: dict[int, DrainRecord], node: MacNode, **values: str) -> None:
+    record_ = records.get(node.id) or DrainRecord(node_id=node.id)
+    for name, value in values.items():
+        setattr(record_, name, value)
+    try:
+        if record_.pk is None:
+            record_.save()
+        else:
+            record_.save(update_fields=list(values))
+    except IntegrityError:  # the node deregistered during the pass
+        records.pop(node.id, None)
+        return
+    records[node.id] = record_
 
 
 def views(
@@ -473,6 +582,7 @@ def budget_state(decided: Plan, policy: Policy) -> dict:
         "drained": decided.drained,
         "held_back": held_back,
         "unmonitored": decided.unmonitored,
+        "edited": decided.edited,
     }
     cache.set(BUDGET_KEY, state, None)
     drainalert.post_budget_alert(state)

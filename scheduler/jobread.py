@@ -8,9 +8,10 @@ MAC_PROBE_INTERVAL whenever slurm.conf exists, whatever MAC_SLURM_DRAIN says):
    node's device files, mapped to the exporters' GPU index (`gpu_order`);
 2. `sacct` since the last read (where the cluster has slurmdbd): jobs that started and
    ended between two reads, even once slurmctld forgot them (MinJobAge);
-3. the database: a `Job` per job that started, a `JobGpu` per GPU index it held, open
-   (`until` empty) while squeue says it holds it, closed at its end (or, when no source
-   lists it any more, at the last read that did).
+3. the database: a `Job` per job that started and holds GPUs or runs on a node MAC
+   monitors, a `JobGpu` per GPU index it held, open (`until` empty) while squeue says it
+   holds it, closed at its end (or, when no source lists it any more, at the last read
+   that did). A job Slurm changed nothing of since the last read only has `seen` moved.
 
 The readers of what jobs hold now (`held_gpu_rows`, `current_jobs`, `jobs_on_gpu`) leave
 out an open row whose job no read has listed for STALE_READS reads: reads that stopped
@@ -30,6 +31,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models, transaction
 from django.db.models import OuterRef, Q, Subquery
 from django.db.models.functions import Greatest
@@ -61,17 +63,19 @@ RETIRED_SHIFT = 32
 # may hold its lock (scheduler.tasks.LOCK_SECONDS).
 STALE_READS = 5
 STALE_FLOOR = timedelta(seconds=120)
-JOB_FIELDS = (
+# What a read writes of a job: each but `seen` is rewritten only where Slurm changed it.
+COMPARED_FIELDS = (
     "slurm_id", "name", "user", "account", "partition", "state", "nodes", "gpu_count", "submitted",
-    "started", "ended", "seen",
+    "started", "ended",
 )  # fmt: skip
+JOB_FIELDS = (*COMPARED_FIELDS, "seen")
 
 
 @dataclass
 class ReadResult:
     """What one read saw and changed."""
 
-    jobs: int = 0  # jobs written (seen running or finished)
+    jobs: int = 0  # jobs recorded (seen running or finished, with GPUs or on MAC's nodes)
     opened: int = 0  # GPU allocations that began
     closed: int = 0  # GPU allocations that ended
     pruned: int = 0  # jobs older than the retention, removed
@@ -83,6 +87,14 @@ def read_jobs(client: SlurmClient, now: datetime | None = None) -> ReadResult:
     """Read Slurm once and bring the database's jobs and GPU allocations up to date."""
     now = now or timezone.now()
     result = ReadResult()
+    try:
+        names = NodeNameMap.from_settings()
+    except ImproperlyConfigured as exc:
+        # Nothing is written without it (a job would lose its node until the map reads
+        # again); /health says why (scheduler.health).
+        log.warning("job attribution: Slurm not read: %s", exc)
+        result.errors.append(str(exc))
+        return result
     # A controller that is down makes squeue retry for ~9 s; its ping answers within 2 s.
     client.ping()
     live = client.jobs()  # SlurmError propagates: nothing to record without slurmctld
@@ -96,7 +108,7 @@ def read_jobs(client: SlurmClient, now: datetime | None = None) -> ReadResult:
         result.accounting = True
     except SlurmError as exc:  # no slurmdbd on this cluster, or it is down: squeue alone
         result.errors.append(f"sacct: {exc}")
-    record(live, accounted, now, result)
+    record(live, accounted, now, result, names)
     result.pruned = prune(now)
     if result.accounting:
         # Only a window sacct answered for is done: after slurmdbd's outage the next one
@@ -136,26 +148,28 @@ def held_gpus(jobs: dict[int, SlurmJob]) -> set[tuple[int, str, int]]:
 
 @transaction.atomic
 def record(
-    live: list[SlurmJob], accounted: list[SlurmJob], now: datetime, result: ReadResult
+    live: list[SlurmJob],
+    accounted: list[SlurmJob],
+    now: datetime,
+    result: ReadResult,
+    names: NodeNameMap | None = None,
 ) -> None:
-    """Write the jobs and open or close their GPU allocations."""
-    jobs = merge(live, accounted)
-    _retire_reused_ids(jobs)
-    if jobs:
-        Job.objects.bulk_create(
-            [_job_row(job, now) for job in jobs.values()],
-            update_conflicts=True,
-            unique_fields=["job_id"],
-            update_fields=list(JOB_FIELDS),
-        )
-    result.jobs = len(jobs)
-    ids = dict(Job.objects.filter(job_id__in=jobs).values_list("job_id", "id"))
+    """Write the jobs and open or close their GPU allocations (`names`: MAC_SLURM_NODE_MAP
+    as read for this read, else now)."""
+    listed = merge(live, accounted)
+    node_of = _node_ids(
+        {name for job in listed.values() for name in _slurm_nodes(job)},
+        names or NodeNameMap.from_settings(),
+    )
+    jobs = {job_id: job for job_id, job in listed.items() if _kept(job, node_of)}
+    stored = _stored(jobs)
+    _retire_reused_ids(jobs, stored)
+    result.jobs = _write_jobs(jobs, stored, now)
     held = held_gpus(jobs)  # by Slurm's index
     open_rows = {
         _key(row): row for row in JobGpu.objects.filter(until__isnull=True).select_related("job")
     }
-    node_of = _node_ids({name for _, name, _ in held})
-    order = gpu_order(set(node_of.values()))
+    order = gpu_order({node_of[name] for _, name, _ in held if name in node_of})
 
     def gpu_of(name: str, slurm_index: int) -> tuple[int | None, int]:
         node = node_of.get(name)
@@ -189,16 +203,17 @@ def record(
     result.closed = len(closing)
     # A job neither source lists any more, whose end MAC missed (no slurmdbd, and the master
     # away for longer than MinJobAge): ended when last seen, so the retention prunes it.
-    Job.objects.filter(ended__isnull=True, started__isnull=False).exclude(job_id__in=jobs).update(
-        ended=models.F("seen")
-    )
+    # Listed, even where not kept: a CPU-only job recorded before MAC left those out ends
+    # when it does. (Every job kept was written `seen=now` above: the rest is a short list.)
+    unseen = Job.objects.filter(ended__isnull=True, started__isnull=False).exclude(seen=now)
+    gone = set(unseen.values_list("job_id", flat=True)) - listed.keys()
+    Job.objects.filter(job_id__in=gone).update(ended=models.F("seen"))
     # Held again after a read closed it (a requeued job back on the same GPU, or a read
     # that missed it): the one row per job and GPU opens again, from the job's latest start.
+    # (A job held now was written `seen=now` above.)
     closed = {
         _key(row): row
-        for row in JobGpu.objects.filter(
-            job__job_id__in={key[0] for key in held}, until__isnull=False
-        ).select_related("job")
+        for row in JobGpu.objects.filter(job__seen=now, until__isnull=False).select_related("job")
     }
     reopening = [closed[key] for key in sorted(held & closed.keys())]
     for row in reopening:
@@ -210,13 +225,14 @@ def record(
         reopening, ["until", "since", "node", "index", "slurm_index"], batch_size=500
     )
     # Begun: held now, with no row yet.
-    known = open_rows.keys() | closed.keys()
+    begun = sorted(held - open_rows.keys() - closed.keys())
+    ids = dict(Job.objects.filter(job_id__in={key[0] for key in begun}).values_list("job_id", "id"))
     opening = [
         JobGpu(
             job_id=ids[job_id], node_id=gpu_of(name, index)[0], slurm_node=name,
             index=gpu_of(name, index)[1], slurm_index=index, since=jobs[job_id].started or now,
         )
-        for job_id, name, index in sorted(held - known)
+        for job_id, name, index in begun
     ]  # fmt: skip
     JobGpu.objects.bulk_create(opening, batch_size=500)
     result.opened = len(opening) + len(reopening)
@@ -249,44 +265,95 @@ def _exporter_index(order: list[int] | None, slurm_index: int) -> int:
     return slurm_index
 
 
-def _retire_reused_ids(jobs: dict[int, SlurmJob]) -> int:
+def _slurm_nodes(job: SlurmJob) -> set[str]:
+    """The NodeNames a job runs on, and those it holds GPUs of (the same, as Slurm says)."""
+    return {*job.nodes, *(allocation.node for allocation in job.gpus)}
+
+
+def _kept(job: SlurmJob, node_of: dict[str, int]) -> bool:
+    """Whether MAC records the job: it holds GPUs, or runs on a node MAC monitors. Every
+    reader of jobs (the GPU rows, the job page's GPUs and faults, the alerts) is about
+    GPUs or MAC's nodes; a CPU partition's thousands of jobs beside them are not. Measured
+    (record() with 20,000 running jobs, 2,000 of them on GPUs): 3.1 to 3.3 s a read
+    keeping them all, 0.2 to 0.3 s keeping these (unchanged: `seen` moved only)."""
+    return bool(job.gpu_count or job.gpus) or any(name in node_of for name in job.nodes)
+
+
+def _stored(jobs: dict[int, SlurmJob]) -> dict[int, dict]:
+    """The database's rows of these jobs (id, and what a read writes but `seen`), by job id."""
+    rows = Job.objects.filter(job_id__in=jobs).values("id", "job_id", *COMPARED_FIELDS)
+    return {row["job_id"]: row for row in rows.iterator(chunk_size=2000)}
+
+
+def _write_jobs(jobs: dict[int, SlurmJob], stored: dict[int, dict], now: datetime) -> int:
+    """Insert the jobs new to the database and rewrite those Slurm changed; the others only
+    get `seen` moved, in one statement (a running job is listed at every read). Returns how
+    many jobs there are.
+
+    Measured (record() with 20,000 running GPU jobs, PostgreSQL, two shared cores): 4.4 to
+    5.3 s a read rewriting every row, 3.0 s moving only `seen`."""
+    rows = [_job_row(job, now) for job in jobs.values()]
+    changed = [row for row in rows if not _same(stored.get(row.job_id), row)]
+    Job.objects.bulk_create(
+        changed,
+        update_conflicts=True,
+        unique_fields=["job_id"],
+        update_fields=list(JOB_FIELDS),
+        batch_size=1000,
+    )
+    written = {row.job_id for row in changed}
+    unchanged = [job_id for job_id in stored if job_id not in written]
+    Job.objects.filter(job_id__in=unchanged).update(seen=now)
+    return len(rows)
+
+
+def _same(row: dict | None, job: Job) -> bool:
+    return row is not None and all(row[name] == getattr(job, name) for name in COMPARED_FIELDS)
+
+
+def _retire_reused_ids(jobs: dict[int, SlurmJob], stored: dict[int, dict]) -> int:
     """Move the rows of earlier jobs whose id Slurm gave again (its state wiped, or its ids
     wrapped at MaxJobId) out of the new job's way, with their GPUs: the new job would
     otherwise take over their history, and a past fault on their GPUs would name it.
+    `stored` (the rows of `jobs`, _stored) loses them: the new job's row is new.
 
     Another job started at another time, by another user or under another name. A
     requeue keeps its user and name (and gets a new submit time, so that tells nothing);
     a job renamed while it runs (`scontrol update JobName=`), or one whose user squeue
     could give only as a uid, keeps its start."""
-    fields = ("id", "job_id", "slurm_id", "user", "name", "started")
-    retired = [
-        row
-        for row in Job.objects.filter(job_id__in=jobs).only(*fields)
-        if _another_job(row, jobs[row.job_id])
-    ]
-    for row in retired:
-        log.info("Slurm gave job id %d again: the earlier job's row is kept apart", row.job_id)
-        row.slurm_id = row.slurm_id or str(row.job_id)  # still shown as people knew it
-        row.job_id |= row.id << RETIRED_SHIFT
+    retired = []
+    for job_id, row in list(stored.items()):
+        if not _another_job(row, jobs[job_id]):
+            continue
+        log.info("Slurm gave job id %d again: the earlier job's row is kept apart", job_id)
+        retired.append(
+            Job(
+                id=row["id"],
+                job_id=job_id | (row["id"] << RETIRED_SHIFT),
+                slurm_id=row["slurm_id"] or str(job_id),  # still shown as people knew it
+            )
+        )
+        del stored[job_id]
     Job.objects.bulk_update(retired, ["job_id", "slurm_id"], batch_size=500)
     return len(retired)
 
 
-def _another_job(row: Job, job: SlurmJob) -> bool:
+def _another_job(row: dict, job: SlurmJob) -> bool:
     def differ(kept: str, read: str, limit: int) -> bool:
         return bool(kept and read and kept != read[:limit])
 
-    restarted = bool(row.started and job.started and row.started != job.started)
-    return restarted and (differ(row.user, job.user, 100) or differ(row.name, job.name, 200))
+    started = row["started"]
+    restarted = bool(started and job.started and started != job.started)
+    return restarted and (differ(row["user"], job.user, 100) or differ(row["name"], job.name, 200))
 
 
-def _node_ids(slurm_names: set[str]) -> dict[str, int]:
-    """MAC's node id of each of these Slurm NodeNames it monitors (MAC_SLURM_NODE_MAP, else
-    the short host name): one pass over the inventory, whatever the number of GPUs held.
+def _node_ids(slurm_names: set[str], names: NodeNameMap) -> dict[str, int]:
+    """MAC's node id of each of these Slurm NodeNames it monitors (`names`: the map of
+    MAC_SLURM_NODE_MAP, else the short host name): one pass over the inventory, whatever
+    the number of jobs.
 
     A NodeName two MAC hosts map to (short names alike in two domains, a typo in the map)
     is left out, as the drain leaves it: its jobs would otherwise go to either host."""
-    names = NodeNameMap.from_settings()
     hosts: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for hostname, node_id in Node.objects.values_list("hostname", "id"):
         name = names.to_slurm(hostname)

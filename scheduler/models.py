@@ -1,11 +1,13 @@
 """What the drain remembers of each node between passes (scheduler.drainpass).
 
 Slurm itself keeps which nodes MAC drained (their reason starts with ``MAC:``); what it
-cannot keep is what MAC last *decided* about a node, the reason it last wrote, and the
-boot it asked Slurm to reboot. The decision lets a refusal (budget, someone else's
-drain, an unknown name) or a dry-run decision reach the node's history once, not every
-sweep; the reason written tells MAC's own words from someone's edit of them, which MAC
-then leaves alone pass after pass; the boot keeps MAC from rebooting it twice.
+cannot keep is what MAC last *decided* about a node, the reason it last wrote, what its
+drain waits for, and the boot it asked Slurm to reboot. The decision lets a refusal
+(budget, someone else's drain, an unknown name, a resume that waits for a reboot) or a
+dry-run decision reach the node's history once, not every sweep; the reason written
+tells MAC's own words from someone's edit of them, which MAC then leaves alone pass
+after pass; the drain's action and boot keep MAC from resuming a node whose repair
+never happened; the boot asked to reboot keeps MAC from rebooting it twice.
 
 The jobs (`Job`, `JobGpu`) are what job attribution (scheduler.jobread) keeps of
 Slurm's allocations: which job held which GPU of which node, from when to when.
@@ -16,6 +18,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from contract.verdicts import HealthAction
 from inventory.models import Node
 from scheduler.drain import Decision
 
@@ -34,9 +37,22 @@ class DrainRecord(models.Model):
     reason = models.CharField(max_length=500, blank=True, default="")
     decided_at = models.DateTimeField(default=timezone.now)
     # The reason MAC itself last wrote into Slurm (a drain, a reboot, a newer reason),
-    # kept until MAC resumes the node, whatever it decided since: a later refusal
-    # (someone added to that reason) must not make MAC forget which words were its own.
+    # kept while MAC holds the node, whatever it decided since: a later refusal (someone
+    # added to that reason) must not make MAC forget which words were its own. Forgotten
+    # once the node is out of MAC's hands (resumed by MAC, by a person or by Slurm after
+    # a reboot, or drained anew by someone else).
     wrote = models.CharField(max_length=500, blank=True, default="")
+    # While MAC holds the node: the worst action it drained for (an escalation while
+    # drained raises it; "" where not known, a drain from before MAC kept it), and the
+    # boot (Node.boot_id) its fault was last seen on ("" where not known). A drain for an
+    # operator's repair resumes only on a later boot (scheduler.drain).
+    drained_action = models.CharField(
+        max_length=16,
+        choices=[(action.value, action.value) for action in HealthAction],
+        blank=True,
+        default="",
+    )
+    drained_boot = models.CharField(max_length=64, blank=True, default="")
     # The boot (Node.boot_id; "?" when the agent reports none) MAC asked Slurm to reboot.
     rebooted_boot = models.CharField(max_length=64, blank=True, default="")
     rebooted_at = models.DateTimeField(null=True, blank=True)

@@ -3,20 +3,26 @@ read of job attribution (scheduler.jobread), on the beat schedule beside the swe
 
 The sweep (healthcheck.sweep.publish) calls `queue_drain_pass` once its write is
 published, as it queues the node alerts' post: a slow or absent slurmctld never holds a
-sweep up, and the drain sees the verdicts that sweep wrote. Passes never overlap (a
-cache lock that outlives a hung one only by the Slurm tools' deadline); one still
-waiting when the next sweep queues a fresher one is dropped (`expires`).
+sweep up, and the drain sees the verdicts that sweep wrote. Passes never act side by
+side: a pass holds redis-py's Lock and renews it before each command it sends to Slurm
+(`reacquire`), so the lock outlives a hung pass only by LOCK_SECONDS, and a pass that
+stalled past it, and lost the lock to the next one, stops acting (scheduler.drainpass).
+One still waiting when the next sweep queues a fresher one is dropped (`expires`).
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from contextlib import suppress
 from dataclasses import asdict
 
+import redis
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
+from redis.exceptions import LockError
+from redis.lock import Lock
 
 from scheduler.config import slurm_client, slurm_configured
 from scheduler.drainpass import needs_pass, run_drain_pass
@@ -26,7 +32,9 @@ from scheduler.slurm import SlurmError
 log = logging.getLogger(__name__)
 
 LOCK_KEY = "scheduler:drain:lock"
-# A pass asks slurmctld a handful of times, each within the client's 10 s deadline.
+# The drain pass renews its lock before each command, each within the client's 10 s
+# deadline; its reads before the first (ping, nodes, reservations) take three of them.
+# The job read asks slurmctld a handful of times, and holds its lock for all of them.
 LOCK_SECONDS = 120
 
 
@@ -36,13 +44,18 @@ LOCK_SECONDS = 120
     expires=settings.PROBE_INTERVAL,
 )
 def drain_nodes() -> dict:
-    token = secrets.token_hex(8)
-    if not cache.add(LOCK_KEY, token, timeout=LOCK_SECONDS):
-        return {"ran": False, "reason": "another pass is running"}
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
     try:
-        result = run_drain_pass()
+        lock = client.lock(cache.make_key(LOCK_KEY), timeout=LOCK_SECONDS)
+        if not lock.acquire(blocking=False):
+            return {"ran": False, "reason": "another pass is running"}
+        try:
+            result = run_drain_pass(still_held=lambda: _renewed(lock))
+        finally:
+            with suppress(LockError, redis.RedisError):  # lost already, or Redis gone
+                lock.release()
     finally:
-        _release(LOCK_KEY, token)
+        client.close()
     if result.skipped:
         return {"ran": False, "reason": result.skipped, "error": result.error}
     return {
@@ -51,6 +64,20 @@ def drain_nodes() -> dict:
         "recorded": len(result.recorded),
         "error": result.error,
     }
+
+
+def _renewed(lock: Lock) -> bool:
+    """Renew the pass's lock for LOCK_SECONDS more; False where it is no longer this pass's
+    (it expired, and the next pass may hold it) or Redis cannot say: stop acting then."""
+    try:
+        lock.reacquire()
+    except LockError:
+        log.warning("drain: the pass's lock expired (LOCK_SECONDS=%d): it stops", LOCK_SECONDS)
+        return False
+    except redis.RedisError as exc:
+        log.warning("drain: the pass's lock not renewed (Redis: %s): it stops", exc)
+        return False
+    return True
 
 
 def _release(key: str, token: str) -> None:

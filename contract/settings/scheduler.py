@@ -1,12 +1,13 @@
 """The settings of the scheduler link: Slurm's own SLURM_CONF, and MAC's drain in Slurm
-(docs/slurm.md), each read by its parser in contract.drainpolicy."""
+(docs/slurm.md), each read by its parser in contract.drainpolicy, and the NodeName map by
+contract.nodemap."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from contract import drainpolicy
-from contract.settings.kinds import Custom, FilePath, Text
+from contract import drainpolicy, nodemap
+from contract.settings.kinds import Custom, FilePath
 from contract.settings.model import Group, Setting, Side
 
 MASTER = Side.MASTER
@@ -63,14 +64,18 @@ SCHEDULER = Group(
             "MAC_SLURM_RESUME_SWEEPS",
             _drain(drainpolicy.parse_resume_sweeps, "integer from 1 to 1000"),
             drainpolicy.DEFAULT_RESUME_SWEEPS,
-            "healthy sweeps in a row before MAC resumes a node it drained",
+            "healthy sweeps in a row before MAC resumes a node it drained (after a drain "
+            "for reset_gpu, reboot or inspect_hardware, on a boot since its fault)",
             MASTER,
             see="docs/slurm.md",
             readme=True,
         ),
         Setting(
             "MAC_SLURM_NODE_MAP",
-            Text(looks_like="host=NodeName,... or @file"),
+            Custom(
+                lambda name, text: nodemap.check_node_map(text, name),
+                "host=NodeName,... or @file",
+            ),
             None,
             "host name to Slurm NodeName where they differ (`gpu-01.dc=gpu01,...` or "
             "`@/path/file`); by default the short host name",

@@ -17,6 +17,8 @@ from inventory.services.events import push_on_commit
 
 SLURM_FIELDS = ("slurm_state", "slurm_hold", "slurm_reason")
 ID_CHUNK = 5000
+# Rows per UPDATE of bulk_update (one CASE per field over them).
+UPDATE_BATCH = 1000
 
 
 def save_slurm_view(
@@ -42,19 +44,22 @@ def save_slurm_view(
             ))  # fmt: skip
             if wanted != now:
                 changed[node_id] = wanted
-        for node_id, values in changed.items():
-            Node.objects.filter(id=node_id).update(**dict(zip(SLURM_FIELDS, values, strict=True)))
+        # The changed rows, for their summaries on the dashboards, written in a few
+        # statements: a pass that changes thousands of nodes (Slurm's view of a whole
+        # partition) must not be one UPDATE each.
+        ids = sorted(changed)
+        nodes = []
+        for start in range(0, len(ids), ID_CHUNK):
+            nodes.extend(Node.objects.filter(id__in=ids[start : start + ID_CHUNK]))
+        for node in nodes:
+            node.slurm_state, node.slurm_hold, node.slurm_reason = changed[node.id]
+        Node.objects.bulk_update(nodes, SLURM_FIELDS, batch_size=UPDATE_BATCH)
         alive = set(current)
         NodeEvent.objects.bulk_create(
             [event for event in events if event.node_id in alive], batch_size=1000
         )
-        if changed:
-            ids = sorted(changed)
-            nodes = []
-            for start in range(0, len(ids), ID_CHUNK):
-                nodes.extend(Node.objects.filter(id__in=ids[start : start + ID_CHUNK]))
-            push_on_commit(nodes)
-    return sorted(changed)
+        push_on_commit(nodes)
+    return ids
 
 
 def clear_slurm_view() -> int:

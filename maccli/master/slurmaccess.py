@@ -22,6 +22,8 @@ they need the same three things, taken from the host's slurm.conf (SLURM_CONF) w
   loopback address or `localhost` in slurm.conf cannot be reached from a container:
   with the drain on, `mac start master` says so rather than start a worker that cannot
   drain; with it off (job reads only) it warns;
+- the file of `MAC_SLURM_NODE_MAP=@/path` (the drain and job reads read it at each pass),
+  likewise, where slurm.conf's mounts do not cover it already;
 - slurmdbd's address, for sacct (the jobs that started and ended between two reads of
   slurmctld), likewise resolved on the host; named by this machine itself (Slurm's
   default `localhost`) it is out of the containers' reach, and `mac start master`
@@ -74,6 +76,7 @@ class SlurmAccess:
 
     conf: SlurmConf
     hosts: tuple[str, ...]  # Compose's extra_hosts: "name:address"
+    node_map: Path | None = None  # MAC_SLURM_NODE_MAP's @file
 
     @property
     def volumes(self) -> list[str]:
@@ -81,6 +84,8 @@ class SlurmAccess:
         for included in self.conf.includes:
             files += [included, included.resolve()]  # the link's own folder and its target's
         files.append(self.conf.munge_socket)
+        if self.node_map is not None:
+            files += [self.node_map, self.node_map.resolve()]
         return [f"{shared}:{shared}:ro" for shared in _covering(files)]
 
     @property
@@ -162,7 +167,16 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
             address = HOST_GATEWAY
         if f"{daemon.target}:{address}" not in hosts:
             hosts.append(f"{daemon.target}:{address}")
-    return SlurmAccess(conf, tuple(hosts))
+    return SlurmAccess(conf, tuple(hosts), _node_map_file(cfg))
+
+
+def _node_map_file(cfg: NodeConfig) -> Path | None:
+    """MAC_SLURM_NODE_MAP's file (`@/path`), where it names one (checked at start-up)."""
+    text = (cfg.get("MAC_SLURM_NODE_MAP") or "").strip()
+    if not text.startswith("@"):
+        return None
+    path = Path(text[1:].strip())
+    return path if path.is_absolute() else None
 
 
 def _warn_local_accounting(conf: SlurmConf) -> None:

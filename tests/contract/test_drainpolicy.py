@@ -59,3 +59,14 @@ def test_check_settings_names_the_first_bad_one():
     with pytest.raises(ValueError, match="MAC_DRAIN_BUDGET='0%'"):
         check_settings(values.get)
     check_settings({"MAC_SLURM_REBOOT": "on", "MAC_SLURM_RESUME_SWEEPS": "5"}.get)
+
+
+def test_check_settings_reads_the_node_maps_file_where_it_runs(tmp_path):
+    """`mac start master` and `mac doctor` run on the host, where MAC_SLURM_NODE_MAP's file
+    is: missing there, the start stops (the services' own check lets it pass, as their
+    containers may not see the host's file)."""
+    gone = {"MAC_SLURM_NODE_MAP": f"@{tmp_path / 'nodemap'}"}
+    with pytest.raises(ValueError, match=f"MAC_SLURM_NODE_MAP='@{tmp_path}/nodemap': cannot"):
+        check_settings(gone.get)
+    (tmp_path / "nodemap").write_text("gpu-01.dc=gpu01  # the first rack\n")
+    check_settings(gone.get)

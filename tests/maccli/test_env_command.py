@@ -69,6 +69,11 @@ def test_bad_values_are_refused_with_the_key_named(mac_env):
     assert "MAC_GPU_EVIDENCE_WINDOW='soon' is not a number: use a number of seconds from 1 " in (
         window.stderr
     )
+    names = mac_env.run("env", "set", "MAC_SLURM_NODE_MAP=gpu01:gpu-01")
+    assert names.returncode == 1 and "Traceback" not in names.stderr
+    assert "MAC_SLURM_NODE_MAP='gpu01:gpu-01': 'gpu01:gpu-01' is not hostname=NodeName" in (
+        names.stderr
+    )
     assert not mac_env.user_file.exists()
     assert mac_env.run("env", "set", "MAC_GPU_EVIDENCE_WINDOW=600").returncode == 0
 

@@ -188,3 +188,23 @@ def test_files_included_from_other_folders_are_mounted_too_links_with_their_targ
         "/etc/nodes.conf:/etc/nodes.conf:ro",
         "/run/munge:/run/munge:ro",
     ]
+
+
+def test_the_node_maps_file_is_mounted_where_slurm_confs_folder_does_not_cover_it(tmp_path):
+    """The drain and job reads run in mac-worker and read MAC_SLURM_NODE_MAP's @file at each
+    pass: without the mount they stopped at it while the host's file was fine."""
+    conf = _slurm_conf(tmp_path, "ctl01(10.4.0.1)", "AuthInfo=socket=/srv/munge/munge.sock\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "nodemap").write_text("gpu-01.dc=gpu01\n")
+    cfg = _config(SLURM_CONF=str(conf), MAC_SLURM_NODE_MAP=f"@{site / 'nodemap'}")
+    assert f"{site}:{site}:ro" in slurm_access(cfg).volumes
+
+    beside = conf.parent / "nodemap"
+    beside.write_text("gpu-01.dc=gpu01\n")
+    cfg = _config(SLURM_CONF=str(conf), MAC_SLURM_NODE_MAP=f"@{beside}")
+    volumes = slurm_access(cfg).volumes
+    assert volumes == [f"{conf.parent}:{conf.parent}:ro", "/srv/munge:/srv/munge:ro"]
+
+    cfg = _config(SLURM_CONF=str(conf), MAC_SLURM_NODE_MAP="gpu-01.dc=gpu01")
+    assert len(slurm_access(cfg).volumes) == 2

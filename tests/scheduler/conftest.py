@@ -129,12 +129,13 @@ def clear_drain_keys() -> None:
 
     from alerting import drainalert
     from scheduler import drainpass, link, tasks
+    from scheduler.config import NODE_MAP_ERROR_KEY
     from scheduler.drain import Decision
 
     counters = [drainpass.counter_key(d, dry) for d in Decision for dry in (False, True)]
     cache.delete_many(
         [link.LINK_KEY, drainpass.BUDGET_KEY, drainpass.VIEW_KEY, drainalert.POSTED_KEY,
-         drainalert.ENDED_KEY, tasks.LOCK_KEY, *counters]
+         drainalert.ENDED_KEY, tasks.LOCK_KEY, NODE_MAP_ERROR_KEY, *counters]
     )  # fmt: skip
 
 

@@ -37,6 +37,12 @@ def mac(
     return MacNode(**values)
 
 
+def healed(index: int, streak: int, **fields) -> MacNode:
+    """Healthy for `streak` sweeps, on a boot after the one MAC drained it on for a reboot."""
+    fields = {"drained_action": HealthAction.REBOOT, "drained_boot": "boot-0", **fields}
+    return mac(index, streak=streak, **fields)
+
+
 def sick(index: int, action: HealthAction = HealthAction.REBOOT, **fields) -> MacNode:
     fields.setdefault("evidence", XID79)
     return mac(index, HealthState.UNHEALTHY, action, **fields)
@@ -119,7 +125,7 @@ def test_a_reservation_counts_before_slurmctld_flags_the_node():
 def test_resume_only_macs_own_drain_after_n_healthy_sweeps():
     drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
     assert plan([mac(1, streak=2)], cluster(3, n=drained), set(), ON).steps == []
-    [step] = plan([mac(1, streak=3)], cluster(3, n=drained), set(), ON).steps
+    [step] = plan([healed(1, 3)], cluster(3, n=drained), set(), ON).steps
     assert step.decision is Decision.RESUME and "healthy for 3 sweeps" in step.why
     degraded = mac(1, HealthState.DEGRADED, streak=50)
     assert plan([degraded], cluster(3, n=drained), set(), ON).steps == []
@@ -157,10 +163,10 @@ def test_macs_reason_someone_added_to_is_theirs_to_resume():
     wrote = f"MAC: {XID79}"
     edited = slurm(1, "idle", ("DRAIN",), f"{wrote} -- RMA 1234, keep drained", "ops")
     # Healed: MAC resumes its own drain, never the one someone added to.
-    healed = mac(1, streak=10, wrote=wrote)
-    assert plan([healed], cluster(3, n=edited), set(), ON).steps == []
+    back = healed(1, 10, wrote=wrote)
+    assert plan([back], cluster(3, n=edited), set(), ON).steps == []
     ours = slurm(1, "idle", ("DRAIN",), wrote, "root")
-    [step] = plan([healed], cluster(3, n=ours), set(), ON).steps
+    [step] = plan([back], cluster(3, n=ours), set(), ON).steps
     assert step.decision is Decision.RESUME
     # Still unhealthy, with new words: MAC's own reason is brought up to date, an edited
     # one is left (and said, once, in the node's history).
@@ -170,7 +176,7 @@ def test_macs_reason_someone_added_to_is_theirs_to_resume():
     [step] = plan([worse], cluster(3, n=ours), set(), ON).steps
     assert step.decision is Decision.REASON
     # MAC's last words unknown (the node registered anew): the prefix says whose it is.
-    [step] = plan([mac(1, streak=10)], cluster(3, n=edited), set(), ON).steps
+    [step] = plan([healed(1, 10)], cluster(3, n=edited), set(), ON).steps
     assert step.decision is Decision.RESUME
 
 
@@ -268,10 +274,10 @@ def test_two_hosts_that_name_one_slurm_node_neither_drain_nor_resume_it():
 
 def test_a_node_resumed_in_this_pass_frees_its_place_in_the_budget():
     # 20 nodes, a budget of 2: one of MAC's two drains heals as another GPU fails
-    healed = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    back = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
     still = slurm(2, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
-    nodes = [mac(0), mac(1, streak=5), sick(2), sick(3)] + [mac(i) for i in range(4, 20)]
-    result = plan(nodes, cluster(20, n=healed, m=still), set(), ON)
+    nodes = [mac(0), healed(1, 5), sick(2), sick(3)] + [mac(i) for i in range(4, 20)]
+    result = plan(nodes, cluster(20, n=back, m=still), set(), ON)
     decisions = {s.node.slurm_name: s.decision for s in result.steps}
     assert decisions == {"gpu-01": Decision.RESUME, "gpu-03": Decision.DRAIN}
     assert result.drained == 2 and result.over_budget == []
@@ -315,13 +321,13 @@ def test_macs_drain_on_a_node_reserved_since_still_counts_in_the_budget():
 def test_a_node_slurm_took_out_over_macs_drain_is_not_resumed(state, flags, words):
     # slurmd lost on a node MAC drained: Slurm downs it and keeps the reason it finds.
     downed = slurm(1, state, flags, f"MAC: {XID79}", "root")
-    healed = mac(1, streak=5)
-    [step] = plan([healed], cluster(3, a=downed), set(), ON).steps
+    node = healed(1, 5)
+    [step] = plan([node], cluster(3, a=downed), set(), ON).steps
     assert step.decision is Decision.HELD and words in step.why
     assert step.why.startswith("Not resumed: gpu-01 is ")
     # Back in service in Slurm (ReturnToService): only MAC's drain is left, resumed.
     back = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
-    [step] = plan([healed], cluster(3, a=back), set(), ON).steps
+    [step] = plan([node], cluster(3, a=back), set(), ON).steps
     assert step.decision is Decision.RESUME
 
 
@@ -332,3 +338,64 @@ def test_a_node_set_to_fail_is_someone_elses():
     [step] = plan([sick(1)], cluster(3, a=failed), set(), ON).steps
     assert step.decision is Decision.HELD
     assert step.why.startswith("Not drained: gpu-01 is set to fail by ops: PSU fan")
+
+
+@pytest.mark.parametrize("action", [
+    HealthAction.RESET_GPU, HealthAction.REBOOT, HealthAction.INSPECT_HARDWARE, None,
+])  # fmt: skip
+def test_a_drain_for_a_repair_resumes_only_on_a_later_boot(action):
+    # None: a drain from before MAC kept what it drained for, taken as an operator's.
+    drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    same_boot = mac(1, streak=9, drained_action=action, drained_boot="boot-a")
+    [step] = plan([same_boot], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.HELD and step.reason == f"MAC: {XID79}"
+    assert step.why.startswith("Not resumed: gpu-01 has not booted since its fault was last seen")
+    later_boot = mac(1, streak=3, drained_action=action, drained_boot="boot-0")
+    [step] = plan([later_boot], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.RESUME
+    assert "on a boot after the one its fault was last seen on" in step.why
+
+
+def test_a_drain_for_a_lesser_action_resumes_on_the_same_boot():
+    drained = slurm(1, "idle", ("DRAIN",), "MAC: GPU 0 unknown; none", "root")
+    node = mac(1, streak=3, drained_action=HealthAction.NONE, drained_boot="boot-a")
+    [step] = plan([node], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.RESUME and "boot" not in step.why
+
+
+@pytest.mark.parametrize(("boot", "drained_boot", "words"), [
+    ("", "boot-a", "Not resumed: gpu-01's agent reports no boot id"),
+    ("boot-a", "", "Not resumed: MAC does not know which boot of gpu-01"),
+])  # fmt: skip
+def test_a_reboot_mac_cannot_see_is_left_to_a_person(boot, drained_boot, words):
+    drained = slurm(1, "idle", ("DRAIN",), f"MAC: {XID79}", "root")
+    node = mac(1, streak=9, boot_id=boot, drained_action=HealthAction.REBOOT,
+               drained_boot=drained_boot)  # fmt: skip
+    [step] = plan([node], cluster(3, n=drained), set(), ON).steps
+    assert step.decision is Decision.HELD and step.why.startswith(words)
+    assert "scontrol update NodeName=gpu-01 State=RESUME" in step.why
+    assert "scontrol reboot ASAP nextstate=RESUME gpu-01" in step.why
+
+
+def test_a_mac_reason_someone_edited_counts_apart_from_the_budget():
+    from scheduler.health import check_budget
+
+    one = Policy(DrainMode.ON, DrainBudget(count=1))
+    ours = f"MAC: {XID79}"
+    rma = slurm(1, "idle", ("DRAIN",), f"{ours} -- RMA 1234, keep drained", "ops")
+    result = plan([sick(1, wrote=ours), sick(2)], cluster(5, a=rma), set(), one)
+    # Theirs until they resume it (weeks, for an RMA): the new fault still gets drained.
+    assert decisions(result) == {"gpu-01": Decision.HELD, "gpu-02": Decision.DRAIN}
+    assert result.edited == ["gpu-01"] and result.drained == 1
+    ok, words = check_budget(
+        {"mode": "on", "budget": "1", "fleet": result.fleet, "limit": result.limit,
+         "drained": result.drained, "held_back": [], "unmonitored": [],
+         "edited": result.edited}
+    )  # fmt: skip
+    assert ok and words == (
+        "MAC keeps 1 of the 1 nodes MAC_DRAIN_BUDGET=1 allows of 2 drained; not counted: "
+        "gpu-01 drained with MAC's reason as someone edited it, theirs to resume"
+    )
+    # MAC's last words unknown: the prefix decides, and it counts.
+    again = plan([sick(1), sick(2)], cluster(5, a=rma), set(), one)
+    assert again.edited == [] and decisions(again)["gpu-02"] is Decision.OVER_BUDGET

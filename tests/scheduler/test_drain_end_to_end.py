@@ -200,14 +200,30 @@ def test_xid_79_drains_in_time_and_its_page_and_notification_say_the_same_words(
     assert stack.node(2)["slurm_hold"] == "admin"
 
 
-def test_healing_resumes_macs_drain_and_never_the_administrators(stack):
+def test_healing_resumes_macs_drain_after_a_reboot_and_never_the_administrators(stack):
     stack.fleet.heal(stack.ip(0))
     stack.fleet.heal(stack.ip(2))
-    resumed = wait_for(
-        lambda: not (node := stack.slurm_node(0)).drain and node,
+    # The XID ages out of node 0's verdict on the boot it happened on: healthy, but the
+    # node never rebooted. MAC's drain (for reboot) stays, and its history says why, once.
+    waiting = wait_for(
+        lambda: [e for e in stack.node(0)["events"] if e["kind"] == "slurm_not_drained"],
         timeout=WINDOW + (RESUME_SWEEPS + 3) * INTERVAL + 20,
         interval=0.5,
-        what=f"{stack.host(0)} resumed",
+        what=f"{stack.host(0)}'s resume waiting for a reboot",
+    )
+    assert waiting[0]["message"].startswith(
+        f"Not resumed: {stack.host(0)} has not booted since its fault was last seen (MAC "
+        "drained it for reboot)"
+    )
+    assert stack.node(0)["health_state"] == "healthy" and stack.slurm_node(0).drain
+    stack.sweeps(1)
+    assert stack.slurm_node(0).drain
+    stack.fleet.reboot(stack.ip(0))
+    resumed = wait_for(
+        lambda: not (node := stack.slurm_node(0)).drain and node,
+        timeout=(RESUME_SWEEPS + 3) * INTERVAL + 20,
+        interval=0.5,
+        what=f"{stack.host(0)} resumed after its reboot",
     )
     assert resumed.state == "idle" and resumed.reason == ""
     node = stack.node(0)
@@ -216,6 +232,8 @@ def test_healing_resumes_macs_drain_and_never_the_administrators(stack):
     # answer came late: the message says how many it took.
     streak = re.search(r"GPU verdict healthy for (\d+) sweeps in a row", event["message"])
     assert streak and int(streak.group(1)) >= RESUME_SWEEPS, event["message"]
+    assert "on a boot after the one its fault was last seen on" in event["message"]
+    assert len([e for e in node["events"] if e["kind"] == "slurm_not_drained"]) == 1
     assert node["health_state"] == "healthy"
     # Node 2's verdict has been healthy as long: still the administrator's, word for word.
     assert stack.node(2)["health_state"] == "healthy"

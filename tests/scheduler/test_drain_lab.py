@@ -178,6 +178,29 @@ def test_a_reboot_is_asked_once_and_the_same_xid_after_it_is_drained_as_inspect_
     assert node.slurm_reason == reason and node.slurm_hold == SlurmHold.MAC
 
 
+def test_a_gpu_back_without_a_reboot_stays_drained_until_the_node_boots_again(drain):
+    host = drain.host(10)
+    drain.fleet.inject(drain.ip(10), Fault.REMAP_FAILURE, 2)  # a condition, no XID
+    assert [str(step.decision) for step in sweep_and_drain().done] == ["drain"]
+    drain.fleet.heal(drain.ip(10))  # gone from NVML's answer, on the same boot
+    for _ in range(5):  # healthy for longer than MAC_SLURM_RESUME_SWEEPS
+        assert not sweep_and_drain().done
+    assert mac_node(drain, 10).health_state == "healthy"
+    assert slurm_node(drain, 10).drain and slurm_node(drain, 10).reason_is_mac
+    [_, waiting] = slurm_events(drain, 10)
+    assert waiting.kind == EventKind.SLURM_NOT_DRAINED
+    assert waiting.message.startswith(f"Not resumed: {host} has not booted since its fault")
+    assert f"scontrol reboot ASAP nextstate=RESUME {host}" in waiting.message
+    drain.fleet.reboot(drain.ip(10))
+    assert [str(step.decision) for step in sweep_and_drain().done] == ["resume"]
+    assert not slurm_node(drain, 10).drain
+    assert [e.kind for e in slurm_events(drain, 10)] == [
+        EventKind.SLURM_DRAIN,
+        EventKind.SLURM_NOT_DRAINED,
+        EventKind.SLURM_RESUME,
+    ]
+
+
 def test_a_reservation_and_an_unknown_name_are_left_alone_and_recorded_once(drain, settings):
     host = drain.host(6)
     drain.lab.scontrol(

@@ -168,7 +168,8 @@ def test_a_resume_that_does_not_happen_makes_no_room_for_a_drain():
     one = Policy(DrainMode.ON, DrainBudget(count=1))
     first, second = make_node("gpu-07"), make_node("gpu-08")
     ours = "MAC: XID 79"
-    healed = MacNode(**{**_mac(first).__dict__, "state": HealthState.HEALTHY, "streak": 5})
+    healed = MacNode(**{**_mac(first).__dict__, "state": HealthState.HEALTHY, "streak": 5,
+                        "boot_id": "boot-b", "drained_boot": "boot-a"})  # fmt: skip
     slurm = {"gpu-07": _slurm_node("gpu-07", ours), "gpu-08": _slurm_node("gpu-08", "", ())}
     decided = plan([healed, _mac(second)], slurm, set(), one)
     assert [s.decision for s in decided.steps] == [Decision.RESUME, Decision.DRAIN]

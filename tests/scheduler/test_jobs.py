@@ -7,6 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from contract.drainpolicy import DrainMode
@@ -15,7 +17,7 @@ from inventory.choices import EventKind
 from inventory.models import GpuFault, GpuHealth, NodeEvent
 from macweb.celery import app as celery_app
 from macweb.dashboard.jobreport import build_report
-from scheduler.jobread import ReadResult, jobs_on_gpu, prune, record
+from scheduler.jobread import COMPARED_FIELDS, ReadResult, jobs_on_gpu, prune, record
 from scheduler.models import Job, JobGpu
 from scheduler.slurm.records import GpuAllocation, SlurmJob
 from scheduler.tasks import read_slurm_jobs
@@ -432,3 +434,91 @@ def test_jobs_no_successful_read_has_seen_lately_are_not_named_as_holding_gpus(s
     assert jobs_on_gpu(node.pk, 0, now) == []  # a fault now: not job 74's, for all MAC knows
     assert [job.job_id for job in jobs_on_gpu(node.pk, 0, last)] == [74]  # while it was seen
     assert JobGpu.objects.get(job__job_id=74).until is None  # kept, reopened by the next read
+
+
+# --- what a read keeps, and what it rewrites ---------------------------------------------
+
+
+def cpu_only(job_id: int, node: str, started: datetime, **fields) -> SlurmJob:
+    return replace(running(job_id, node, (), started), gpus=(), gpu_count=0, **fields)
+
+
+def test_a_cpu_only_job_is_kept_only_on_a_node_mac_monitors():
+    node = online_gpu_node("gpu-31.dc")
+    started = NOW - timedelta(minutes=5)
+    listed = [
+        cpu_only(81, "gpu-31", started),  # on MAC's node (its short name)
+        cpu_only(82, "cpu-0001", started),  # a CPU partition MAC does not monitor
+        running(83, "gpu-elsewhere", (0,), started),  # GPUs, on a node MAC does not monitor
+    ]
+    result = ReadResult()
+
+    record(listed, [], NOW, result)
+
+    assert sorted(Job.objects.values_list("job_id", flat=True)) == [81, 83]
+    assert result.jobs == 2
+    assert Job.objects.get(job_id=81).nodes == ["gpu-31"] and node.hostname == "gpu-31.dc"
+    assert JobGpu.objects.get(job__job_id=83).node is None
+
+
+def test_a_cpu_only_job_recorded_before_is_ended_only_once_slurm_no_longer_lists_it():
+    seen = NOW - timedelta(minutes=1)
+    started = NOW - timedelta(hours=1)
+    Job.objects.create(job_id=84, state="RUNNING", nodes=["cpu-0002"], started=started, seen=seen)
+
+    record([cpu_only(84, "cpu-0002", started)], [], NOW, ReadResult())
+    assert Job.objects.get(job_id=84).ended is None  # still running, though no longer kept
+
+    record([], [], NOW + timedelta(seconds=30), ReadResult())
+    assert Job.objects.get(job_id=84).ended == seen
+
+
+def _job_writes(queries) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "scheduler_job"')]
+
+
+def test_a_read_rewrites_only_the_jobs_slurm_changed_and_moves_the_others_seen():
+    node = online_gpu_node("node-32")
+    started = NOW - timedelta(hours=1)
+    jobs = [running(job_id, node.hostname, (job_id - 90,), started) for job_id in (90, 91, 92)]
+    record(jobs, [], NOW, ReadResult())
+    before = {job.job_id: job for job in Job.objects.all()}
+    later = NOW + timedelta(seconds=30)
+
+    with CaptureQueriesContext(connection) as unchanged:
+        record(jobs, [], later, ReadResult())
+
+    assert _job_writes(unchanged) == []
+    for job in Job.objects.all():  # as a rewrite would have left them
+        assert (job.pk, job.seen) == (before[job.job_id].pk, later)
+        assert all(
+            getattr(job, name) == getattr(before[job.job_id], name) for name in COMPARED_FIELDS
+        )
+
+    ended = replace(jobs[1], state="COMPLETED", ended=later + timedelta(seconds=10))
+    renamed = replace(jobs[2], name="train-2")
+    last = later + timedelta(seconds=30)
+    with CaptureQueriesContext(connection) as changed:
+        record([jobs[0], renamed], [ended], last, ReadResult())
+
+    assert len(_job_writes(changed)) == 1
+    got = {job.job_id: job for job in Job.objects.all()}
+    assert (got[91].state, got[91].ended, got[92].name) == ("COMPLETED", ended.ended, "train-2")
+    assert {job.seen for job in got.values()} == {last}
+    assert JobGpu.objects.get(job__job_id=91).until == ended.ended
+
+
+def test_a_read_writes_nothing_while_the_node_map_cannot_be_read(settings, tmp_path):
+    from django.core.cache import cache
+
+    from scheduler.config import NODE_MAP_ERROR_KEY
+    from scheduler.jobread import read_jobs
+
+    settings.SLURM_NODE_MAP = f"@{tmp_path / 'names'}"
+    try:
+        result = read_jobs(client=None, now=NOW)  # stops before it asks Slurm
+
+        assert result.errors == [cache.get(NODE_MAP_ERROR_KEY)["error"]]
+        assert "cannot read" in result.errors[0] and not Job.objects.exists()
+    finally:
+        cache.delete(NODE_MAP_ERROR_KEY)
