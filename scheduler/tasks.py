@@ -119,7 +119,8 @@ def read_slurm_jobs() -> dict:
     try:
         result = read_jobs(slurm_client())
     except SlurmError as exc:
-        log.warning("job attribution: could not read Slurm: %s", exc)
+        # with MAC's fix where it has one (a refused credential: the munge key)
+        log.warning("job attribution: could not read Slurm: %s", f"{exc} {exc.fix}".strip())
         return {"ran": False, "reason": str(exc)}
     finally:
         _release(JOBS_LOCK_KEY, token)
