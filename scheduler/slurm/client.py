@@ -5,6 +5,10 @@ The tools find slurmctld as they do for a person at a shell: SLURM_CONF (the cli
 record) and munge's default socket, or the one slurm.conf names. No shell is involved:
 a node name or a reason reaches scontrol as one argument, whatever it holds.
 
+Nodes are read with the command that prints one record per node on the tools' release
+(`release`, from `scontrol --version`): `sinfo --json` on 22.05, `scontrol --json show
+nodes` from 23.02 on, where sinfo's JSON groups nodes instead (see `records`).
+
 Every failure is one of the types of `scheduler.slurm.errors`, carrying the command and
 Slurm's own words. A controller that is down makes 22.05's tools retry for about 9 s
 before they give up (`scontrol ping` alone answers at once), so callers that must not
@@ -20,6 +24,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from scheduler.slurm.errors import (
     SlurmCommandRefused,
     SlurmCredentialRefused,
     SlurmError,
+    SlurmOutputError,
     SlurmToolMissing,
     SlurmUnknownNode,
     SlurmUnreachable,
@@ -45,11 +51,14 @@ from scheduler.slurm.records import (
     parse_reservations,
     parse_sacct,
     parse_squeue_jobs,
+    parse_version,
 )
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_PING_TIMEOUT = 2.0
 NEXT_STATES = ("RESUME", "DOWN", "DRAIN")  # what `scontrol reboot nextstate=` accepts
+# The first release whose scontrol prints JSON (and whose sinfo --json groups nodes).
+SCONTROL_JSON_SINCE = (23, 2)
 # One NodeName: no hostlist, no spaces, nothing scontrol would read as another field.
 _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -110,17 +119,47 @@ class SlurmClient:
 
     # ---------------------------------------------------------------- nodes
 
+    @cached_property
+    def release(self) -> tuple[int, int]:
+        """(major, minor) of this host's Slurm tools, as `scontrol --version` says: the
+        tools, not slurmctld, decide the JSON's shape."""
+        return parse_version(self._run(("scontrol", "--version")))
+
     def nodes(self) -> list[SlurmNode]:
-        """Every node of the cluster, with its state, flags and reason."""
-        return parse_nodes(self._json(("sinfo", "--json")))
+        """Every node of the cluster, with its state, flags and reason.
+
+        Hidden partitions' nodes too (`--all`), which Slurm 23.02+ leaves out for a user
+        who is not one of its operators (22.05's sinfo --json always lists them).
+        """
+        argv = self._nodes_argv()
+        nodes = parse_nodes(self._json(argv), argv)
+        if not nodes:
+            # a cluster has nodes: an empty answer is one MAC misread, and would make
+            # every node look unknown to Slurm
+            raise SlurmOutputError(argv, "Slurm listed no nodes")
+        return nodes
 
     def node(self, name: str) -> SlurmNode:
-        """One node; SlurmUnknownNode when Slurm has no node of that name."""
+        """One node; SlurmUnknownNode when Slurm has no node of that name.
+
+        Slurm 23.02+ prints just that node; 22.05 has no such JSON, so the whole table.
+        """
         _check_node_name(name)
-        for node in self.nodes():
+        if self.release < SCONTROL_JSON_SINCE:
+            argv, found = self._nodes_argv(), self.nodes()
+        else:
+            argv = self._nodes_argv(name)
+            found = parse_nodes(self._json(argv), argv)  # none, with a warning, if unknown
+        for node in found:
             if node.name == name:
                 return node
-        raise SlurmUnknownNode(("sinfo", "--json"), f"Slurm has no node named {name!r}")
+        raise SlurmUnknownNode(argv, f"Slurm has no node named {name!r}")
+
+    def _nodes_argv(self, name: str | None = None) -> tuple[str, ...]:
+        """The command that prints one record per node (22.05 reads every node anyway)."""
+        if self.release < SCONTROL_JSON_SINCE:
+            return ("sinfo", "--all", "--json")
+        return ("scontrol", "--all", "--json", "show", *(("node", name) if name else ("nodes",)))
 
     def drain(self, node: str, reason: str) -> None:
         """Drain `node` with `reason`: running jobs finish, no new job starts there."""
@@ -162,8 +201,9 @@ class SlurmClient:
         Running jobs carry each node's GPU indexes; finished ones only their count.
         `--all`: also the jobs of hidden partitions and of those the master's user may
         not use (squeue leaves them out otherwise, and their GPUs would look free).
+        `--states=all`: from 24.05.1 on, squeue --json leaves finished jobs out otherwise.
         """
-        return parse_squeue_jobs(self._json(("squeue", "--all", "--json")))
+        return parse_squeue_jobs(self._json(("squeue", "--all", "--states=all", "--json")))
 
     def accounting_jobs(
         self,

@@ -1,22 +1,27 @@
 """What MAC reads from Slurm, as plain records, and the pure functions that parse the tools.
 
-Sources, all from Slurm 22.05's own client tools (captured outputs under
-tests/fixtures/slurm/ show each shape):
-- nodes: `sinfo --json` (one record per node: base state, state flags, reason, who set it);
+Sources, read from 22.05 to 24.11 (tests/fixtures/slurm/ holds each release's real
+outputs, and its README how they were captured):
+- nodes: one record per node (base state, state flags, reason, who set it). 22.05 has
+  that as `sinfo --json` only; from 23.02 on sinfo prints `{"sinfo": [...]}`, groups of
+  nodes that share a partition and a state (not a reason), and the per-node record is
+  `scontrol --json show nodes` (which 22.05 lacks): `SlurmClient` asks `scontrol
+  --version` which one to run, and `parse_nodes` reads either's `{"nodes": [...]}`;
 - jobs: `squeue --json`, which holds every job slurmctld still remembers: pending,
-  running, and finished ones for MinJobAge (300 s by default); while a job runs, its
-  `gres_detail` gives each node's GPU indexes (`gpu:2(IDX:0-1)`), one entry per node of
-  `job_resources.allocated_nodes`, in that order;
+  running, and finished ones for MinJobAge (300 s by default; from 24.05.1 on only with
+  `--states=all`); while a job runs, its `gres_detail` gives each node's GPU indexes
+  (`gpu:2(IDX:0-1)`), one entry per node of its allocation, in that order;
 - accounting: `sacct` (slurmdbd), which keeps finished jobs for good but knows only how
   many GPUs a job had (`AllocTRES gres/gpu=N`), not which; read as delimited text
   (`parse_sacct` says why not --json);
-- reservations: `scontrol show reservation -o` (22.05's scontrol has no --json);
+- reservations: `scontrol show reservation -o` (22.05's scontrol has no --json, and
+  24.11's JSON does not say whether a reservation is active);
 - the controller: `scontrol ping`.
 
 The JSON of 22.05 (openapi/v0.0.38) writes times as epoch seconds and a node's state as
-a lower-case word plus a list of upper-case flags; later releases (v0.0.39 and on) wrap
-numbers as {"set", "infinite", "number"} and write the state as one list of flags:
-`_number` and `_node_state` read both, so a newer slurmctld does not break the reading.
+a lower-case word plus a list of upper-case flags; from 23.02 on (data_parser v0.0.39,
+v0.0.42 in 24.11) numbers may be {"set", "infinite", "number"} and the state is one list
+of flags: `_number` and `_node_state` read both.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ _GRES_ENTRY = re.compile(
     r"(?P<name>[^:(,]+)(?::(?P<type>[^:(,]+))?:(?P<count>\d+)(?:\((?P<idx>[^)]*)\))?"
 )
 _RECORD_KEY = re.compile(r"\s+(?=[A-Za-z][A-Za-z0-9_/:]*=)")
+_RELEASE = re.compile(r"\b(\d+)\.(\d+)\.\d+")
 
 
 @dataclass(frozen=True)
@@ -230,13 +236,42 @@ def load_json(command: Sequence[str], text: str) -> dict[str, Any]:
 
 def slurm_release(document: Mapping[str, Any]) -> str:
     """The Slurm release that answered ("22.05.8"), or "" when the document does not say."""
-    return str(((document.get("meta") or {}).get("Slurm") or {}).get("release") or "")
+    meta = document.get("meta") or {}
+    about = meta.get("slurm") or meta.get("Slurm") or {}  # "Slurm" in 22.05 only
+    return str(about.get("release") or "")
 
 
-def parse_nodes(document: Mapping[str, Any]) -> list[SlurmNode]:
-    """The nodes of a `sinfo --json` document."""
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) of `scontrol --version`: "slurm 22.05.8", "slurm-wlm 24.11.5" (Debian)."""
+    match = _RELEASE.search(text)
+    if not match:
+        raise SlurmOutputError(("scontrol", "--version"), f"no Slurm release in {text[:200]!r}")
+    return int(match[1]), int(match[2])
+
+
+def parse_nodes(
+    document: Mapping[str, Any], command: Sequence[str] = ("scontrol", "show", "nodes")
+) -> list[SlurmNode]:
+    """The nodes of a `{"nodes": [...]}` document: 22.05's `sinfo --json`, or
+    `scontrol --json show nodes` of 23.02 and later.
+
+    Any other shape is a SlurmOutputError, never "no nodes": MAC would take every node
+    for unknown to Slurm. 23.02's `sinfo --json` is one: its groups share a state but not
+    a reason (sinfo's default format does not match on it), so they cannot be read as
+    nodes.
+    """
+    records = document.get("nodes")
+    if not isinstance(records, list):
+        if "sinfo" in document:
+            detail = (
+                "a sinfo --json of Slurm 23.02 or later: nodes grouped by partition and "
+                "state, without each node's reason; read nodes with scontrol --json show nodes"
+            )
+        else:
+            detail = f"no list of nodes in the document (keys: {', '.join(sorted(document))})"
+        raise SlurmOutputError(command, detail)
     nodes = []
-    for record in document.get("nodes") or []:
+    for record in records:
         state, flags = _node_state(record)
         nodes.append(
             SlurmNode(

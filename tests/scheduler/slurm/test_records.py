@@ -234,7 +234,8 @@ def test_a_record_line_keeps_values_with_spaces():
 
 
 def test_the_json_of_later_releases_is_read_too():
-    """v0.0.39 and on (Slurm 23.02+): the state as one list, numbers as {set, number}."""
+    """v0.0.39 and on (Slurm 23.02+): the state as one list, numbers as {set, number}.
+    (Made up; test_records_releases.py reads what 24.11 really prints.)"""
     (node,) = parse_nodes(
         {"nodes": [{"name": "n1", "state": ["IDLE", "DRAIN"], "reason": "MAC: x",
                     "reason_changed_at": {"set": True, "infinite": False, "number": 1796323997},
