@@ -42,19 +42,21 @@ def test_scripts_run_leaves_another_terminal_the_env_that_finds_its_master(tmp_p
     box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
     box.write(".venv/bin/mac", '#!/bin/sh\necho "mac $*" >> "$FAKE_CALLS"\n', 0o755)
     data = tmp_path / "a data dir"  # quoted as the shell reads it back
-    done = box.run("run", MAC_DATA_DIR=str(data))
+    # the master's Slurm settings too (the lab's, or the caller's own), for mac doctor
+    done = box.run("run", MAC_DATA_DIR=str(data), SLURM_CONF="/srv/slurm/slurm.conf")
     assert done.returncode == 0, done.stdout + done.stderr
     run_env = data / "run.env"
     assert f". {run_env}" in done.stdout
+    assert "MAC_BIND" not in run_env.read_text()  # unset settings stay unset
 
     shell = subprocess.run(
         ["bash", "-c", f'. "{run_env}"; command -v mac; echo "$MAC_STATE_DIR|$MAC_RUNTIME|'
-         '$MAC_NODE_ENV_FILE|$MASTER_IP"'],
+         '$MAC_NODE_ENV_FILE|$MASTER_IP|$SLURM_CONF"'],
         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=True,
     )  # fmt: skip
     found, values = shell.stdout.splitlines()
     assert Path(found).resolve() == (box.repo / ".venv/bin/mac").resolve()
-    assert values == f"{data}/state|process|{data}/agent/node.env|127.0.0.1"
+    assert values == f"{data}/state|process|{data}/agent/node.env|127.0.0.1|/srv/slurm/slurm.conf"
 
 
 @pytest.fixture
