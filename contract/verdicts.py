@@ -85,10 +85,17 @@ ACTION_FIXES: dict[HealthAction, str] = {
         "if it fails the same way, debug the application (CUDA errors, memory accesses)."
     ),
     HealthAction.RESET_GPU: (
-        "Drain the node, then reset the GPU once no process holds it:\n"
+        "Drain the node and wait for its jobs. The reset refuses while any process holds the "
+        "GPU, MAC's own GPU services included (sudo fuser -v /dev/nvidia* lists them): stop "
+        "them, reset, then start the agent's services again.\n"
+        "  docker stop mac-dcgm-exporter mac-mango-sdk-agent   (Docker runtime; AMD: "
+        "mac-rocm-exporter)\n"
+        "  sudo supervisorctl -c /var/lib/mac/agent/supervisor/supervisord.conf stop "
+        "dcgm-exporter mango-sdk-agent   (process runtime, as root; AMD: rocm-exporter)\n"
         "  sudo nvidia-smi -r -i <gpu>        (NVIDIA)\n"
         "  sudo amd-smi reset --gpureset -g <gpu>   (AMD)\n"
-        "A reset that fails needs a reboot."
+        "  mac restart agent        (every agent service back; the node stays registered)\n"
+        "Not mac stop agent: it deregisters the node. A reset that fails needs a reboot."
     ),
     HealthAction.REBOOT: (
         "Drain the node and reboot it (sudo reboot): a GPU off the bus or a wedged driver "

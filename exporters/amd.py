@@ -19,7 +19,12 @@ of ``mac_exporter_backend_available{backend="amdgpu"}``.
 
 Each GPU's health verdict (``mac_gpu_health`` under AMD's labels, its evidence and the
 boot: exporters.gpu_health) is judged by node.gpu.health from AMD's health flag and the
-ECC counts of the same scrape.
+ECC counts, with what the source remembers of each GPU (``Followed``): a GPU that
+answered before and answers none of its readings now is unreadable, so unhealthy; the
+ECC totals grow only by what a RAS block that answered twice added in between. Only the
+steady source is judged: a scrape where amdsmi failed and sysfs answered instead serves
+sysfs's readings and no verdict (the master keeps the node's last one), since sysfs
+numbers and counts the GPUs its own way (8 cards where amdsmi has 64 CPX partitions).
 """
 
 from __future__ import annotations
@@ -79,6 +84,63 @@ class AmdGpu:
         found = asdict(self)
         del found["fields"]  # the inventory lists identity and readings, not counters
         return found
+
+    def answered(self) -> bool:
+        """Whether any reading came back. Not the identity, nor VRAM: amdsmi and the driver
+        answer those from what they keep (read at init, or the driver's own bookkeeping)
+        whatever state the GPU is in; the rest needs the GPU or its firmware to answer."""
+        values = (
+            self.gfx_activity,
+            self.umc_activity,
+            self.power_average_w,
+            self.power_current_w,
+            self.energy_uj,
+        )
+        return (
+            any(v is not None for v in values) or bool(self.temperatures) or self.fields.answered()
+        )
+
+
+# What names a GPU: an unreadable GPU keeps what it had when it last answered.
+IDENTITY = ("gpu_uuid", "partition_id", "pci_address", "serial_number", "card_model", "card_vendor")
+JUDGED_KINDS = ("correct", "uncorrect")
+
+
+class Followed:
+    """What the source remembers of one GPU between the scrapes it judges."""
+
+    def __init__(self) -> None:
+        self.identity: dict[str, str] = {}  # when it last answered
+        self.counts: dict[tuple[str, str], float] = {}  # (RAS block, kind) -> last count
+        self.totals: dict[str, float] = {}  # kind -> what the blocks added since first read
+
+    def follow(self, gpu: AmdGpu) -> dict[str, float]:
+        """Mark ``gpu`` unreadable where it answered before and not now; its ECC totals.
+
+        A total only grows by what one block added between two readings of it: a block
+        that did not answer this scrape adds nothing (and its errors still count for the
+        health flag), one read for the first time is a base, and one whose count fell
+        (the driver reset it) is a new base. Summing the blocks that answered would turn
+        one failed read into a drop and the next full read into a rise of the whole block.
+        """
+        if gpu.answered():
+            self.identity = {name: getattr(gpu, name) for name in IDENTITY}
+        elif self.identity:
+            for name, value in self.identity.items():
+                setattr(gpu, name, value)
+            gpu.fields.readable = False
+        for block, counts in gpu.fields.ecc.items():
+            for kind, value in counts.items():
+                before = self.counts.get((block, kind))
+                added = value - before if before is not None and value > before else 0.0
+                self.totals[kind] = self.totals.get(kind, 0.0) + added
+                self.counts[block, kind] = value
+        gpu.fields.uncorrect_unanswered = sum(
+            value
+            for (block, kind), value in self.counts.items()
+            if kind == "uncorrect" and block not in gpu.fields.ecc
+        )
+        return {kind: self.totals[kind] for kind in JUDGED_KINDS if kind in self.totals}
 
 
 def parse_modules(text: str) -> set[str]:
@@ -222,9 +284,14 @@ class AmdGpuSource:
         *,
         window: float = DEFAULT_WINDOW,
         wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,  # evidence windows: immune to NTP steps
     ):
         self.roots = roots
+        self._clock = clock
         self._judge = GpuJudge(window)
+        # By card and index: a card that takes a vanished card's index starts afresh, so
+        # the judge sees a new base there, never another card's counts.
+        self._followed: dict[tuple[str, str], Followed] = {}
         self._wall = wall
         # None: try to import amdsmi; False: never (sysfs only); a module: use it.
         self._amdsmi = _import_amdsmi() if amdsmi is None else (amdsmi or None)
@@ -252,6 +319,10 @@ class AmdGpuSource:
 
     def gpus(self) -> list[AmdGpu]:
         """Current readings of every AMD GPU (the inventory API uses this too)."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[list[AmdGpu], str]:
+        """The GPUs, and why amdsmi failed where sysfs answered in its place this scrape."""
         if self._amdsmi is not None and not self._amdsmi_ready:
             try:
                 self._amdsmi.amdsmi_init()
@@ -262,14 +333,29 @@ class AmdGpuSource:
                 self._amdsmi = None
         if self._amdsmi_ready:
             try:
-                return read_amdsmi_gpus(self._amdsmi)
+                return read_amdsmi_gpus(self._amdsmi), ""
             except Exception as exc:  # one bad call must not lose the GPUs: use sysfs
                 log.warning("amdsmi failed (%s); reading amdgpu sysfs this scrape", exc)
-        return read_sysfs_gpus(self.roots)
+                why = f"amdsmi failed: {exc}; read amdgpu sysfs this scrape, GPUs not judged"
+                return read_sysfs_gpus(self.roots), why
+        return read_sysfs_gpus(self.roots), ""
+
+    def _follow(self, gpus: list[AmdGpu]) -> list[dict[str, float]]:
+        """Each GPU's ECC totals, after its memory marked it unreadable where it is."""
+        followed = {(gpu.card, gpu.gpu_id): Followed() for gpu in gpus}
+        # A GPU no longer listed is forgotten: were it listed again, it starts afresh.
+        followed |= {key: seen for key, seen in self._followed.items() if key in followed}
+        self._followed = followed
+        return [followed[gpu.card, gpu.gpu_id].follow(gpu) for gpu in gpus]
 
     def collect(self) -> Iterable[Metric]:
         problem = self.prerequisites()
-        gpus = self.gpus()
+        gpus, fallback = self._read()
+        # A fallback's GPUs are sysfs's, numbered and counted its own way: not judged, and
+        # kept out of the memory of the GPUs amdsmi numbers. Without any GPU, judged: none
+        # found means every one is missing.
+        judged = not fallback or not gpus
+        totals = self._follow(gpus) if not fallback else []
         self._backends = [
             BackendStatus(
                 "amdgpu",
@@ -278,8 +364,8 @@ class AmdGpuSource:
             ),
             BackendStatus(
                 "amdsmi",
-                self._amdsmi_ready,
-                "" if self._amdsmi_ready else self._amdsmi_reason,
+                self._amdsmi_ready and not fallback,
+                fallback or ("" if self._amdsmi_ready else self._amdsmi_reason),
             ),
         ]
         yield GaugeMetricFamily(
@@ -334,10 +420,13 @@ class AmdGpuSource:
         yield from gauges.values()
         yield energy
         yield from families(((self.label_values(gpu), gpu.fields) for gpu in gpus), LABELS)
-        if not problem:  # the GPUs can be judged (none found means they are missing)
-            now = self._wall()
-            judged = [(self.label_values(gpu), self._judge.amd(reading(gpu), now)) for gpu in gpus]
-            yield from verdict_families(judged, LABELS, read_boot_id(self.roots))
+        if not problem and judged:  # the GPUs can be judged (none found: they are missing)
+            now, tick = self._wall(), self._clock()
+            verdicts = [
+                (self.label_values(gpu), self._judge.amd(reading(gpu, ecc), now, tick))
+                for gpu, ecc in zip(gpus, totals, strict=True)
+            ]
+            yield from verdict_families(verdicts, LABELS, read_boot_id(self.roots))
 
     @staticmethod
     def label_values(gpu: AmdGpu) -> list[str]:
@@ -351,20 +440,20 @@ class AmdGpuSource:
         ]
 
 
-def reading(gpu: AmdGpu) -> AmdReading:
-    """What node.gpu.health judges of one AMD GPU: its health flag and ECC totals."""
-    totals = {
-        kind: sum(counts[kind] for counts in gpu.fields.ecc.values() if kind in counts)
-        for kind in ("correct", "uncorrect")
-        if any(kind in counts for counts in gpu.fields.ecc.values())
-    }
+def reading(gpu: AmdGpu, totals: dict[str, float]) -> AmdReading:
+    """What node.gpu.health judges of one AMD GPU: its health flag and ECC totals
+    (``Followed.follow``'s: None for a kind no RAS block ever counted)."""
+    # Unreadable is its own evidence (judged once it lasts); the flag then says nothing of
+    # the errors counted, while the served gpu_health is AMD's own (unreadable: 0).
+    unreadable = not gpu.fields.readable
     return AmdReading(
         int(gpu.gpu_id),
         gpu.gpu_uuid,
         gpu.serial_number,
-        health_flag=gpu.fields.healthy,
+        health_flag=None if unreadable else gpu.fields.healthy,
         ecc_uncorrectable=totals.get("uncorrect"),
         ecc_correctable=totals.get("correct"),
+        unreadable=unreadable,
     )
 
 

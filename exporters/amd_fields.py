@@ -72,12 +72,33 @@ class GpuFields:
     violations: dict[str, float] = field(default_factory=dict)
     hbm_temperatures: list[float] = field(default_factory=list)
     gfx_busy_instantaneous: list[float] = field(default_factory=list)
+    # The source's memory (exporters.amd) fills these two. False: the GPU answered before
+    # and answers none of its readings now.
     readable: bool = True
+    # Uncorrectable errors that RAS blocks which did not answer now counted when last read:
+    # the health flag still counts them, no per-block series shows them as current.
+    uncorrect_unanswered: float = 0.0
 
     @property
     def healthy(self) -> bool:
         """AMD's gpu_health from what MAC sees: readable and no uncorrectable ECC error."""
-        return self.readable and not any(c.get("uncorrect", 0) for c in self.ecc.values())
+        counted = sum(c.get("uncorrect", 0) for c in self.ecc.values())
+        return self.readable and not (counted or self.uncorrect_unanswered)
+
+    def answered(self) -> bool:
+        """Whether any of these readings came back. Not the PCIe link speeds: the PCI core
+        answers them from the config space whatever state the GPU is in."""
+        pcie = set(self.pcie) - {"pcie_speed", "pcie_max_speed"}
+        return bool(
+            any(self.ecc.values())
+            or pcie
+            or self.clocks
+            or self.xgmi_rx_kb
+            or self.xgmi_tx_kb
+            or self.violations
+            or self.hbm_temperatures
+            or self.gfx_busy_instantaneous
+        )
 
 
 def parse_ras_count(text: str) -> dict[str, float]:

@@ -12,17 +12,23 @@ Counters are exposed as dcgm-exporter exposes them: ``# TYPE <name> counter`` un
 the DCGM name itself, with no ``_total`` (``generate_dcgm_latest``).
 
 NVML comes from nvidia-ml-py (``pynvml``); the module object is injected so tests
-hand in a fake at exactly that hardware boundary. A field the GPU does not support
-(``NVML_ERROR_NOT_SUPPORTED``) or a blank value is skipped, never reported as a
-number. A GPU NVML cannot reach (``NVML_ERROR_GPU_IS_LOST``, a reset required, an
-unknown error) is reported by ``mac_gpu_lost 1`` with the identity it had when it was last
-seen, and judged unhealthy; one the exporter may not open (no permission) is not judged.
+hand in a fake at exactly that hardware boundary. A field whose question does not apply
+here (``NVML_ERROR_NOT_SUPPORTED``, no permission for that call...:
+``exporters.nvidia_fields.NOT_HERE``) or a blank value is skipped, never reported as a
+number. Any other error of the handle or of any query takes the GPU out of reach
+(``NVML_ERROR_GPU_IS_LOST``, a reset required, an unknown error, a timeout, missing
+power): it is reported by ``mac_gpu_lost 1`` with the identity it had when it was last
+seen, and judged unhealthy with NVML's words. A GPU the exporter may not open (no
+permission on its handle) cannot be judged: it is served degraded, saying so, never
+healthy and never left out (the master would take it for a missing GPU and drain).
 The profiling fields come from NVML's GPM metrics where the GPU has them;
 ``mac_gpu_profiling_available`` says, per GPU, why they are absent elsewhere.
 
 Each GPU's health verdict (``mac_gpu_health``, its evidence and the boot it belongs to:
 exporters.gpu_health) is judged by node.gpu.health from the same scrape's answers and
-every XID event, stamped with the time it was drained.
+every XID event, stamped with the wall time it was drained; its windows run on the
+monotonic ``clock``. XID events that cannot be read ``XID_WAIT_FAILURES`` scrapes in a
+row are evidence on every GPU (degraded): XID intake never stops in silence.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -53,6 +59,7 @@ from exporters.nvidia_fields import (
     gpm_metric_ids,
     health_reading,
     is_blank,
+    not_here,
 )
 from exporters.runtime import BackendStatus, Exporter, Options
 from node.config import node_config
@@ -66,6 +73,11 @@ HPC_JOB_DIR_SETTING = "MAC_HPC_JOB_MAPPING_DIR"
 LABELS = ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
 # The verdict's series add the GPU's serial: the key of its fault history on the master.
 HEALTH_LABELS = [*LABELS, "serial"]
+# Scrapes in a row whose XID wait failed (not a timeout) before every GPU says so: one
+# failure may be a passing driver hiccup. NVIDIA's k8s-device-plugin counted 3 too
+# (maxSuccessiveEventErrorCount) before it marked every device unhealthy; MAC says
+# degraded: the GPUs' own reads still judge them, only the XIDs go unseen.
+XID_WAIT_FAILURES = 3
 
 
 def _text(value) -> str:
@@ -180,7 +192,7 @@ class NvmlSource:
         self,
         hostname: str,
         nvml: ModuleType | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,  # NVLink rates and evidence windows
         *,
         roots: Roots | None = None,
         window: float = DEFAULT_WINDOW,
@@ -190,7 +202,7 @@ class NvmlSource:
         self.hostname = hostname
         self._hpc_job_dir = hpc_job_dir  # opt-in: dcgm-exporter's hpc_job label (exporters.hpcjob)
         self._nvml = nvml
-        self._clock = clock  # NVLink bandwidth is a rate between two scrapes
+        self._clock = clock  # NVLink rates, evidence windows: immune to NTP steps
         self._wall = wall  # when evidence was seen, as people read it
         self._roots = roots or Roots()
         self._judge = GpuJudge(window)
@@ -207,6 +219,10 @@ class NvmlSource:
         self._driver = ""  # the driver version last read, for a scrape that cannot read it
         self._xids: Counter = Counter()  # (gpu index, xid) -> count since start
         self._last_xid: dict[int, int] = {}
+        self._wait_failures = 0  # scrapes in a row whose XID wait failed
+        self._wait_words = ""  # NVML's words for the last failure
+        self._reach_logged: dict[int, str] = {}  # GPU -> NVML's words, logged once
+        self._field_errors_logged: set[str] = set()  # "field: NVML's words", logged once
         self._lock = threading.Lock()
 
     def backends(self) -> list[BackendStatus]:
@@ -314,13 +330,29 @@ class NvmlSource:
         while True:
             try:
                 event = nvml.nvmlEventSetWait_v2(self._event_set, 0)
-            except nvml.NVMLError:
-                return  # NVML_ERROR_TIMEOUT: nothing pending
+            except nvml.NVMLError as exc:
+                self._wait_failed(exc)
+                return
             index = self._handle_index.get(_handle_key(event.device), -1)
             self._xids[(index, int(event.eventData))] += 1
             self._last_xid[index] = int(event.eventData)
             if index >= 0:
-                self._judge.xid(index, int(event.eventData), self._wall())
+                self._judge.xid(index, int(event.eventData), self._wall(), self._clock())
+
+    def _wait_failed(self, exc: Exception) -> None:
+        """Count a wait that failed; NVML_ERROR_TIMEOUT is no failure: nothing is pending."""
+        if getattr(exc, "value", None) == self.nvml.NVML_ERROR_TIMEOUT:
+            if self._wait_failures:
+                log.info("XID events can be read again")
+            self._wait_failures = 0
+            return
+        self._wait_failures += 1
+        self._wait_words = _nvml_words(exc)
+        if self._wait_failures in (1, XID_WAIT_FAILURES):
+            log.warning(
+                "nvmlEventSetWait failed (%s of %s in a row): %s",
+                self._wait_failures, XID_WAIT_FAILURES, self._wait_words,
+            )  # fmt: skip
 
     def collect(self) -> Iterable[Metric]:
         with self._lock:
@@ -414,38 +446,38 @@ class NvmlSource:
                 ident = self.identity(index, handle)
             except nvml.NVMLError as exc:
                 ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
-                reading = self._unanswered(index, ident, exc)
-                out_of_reach = reading.lost or reading.reset_required or reading.unreachable
-                lost.add_metric(ident.labels(self.hostname, driver), 1.0 if out_of_reach else 0.0)
-                readings[index] = reading
+                reading = readings[index] = self._unanswered(index, ident, exc)
+                out_of_reach = 1.0 if reading.out_of_reach else 0.0
+                lost.add_metric(ident.labels(self.hostname, driver), out_of_reach)
                 continue
             handles[index] = handle
             labels = ident.labels(self.hostname, driver)
             state = self._state(index)
             query = GpuQuery(nvml, handle, state, now)
-            is_lost = 0.0
-            reset_required = False
+            failed, errors, answered = None, [], 0
             for f in fields:
                 try:
                     value = f.read(query)
                 except nvml.NVMLError as exc:
-                    if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
-                        is_lost = 1.0
+                    if not_here(nvml, exc):
+                        continue  # skipped, never a fake number
+                    if self._gone(exc):  # the GPU says itself that it is out of reach
+                        failed = (f.name, exc)
                         break
-                    if exc.value == nvml.NVML_ERROR_RESET_REQUIRED:
-                        reset_required = True
-                        break
-                    continue  # NOT_SUPPORTED and friends: skip, never a fake number
+                    errors.append((f.name, exc))  # one odd field is no verdict on the GPU
+                    continue
+                answered += 1
                 if value is None or is_blank(value):
                     continue
                 families[f.name].add_metric(labels, value)
-            lost.add_metric(labels, 1.0 if is_lost or reset_required else 0.0)
-            readings[index] = (
-                NvidiaReading(index, ident.uuid, ident.serial, reset_required=True)
-                if reset_required
-                else self._reading(query, index, ident, bool(is_lost))
-            )
-            if not is_lost and state.gpm.supported is not None:
+            if failed is None and errors and not answered:
+                failed = errors[0]  # nothing answers: out of reach (judged once it lasts)
+            elif errors:
+                self._log_errors(index, errors)
+            reading = self._reading(query, index, ident, failed, bool(answered))
+            readings[index] = reading
+            lost.add_metric(labels, 1.0 if reading.out_of_reach else 0.0)
+            if not reading.out_of_reach and state.gpm.supported is not None:
                 available = 0.0 if state.gpm.reason else 1.0
                 profiling.add_metric([*labels, state.gpm.reason], available)
         self._drain_xid_events(handles)
@@ -463,29 +495,77 @@ class NvmlSource:
         yield profiling
         yield from self._verdicts(readings, driver)
 
+    def _gone(self, exc: Exception) -> bool:
+        """NVML's own word that the GPU is out of reach: lost, a reset required, no power."""
+        nvml = self.nvml
+        gone = (nvml.NVML_ERROR_GPU_IS_LOST, nvml.NVML_ERROR_RESET_REQUIRED,
+                nvml.NVML_ERROR_INSUFFICIENT_POWER)  # fmt: skip
+        return getattr(exc, "value", None) in gone
+
+    def _log_errors(self, index: int, errors: list[tuple[str, Exception]]) -> None:
+        """Fields that failed while others answered: logged (once per field and error)."""
+        for name, exc in errors:
+            words = f"{name}: {_nvml_words(exc)}"
+            if words not in self._field_errors_logged:
+                self._field_errors_logged.add(words)
+                log.warning("GPU %s: %s (the field is skipped; other fields answer)", index, words)
+
     def _reading(
-        self, query: GpuQuery, index: int, ident: GpuIdentity, lost: bool
+        self,
+        query: GpuQuery,
+        index: int,
+        ident: GpuIdentity,
+        failed: tuple[str, Exception] | None,
+        answered: bool = True,
     ) -> NvidiaReading:
-        """What the judge needs of one GPU; a GPU lost mid-read is judged lost."""
-        if not lost:
+        """What the judge needs of one GPU; ``failed``: the field whose query took it out of
+        reach, and NVML's error (the judge's own queries may do the same). A health query
+        that fails while other fields answered tells nothing: its conditions stay as they
+        were (None), unless NVML says the GPU is gone."""
+        if failed is None:
             try:
-                return health_reading(query, index, ident.uuid, ident.serial)
-            except self.nvml.NVMLError:  # GPU_IS_LOST: the other errors read as None
-                pass
-        return NvidiaReading(index, ident.uuid, ident.serial, lost=True)
+                reading = health_reading(query, index, ident.uuid, ident.serial)
+            except self.nvml.NVMLError as exc:
+                if answered and not self._gone(exc):
+                    self._log_errors(index, [("the health reading", exc)])
+                    return NvidiaReading(index, ident.uuid, ident.serial)
+                failed = ("the health reading", exc)
+            else:
+                self._reach_logged.pop(index, None)
+                return reading
+        what, exc = failed
+        words = _nvml_words(exc)
+        if self._reach_logged.get(index) != words:
+            log.warning("GPU %s out of reach: %s: %s", index, what, words)
+        self._reach_logged[index] = words
+        return self._out_of_reach(index, ident, exc)
 
     def _verdicts(self, readings: dict[int, NvidiaReading], driver: str) -> list[Metric]:
         """Every GPU's verdict, judged after this scrape's XID events were drained."""
-        wall = self._wall()
+        wall, tick = self._wall(), self._clock()
+        unread = self._wait_words if self._wait_failures >= XID_WAIT_FAILURES else ""
         judged = []
         for index, reading in sorted(readings.items()):
             ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
             labels = ident.health_labels(self.hostname, driver)
-            judged.append((labels, self._judge.nvidia(reading, wall)))
+            reading = replace(reading, xids_unread=unread)
+            judged.append((labels, self._judge.nvidia(reading, wall, tick)))
         return verdict_families(judged, HEALTH_LABELS, read_boot_id(self._roots))
 
     def _unanswered(self, index: int, ident: GpuIdentity, exc: Exception) -> NvidiaReading:
         """The reading of a GPU NVML gave no handle or identity for, by NVML's error."""
+        nvml = self.nvml
+        code = getattr(exc, "value", None)
+        access = (nvml.NVML_ERROR_NO_PERMISSION, nvml.NVML_ERROR_NOT_SUPPORTED,
+                  nvml.NVML_ERROR_OPERATING_SYSTEM)  # fmt: skip
+        if code in access:
+            # How this exporter may open the GPU, not the GPU's state: it cannot be judged.
+            log.warning("GPU %s: %s", index, exc)
+            return NvidiaReading(index, ident.uuid, ident.serial, no_access=_nvml_words(exc))
+        return self._out_of_reach(index, ident, exc)
+
+    def _out_of_reach(self, index: int, ident: GpuIdentity, exc: Exception) -> NvidiaReading:
+        """The reading of a GPU out of reach, by NVML's error."""
         nvml = self.nvml
         code = getattr(exc, "value", None)
         reading = NvidiaReading(index, ident.uuid, ident.serial)
@@ -493,12 +573,11 @@ class NvmlSource:
             reading.lost = True
         elif code == nvml.NVML_ERROR_RESET_REQUIRED:
             reading.reset_required = True
-        elif code in (nvml.NVML_ERROR_NO_PERMISSION, nvml.NVML_ERROR_NOT_SUPPORTED):
-            # How this exporter may open the GPU, not the GPU's state: no verdict on it.
-            log.warning("GPU %s: %s", index, exc)
+        elif code == nvml.NVML_ERROR_INSUFFICIENT_POWER:
+            reading.insufficient_power = True  # XID 54's fault: the cables, not a reboot
         else:
-            # An unknown error (what many drivers answer after an XID 79), an IRQ or power
-            # problem: a GPU nothing can use is not a healthy one.
+            # An unknown error (what many drivers answer after an XID 79), a timeout, an
+            # IRQ problem: a GPU nothing can use is not a healthy one.
             reading.unreachable = _nvml_words(exc)
         return reading
 

@@ -26,9 +26,38 @@ from types import ModuleType
 
 from node.gpu.health import NvidiaReading
 
+# NVML's errors that mean the question does not apply here (to this GPU, this driver, this
+# exporter's rights, or not yet), not that the GPU is in trouble: the field is skipped.
+# Any other error of a GPU NVML gave a handle for takes it out of reach (exporters.nvidia):
+# a driver that answers every query with NVML_ERROR_UNKNOWN after an XID 79 has a GPU
+# nothing can use, not one whose fields are all "not supported".
+NOT_HERE = (
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_NO_PERMISSION",
+    "NVML_ERROR_NOT_FOUND",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",  # a driver older than the binding
+    "NVML_ERROR_INVALID_ARGUMENT",  # a field id or struct this driver does not know
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+    "NVML_ERROR_DEPRECATED",
+    "NVML_ERROR_INSUFFICIENT_SIZE",
+    "NVML_ERROR_NO_DATA",
+    "NVML_ERROR_NOT_READY",
+    "NVML_ERROR_IN_USE",  # GPM held by another profiler (DCGM)
+    "NVML_ERROR_INSUFFICIENT_RESOURCES",
+    "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED",
+    "NVML_ERROR_FREQ_NOT_SUPPORTED",
+    "NVML_ERROR_OPERATING_SYSTEM",  # the OS (cgroups) denies this exporter the call
+)
+
 # Sentinels NVML and DCGM use for "no value": never export them as numbers.
 BLANK_THRESHOLDS = (0x7FFFFFF0, 0xFFFFFFFF, 0x7FFFFFFFFFFFFFF0, 0xFFFFFFFFFFFFFFFF)
 MIB = 1024 * 1024
+
+
+def not_here(nvml: ModuleType, exc: Exception) -> bool:
+    """True when NVML's error says the question does not apply here (``NOT_HERE``)."""
+    code = getattr(exc, "value", None)
+    return code is not None and any(code == getattr(nvml, name, None) for name in NOT_HERE)
 
 
 def is_blank(value: float) -> bool:
@@ -68,8 +97,8 @@ class GpmSampler:
         try:
             support = query(handle)
         except nvml.NVMLError as exc:
-            if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
-                raise  # asked again once the GPU is back
+            if not not_here(nvml, exc):
+                raise  # the GPU is out of reach: asked again once it is back
             self.supported, self.reason = False, f"nvmlGpmQueryDeviceSupport: {exc}"
             return
         self.supported = bool(support.isSupportedDevice)
@@ -122,7 +151,7 @@ class GpuQuery:
     """NVML's answers for one GPU during one scrape; a call shared by several fields runs once.
 
     A failed call is remembered too, so that every field it feeds is skipped
-    (NOT_SUPPORTED) or flags the GPU lost (GPU_IS_LOST) without asking NVML again.
+    (``not_here``) or takes the GPU out of reach without asking NVML again.
     """
 
     def __init__(self, nvml: ModuleType, handle, state: GpuState, now: float) -> None:
@@ -348,12 +377,12 @@ def dcgm_fields(nvml: ModuleType) -> list[Field]:
 
 
 def _optional(query: GpuQuery, read: Callable[[], float]) -> float | None:
-    """A reading the GPU may lack: None for NOT_SUPPORTED and friends; GPU_IS_LOST raises."""
+    """A reading the GPU may lack: None for ``not_here`` errors; any other error raises."""
     nvml = query.nvml
     try:
         value = read()
     except nvml.NVMLError as exc:
-        if exc.value == nvml.NVML_ERROR_GPU_IS_LOST:
+        if not not_here(nvml, exc):
             raise
         return None
     return None if value is None or is_blank(value) else value
@@ -371,7 +400,9 @@ def nvlink_error_fields(nvml: ModuleType) -> tuple[int, ...]:
 
 def health_reading(query: GpuQuery, index: int, uuid: str, serial: str) -> NvidiaReading:
     """What node.gpu.health judges, from this scrape's NVML answers (shared with the fields:
-    ECC, remapped rows and clock reasons are asked once). GPU_IS_LOST raises."""
+    ECC, remapped rows and clock reasons are asked once). None is "NVML did not say"
+    (``not_here``: the remapped rows of a MIG-enabled GPU with active instances); any
+    other NVML error raises: the GPU is out of reach."""
     nvml = query.nvml
     reading = NvidiaReading(index, uuid, serial)
     recovery = getattr(nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)

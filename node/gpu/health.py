@@ -8,16 +8,20 @@ the same judge. The judge returns a ``contract.verdicts.GpuVerdict`` per GPU.
 Two kinds of evidence, two ways to clear (docs/gpu-health.md, "Clearing"):
 
 - events (an XID, an ECC or NVLink counter that rose): they count for ``window`` seconds
-  after they happened (MAC_GPU_EVIDENCE_WINDOW, 1 hour by default). Counters are judged
-  by their increase between two readings, never by their value: NVML's volatile counts
-  and AMD's RAS counts reset with the driver, and a count carried over from a fault
-  that was repaired says nothing about now;
+  after they happened (MAC_GPU_EVIDENCE_WINDOW, 1 hour by default), measured on the
+  caller's monotonic ``tick`` so that a step of the wall clock (NTP) neither clears nor
+  prolongs them. Counters are judged by their increase between two readings, never by
+  their value: NVML's volatile counts and AMD's RAS counts reset with the driver, and a
+  count carried over from a fault that was repaired says nothing about now;
 - conditions (lost from the bus, a remap pending or failed, the driver's recovery
   action, AMD's health flag, a thermal or power slowdown): they count while they last,
-  dated from when they were first seen, and clear the moment they end.
+  dated from when they were first seen, and clear at the first answer that says they
+  ended. A reading's None is no answer ("NVML did not say": the remapped-rows query on a
+  MIG-enabled GPU with active instances, say) and leaves the condition as it was.
 
-A piece of evidence keeps its ``at`` for as long as it lasts, so an unchanged verdict
-serves unchanged bytes and the master's sweep skips it (contract.verdicts.answer_digest).
+A piece of evidence keeps its ``at`` (wall time, as people read it) for as long as it
+lasts, so an unchanged verdict serves unchanged bytes and the master's sweep skips it
+(contract.verdicts.answer_digest).
 """
 
 from __future__ import annotations
@@ -47,15 +51,23 @@ DEFAULT_WINDOW: float = settings.setting(WINDOW_SETTING).default
 # Correctable errors are routine one at a time; this many within the window is a trend.
 CORRECTABLE_BURST = 10
 NVLINK_BURST = 10  # NVLink CRC, replay and recovery errors within the window
+# Seconds an NVML error other than "lost", "reset required" or "no power" (an unknown
+# error, a timeout), or an AMD GPU that answers nothing, must last before it is evidence
+# (unhealthy: a drain): longer than one scrape at Prometheus' 15 s, so one failed scrape,
+# a driver busy for a moment, is not. A GPU that fell off the bus stays that way.
+UNREACHABLE_GRACE = 20.0
 
 # NVML's GPU recovery action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, driver r570+):
 # value -> (words, state, action). Values from nvidia-ml-py's NVML_GPU_RECOVERY_ACTION_*.
 RECOVERY_ACTIONS: dict[int, tuple[str, HealthState, HealthAction]] = {
     1: ("the driver asks for a GPU reset", HealthState.UNHEALTHY, HealthAction.RESET_GPU),
     2: ("the driver asks for a node reboot", HealthState.UNHEALTHY, HealthAction.REBOOT),
+    # NVIDIA: terminate every GPU process doing peer-to-peer work, then ask again; jobs
+    # must stop, so the node is drained (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt,
+    # "Error Recovery and Response Flags").
     3: (
-        "the driver asks to drain peer-to-peer (NVLink) work, then reset",
-        HealthState.DEGRADED,
+        "the driver asks to stop peer-to-peer (NVLink) work; it then names the next step",
+        HealthState.UNHEALTHY,
         HealthAction.RESET_GPU,
     ),
     4: (
@@ -87,9 +99,16 @@ class NvidiaReading:
     serial: str = ""
     lost: bool = False
     # NVML cannot reach the GPU for another reason (an unknown error, as after an XID 79
-    # on many drivers; a reset required; an IRQ or power problem): NVML's words for it.
+    # on many drivers; a timeout; an IRQ problem): NVML's words for it.
     unreachable: str = ""
     reset_required: bool = False  # NVML_ERROR_RESET_REQUIRED: a GPU reset brings it back
+    # NVML_ERROR_INSUFFICIENT_POWER: the board's external power is not attached (XID 54's
+    # fault, CHECK_MECHANICALS): a reboot does not plug a cable in.
+    insufficient_power: bool = False
+    # The exporter may not open the GPU (no permission): NVML's words. MAC cannot judge it.
+    no_access: str = ""
+    # NVML's words when XID events could not be read for several scrapes in a row.
+    xids_unread: str = ""
     recovery_action: int | None = None
     ecc_uncorrectable: float | None = None  # volatile total
     ecc_correctable: float | None = None
@@ -97,6 +116,11 @@ class NvidiaReading:
     remap_failed: bool | None = None
     nvlink_errors: float | None = None  # CRC, replay and recovery totals, all links
     clock_reasons: int | None = None
+
+    @property
+    def out_of_reach(self) -> bool:
+        """NVML reaches the GPU no more (``mac_gpu_lost``): its other readings mean nothing."""
+        return bool(self.lost or self.reset_required or self.unreachable or self.insufficient_power)
 
 
 @dataclass
@@ -109,6 +133,8 @@ class AmdReading:
     health_flag: bool | None = None  # AMD's GPU_HEALTH: False is unhealthy
     ecc_uncorrectable: float | None = None  # all blocks
     ecc_correctable: float | None = None
+    # It answered before and answers none of its readings now (exporters.amd).
+    unreadable: bool = False
 
 
 class CounterWatch:
@@ -116,41 +142,56 @@ class CounterWatch:
 
     def __init__(self) -> None:
         self.last: float | None = None
-        self.rises: deque[tuple[float, float]] = deque()  # (when, by how much)
+        self.rises: deque[tuple[float, float, float]] = deque()  # (tick, when, by how much)
 
-    def update(self, value: float | None, now: float, window: float) -> None:
+    def update(self, value: float | None, now: float, tick: float, window: float) -> None:
         if value is not None:
             if self.last is not None and value > self.last:
-                self.rises.append((now, value - self.last))
+                self.rises.append((tick, now, value - self.last))
             # Lower than before: the driver reset its counters; the new value is the base.
             self.last = value
-        while self.rises and self.rises[0][0] <= now - window:
+        while self.rises and self.rises[0][0] <= tick - window:
             self.rises.popleft()
 
     def total(self) -> float:
-        return sum(by for _, by in self.rises)
+        return sum(by for _, _, by in self.rises)
 
     def latest(self) -> float:
-        return self.rises[-1][0] if self.rises else 0.0
+        """When the last rise in the window was seen (wall time)."""
+        return self.rises[-1][1] if self.rises else 0.0
 
 
 @dataclass
 class _GpuMemory:
     """What the judge keeps of one GPU between scrapes."""
 
-    xids: dict[int, float] = field(default_factory=dict)  # xid -> latest time within window
+    xids: dict[int, tuple[float, float]] = field(default_factory=dict)  # xid -> (tick, at)
     since: dict[str, float] = field(default_factory=dict)  # condition -> first seen
+    ticks: dict[str, float] = field(default_factory=dict)  # condition -> first seen (tick)
     counters: dict[str, CounterWatch] = field(default_factory=dict)
+    recovery: int = 0  # the driver's last answered recovery action
 
     def counter(self, name: str) -> CounterWatch:
         return self.counters.setdefault(name, CounterWatch())
 
-    def condition(self, name: str, holds: bool, now: float) -> float:
-        """When the condition was first seen (0 when it does not hold now)."""
+    def condition(self, name: str, holds: bool | None, now: float) -> float:
+        """When the condition was first seen (0 when it does not hold); ``holds`` None
+        (no answer) leaves it as it was."""
+        if holds is None:
+            return self.since.get(name, 0.0)
         if not holds:
             self.since.pop(name, None)
             return 0.0
         return self.since.setdefault(name, now)
+
+    def lasting(self, name: str, holds: bool, now: float, tick: float, grace: float) -> float:
+        """As ``condition``, but only once it has held for ``grace`` seconds (monotonic):
+        for evidence a passing hiccup also shows, which must not drain a node."""
+        at = self.condition(name, holds, now)
+        if not at:
+            self.ticks.pop(name, None)
+            return 0.0
+        return at if tick - self.ticks.setdefault(name, tick) >= grace else 0.0
 
 
 class Finding(NamedTuple):
@@ -168,7 +209,13 @@ U, D = HealthState.UNHEALTHY, HealthState.DEGRADED
 
 
 class GpuJudge:
-    """The verdict of every GPU of one node, from readings and XID events."""
+    """The verdict of every GPU of one node, from readings and XID events.
+
+    Every call takes ``now``, the Unix time the evidence is dated with, and ``tick``, a
+    monotonic clock's reading (``time.monotonic()``) the windows are measured on; a
+    caller whose clock never steps (the simulated fleet) leaves ``tick`` out and ``now``
+    serves for both.
+    """
 
     def __init__(self, window: float = DEFAULT_WINDOW) -> None:
         self.window = window
@@ -177,15 +224,16 @@ class GpuJudge:
     def _memory(self, index: int) -> _GpuMemory:
         return self._gpus.setdefault(index, _GpuMemory())
 
-    def xid(self, index: int, code: int, at: float) -> None:
-        """An XID event of GPU ``index`` at Unix time ``at``."""
+    def xid(self, index: int, code: int, at: float, tick: float | None = None) -> None:
+        """An XID event of GPU ``index`` at Unix time ``at`` (monotonic ``tick``)."""
         memory = self._memory(index)
-        memory.xids[code] = max(at, memory.xids.get(code, 0.0))
+        seen = (at if tick is None else tick, at)
+        memory.xids[code] = max(seen, memory.xids.get(code, seen))
 
-    def _xids(self, memory: _GpuMemory, now: float) -> list[Finding]:
+    def _xids(self, memory: _GpuMemory, tick: float) -> list[Finding]:
         found = []
-        for code, at in sorted(memory.xids.items()):
-            if at <= now - self.window:
+        for code, (seen, at) in sorted(memory.xids.items()):
+            if seen <= tick - self.window:
                 del memory.xids[code]
                 continue
             entry = xid_catalog.lookup(code)
@@ -194,17 +242,19 @@ class GpuJudge:
             )
         return found
 
-    def _ecc(self, memory: _GpuMemory, now: float, uncorrectable, correctable) -> list[Finding]:
+    def _ecc(
+        self, memory: _GpuMemory, now: float, tick: float, uncorrectable, correctable
+    ) -> list[Finding]:
         found = []
         rose = memory.counter("ecc_uncorrectable")
-        rose.update(uncorrectable, now, self.window)
+        rose.update(uncorrectable, now, tick, self.window)
         if rose.total():
             words = f"{rose.total():.0f} new uncorrectable ECC error(s)"
             found.append(
                 Finding(EvidenceSource.ECC, "uncorrectable", words, U, A.RESET_GPU, rose.latest())
             )
         burst = memory.counter("ecc_correctable")
-        burst.update(correctable, now, self.window)
+        burst.update(correctable, now, tick, self.window)
         if burst.total() >= CORRECTABLE_BURST:
             words = f"correctable ECC errors rising ({burst.total():.0f} within the window)"
             found.append(
@@ -212,26 +262,24 @@ class GpuJudge:
             )
         return found
 
-    def nvidia(self, reading: NvidiaReading, now: float) -> GpuVerdict:
+    def nvidia(self, reading: NvidiaReading, now: float, tick: float | None = None) -> GpuVerdict:
+        tick = now if tick is None else tick
         memory = self._memory(reading.index)
-        found = self._xids(memory, now)
-        if at := memory.condition("lost", reading.lost, now):
-            words = "lost from the bus (NVML_ERROR_GPU_IS_LOST)"
-            found.append(Finding(EvidenceSource.LOST, "gpu_is_lost", words, U, A.REBOOT, at))
-        if at := memory.condition("reset_required", reading.reset_required, now):
-            words = "NVML cannot use the GPU until it is reset (NVML_ERROR_RESET_REQUIRED)"
-            found.append(Finding(EvidenceSource.LOST, "reset_required", words, U, A.RESET_GPU, at))
-        unreachable = bool(reading.unreachable) and not reading.reset_required
-        if at := memory.condition("unreachable", unreachable, now):
-            words = f"NVML cannot reach the GPU ({reading.unreachable})"
-            found.append(Finding(EvidenceSource.LOST, "unreachable", words, U, A.REBOOT, at))
-        if not (reading.lost or reading.reset_required or reading.unreachable):
-            found += self._nvidia_fields(memory, reading, now)
+        found = self._xids(memory, tick) + _reach(memory, reading, now, tick)
+        if at := memory.condition("xids_unread", bool(reading.xids_unread), now):
+            words = f"XID events cannot be read ({reading.xids_unread}): a new XID goes unseen"
+            found.append(Finding(EvidenceSource.XID, "unreadable", words, D, A.NONE, at))
+        if not (reading.out_of_reach or reading.no_access):
+            found += self._nvidia_fields(memory, reading, now, tick)
         return _verdict(reading.index, reading.uuid, reading.serial, "nvidia", found)
 
-    def _nvidia_fields(self, memory: _GpuMemory, reading: NvidiaReading, now: float) -> list:
-        found = self._ecc(memory, now, reading.ecc_uncorrectable, reading.ecc_correctable)
-        value = reading.recovery_action or 0
+    def _nvidia_fields(
+        self, memory: _GpuMemory, reading: NvidiaReading, now: float, tick: float
+    ) -> list:
+        found = self._ecc(memory, now, tick, reading.ecc_uncorrectable, reading.ecc_correctable)
+        if reading.recovery_action is not None:  # unanswered: the last answer stands
+            memory.recovery = reading.recovery_action
+        value = memory.recovery
         for key in [key for key in memory.since if key.startswith("recovery")]:
             if key != f"recovery{value}":
                 del memory.since[key]  # the driver changed its mind: a new condition
@@ -241,33 +289,70 @@ class GpuJudge:
             found.append(
                 Finding(EvidenceSource.RECOVERY_ACTION, str(value), words, state, repair, at)
             )
-        if at := memory.condition("remap_failed", bool(reading.remap_failed), now):
+        if at := memory.condition("remap_failed", reading.remap_failed, now):
             words = "row remapping failed"
             found.append(
                 Finding(EvidenceSource.ROW_REMAP, "failure", words, U, A.INSPECT_HARDWARE, at)
             )
-        if at := memory.condition("remap_pending", bool(reading.remap_pending), now):
+        if at := memory.condition("remap_pending", reading.remap_pending, now):
             words = "a row remap is pending (a GPU reset applies it)"
             found.append(Finding(EvidenceSource.ROW_REMAP, "pending", words, D, A.RESET_GPU, at))
         links = memory.counter("nvlink")
-        links.update(reading.nvlink_errors, now, self.window)
+        links.update(reading.nvlink_errors, now, tick, self.window)
         if links.total() >= NVLINK_BURST:
             words = f"NVLink errors rising ({links.total():.0f} within the window)"
             found.append(Finding(EvidenceSource.NVLINK, "errors", words, D, A.NONE, links.latest()))
+        reasons = reading.clock_reasons
         for bit, name in SLOWDOWNS.items():
-            slowed = reading.clock_reasons is not None and bool(reading.clock_reasons & bit)
+            slowed = None if reasons is None else bool(reasons & bit)
             if at := memory.condition(f"slowdown{bit}", slowed, now):
                 words = f"clocks held back: {name}"
                 found.append(Finding(EvidenceSource.THROTTLE, f"{bit:#x}", words, D, A.NONE, at))
         return found
 
-    def amd(self, reading: AmdReading, now: float) -> GpuVerdict:
+    def amd(self, reading: AmdReading, now: float, tick: float | None = None) -> GpuVerdict:
+        tick = now if tick is None else tick
         memory = self._memory(reading.index)
-        found = self._ecc(memory, now, reading.ecc_uncorrectable, reading.ecc_correctable)
-        if at := memory.condition("amd_health", reading.health_flag is False, now):
+        found = self._ecc(memory, now, tick, reading.ecc_uncorrectable, reading.ecc_correctable)
+        flag = reading.health_flag
+        # A reboot, not a reset: amdgpu adds every error it reads to totals it keeps while
+        # it is loaded (amdgpu_ras.c), and it already resets the GPU itself after an
+        # uncorrectable error (kernel docs, "RAS Reboot Behavior"); after `amd-smi reset`
+        # the flag would still say unhealthy. A reboot starts the totals at 0.
+        if at := memory.condition("amd_health", None if flag is None else not flag, now):
             words = "AMD GPU_HEALTH is unhealthy (uncorrectable errors or a fatal error)"
-            found.append(Finding(EvidenceSource.AMD_HEALTH, "unhealthy", words, U, A.RESET_GPU, at))
+            found.append(Finding(EvidenceSource.AMD_HEALTH, "unhealthy", words, U, A.REBOOT, at))
+        # As NVIDIA's unreachable: only once it lasts (UNREACHABLE_GRACE).
+        if at := memory.lasting("unreadable", reading.unreadable, now, tick, UNREACHABLE_GRACE):
+            words = "amdsmi answers none of the GPU's readings (it answered before)"
+            found.append(Finding(EvidenceSource.LOST, "unreadable", words, U, A.REBOOT, at))
         return _verdict(reading.index, reading.uuid, reading.serial, "amd", found)
+
+
+def _reach(memory: _GpuMemory, reading: NvidiaReading, now: float, tick: float) -> list[Finding]:
+    """Whether NVML reaches the GPU at all, and if not, why (and whether MAC may open it)."""
+    found, lost = [], EvidenceSource.LOST
+    if at := memory.condition("lost", reading.lost, now):
+        words = "lost from the bus (NVML_ERROR_GPU_IS_LOST)"
+        found.append(Finding(lost, "gpu_is_lost", words, U, A.REBOOT, at))
+    if at := memory.condition("reset_required", reading.reset_required, now):
+        words = "NVML cannot use the GPU until it is reset (NVML_ERROR_RESET_REQUIRED)"
+        found.append(Finding(lost, "reset_required", words, U, A.RESET_GPU, at))
+    if at := memory.condition("insufficient_power", reading.insufficient_power, now):
+        words = "the GPU's external power is not attached (NVML_ERROR_INSUFFICIENT_POWER)"
+        found.append(Finding(lost, "insufficient_power", words, U, A.INSPECT_HARDWARE, at))
+    # Any other NVML error: the GPU is gone only if it lasts (UNREACHABLE_GRACE), as it does
+    # after an XID 79 on drivers that answer Unknown Error from then on.
+    unreachable = bool(reading.unreachable) and not reading.reset_required
+    if at := memory.lasting("unreachable", unreachable, now, tick, UNREACHABLE_GRACE):
+        words = f"NVML cannot reach the GPU ({reading.unreachable})"
+        found.append(Finding(lost, "unreachable", words, U, A.REBOOT, at))
+    # Degraded, not healthy (nothing was judged) and not unhealthy (a permission is no
+    # reason to drain); never left out: the master takes a GPU left out for a missing one.
+    if at := memory.condition("no_access", bool(reading.no_access), now):
+        words = f"MAC may not open the GPU and cannot judge it ({reading.no_access})"
+        found.append(Finding(lost, "no_access", words, D, A.NONE, at))
+    return found
 
 
 def _verdict(index: int, uuid: str, serial: str, vendor: str, found: list[Finding]) -> GpuVerdict:

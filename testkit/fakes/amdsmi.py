@@ -24,11 +24,20 @@ class FakeAmdSmi:
     PCI address, UUID and KFD node (an 8-GPU MI300X platform for the simulated fleet).
     ``token`` (8 hex digits) replaces part of the recorded UUID and serial, so that cards
     of different simulated nodes differ.
+
+    What a test changes between scrapes: ``silent``, the indexes of GPUs whose readings
+    fail (amdsmi still names them from what it read at init); ``ecc``, each RAS block's
+    counts, and ``failing_blocks``, the blocks whose count fails; ``error``, set, fails
+    the listing of the GPUs itself.
     """
 
     def __init__(self, count: int = 1, token: str = "") -> None:
         self.count = count
         self.token = token
+        self.silent: set[int] = set()
+        self.ecc = {self.AmdSmiGpuBlock.UMC: ras_counts(correctable=3)}
+        self.failing_blocks: set[int] = set()
+        self.error = ""
 
     class AmdSmiException(Exception):
         pass
@@ -42,7 +51,13 @@ class FakeAmdSmi:
         pass
 
     def amdsmi_get_processor_handles(self):
+        if self.error:
+            raise self.AmdSmiException(self.error)
         return [f"h{index}" for index in range(self.count)]
+
+    def _answer(self, h) -> None:
+        if _index(h) in self.silent:
+            raise self.AmdSmiException("AMDSMI_STATUS_DRM_ERROR - DRM error")
 
     def amdsmi_get_gpu_asic_info(self, h):
         serial = (
@@ -65,28 +80,35 @@ class FakeAmdSmi:
         return {"kfd_id": 17094 + index, "node_id": 2 + index, "current_partition_id": 0}
 
     def amdsmi_get_gpu_activity(self, h):
+        self._answer(h)
         return {"gfx_activity": 77, "umc_activity": 12, "mm_activity": NA}
 
     def amdsmi_get_gpu_vram_usage(self, h):
+        self._answer(h)
         return {"vram_total": 196592, "vram_used": 8128}
 
     def amdsmi_get_temp_metric(self, h, kind, metric):
+        self._answer(h)
         if kind == self.AmdSmiTemperatureType.EDGE:
             raise self.AmdSmiException("not supported on MI300X")
         return {1: 55, 2: 40}[kind]
 
     def amdsmi_get_power_info(self, h):
+        self._answer(h)
         return {"average_socket_power": NA, "current_socket_power": 301}
 
     def amdsmi_get_energy_count(self, h):
+        self._answer(h)
         return {"energy_accumulator": 81234567890, "counter_resolution": 15.259, "timestamp": 0}
 
     def amdsmi_get_gpu_ecc_count(self, h, block):
-        if block == self.AmdSmiGpuBlock.UMC:
-            return {"correctable_count": 3, "uncorrectable_count": 0, "deferred_count": 0}
-        return {"correctable_count": 0, "uncorrectable_count": 0, "deferred_count": 0}
+        self._answer(h)
+        if block in self.failing_blocks:
+            raise self.AmdSmiException("AMDSMI_STATUS_API_FAILED - API call failed")
+        return dict(self.ecc.get(block, ras_counts()))
 
     def amdsmi_get_pcie_info(self, h):
+        self._answer(h)
         return {
             "pcie_static": {"max_pcie_width": 16, "max_pcie_speed": 32000},
             "pcie_metric": {
@@ -102,11 +124,13 @@ class FakeAmdSmi:
         }
 
     def amdsmi_get_clock_info(self, h, kind):
+        self._answer(h)
         if kind == self.AmdSmiClkType.GFX:
             return {"clk": 1420, "min_clk": 500, "max_clk": 2100, "clk_locked": False}
         return {"clk": 1300, "min_clk": 900, "max_clk": 1300, "clk_locked": NA}
 
     def amdsmi_get_gpu_metrics_info(self, h):
+        self._answer(h)
         return {
             "temperature_hbm": [38, 39, 40, 39, 38, 41, 40, 39],
             "xgmi_read_data_acc": [1048576, 2097152, 0, 0, 0, 0, 0, NA],
@@ -123,6 +147,15 @@ class FakeAmdSmi:
 
 def _index(handle: str) -> int:
     return int(handle[1:])
+
+
+def ras_counts(correctable: int = 0, uncorrectable: int = 0) -> dict[str, int]:
+    """One RAS block's answer to amdsmi_get_gpu_ecc_count."""
+    return {
+        "correctable_count": correctable,
+        "uncorrectable_count": uncorrectable,
+        "deferred_count": 0,
+    }
 
 
 def main() -> None:

@@ -64,10 +64,15 @@ class FakeGpu:
     # Every call on the GPU, its handle included, raises this NVML error (NVML_ERROR_UNKNOWN:
     # nvidia-smi's "Unable to determine the device handle ... Unknown Error" after an XID 79).
     error: int | None = None
+    # Every call but the handle's raises this NVML error: a driver that still hands out the
+    # handle after an XID 79 and answers every question with NVML_ERROR_UNKNOWN.
+    query_error: int | None = None
     serial: str = ""  # "": NVML_ERROR_NOT_SUPPORTED, as on boards without one
     recovery_action: int | None = 0  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; None: before r570
     nvlink_errors: int | None = 0  # CRC flit errors of all links; None: no NVLink
     blank_power: bool = False  # power reads back as NVML's "not available" sentinel
+    # One reading's NVML error while the rest answer ({"sm_clock": NVML_ERROR_UNKNOWN}).
+    field_errors: dict[str, int] = field(default_factory=dict)
 
 
 class FakeNvml:
@@ -81,6 +86,7 @@ class FakeNvml:
         self.init_error = init_error
         self.pending_xids: list[tuple[int, int]] = []  # (gpu index, xid)
         self.system_error: int | None = None  # the driver stops answering after init
+        self.wait_error: int | None = None  # nvmlEventSetWait_v2 fails with this NVML error
         self._gpm_buffers: list = []  # keeps the memory behind each fake GPM sample alive
         self._gpm_taken: dict[int, tuple[int, int]] = {}  # sample address -> (gpu, sequence)
         self._sequence = itertools.count(1)
@@ -92,8 +98,9 @@ class FakeNvml:
         gpu = self.gpus[handle]
         if gpu.lost:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
-        if gpu.error is not None:
-            raise pynvml.NVMLError(gpu.error)
+        for error in (gpu.error, gpu.query_error):
+            if error is not None:
+                raise pynvml.NVMLError(error)
         return gpu
 
     @staticmethod
@@ -188,7 +195,10 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, h, clock):
         gpu = self._gpu(h)
-        return gpu.sm_clock if clock == pynvml.NVML_CLOCK_SM else gpu.mem_clock
+        name = "sm_clock" if clock == pynvml.NVML_CLOCK_SM else "mem_clock"
+        if name in gpu.field_errors:
+            raise pynvml.NVMLError(gpu.field_errors[name])
+        return getattr(gpu, name)
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
         gpu = self._gpu(h)
@@ -273,6 +283,8 @@ class FakeNvml:
         self._gpu(h)
 
     def nvmlEventSetWait_v2(self, event_set, timeout_ms):
+        if self.wait_error is not None:
+            raise pynvml.NVMLError(self.wait_error)
         if not self.pending_xids:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
         index, xid = self.pending_xids.pop(0)

@@ -128,7 +128,7 @@ def test_a_gpu_exporter_answers_the_sweeps_verdict_query_with_those_lines_only(s
     found = parse_verdicts(page.encode(), "amd")
     assert [(gpu.index, gpu.state, gpu.action) for gpu in found.gpus] == [
         ("0", "healthy", "none"),
-        ("1", "unhealthy", "reset_gpu"),  # the fixture's card 1 counts uncorrectable errors
+        ("1", "unhealthy", "reboot"),  # the fixture's card 1 counts uncorrectable errors
     ]
     assert found.boot_id == "0f6c1b52-5d5e-4c1e-9a7d-4b1e2f3a6c80"
     # The liveness judgement is unchanged: the answer is a valid exposition.

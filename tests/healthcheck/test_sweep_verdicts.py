@@ -168,9 +168,9 @@ def test_amd_ecc_the_health_flag_and_a_gpu_gone_from_the_inventory(gpu_nodes):
     run_sweep()
     node = fresh(node)
     assert (node.health_state, node.health_action) == ("unhealthy", "reboot")
-    assert (gpu(node, 2).state, gpu(node, 2).action) == ("unhealthy", "reset_gpu")
+    assert (gpu(node, 2).state, gpu(node, 2).action) == ("unhealthy", "reboot")
     assert gpu(node, 2).evidence[0]["source"] in ("ecc", "amd_health")
-    assert (gpu(node, 4).state, gpu(node, 4).action) == ("unhealthy", "reset_gpu")
+    assert (gpu(node, 4).state, gpu(node, 4).action) == ("unhealthy", "reboot")
     missing = gpu(node, 6)
     assert (missing.state, missing.action, missing.uuid) == ("unhealthy", "reboot", gone.uuid)
     assert missing.evidence[0]["detail"] == (

@@ -100,8 +100,8 @@ def test_amd_uncorrectable_ecc_the_health_flag_and_a_lost_gpu():
     node.inject(Fault.GPU_LOST, target=6)
     clock.now += 1
     seen = gpus(node)
-    assert seen["2"] == (HealthState.UNHEALTHY, HealthAction.RESET_GPU)
-    assert seen["4"] == (HealthState.UNHEALTHY, HealthAction.RESET_GPU)
+    assert seen["2"] == (HealthState.UNHEALTHY, HealthAction.REBOOT)
+    assert seen["4"] == (HealthState.UNHEALTHY, HealthAction.REBOOT)
     assert "6" not in seen  # gone from amdsmi: the master counts it missing
 
 

@@ -120,6 +120,41 @@ def test_amd_uncorrectable_ecc_and_the_health_flag_are_unhealthy():
         judge.amd(AmdReading(1, "u", "s", health_flag=True, ecc_uncorrectable=0), T).evidence == ()
     )
     verdict = judge.amd(AmdReading(1, "u", "s", health_flag=False, ecc_uncorrectable=2), T + 5)
-    assert (verdict.state, verdict.action) == (HealthState.UNHEALTHY, HealthAction.RESET_GPU)
-    assert {e.source for e in verdict.evidence} == {"ecc", "amd_health"}
+    assert verdict.state is HealthState.UNHEALTHY
+    assert {(e.source, e.action) for e in verdict.evidence} == {
+        ("ecc", HealthAction.RESET_GPU), ("amd_health", HealthAction.REBOOT)
+    }  # fmt: skip
     assert verdict.vendor == "amd"
+
+
+def test_a_question_nvml_leaves_unanswered_clears_no_condition():
+    """None is "NVML did not say" (the remap query under MIG, a query this driver lacks):
+    only an answer that says the condition ended clears it."""
+    judge = GpuJudge(WINDOW)
+    first = judged(judge, T, remap_failed=True, remap_pending=False, recovery_action=1,
+                   clock_reasons=0x40)  # fmt: skip
+    assert judged(judge, T + 10) == first
+    assert (
+        judged(judge, T + 20, remap_failed=False, recovery_action=0, clock_reasons=0).evidence == ()
+    )
+
+
+def test_the_driver_asking_to_drain_peer_to_peer_work_drains_the_node():
+    """NVIDIA: terminate the GPU processes that do peer-to-peer work, then ask again."""
+    verdict = judged(GpuJudge(WINDOW), T, recovery_action=3)
+    assert (verdict.state, verdict.action) == (HealthState.UNHEALTHY, HealthAction.RESET_GPU)
+
+
+def test_windows_run_on_the_monotonic_tick_and_evidence_keeps_the_wall_time():
+    judge = GpuJudge(WINDOW)
+    judge.xid(3, 79, T, tick=1000.0)
+    judge.nvidia(gpu(ecc_uncorrectable=0), T, tick=1000.0)
+    stepped = judge.nvidia(gpu(ecc_uncorrectable=1), T + 7200, tick=1001.0)  # NTP: +2 h
+    assert {(e.source, e.at) for e in stepped.evidence} == {("xid", T), ("ecc", T + 7200)}
+    assert judge.nvidia(gpu(ecc_uncorrectable=1), T + 7250, tick=1050.0) == stepped
+    assert judge.nvidia(gpu(ecc_uncorrectable=1), T + 7300, tick=1000.0 + WINDOW + 2).evidence == ()
+
+
+def test_amds_health_flag_asks_for_a_reboot_a_reset_keeps_the_drivers_counts():
+    verdict = GpuJudge(WINDOW).amd(AmdReading(1, "u", "s", health_flag=False), T)
+    assert (verdict.state, verdict.action) == (HealthState.UNHEALTHY, HealthAction.REBOOT)
