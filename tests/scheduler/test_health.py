@@ -130,7 +130,8 @@ def test_health_says_which_node_map_the_pass_cannot_read_even_with_the_drain_off
 
     answer = client.get("/health").json()
 
-    assert answer["status"] == "degraded" and "slurm_node_map" in answer["degraded"]
+    # degraded, not failed (whatever else this worker's state fails: a sweep long past)
+    assert "slurm_node_map" in answer["degraded"] and "slurm_node_map" not in answer["failed"]
     detail = answer["checks"]["slurm_node_map"]["detail"]
     assert detail.startswith(f"MAC_SLURM_NODE_MAP='@{tmp_path / 'names'}': cannot read ")
     assert "the drain and job attribution stop at it" in detail
