@@ -67,6 +67,18 @@ def check_node_map(text: str | None, name: str = SETTING) -> str:
     return text
 
 
+def map_file(text: str | None) -> Path | None:
+    """The file a value names (``@/absolute/path``); None for pairs, or for a path the
+    setting refuses (the refusal is the setting's to say)."""
+    text = (text or "").strip()
+    if not text.startswith("@"):
+        return None
+    try:
+        return _path(text, SETTING)
+    except NodeMapError:
+        return None
+
+
 def _path(text: str, name: str) -> Path:
     path = Path(text[1:].strip())
     if not path.is_absolute():

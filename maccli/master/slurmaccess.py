@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.drainpolicy import DrainMode
+from contract.nodemap import map_file
 from contract.slurmconf import SlurmConf, read_slurm_conf
 from maccli import output
 from maccli.output import CliError
@@ -167,16 +168,7 @@ def slurm_access(cfg: NodeConfig) -> SlurmAccess | None:
             address = HOST_GATEWAY
         if f"{daemon.target}:{address}" not in hosts:
             hosts.append(f"{daemon.target}:{address}")
-    return SlurmAccess(conf, tuple(hosts), _node_map_file(cfg))
-
-
-def _node_map_file(cfg: NodeConfig) -> Path | None:
-    """MAC_SLURM_NODE_MAP's file (`@/path`), where it names one (checked at start-up)."""
-    text = (cfg.get("MAC_SLURM_NODE_MAP") or "").strip()
-    if not text.startswith("@"):
-        return None
-    path = Path(text[1:].strip())
-    return path if path.is_absolute() else None
+    return SlurmAccess(conf, tuple(hosts), map_file(cfg.get("MAC_SLURM_NODE_MAP")))
 
 
 def _warn_local_accounting(conf: SlurmConf) -> None:

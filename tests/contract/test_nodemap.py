@@ -101,3 +101,12 @@ def test_the_setting_refuses_what_mac_env_set_and_the_master_would(tmp_path):
     path.write_text("gpu-01=n001\ngpu-02=n002\n")
     settings.check("MAC_SLURM_NODE_MAP", f"@{path}")
     assert settings.values({"MAC_SLURM_NODE_MAP": "a.dc=a"}.get)["MAC_SLURM_NODE_MAP"] == "a.dc=a"
+
+
+def test_the_file_a_value_names_is_read_by_the_same_rule_as_the_setting():
+    """mac-worker mounts this file (maccli.master.slurmaccess); a value the setting refuses
+    names none."""
+    from contract.nodemap import map_file
+
+    assert str(map_file(" @/etc/slurm/nodemap ")) == "/etc/slurm/nodemap"
+    assert map_file("@nodemap") is None and map_file("gpu-01=n1") is None and map_file(None) is None

@@ -163,3 +163,13 @@ def drain(drain_lab, settings, tmp_path, db) -> Iterator[DrainLab]:
     run_sweep()
     yield drain_lab
     clear_drain_keys()
+
+
+@pytest.fixture(scope="module")
+def one_node_lab() -> Iterator[SlurmLab]:
+    """A one-node Slurm lab (no GPUs, no accounting) for the module; skipped without one."""
+    try:
+        with lab_folder() as root, SlurmLab.start(root, ["node-1"], 0) as running:
+            yield running
+    except SlurmLabUnavailable as exc:
+        pytest.skip(str(exc))

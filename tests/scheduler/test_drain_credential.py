@@ -15,19 +15,15 @@ from contract.drainpolicy import DrainMode
 from healthcheck.health import run_health_checks
 from scheduler import link
 from scheduler.drainpass import run_drain_pass
-from testkit.slurmlab import SlurmLab, SlurmLabUnavailable, lab_folder
+from testkit.slurmlab import SlurmLab
 from tests.scheduler.conftest import clear_drain_keys
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
 
 @pytest.fixture(scope="module")
-def lab() -> Iterator[SlurmLab]:
-    try:
-        with lab_folder() as root, SlurmLab.start(root, ["node-1"], 0) as running:
-            yield running
-    except SlurmLabUnavailable as exc:
-        pytest.skip(str(exc))
+def lab(one_node_lab: SlurmLab) -> SlurmLab:
+    return one_node_lab
 
 
 @pytest.fixture

@@ -8,23 +8,19 @@ first is SlurmCredentialRefused with its fix, the second stays plain SlurmUnreac
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from scheduler.slurm import SlurmClient, SlurmCredentialRefused, SlurmUnreachable
-from testkit.slurmlab import SlurmLab, SlurmLabUnavailable, lab_folder
+from testkit.slurmlab import SlurmLab
 
 pytestmark = [pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")
-def lab() -> Iterator[SlurmLab]:
-    try:
-        with lab_folder() as root, SlurmLab.start(root, ["node-1"], 0) as running:
-            yield running
-    except SlurmLabUnavailable as exc:
-        pytest.skip(str(exc))
+def lab(one_node_lab: SlurmLab) -> SlurmLab:
+    return one_node_lab
 
 
 def _raised(call: Callable[[], object]) -> SlurmUnreachable:
