@@ -28,7 +28,9 @@ Each GPU's health verdict (``mac_gpu_health``, its evidence and the boot it belo
 exporters.gpu_health) is judged by node.gpu.health from the same scrape's answers and
 every XID event, stamped with the wall time it was drained; its windows run on the
 monotonic ``clock``. XID events that cannot be read ``XID_WAIT_FAILURES`` scrapes in a
-row are evidence on every GPU (degraded): XID intake never stops in silence.
+row are evidence on every GPU (degraded): XID intake never stops in silence. The XIDs
+the driver logged before the exporter started are read back once from the kernel log
+(node.gpu.kernel_log), so a restart forgets none still within the evidence window.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from exporters.nvidia_fields import (
 from exporters.runtime import BackendStatus, Exporter, Options
 from node.config import node_config
 from node.gpu.health import DEFAULT_WINDOW, GpuJudge, NvidiaReading
+from node.gpu.kernel_log import KernelXid, pci_address, read_kernel_xids
 from node.host import Roots, read_boot_id
 from node.hpcjobs import read_mapping
 
@@ -198,8 +201,14 @@ class NvmlSource:
         window: float = DEFAULT_WINDOW,
         wall: Callable[[], float] = time.time,
         hpc_job_dir: Path | None = None,
+        kernel_log: Path | None = None,
     ):
         self.hostname = hostname
+        # /dev/kmsg, read once at the first scrape for the XIDs of before it (opt-in: the
+        # fakes and tests never read the machine's own log)
+        self._kernel_log = kernel_log
+        self._kernel_backend: BackendStatus | None = None
+        self._kernel_xids: list[KernelXid] | None = None  # not read yet
         self._hpc_job_dir = hpc_job_dir  # opt-in: dcgm-exporter's hpc_job label (exporters.hpcjob)
         self._nvml = nvml
         self._clock = clock  # NVLink rates, evidence windows: immune to NTP steps
@@ -226,7 +235,7 @@ class NvmlSource:
         self._lock = threading.Lock()
 
     def backends(self) -> list[BackendStatus]:
-        return [self._backend]
+        return [self._backend, *filter(None, [self._kernel_backend])]
 
     @property
     def nvml(self) -> ModuleType:
@@ -338,6 +347,59 @@ class NvmlSource:
             self._last_xid[index] = int(event.eventData)
             if index >= 0:
                 self._judge.xid(index, int(event.eventData), self._wall(), self._clock())
+
+    def _replay_kernel_log(self) -> None:
+        """The XIDs the kernel logged before this exporter watched for them, to the judge.
+
+        Read once, at the first scrape, once NVML is registered for events: an XID logged
+        between the two reaches the judge twice, which changes nothing (it keeps the
+        latest of each XID). They count in the verdict only: the XID counters and the last
+        XID stay dcgm-exporter's, since this exporter started, so that a restart does not
+        raise a counter by a whole boot's XIDs. A record naming a GPU NVML does not list
+        (yet) waits for it, until the window has passed.
+        """
+        if self._kernel_log is None:
+            return
+        if self._kernel_xids is None:
+            self._kernel_xids = self._read_kernel_log(self._kernel_log)
+        if not self._kernel_xids:
+            return
+        tick, wall = self._clock(), self._wall()
+        by_pci = {pci_address(ident.pci_bus_id): index for index, ident in self._identities.items()}
+        waiting = []
+        for xid in self._kernel_xids:
+            if xid.since_boot <= tick - self._judge.window:
+                continue
+            index = by_pci.get(xid.pci)
+            if index is None:
+                waiting.append(xid)
+                continue
+            at = wall - max(0.0, tick - xid.since_boot)
+            self._judge.xid(index, xid.code, at, xid.since_boot)
+            log.warning("GPU %s: XID %s from the kernel log: %s", index, xid.code, xid.text)
+        self._kernel_xids = waiting
+
+    def _read_kernel_log(self, path: Path) -> list[KernelXid]:
+        """The XIDs in the kernel log still within the evidence window."""
+        tick = self._clock()
+        try:
+            xids = read_kernel_xids(path, until=tick)
+        except OSError as exc:
+            reason = (
+                f"cannot read {path}: {exc.strerror or exc}; XIDs logged before the "
+                "exporter started are not in the verdict (it needs CAP_SYSLOG where "
+                "kernel.dmesg_restrict=1, and the host's /dev/kmsg in a container)"
+            )
+            log.warning("%s", reason)
+            self._kernel_backend = BackendStatus("kernel_log", False, reason)
+            return []
+        self._kernel_backend = BackendStatus("kernel_log", True, "")
+        recent = [xid for xid in xids if xid.since_boot > tick - self._judge.window]
+        log.info(
+            "kernel log %s: %d XIDs since boot, %d within the evidence window (%gs)",
+            path, len(xids), len(recent), self._judge.window,
+        )  # fmt: skip
+        return recent
 
     def _wait_failed(self, exc: Exception) -> None:
         """Count a wait that failed; NVML_ERROR_TIMEOUT is no failure: nothing is pending."""
@@ -481,6 +543,7 @@ class NvmlSource:
                 available = 0.0 if state.gpm.reason else 1.0
                 profiling.add_metric([*labels, state.gpm.reason], available)
         self._drain_xid_events(handles)
+        self._replay_kernel_log()
         for index, known in self._identities.items():
             # dcgm-exporter reports 0 until a GPU has had an XID.
             xid_last.add_metric(known.labels(self.hostname, driver), self._last_xid.get(index, 0))
@@ -588,6 +651,7 @@ def build(options: Options) -> Exporter:
         roots=options.roots,
         window=evidence_window(options),
         hpc_job_dir=node_config(options.roots).value_or_default(HPC_JOB_DIR_SETTING, log.error),
+        kernel_log=options.roots.dev("kmsg"),
     )
     return Exporter(
         "dcgm-exporter",

@@ -8,7 +8,7 @@ import pytest
 
 from contract.verdicts import VERDICT_METRICS, HealthAction, HealthState, parse_verdicts
 from exporters.gpu_health import WINDOW_SETTING, evidence_window
-from exporters.nvidia import NvmlSource, generate_dcgm_latest
+from exporters.nvidia import NvmlSource, build, generate_dcgm_latest
 from exporters.runtime import Exporter, Options
 from node.gpu.health import UNREACHABLE_GRACE
 from node.host import Roots
@@ -26,10 +26,13 @@ class Wall:
         return self.now
 
 
-def dcgm(nvml, wall: Wall, window: float = 60.0, tick: Wall | None = None) -> Exporter:
-    """The exporter; ``tick``: its monotonic clock, which the evidence windows run on."""
+def dcgm(
+    nvml, wall: Wall, window: float = 60.0, tick: Wall | None = None, kmsg: Path | None = None
+) -> Exporter:
+    """The exporter; ``tick``: its monotonic clock, which the evidence windows run on;
+    ``kmsg``: the kernel log it reads at its first scrape (none by default)."""
     source = NvmlSource("gpu-node-17", nvml=nvml, clock=tick or Wall(100.0), roots=ROOTS,
-                        window=window, wall=wall)  # fmt: skip
+                        window=window, wall=wall, kernel_log=kmsg)  # fmt: skip
     return Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
 
 
@@ -149,6 +152,75 @@ def test_a_gpu_that_refuses_xid_events_leaves_the_others_watched():
 
     assert registered == [1]
     assert gpu1.state is HealthState.UNHEALTHY and gpu0.state is HealthState.HEALTHY
+
+
+def kernel_log(tmp_path: Path, *lines: str) -> Path:
+    """A kernel log in /dev/kmsg's record format (node.gpu.kernel_log)."""
+    path = tmp_path / "kmsg"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_an_xid_logged_before_the_exporter_started_is_in_its_first_verdict(tmp_path):
+    """An XID 95 a minute before an agent restart: NVML never hands it to the new exporter,
+    and the node was never drained for it. The kernel log still has it."""
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)  # 5,000 s since boot
+    kmsg = kernel_log(
+        tmp_path,
+        "6,1,1500000,-;Linux version 6.1.0-28-amd64",
+        "4,900,4940000000,-;NVRM: Xid (PCI:0000:3b:00): 95, pid=4242, name=python3, Uncontained",
+        " SUBSYSTEM=pci",
+    )  # fmt: skip
+    exporter = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)
+
+    gpu0, gpu1 = verdicts(exporter).gpus
+
+    assert gpu0.state is HealthState.HEALTHY
+    assert (gpu1.state, gpu1.action) == (HealthState.UNHEALTHY, HealthAction.RESET_GPU)
+    assert [(e.source, e.code, e.at) for e in gpu1.evidence] == [("xid", "95", wall.now - 60)]
+    # The counters stay dcgm-exporter's, since this exporter started: no restart raises
+    # them by a whole boot's XIDs.
+    page = exporter.page(["DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS"]).decode()
+    assert "xid=" not in page and "DCGM_FI_DEV_XID_ERRORS{" in page
+    assert 'backend="kernel_log",reason=""} 1.0' in exporter.page().decode()
+    tick.now += 3541  # the window, from the XID's own time in the log
+    assert verdicts(exporter).gpus[1].evidence == ()
+
+
+def test_an_xid_logged_longer_ago_than_the_window_is_no_evidence(tmp_path):
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kmsg = kernel_log(tmp_path, "4,900,1000000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0")
+    assert verdicts(dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)).gpus[1].evidence == ()
+
+
+def test_a_logged_xid_waits_for_its_gpu_to_be_listed(tmp_path):
+    """GPU 1 gives no handle at the first scrape: its PCI address is not known yet."""
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    nvml.gpus[1].error = nvml.NVML_ERROR_NO_PERMISSION
+    kmsg = kernel_log(tmp_path, "4,900,4990000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=0")
+    exporter = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)
+    assert [e.code for e in verdicts(exporter).gpus[1].evidence] == ["no_access"]
+    kmsg.unlink()  # read once: the exporter keeps what it found
+    nvml.gpus[1].error = None
+
+    assert ("xid", "48") in [(e.source, e.code) for e in verdicts(exporter).gpus[1].evidence]
+
+
+def test_a_kernel_log_the_exporter_may_not_read_says_so_and_judges_on(tmp_path):
+    nvml, wall = two_h200s(), Wall()
+    exporter = dcgm(nvml, wall, kmsg=tmp_path / "no-kmsg")
+
+    assert verdicts(exporter).gpus[0].state is HealthState.HEALTHY
+    page = exporter.page().decode()
+    line = next(x for x in page.splitlines() if 'backend="kernel_log"' in x)
+    assert line.endswith(" 0.0") and "not in the verdict" in line and "CAP_SYSLOG" in line
+
+
+def test_the_exporter_reads_the_hosts_kernel_log_under_its_dev_root(tmp_path):
+    roots = Roots(rootfs=str(tmp_path), proc_root=ROOTS.proc_root, dev_root=str(tmp_path))
+    exporter = build(Options(hostname="gpu-node-17", roots=roots))
+    (source,) = [each for each in exporter.runner.sources if isinstance(each, NvmlSource)]
+    assert source._kernel_log == tmp_path / "kmsg"
 
 
 def test_a_driver_that_stops_answering_leaves_every_gpu_unhealthy_and_says_why():

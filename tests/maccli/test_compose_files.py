@@ -103,6 +103,8 @@ def test_nic_exporter_reads_sys_and_gpu_exporters_get_their_devices():
     dcgm = services["dcgm-exporter"]
     assert dcgm["command"][dcgm["command"].index("--rootfs") + 1] == "/host/root"
     assert "MAC_HPC_JOB_MAPPING_DIR" in dcgm["environment"]
+    # XIDs logged before the exporter started are read from the host's kernel log.
+    assert dcgm["devices"] == ["/dev/kmsg:/dev/kmsg:r"] and dcgm["cap_add"] == ["SYSLOG"]
     assert services["rocm-exporter"]["profiles"] == ["amd"]
     devices = set(services["rocm-exporter"]["devices"])
     assert {"${MAC_DEV_ROOT:-/dev}/kfd:/dev/kfd", "${MAC_DEV_ROOT:-/dev}/dri:/dev/dri"} <= devices
