@@ -92,7 +92,8 @@ class Node(models.Model):
     maintenance_changed_at = models.DateTimeField(null=True, blank=True)
     # The GPU verdict (inventory.services.health, docs/gpu-health.md): the worst of the
     # node's GPUs, the suggested repair, the evidence in one line, since when, and for how
-    # many sweeps in a row the verdict was read and stayed in this state.
+    # many sweeps in a row, on the node's current boot, the verdict was read and stayed in
+    # this state.
     health_state = models.CharField(
         max_length=16, choices=HealthState.choices, default=HealthState.HEALTHY
     )

@@ -8,12 +8,14 @@ side: a pass holds redis-py's Lock and renews it before each command it sends to
 (`reacquire`), so the lock outlives a hung pass only by LOCK_SECONDS, and a pass that
 stalled past it, and lost the lock to the next one, stops acting (scheduler.drainpass).
 One still waiting when the next sweep queues a fresher one is dropped (`expires`).
+The job read holds the same kind of lock, for LOCK_SECONDS without renewal. Neither runs
+where Redis does not answer: the result and the log say so.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict
 
@@ -44,18 +46,11 @@ LOCK_SECONDS = 120
     expires=settings.PROBE_INTERVAL,
 )
 def drain_nodes() -> dict:
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        lock = client.lock(cache.make_key(LOCK_KEY), timeout=LOCK_SECONDS)
-        if not lock.acquire(blocking=False):
-            return {"ran": False, "reason": "another pass is running"}
-        try:
-            result = run_drain_pass(still_held=lambda: _renewed(lock))
-        finally:
-            with suppress(LockError, redis.RedisError):  # lost already, or Redis gone
-                lock.release()
-    finally:
-        client.close()
+    return _one_at_a_time(LOCK_KEY, "drain", "another pass is running", _drain_pass)
+
+
+def _drain_pass(lock: Lock) -> dict:
+    result = run_drain_pass(still_held=lambda: _renewed(lock))
     if result.skipped:
         return {"ran": False, "reason": result.skipped, "error": result.error}
     return {
@@ -64,6 +59,28 @@ def drain_nodes() -> dict:
         "recorded": len(result.recorded),
         "error": result.error,
     }
+
+
+def _one_at_a_time(key: str, what: str, busy: str, run: Callable[[Lock], dict]) -> dict:
+    """run(lock) under redis-py's Lock on `key` (LOCK_SECONDS, not waited for); `busy` where
+    another run holds it. A Redis that does not answer runs nothing (without the lock two
+    runs could act side by side): the result and the log, under `what`, say so."""
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        lock = client.lock(cache.make_key(key), timeout=LOCK_SECONDS)
+        try:
+            if not lock.acquire(blocking=False):
+                return {"ran": False, "reason": busy}
+        except redis.RedisError as exc:
+            log.warning("%s: not run, its lock cannot be taken (Redis: %s)", what, exc)
+            return {"ran": False, "reason": f"Redis: {exc}"}
+        try:
+            return run(lock)
+        finally:
+            with suppress(LockError, redis.RedisError):  # lost already, or Redis gone
+                lock.release()
+    finally:
+        client.close()
 
 
 def _renewed(lock: Lock) -> bool:
@@ -78,13 +95,6 @@ def _renewed(lock: Lock) -> bool:
         log.warning("drain: the pass's lock not renewed (Redis: %s): it stops", exc)
         return False
     return True
-
-
-def _release(key: str, token: str) -> None:
-    """Free the lock only where it is still this run's: one that outlived LOCK_SECONDS
-    has lost it, and the lock is now the next run's."""
-    if cache.get(key) == token:
-        cache.delete(key)
 
 
 def queue_drain_pass() -> None:
@@ -113,15 +123,16 @@ def read_slurm_jobs() -> dict:
         if closed:
             log.info("job attribution is off (no slurm.conf): %d GPU allocations closed", closed)
         return {"ran": False, "reason": f"no slurm.conf at {settings.SLURM_CONF}"}
-    token = secrets.token_hex(8)
-    if not cache.add(JOBS_LOCK_KEY, token, timeout=LOCK_SECONDS):
-        return {"ran": False, "reason": "another read is running"}
+    # redis-py's Lock, as the drain pass's: its release (compare and delete in one script)
+    # frees only this read's, never the next read's once this one outlived LOCK_SECONDS.
+    return _one_at_a_time(JOBS_LOCK_KEY, "job attribution", "another read is running", _read_jobs)
+
+
+def _read_jobs(_lock: Lock) -> dict:
     try:
         result = read_jobs(slurm_client())
     except SlurmError as exc:
         # with MAC's fix where it has one (a refused credential: the munge key)
         log.warning("job attribution: could not read Slurm: %s", f"{exc} {exc.fix}".strip())
         return {"ran": False, "reason": str(exc)}
-    finally:
-        _release(JOBS_LOCK_KEY, token)
     return {"ran": True, **asdict(result)}

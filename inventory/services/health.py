@@ -4,8 +4,8 @@ The sweep reads each GPU node's verdict answers (healthcheck.verdicts) and hands
 here as ``Observation``s; ``judge_health`` decides, ``save_health`` writes inside the
 sweep's fenced transaction. Costs at 10,000 nodes: an answer whose fingerprint did not
 change since the last sweep is neither parsed nor written (only the node's streak grows,
-one ``UPDATE ... WHERE id IN (...)`` per 5,000 nodes); the GPU rows and the fault history
-are read for the few nodes whose answer changed.
+one ``UPDATE ... WHERE id IN (...)`` per 5,000 nodes); the GPU rows, the fault history
+and the boot last seen are read for the few nodes whose answer changed.
 
 What a node's verdict is (docs/gpu-health.md):
 
@@ -21,8 +21,11 @@ What a node's verdict is (docs/gpu-health.md):
     survives the node's re-registration;
 - the node's state and action are the worst of its GPUs'; its evidence is the most severe
   item in one line (contract.verdicts.verdict_line), since when the state holds, and the
-  streak: consecutive sweeps that read the verdict and found the state unchanged (a node
-  whose GPU exporter did not answer keeps its verdict and its streak).
+  streak: consecutive sweeps of the node's current boot that read the verdict and found
+  the state unchanged (a node whose GPU exporter did not answer keeps its verdict and its
+  streak; a new boot starts it again at 1, so the drain's resume waits for sweeps of the
+  new boot, and a boot not reported restarts nothing). Each GPU's ``since`` follows the
+  GPU: another GPU at its index (UUID, else serial) starts anew.
 
 Every change of state, action or evidence line is a NodeEvent (health_*). The drain of
 the scheduler link reads ``node_verdicts()`` after each sweep.
@@ -133,6 +136,7 @@ def _judge_changed(
     changes: HealthChanges, rows: dict[int, dict], fresh: dict[int, list], now: datetime
 ) -> None:
     known = _known_gpus(list(fresh))
+    stored = _stored_boots(list(fresh))
     verdicts: dict[int, list[GpuVerdict]] = {}
     boots: dict[int, str] = {}
     for node_id, reports in fresh.items():
@@ -144,6 +148,11 @@ def _judge_changed(
         changes.gpus[node_id] = gpus
         values = changes.nodes[node_id]
         values["boot_id"] = boots[node_id]
+        # The streak counts sweeps on this boot: the drain resumes a node after so many
+        # healthy sweeps, and the old boot's must not stand for the new one's. A boot not
+        # reported (or not known before) says nothing of a reboot.
+        was, boot = stored.get(node_id, ""), boots[node_id]
+        values["health_streak"] = 1 if was and boot and was != boot else F("health_streak") + 1
         evidence = [item for gpu in gpus for item in gpu.evidence]
         state = worst_state(gpu.state for gpu in gpus)
         action = worst_action(gpu.action for gpu in gpus)
@@ -151,14 +160,20 @@ def _judge_changed(
         if (state, action, line) == (
             row["health_state"], row["health_action"], row["health_evidence"]
         ):  # fmt: skip
-            values["health_streak"] = F("health_streak") + 1
             continue
         values.update(health_state=state, health_action=action, health_evidence=line)
         if state != row["health_state"]:
             values.update(health_since=now, health_streak=1)
-        else:
-            values["health_streak"] = F("health_streak") + 1
         changes.events.append(_event(row, state, action, line, gpus, now))
+
+
+def _stored_boots(node_ids: list[int]) -> dict[int, str]:
+    """The boot each node's row has now (the sweep's rows leave it out: few nodes need it)."""
+    boots: dict[int, str] = {}
+    for start in range(0, len(node_ids), ID_CHUNK):
+        chunk = node_ids[start : start + ID_CHUNK]
+        boots.update(Node.objects.filter(id__in=chunk).values_list("id", "boot_id"))
+    return boots
 
 
 def _known_gpus(node_ids: list[int]) -> dict[int, dict[int, GpuHealth]]:
@@ -380,7 +395,7 @@ def save_health(changes: HealthChanges, now: datetime) -> None:
     ``streak_ids`` are left to the caller: the sweep adds them to its last_seen update.
     """
     alive = set(Node.objects.filter(id__in=list(changes.nodes)).values_list("id", flat=True))
-    quiet = []  # a new answer, the same verdict: only the fingerprint and the boot move
+    quiet = []  # a new answer, the same verdict: the fingerprint, the boot, the streak move
     for node_id, values in changes.nodes.items():
         if node_id not in alive:
             continue
@@ -388,15 +403,14 @@ def save_health(changes: HealthChanges, now: datetime) -> None:
             Node.objects.filter(id=node_id).update(**values)
         else:
             quiet.append(Node(id=node_id, health_digest=values["health_digest"],
-                              boot_id=values["boot_id"]))  # fmt: skip
+                              boot_id=values["boot_id"],
+                              health_streak=values["health_streak"]))  # fmt: skip
     # The first sweep after an upgrade, or after a fleet-wide reboot, has 10,000 of these:
-    # one bulk UPDATE per QUIET_BATCH nodes, not one per node (docs/probing.md).
-    Node.objects.bulk_update(quiet, ["health_digest", "boot_id"], batch_size=QUIET_BATCH)
-    ids = [node.id for node in quiet]
-    for start in range(0, len(ids), ID_CHUNK):
-        Node.objects.filter(id__in=ids[start : start + ID_CHUNK]).update(
-            health_streak=F("health_streak") + 1
-        )
+    # one bulk UPDATE per QUIET_BATCH nodes, not one per node (docs/probing.md). The streak
+    # is one more, or 1 on a new boot, in the same statement (an expression per node).
+    Node.objects.bulk_update(
+        quiet, ["health_digest", "boot_id", "health_streak"], batch_size=QUIET_BATCH
+    )
     _save_gpus({k: v for k, v in changes.gpus.items() if k in alive}, now)
     _save_faults([f for f in changes.faults if f[3] in alive], now)
     events = [event for event in changes.events if event.node_id in alive]
@@ -435,7 +449,7 @@ def _save_gpus(gpus: dict[int, list[GpuVerdict]], now: datetime) -> None:
             same = fields == (row.uuid, row.serial, row.state, row.action)
             if same and row.evidence == evidence and row.minor == verdict.minor:
                 continue
-            if row.state != verdict.state:
+            if row.state != verdict.state or _another_gpu(row, verdict):
                 row.since = now
             row.uuid, row.serial, row.state, row.action = fields
             row.evidence, row.updated, row.minor = evidence, now, verdict.minor
@@ -452,6 +466,15 @@ def _save_gpus(gpus: dict[int, list[GpuVerdict]], now: datetime) -> None:
         gone = [index for index in rows if index not in keep[node_id]]
         if gone:
             GpuHealth.objects.filter(node_id=node_id, index__in=gone).delete()
+
+
+def _another_gpu(row: GpuHealth, verdict: GpuVerdict) -> bool:
+    """Whether the GPU at the row's index is another one now (a board swapped, the GPUs
+    numbered anew): its UUID, else where either side has none its serial, differs. Its
+    state then holds since now, not since the one before it had that state."""
+    if row.uuid and verdict.uuid:
+        return row.uuid != verdict.uuid
+    return bool(row.serial and verdict.serial and row.serial != verdict.serial)
 
 
 def _save_faults(faults: list[tuple[str, str, str, int, int, str]], now: datetime) -> None:

@@ -6,6 +6,8 @@ leaves out is named by its identity, not by the index it had."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from contract.verdicts import answer_digest, slurm_gpu_order
@@ -262,3 +264,55 @@ def test_a_gpu_never_reported_is_missing_unnamed(make_node):
     assert missing.evidence[0].detail.endswith(
         "MAC cannot tell which: every GPU MAC knew is reported"
     )
+
+
+def test_a_new_boot_starts_the_streak_again_and_the_quiet_nodes_take_one_update(make_node):
+    """The streak counts sweeps on the node's current boot, whether the verdict stayed the
+    same (the quiet, bulk path) or only its line moved; a node that did not reboot goes on.
+    The quiet nodes still take one UPDATE between them, the streak in it."""
+    rebooted, sick, steady = (make_node(gpu_vendor="nvidia", gpu_count=1) for _ in range(3))
+
+    def xid(at: str, boot: str) -> bytes:
+        lost = EVIDENCE.format(uuid="GPU-0", serial="", source="xid", at=at)
+        return answer(gpu(0, state="unhealthy", action="reboot"), lost, boot=boot)
+
+    sweep({rebooted: answer(gpu(0)), sick: xid("1781000000", "b-1"), steady: answer(gpu(0))})
+    # New answers (the minor said, the XID's time) on the same boot: the streaks grow.
+    again = answer(gpu(0, "nvidia0"))
+    sweep({rebooted: again, sick: xid("1781000060", "b-1"), steady: again})
+    with CaptureQueriesContext(connection) as queries:
+        sweep({
+            rebooted: answer(gpu(0), boot="b-2"),
+            sick: xid("1781000120", "b-2"),  # back after the reboot: inspect_hardware now
+            steady: answer(gpu(0)),
+        })  # fmt: skip
+
+    streaks = dict(Node.objects.values_list("id", "health_streak"))
+    assert [streaks[n.pk] for n in (rebooted, sick, steady)] == [1, 1, 3]
+    assert Node.objects.get(pk=sick.pk).health_action == "inspect_hardware"
+    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "inventory_node"')]
+    assert len(updates) == 2  # the sick node's row, and the two quiet ones together
+
+
+def test_another_gpu_at_an_index_has_its_own_since(make_node):
+    """GpuHealth.since follows the GPU (its UUID, else its serial), not the index: a board
+    swapped in, healthy like the one before, has not been healthy since that one was."""
+    node = make_node(gpu_vendor="nvidia", gpu_count=2)
+
+    def since() -> dict[int, object]:
+        return dict(node.gpus.values_list("index", "since"))
+
+    sweep({node: answer(named("A", 0), named("B", 1))})
+    first = since()
+    sweep({node: answer(named("A", 0), named("C", 1), boot="b-2")})
+    swapped = since()
+    assert swapped[0] == first[0] and swapped[1] > first[1]
+    # The agent says no UUID any more: the serial tells that C is still there.
+    sweep({node: answer(named("A", 0, "serial"), named("C", 1, "serial"), boot="b-3")})
+    assert since() == swapped
+    sweep({node: answer(named("A", 0, "serial"), named("D", 1, "serial"), boot="b-4")})
+    moved = since()
+    assert moved[0] == first[0] and moved[1] > swapped[1]
+    # Neither said: nothing tells another GPU.
+    sweep({node: answer(named("A", 0, ""), named("E", 1, ""), boot="b-5")})
+    assert since() == moved

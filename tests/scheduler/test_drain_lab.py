@@ -192,6 +192,10 @@ def test_a_gpu_back_without_a_reboot_stays_drained_until_the_node_boots_again(dr
     assert waiting.message.startswith(f"Not resumed: {host} has not booted since its fault")
     assert f"scontrol reboot ASAP nextstate=RESUME {host}" in waiting.message
     drain.fleet.reboot(drain.ip(10))
+    # The streak starts again on the new boot: its own 3 healthy sweeps (the fixture's
+    # MAC_SLURM_RESUME_SWEEPS), not the old boot's, resume it.
+    for _ in range(2):
+        assert not sweep_and_drain().done
     assert [str(step.decision) for step in sweep_and_drain().done] == ["resume"]
     assert not slurm_node(drain, 10).drain
     assert [e.kind for e in slurm_events(drain, 10)] == [

@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from django.utils import timezone
 
 from contract.drainpolicy import DrainBudget, DrainMode
-from contract.verdicts import HealthAction, HealthState
+from contract.verdicts import HealthAction, HealthState, answer_digest
+from healthcheck.sweep import NODE_FIELDS, Judgement, save_changes
 from inventory.choices import EventKind
 from inventory.models import Node, NodeEvent
+from inventory.services.health import Observation, judge_health
 from scheduler import link
 from scheduler.drain import Decision
 from scheduler.drainpass import run_drain_pass
@@ -109,6 +112,19 @@ def healthy(node: Node, boot: str = "boot-a", streak: int = 3) -> None:
     verdict(node, HealthState.HEALTHY, HealthAction.NONE, streak=streak, boot=boot)
 
 
+def swept_healthy(node: Node, boot: str) -> None:
+    """One sweep that reads the node's GPU exporter answer a healthy GPU 0 on `boot`, and
+    writes as the sweep does (an unchanged answer only grows the streak)."""
+    body = (
+        'mac_gpu_health{gpu="0",UUID="GPU-0",serial="",state="healthy",action="none"} 0\n'
+        f'mac_node_boot_info{{boot_id="{boot}"}} 1\n'
+    ).encode()
+    row = Node.objects.values(*NODE_FIELDS).get(pk=node.pk)
+    seen = Observation(node.pk, True, answer_digest(body), [("nvidia", body, False)])
+    now = timezone.now()
+    save_changes(Judgement(health=judge_health([row], {node.pk: seen}, now)), now)
+
+
 def history(node: Node) -> list[NodeEvent]:
     return list(NodeEvent.objects.filter(node=node, kind__in=SLURM_KINDS).order_by("id"))
 
@@ -145,13 +161,44 @@ def test_a_gpu_reset_fault_that_aged_out_is_not_resumed_until_the_node_boots_aga
     )
     assert "reboot it (scontrol reboot ASAP nextstate=RESUME gpu-12)" in waiting.message
     assert "resume it yourself (scontrol update NodeName=gpu-12 State=RESUME)" in waiting.message
-    # Rebooted (the verdict stayed healthy: its streak goes on), then resumed.
-    healthy(node, boot="boot-b", streak=6)
+    # Rebooted, and healthy for 3 sweeps on the new boot: resumed.
+    healthy(node, boot="boot-b", streak=3)
     assert [str(s.decision) for s in run_drain_pass(slurm).done] == ["resume"]
     assert slurm.reason("gpu-12") == ""
     resumed = history(node)[-1]
     assert resumed.kind == EventKind.SLURM_RESUME and "on a boot after the one" in resumed.message
     assert kept(node) == ("", "", "")
+
+
+def test_the_healthy_sweeps_before_a_reboot_do_not_count_on_the_new_boot(drain):
+    """The streak counts sweeps on the node's current boot: healthy for 3 sweeps on the
+    fault's boot, the node was resumed at the first sweep after its reboot, before the new
+    boot had shown anything."""
+    slurm, node = Slurm("gpu-12"), make_node("gpu-12")
+    reason = drained_for_xid95(slurm, node)
+    for _ in range(3):  # the XID aged out on the fault's boot
+        swept_healthy(node, "boot-a")
+    assert Node.objects.get(pk=node.pk).health_streak == 3
+    assert not run_drain_pass(slurm).done  # held: not booted since its fault
+    swept_healthy(node, "boot-b")  # rebooted
+    assert Node.objects.get(pk=node.pk).health_streak == 1
+    assert not run_drain_pass(slurm).done
+    swept_healthy(node, "boot-b")
+    assert not run_drain_pass(slurm).done
+    assert slurm.reason("gpu-12") == reason
+    swept_healthy(node, "boot-b")
+    [resumed] = run_drain_pass(slurm).done
+    assert str(resumed.decision) == "resume" and slurm.reason("gpu-12") == ""
+    assert "healthy for 3 sweeps in a row" in history(node)[-1].message
+
+
+def test_an_agent_that_reports_no_boot_does_not_restart_the_streak(drain):
+    node = make_node("gpu-12")
+    for boot in ("boot-a", "boot-a", ""):
+        swept_healthy(node, boot)
+    assert Node.objects.values_list("health_streak", "boot_id").get(pk=node.pk) == (3, "")
+    swept_healthy(node, "boot-a")  # nothing to compare with: the same boot, as far as known
+    assert Node.objects.get(pk=node.pk).health_streak == 4
 
 
 def test_after_a_gpu_reset_an_administrators_resume_ends_macs_drain(drain):
