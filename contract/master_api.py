@@ -241,13 +241,14 @@ class MasterClient:
     def node_at(self, ip: str) -> tuple[dict | None, Reply]:
         """(the inventory's node at address `ip`, the last reply), from GET /api/v1/nodes/.
 
-        The search matches words anywhere (10.0.0.1 finds 10.0.0.17 too), so every page is
-        read until a node's address is exactly `ip`. None when no node has it, or when a
-        reply is not ok (the reply says why); needs an API token.
+        `?ip=` lists the node at exactly that address. A master older than that filter
+        ignores it and lists the whole fleet, so pages are still read until a node's
+        address is exactly `ip`. None when no node has it, or when a reply is not ok (the
+        reply says why; a 400 names an `ip` the master cannot read); needs an API token.
         """
         offset = 0
         while True:
-            query = urlencode({"search": ip, "limit": NODES_PAGE, "offset": offset})
+            query = urlencode({"ip": ip, "limit": NODES_PAGE, "offset": offset})
             reply = self.request("GET", f"/api/v1/nodes/?{query}")
             if not reply.ok:
                 return None, reply

@@ -1,14 +1,15 @@
 """The one filter of the node list, shared by the API and the dashboard's fleet page.
 
 `GET /api/v1/nodes/` and `/` (with `/fleet.json`) take the same parameters with the same
-meaning: `status`, `gpu_vendor`, `health` (the GPU verdict's state) and `drained` (`mac`
-or `admin`: who holds the node out of service in Slurm; repeat each for several),
-`maintenance` and `needs_action` (`true` or `false`: the verdict asks an operator to
-reset a GPU, reboot or inspect the hardware), `label` (`key=value`) and `search`. A
-parameter that is present but malformed
-is an error naming it, never silently ignored: `?maintenance=yes` or `?label=`
-returning the whole fleet would hand a script, or an operator, the wrong nodes. The API
-answers it with a 400; the fleet page shows the message (see macweb.dashboard.views).
+meaning: `status`, `gpu_vendor`, `health` (the GPU verdict's state), `drained` (`mac`
+or `admin`: who holds the node out of service in Slurm) and `ip` (the node at exactly
+that address, where `search` finds 10.0.0.17 for 10.0.0.1 too; repeat each for
+several), `maintenance` and `needs_action` (`true` or `false`: the verdict asks an
+operator to reset a GPU, reboot or inspect the hardware), `label` (`key=value`) and
+`search`. A parameter that is present but malformed is an error naming it, never
+silently ignored: `?maintenance=yes`, `?label=` or `?ip=10.0.0` returning the whole
+fleet would hand a script, or an operator, the wrong nodes. The API answers it with a
+400; the fleet page shows the message (see macweb.dashboard.views).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.db.models.functions import Cast
 from drf_spectacular.utils import extend_schema_field
 
 from contract.verdicts import OPERATOR_ACTIONS
+from inventory.addresses import AddressRefused, parse_canonical
 from inventory.choices import GpuVendor, HealthState, NodeStatus, SlurmHold
 from inventory.models import Node
 from inventory.validators import MAX_HOSTNAME, TEXT_PATTERN
@@ -98,6 +100,55 @@ class SearchFilter(django_filters.CharFilter):
         return queryset
 
 
+# The longest text of an address: six IPv6 groups and a dotted quad.
+MAX_ADDRESS = 45
+IP_HELP = (
+    "A node's address, exactly (search finds 10.0.0.17 for 10.0.0.1 too): an IPv4 or IPv6 "
+    "address, compared in the form the inventory stores it; repeat for several."
+)
+IP_USAGE = "Use ip=<IPv4 or IPv6 address>, e.g. ip=10.0.0.17 (search= finds host names)."
+
+
+class AddressesField(forms.Field):
+    """Every `ip` given, each an IPv4 or IPv6 address in its stored (canonical) form.
+
+    Read by the rules of a registration's address (inventory.addresses.parse_canonical),
+    less its policy: a filter may name any address, it just matches no node. Present and
+    malformed (empty included) is an error.
+    """
+
+    widget = forms.MultipleHiddenInput  # every repeated ?ip=, not the last one only
+
+    def clean(self, value):
+        addresses = []
+        for text in value or []:
+            if not text or len(text) > MAX_ADDRESS:
+                raise forms.ValidationError(IP_USAGE)
+            try:
+                # str() writes an IPv6 address compressed and in lower case, as stored.
+                addresses.append(str(parse_canonical(text)))
+            except AddressRefused as exc:
+                # As a parameter: the reason quotes the value, which may hold a "%"
+                # (a zone id), and the message is %-formatted on its way out.
+                raise forms.ValidationError(
+                    f"%(reason)s {IP_USAGE}", params={"reason": str(exc)}
+                ) from None
+        return addresses
+
+
+_ADDRESS_SCHEMA = {"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}
+
+
+@extend_schema_field({"type": "array", "items": _ADDRESS_SCHEMA, "description": IP_HELP})
+class AddressFilter(django_filters.Filter):
+    """`ip`: the nodes at these addresses (one each at most: an address is unique)."""
+
+    field_class = AddressesField
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(field_name="ip", lookup_expr="in", **kwargs)
+
+
 NEEDS_ACTION_HELP = (
     "true: nodes whose GPU verdict asks an operator to act (reset_gpu, reboot, "
     "inspect_hardware); false: the others."
@@ -131,9 +182,10 @@ class NodeFilterSet(django_filters.FilterSet):
     )
     maintenance = StrictBooleanFilter()
     label = LabelFilter(help_text=LABEL_HELP)
+    ip = AddressFilter(help_text=IP_HELP)
     search = SearchFilter(help_text=SEARCH_HELP)
 
     class Meta:
         model = Node
         fields = ["status", "gpu_vendor", "health", "needs_action", "drained", "maintenance",
-                  "label", "search"]  # fmt: skip
+                  "label", "ip", "search"]  # fmt: skip

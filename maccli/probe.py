@@ -14,7 +14,7 @@ The diagnosis depends on the node's network mode (host or bridge, reported at
 registration), which only the master knows. `--network` gives it; without it, a node
 probing its own address asks its master (GET /api/v1/self with its node key), and any
 other address is looked up in the master's inventory with an API token of a master user
-(MAC_API_TOKEN; GET /api/v1/nodes/?search=<ip>). An address the inventory lacks is said
+(MAC_API_TOKEN; GET /api/v1/nodes/?ip=<ip>). An address the inventory lacks is said
 to be so: the master does not probe it at all. With neither, or when the master refuses
 the token or does not answer (a warning), the mode is unknown: the node is judged as an
 agent older than the mode (bridge), which the master does only for a node that
@@ -284,7 +284,7 @@ def probe(
         output.say(
             "Network mode: unknown: the master may judge differently (judged here as an agent "
             "older than the mode: bridge). The node's page on the dashboard shows the "
-            f"mode it registered (Network; agent_network in GET /api/v1/nodes/?search={ip}). "
+            f"mode it registered (Network; agent_network in GET /api/v1/nodes/?ip={ip}). "
             "Let mac read it with an API token of a master user (mac env set "
             "MAC_API_TOKEN=<token>; docs/api.md), or give it with --network host|bridge."
         )

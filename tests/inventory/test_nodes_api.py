@@ -99,6 +99,43 @@ def test_search_by_hostname_and_ip(auth_client, make_node):
     assert hostnames(auth_client.get("/api/v1/nodes/?search=10.2.0")) == ["cpu-02"]
 
 
+def test_filter_by_ip_finds_exactly_that_address(auth_client, make_node):
+    # ?search=10.0.0.1 finds all three: the address is in the others'.
+    make_node("a-one", "10.0.0.1")
+    make_node("b-ten", "10.0.0.10")
+    make_node("c-seventeen", "10.0.0.17")
+    make_node("d-six", "2001:db8::1")
+
+    assert hostnames(auth_client.get("/api/v1/nodes/?search=10.0.0.1")) == [
+        "a-one", "b-ten", "c-seventeen"
+    ]  # fmt: skip
+    assert hostnames(auth_client.get("/api/v1/nodes/?ip=10.0.0.1")) == ["a-one"]
+    several = auth_client.get("/api/v1/nodes/?ip=10.0.0.17&ip=10.0.0.1")
+    assert hostnames(several) == ["a-one", "c-seventeen"]
+    assert hostnames(auth_client.get("/api/v1/nodes/?ip=10.0.0.2")) == []
+    # IPv6 in any valid spelling finds the address as the inventory stores it.
+    for spelling in ("2001:db8::1", "2001:DB8:0:0:0:0:0:1", "2001:0db8::0001"):
+        assert hostnames(auth_client.get("/api/v1/nodes/", {"ip": spelling})) == ["d-six"]
+    combined = auth_client.get("/api/v1/nodes/?ip=10.0.0.1&ip=10.0.0.10&search=b-")
+    assert hostnames(combined) == ["b-ten"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "10.0.0", "10.0.0.256", "010.0.0.1", "0xa000001", "gpu-01", "10.0.0.1 ",
+     "fe80::1%eth0", "2001:db8::g", "1" * 5000],
+)  # fmt: skip
+def test_a_malformed_ip_is_a_400_naming_it_and_saying_what_to_send(auth_client, make_node, value):
+    make_node("gpu-01", "10.0.0.1")
+
+    response = auth_client.get("/api/v1/nodes/", {"ip": ["10.0.0.1", value]})
+
+    assert response.status_code == 400
+    [message] = response.json()["ip"]
+    assert "Use ip=<IPv4 or IPv6 address>, e.g. ip=10.0.0.17" in message
+    assert len(message) < 400  # never the whole of a long value
+
+
 def test_detail_includes_the_twenty_most_recent_events(auth_client, make_node):
     node = make_node("gpu-01", nics=[{"name": "mlx5_0"}], exporters={"sys-exporter": 29101})
     for i in range(25):

@@ -173,7 +173,7 @@ def test_without_network_an_unknown_mode_is_judged_as_before_and_says_so(mac_env
     done = probe(mac_env, ip, "--timeout", "0.5")
     assert "Network mode: unknown: the master may judge differently" in done.stdout
     # Where the registered mode is read, and how to give it.
-    assert f"agent_network in GET /api/v1/nodes/?search={ip}" in done.stdout
+    assert f"agent_network in GET /api/v1/nodes/?ip={ip}" in done.stdout
     assert "give it with --network host|bridge." in done.stdout
     # Or let mac ask the master with an API token.
     assert "mac env set MAC_API_TOKEN=<token>" in " ".join(done.stdout.split())
@@ -243,7 +243,7 @@ def test_another_node_is_judged_in_the_mode_it_registered_with_an_api_token(
 
     ip = fleet.nodes[2].ip  # 29101 black-holed, 29500 answers
     make_node(f"probe-other-{os.getpid()}", ip, agent_network="host")
-    # The search finds these too (the address is in theirs), and they come first.
+    # ?search= would find these too (the address is in theirs), and they come first.
     make_node(f"a-probe-decoy-{os.getpid()}", f"{ip}0", agent_network="bridge")
     make_node(f"a-probe-decoy2-{os.getpid()}", f"{ip}1", agent_network="bridge")
     ask(mac_env, live_master, api_token(django_user_model))

@@ -4,10 +4,12 @@ real script in a sandbox (tests/scripts/sandbox.py) with stand-ins for what it s
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from testkit.ports import free_port
 from tests.scripts.sandbox import Sandbox, needs_tools
 
 pytestmark = pytest.mark.skipif(bool(needs_tools()), reason=str(needs_tools()))
@@ -57,6 +59,57 @@ def test_scripts_run_leaves_another_terminal_the_env_that_finds_its_master(tmp_p
     found, values = shell.stdout.splitlines()
     assert Path(found).resolve() == (box.repo / ".venv/bin/mac").resolve()
     assert values == f"{data}/state|process|{data}/agent/node.env|127.0.0.1|/srv/slurm/slurm.conf"
+
+
+# The checkout's real `mac`, for `mac stop agent` (the rest is a stand-in that records).
+REAL_MAC = Path(sys.executable).with_name("mac")
+MAC_STOPS_THE_AGENT = (
+    '#!/bin/sh\necho "mac $*" >> "$FAKE_CALLS"\n'
+    '[ "$*" != "stop agent" ] || exec env PATH=/usr/bin:/bin "$REAL_MAC" "$@"\n'
+)
+
+
+def test_scripts_run_after_its_master_stopped_says_so_in_one_calm_line(tmp_path: Path) -> None:
+    """`mac stop master` in another terminal ends the run; its trap's `mac stop agent`
+    cannot deregister then, which is no error here: the node key is kept for next time."""
+    box = Sandbox(tmp_path)
+    box.script("run")
+    box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
+    box.write(".venv/bin/mac", MAC_STOPS_THE_AGENT, 0o755)
+    data = tmp_path / "data"
+    node_env = data / "agent" / "node.env"
+    node_env.parent.mkdir(parents=True)
+    node_env.write_text("MAC_NODE_KEY=" + "k" * 43 + "\n")
+    # No api-server.pid: the master is stopped, and nobody listens on its port.
+    done = box.run(
+        "run", MAC_DATA_DIR=str(data), MAC_MASTER_PORT=str(free_port()), REAL_MAC=str(REAL_MAC)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert box.called("mac")[-2:] == ["stop agent", "stop master"]
+    assert "Stopped 8 agent services (process runtime)." in done.stdout, done.stdout
+    assert (
+        "==> the master is already stopped: the agent stays registered with it, and the next "
+        "scripts/run takes the same node back (nothing to do)" in done.stdout.splitlines()
+    )
+    assert "deregister" not in done.stdout + done.stderr and not done.stderr, done.stderr
+    assert "MAC_NODE_KEY=" + "k" * 43 in node_env.read_text()
+
+
+def test_another_failure_of_mac_stop_agent_is_still_shown(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path)
+    box.script("run")
+    box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
+    box.write(
+        ".venv/bin/mac",
+        '#!/bin/sh\necho "mac $*" >> "$FAKE_CALLS"\n'
+        '[ "$*" != "stop agent" ] || { echo "Error: still running: sys-exporter" >&2; exit 1; }\n',
+        0o755,
+    )
+    done = box.run("run", MAC_DATA_DIR=str(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Error: still running: sys-exporter" in done.stderr
+    assert "already stopped" not in done.stdout
+    assert box.called("mac")[-1] == "stop master"
 
 
 @pytest.fixture
