@@ -149,6 +149,7 @@ def test_the_page_and_the_api_filter_with_one_filterset(client_user, auth_client
         "maintenance=false&search=a-",
         "label=rack=a1",
         "search=192.0.2",
+        "ip=192.0.2.77",
     ]:
         page = [r["hostname"] for r in client_user.get(f"/fleet.json?{query}").json()["nodes"]]
         api = [n["hostname"] for n in auth_client.get(f"/api/v1/nodes/?{query}").json()["results"]]
@@ -184,6 +185,8 @@ def test_links_with_the_page_s_old_parameters_go_to_the_same_filter(client_user,
         ("page=zero", "page"),
         ("maintenance=maybe", "maintenance"),
         ("label=rack", "label"),
+        ("ip=10.0.0", "ip"),
+        ("ip=fe80::1%25eth0", "ip"),  # a zone id: its "%" must not reach %-formatting
         ("search=" + "x" * 254, "search"),
         ("search=a%00b", "search"),
         ("page=-1", "page"),
