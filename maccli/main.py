@@ -28,6 +28,7 @@ examples:
   mac logs api-server | grep /api/v1/register   (master) which agents registered
   mac logs sys-exporter -n 50 -f           the end of a service's log, then follow it
   mac probe 10.0.0.17                      what the master's probe sees of a node, and why
+  sudo mac gpu reset 1                     reset GPU 1, MAC's GPU services stopped meanwhile
 """
 
 
@@ -158,6 +159,25 @@ def parser() -> argparse.ArgumentParser:
         "master registered, asked with this node's key for its own address and with "
         "MAC_API_TOKEN for any other; else unknown)",
     )
+
+    gpu = sub.add_parser("gpu", help="act on one of this node's GPUs (reset)")
+    gpu_sub = gpu.add_subparsers(dest="gpu_command", metavar="ACTION")
+    gpu_reset = gpu_sub.add_parser(
+        "reset",
+        help="reset a GPU (the reset_gpu action), with MAC's GPU services stopped meanwhile",
+        description="Reset one GPU (root): stop MAC's services that hold the GPUs open "
+        "(the GPU exporter and mango-sdk-agent; the node stays registered), run "
+        "nvidia-smi -r -i GPU (AMD: amd-smi reset --gpureset -g GPU), "
+        "record the reset in the kernel log (NVIDIA), start the services again, and say "
+        "what is left to do. A failed reset starts them again too.",
+    )
+    gpu_reset.add_argument(
+        "gpu",
+        metavar="GPU",
+        help="its index as nvidia-smi numbers them, its UUID (GPU-...) or its PCI bus id "
+        "(00000000:3B:00.0 or 0000:3b:00.0); AMD: the index only",
+    )
+    _add_runtime(gpu_reset)
     return ap
 
 
@@ -197,6 +217,12 @@ def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         return probecmd.probe(
             args.address, timeout=args.timeout, as_json=args.json, network=args.network
         )
+    if args.command == "gpu":
+        if args.gpu_command == "reset":
+            from maccli import gpureset
+
+            return gpureset.reset(args.gpu, args.runtime)
+        raise CliError("mac gpu needs an action.", commands=["mac gpu reset --help"])
     if args.command in {"backup", "restore"}:
         from maccli.master import backup
 

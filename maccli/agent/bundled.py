@@ -74,6 +74,17 @@ class BundledRuntime(Runtime):
         self.stop(role, specs)
         return self.start(role, specs)
 
+    def stop_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        # A member's own process is the bundle: its every member stops with it.
+        return self.unfold(self.inner.stop_services(role, self.runtime_specs(specs)))
+
+    def start_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        folded = self.runtime_specs(specs)
+        states = self.inner.start_services(role, folded)
+        if any(state.name == self.bundle.name and state.running for state in states):
+            self._wait_members(role)
+        return self.unfold(states)
+
     def has_state(self, role: str) -> bool:
         return self.inner.has_state(role)
 

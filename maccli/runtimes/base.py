@@ -145,6 +145,17 @@ class Runtime(ABC):
         self.stop(role, specs)
         return self.start(role, specs)
 
+    @abstractmethod
+    def stop_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """Stop only these services of the role, leaving its others running (`mac gpu
+        reset` stops the GPU's holders, never the node); a stopped one is fine. Their
+        states after, with every service stopped alongside where several share one."""
+
+    @abstractmethod
+    def start_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """Start again what stop_services stopped, and wait until it answers; a service
+        the role never ran here (no container, no program of it) is left as it is."""
+
     def has_state(self, role: str) -> bool:
         """Whether this runtime already runs (or ran) the role here."""
         return False

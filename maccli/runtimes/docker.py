@@ -439,6 +439,38 @@ class DockerRuntime(Runtime):
                     output.warn(f"{ISOLATION_UNIT} not removed: {_words(exc)}")
         return self.status(role, specs)
 
+    def stop_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """`docker stop` of their containers: kept, and left stopped by Docker's
+        `restart: unless-stopped` until start_services."""
+        rows = self._containers(specs)
+        self._engine_command(role, "stop", [rows[spec.name] for spec in specs if spec.name in rows])
+        return self.status(role, specs)
+
+    def start_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """`docker start` of their containers as they are (no Compose: nothing is
+        recreated), then each answers within its ready_timeout."""
+        rows = self._containers(specs)
+        here = [spec for spec in specs if spec.name in rows]
+        self._engine_command(role, "start", [rows[spec.name] for spec in here])
+        self._wait_ready(role, here)
+        return self.status(role, specs)
+
+    def _engine_command(self, role: str, verb: str, rows: Sequence[dict]) -> None:
+        if not rows:
+            return
+        argv = ["docker", verb, *(row["Name"] for row in rows)]
+        with spinner(f"{' '.join(argv)} ..."):
+            result = self.run(argv)
+        if result.returncode != 0:
+            said = (result.stderr or result.stdout).strip() or f"exit code {result.returncode}"
+            raise CliError(
+                f"{' '.join(argv)} failed: {said}",
+                commands=[
+                    f"docker ps -a --filter label={PROJECT_LABEL}={self.project}",
+                    f"mac restart {role}",
+                ],
+            )
+
     def restart(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
         self._up(role, specs, "--force-recreate")
         self._isolate(role)

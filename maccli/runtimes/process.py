@@ -369,6 +369,43 @@ class ProcessRuntime(Runtime):
             self.pid_files(role).stop(specs)
         return self.status(role, specs)
 
+    def stop_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """Each program through supervisord, which keeps running with the others; without
+        one, what the services' pid files name."""
+        if not self.role_dir(role).is_dir():
+            return self.status(role, specs)
+        with self._locked(role):
+            sup = self.supervisor(role)
+            if not sup.answers():
+                self.pid_files(role).stop(specs)
+                return self.status(role, specs)
+            with spinner(f"Stopping {', '.join(spec.name for spec in specs)} ..."):
+                try:
+                    for spec in reversed(list(specs)):
+                        sup.stop_program(spec.name)
+                except (OSError, xmlrpc.client.Error) as exc:
+                    raise _unanswered(role, self.role_dir(role), exc) from None
+        return self.status(role, specs)
+
+    def start_services(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
+        """The programs supervisord has of them; its configuration stays as `mac start`
+        wrote it."""
+        if not self.role_dir(role).is_dir():
+            return self.status(role, specs)
+        with self._locked(role):
+            sup = self.supervisor(role)
+            if not sup.answers():
+                return self.status(role, specs)  # nothing runs the role here
+            try:
+                programs = sup.programs()
+                here = [spec for spec in specs if spec.name in programs]
+                for spec in here:
+                    sup.start_program(spec.name)
+            except (OSError, xmlrpc.client.Error) as exc:
+                raise _unanswered(role, self.role_dir(role), exc) from None
+            self._wait_ready(role, here, sup, {spec.name for spec in here})
+        return self.status(role, specs)
+
     def status(self, role: str, specs: Sequence[ServiceSpec]) -> list[ServiceState]:
         sup = self.supervisor(role)
         if not sup.answers():
@@ -471,3 +508,11 @@ def _tail(path: Path, lines: int = 8) -> str:
     except OSError:
         return "  (no log)"
     return "\n".join(f"  | {line}" for line in text[-lines:])
+
+
+def _unanswered(role: str, directory: Path, exc: Exception) -> CliError:
+    return CliError(
+        f"the {role}'s supervisord did not answer: {exc}",
+        hint="Its log says why; `mac restart` brings every service back:",
+        commands=[f"tail -n 50 {directory / 'logs' / 'supervisord.log'}", f"mac restart {role}"],
+    )

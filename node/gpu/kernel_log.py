@@ -16,6 +16,13 @@ on the clock ``time.monotonic()`` reads, which is what the judge's windows run o
 
 Only records the kernel itself logged (facility 0) count: root may write any line to
 /dev/kmsg, and a record written from user space carries facility 1 or above.
+
+A GPU reset is the repair of most XIDs (``reset_gpu``), and nothing in the kernel log
+says one happened. So `mac gpu reset` writes one line of its own there once the reset
+succeeded (``mark_reset``: ``mac: GPU reset PCI:0000:3b:00 ...``, from user space), and
+the exporter it starts again reads the log back without the XIDs that GPU logged before
+it: the reset repaired them. A reboot needs no such line: the log starts again with the
+boot.
 """
 
 from __future__ import annotations
@@ -32,6 +39,13 @@ _XID = re.compile(
     rb"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):"
     rb"(?P<device>[0-9a-fA-F]{2})(?:\.[0-7])?[^)]*\): (?P<code>\d+)"
 )
+# MAC's own line for a GPU reset (mark_reset): any facility, since it is written from
+# user space; only root may write to /dev/kmsg, and it only ever clears evidence.
+_RESET = re.compile(
+    rb"mac: GPU reset PCI:(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):"
+    rb"(?P<device>[0-9a-fA-F]{2})\b"
+)
+_USER_NOTICE = 13  # facility user (1) * 8 + level notice (5)
 _HEADER = re.compile(rb"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;")
 _KERNEL = 0  # syslog facility of the kernel's own messages (prio = facility * 8 + level)
 _READ = 8192  # one kmsg record is at most 8 KiB (CONSOLE_EXT_LOG_MAX, kernel printk)
@@ -74,11 +88,15 @@ def _xid(header: re.Match, record: bytes) -> KernelXid | None:
     if found is None:
         return None
     return KernelXid(
-        pci=(int(found["domain"], 16), int(found["bus"], 16), int(found["device"], 16)),
+        pci=_address(found),
         code=int(found["code"]),
         since_boot=_seconds(header),
         text=text.decode(errors="replace").strip(),
     )
+
+
+def _address(found: re.Match) -> PciAddress:
+    return int(found["domain"], 16), int(found["bus"], 16), int(found["device"], 16)
 
 
 def _seconds(header: re.Match) -> float:
@@ -87,15 +105,16 @@ def _seconds(header: re.Match) -> float:
 
 def read_kernel_xids(path: Path, until: float) -> list[KernelXid]:
     """Every XID record in the kernel log at ``path`` logged up to ``until`` (seconds since
-    boot): /dev/kmsg, or a file of records in its format (tests). Raises OSError where it
-    cannot be opened (no CAP_SYSLOG with kernel.dmesg_restrict=1, no /dev/kmsg in a
-    container): the caller says what that costs.
+    boot) and not repaired since by a GPU reset (`mac gpu reset`'s line): /dev/kmsg, or a
+    file of records in its format (tests). Raises OSError where it cannot be opened (no
+    CAP_SYSLOG with kernel.dmesg_restrict=1, no /dev/kmsg in a container): the caller says
+    what that costs.
 
     Reads without blocking to the end of what the kernel holds, and stops at the first
     record logged after ``until``: those reach the caller as NVML events, and a log that
     never stops growing cannot hold the read.
     """
-    found = []
+    found: list[KernelXid] = []
     with closing(_lines(path)) as lines:
         for line in lines:
             header = _HEADER.match(line)
@@ -103,10 +122,34 @@ def read_kernel_xids(path: Path, until: float) -> list[KernelXid]:
                 continue  # a continuation line (" SUBSYSTEM=pci"...)
             if _seconds(header) > until:
                 break
+            reset = _RESET.match(line, header.end())
+            if reset is not None:  # the GPU was reset: what it logged before is repaired
+                pci = _address(reset)
+                found = [xid for xid in found if xid.pci != pci]
+                continue
             xid = _xid(header, line)
             if xid is not None:
                 found.append(xid)
     return found
+
+
+def reset_line(pci: PciAddress, how: str) -> bytes:
+    """What `mac gpu reset` writes to /dev/kmsg once ``how`` reset the GPU at ``pci``: the
+    kernel makes it a record of facility user, level notice (``<13>``)."""
+    domain, bus, device = pci
+    return (
+        f"<{_USER_NOTICE}>mac: GPU reset PCI:{domain:04x}:{bus:02x}:{device:02x} ({how})\n".encode()
+    )
+
+
+def mark_reset(path: Path, pci: PciAddress, how: str) -> None:
+    """Log, in the kernel log at ``path`` (/dev/kmsg: root only), that ``how`` reset the GPU
+    at ``pci``. Raises OSError where it cannot be written; never creates the file."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, reset_line(pci, how))
+    finally:
+        os.close(fd)
 
 
 def _lines(path: Path) -> Iterator[bytes]:

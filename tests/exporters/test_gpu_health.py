@@ -187,6 +187,19 @@ def test_an_xid_logged_before_the_exporter_started_is_in_its_first_verdict(tmp_p
     assert verdicts(exporter).gpus[1].evidence == ()
 
 
+def test_an_xid_before_the_gpus_reset_is_repaired_not_read_back(tmp_path):
+    """`mac gpu reset` stops the exporter, resets the GPU, logs the reset and starts the
+    exporter again: the XID the reset repaired must not drain the node once more."""
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kmsg = kernel_log(
+        tmp_path,
+        "4,900,4900000000,-;NVRM: Xid (PCI:0000:3b:00): 95, pid=4242, Uncontained",
+        "13,901,4950000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)",
+    )  # fmt: skip
+    exporter = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)
+    assert verdicts(exporter).gpus[1].state is HealthState.HEALTHY
+
+
 def test_an_xid_logged_longer_ago_than_the_window_is_no_evidence(tmp_path):
     nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
     kmsg = kernel_log(tmp_path, "4,900,1000000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0")

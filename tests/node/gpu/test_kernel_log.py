@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from node.gpu.kernel_log import KernelXid, parse_record, pci_address, read_kernel_xids
+from node.gpu.kernel_log import (
+    KernelXid,
+    mark_reset,
+    parse_record,
+    pci_address,
+    read_kernel_xids,
+    reset_line,
+)
 
 # Lines in the driver's own format (src/nvidia/src/kernel/gpu/rc/kernel_rc.c), as kmsg
 # records: "<prio>,<seq>,<usec since boot>,<flags>;<text>"; prio 3 and 4 are the kernel's
@@ -91,3 +98,36 @@ def test_the_hosts_own_dev_kmsg_is_read_to_its_end_without_blocking():
     now = time.monotonic()
     found = read_kernel_xids(Path("/dev/kmsg"), until=now)
     assert all(isinstance(xid, KernelXid) and xid.since_boot <= now for xid in found)
+
+
+def as_record(line: bytes, seq: int, usec: int) -> bytes:
+    """What the kernel makes of a line written to /dev/kmsg: "<13>text" -> "13,seq,usec,-;text"."""
+    prio, text = line.rstrip(b"\n")[1:].split(b">", 1)
+    return b"%s,%d,%d,-;%s" % (prio, seq, usec, text)
+
+
+def test_a_gpu_reset_repairs_the_xids_its_gpu_logged_before_it(tmp_path):
+    reset = as_record(reset_line((0, 0x3B, 0), "nvidia-smi -r -i 1"), 1300, 3650000000)
+    xid_48_later = b"4,1301,3660000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=7, DBE"
+    path = kmsg(tmp_path, XID_79, XID_13_MIG, reset, xid_48_later)
+
+    found = read_kernel_xids(path, until=4000.0)
+
+    # GPU 3b's XID 79 was before its reset; GPU 19's XID 13 is another GPU's.
+    assert [(xid.pci, xid.code) for xid in found] == [((0, 0x19, 0), 13), ((0, 0x3B, 0), 48)]
+
+
+def test_the_reset_line_is_user_spaces_notice_naming_the_gpu_as_the_driver_does():
+    line = reset_line((0, 0x3B, 0), "nvidia-smi -r -i 1")
+    assert line == b"<13>mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)\n"
+    # Not an XID itself, whoever reads the log.
+    assert parse_record(as_record(line, 1, 1)) is None
+
+
+def test_mark_reset_appends_one_line_and_never_creates_the_log(tmp_path):
+    path = kmsg(tmp_path, XID_79)
+    mark_reset(path, (0, 0x3B, 0), "nvidia-smi -r -i 1")
+    assert path.read_bytes() == XID_79 + b"\n" + reset_line((0, 0x3B, 0), "nvidia-smi -r -i 1")
+    with pytest.raises(FileNotFoundError):
+        mark_reset(tmp_path / "no-kmsg", (0, 0x3B, 0), "nvidia-smi -r -i 1")
+    assert not (tmp_path / "no-kmsg").exists()

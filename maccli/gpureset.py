@@ -1,0 +1,320 @@
+"""`mac gpu reset <gpu>`: the `reset_gpu` repair (docs/gpu-health.md) as one command.
+
+The vendor's reset refuses while any process holds the GPU, and MAC's own services do:
+the GPU exporter and mango-sdk-agent, which reads the GPUs through the same libraries
+(NVML, amdsmi: exporters.mango). So the command stops only those (never `mac stop agent`,
+which deregisters the node), resets the GPU, starts them again and says what is left to
+do. A reset that fails starts them again all the same: the node never stays without
+its exporters.
+
+Once NVIDIA's reset went through, it writes the reset into the kernel log
+(node.gpu.kernel_log.mark_reset): the dcgm-exporter it starts again reads the log back
+from the boot on, and would otherwise judge the GPU on the XIDs it logged before the
+reset, unhealthy again until MAC_GPU_EVIDENCE_WINDOW has passed.
+
+An AMD GPU is named by its index only: `amd-smi list --json`'s output was not at hand
+from a real node to parse its bus ids and UUIDs from, so the index is checked against
+the GPUs the node's own discovery counts (node.hardware), as the registration does.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+from os import geteuid
+
+from maccli import output
+from maccli.agent.hardware import gpus
+from maccli.agent.specs import GPU_SERVICES, ROLE, runtime_and_specs
+from maccli.output import CliError, print_states
+from maccli.runtimes import Runtime, ServiceSpec
+from node.config import NodeConfig
+from node.gpu import kernel_log
+from node.runner import CommandResult, run_command
+
+# Beside the vendor's GPU exporter (maccli.agent.specs.GPU_SERVICES), the agent service
+# that keeps the GPUs open once asked: the inventory API.
+INVENTORY_SERVICE = "mango-sdk-agent"
+QUERY_TIMEOUT = 30.0  # seconds: nvidia-smi takes a few where persistence mode is off
+RESET_TIMEOUT = 300.0  # seconds: a reset waits for the GPU to come back
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU of this node, as its vendor's tool numbers and names it."""
+
+    index: int
+    bus_id: str = ""  # nvidia-smi's `00000000:3B:00.0`
+    uuid: str = ""
+
+    def __str__(self) -> str:
+        named = ", ".join(part for part in (self.bus_id, self.uuid) if part)
+        return f"GPU {self.index} ({named})" if named else f"GPU {self.index}"
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A vendor's command-line tool: how it resets a GPU and what installs it."""
+
+    vendor: str  # as node.hardware.detect_gpus names it
+    program: str
+    reset: tuple[str, ...]  # the arguments before the GPU's index
+    holders: str  # who else holds the GPUs open: the command that lists them
+    install: list[str]
+    # What it prints where the reset failed although it exits 0.
+    failed_words: tuple[str, ...] = ()
+
+    def reset_argv(self, gpu: Gpu) -> list[str]:
+        return [self.program, *self.reset, str(gpu.index)]
+
+    def failed(self, done: CommandResult) -> bool:
+        return done.returncode != 0 or any(word in done.stdout for word in self.failed_words)
+
+
+TOOLS = {
+    "nvidia": Tool(
+        "nvidia",
+        "nvidia-smi",
+        ("-r", "-i"),
+        "sudo fuser -v /dev/nvidia*",
+        # It comes with the driver's utilities, of the driver's branch (Ubuntu's package).
+        ["cat /proc/driver/nvidia/version", "sudo apt-get install nvidia-utils-<branch>"],
+    ),
+    "amd": Tool(
+        "amd",
+        "amd-smi",
+        ("reset", "--gpureset", "-g"),
+        "sudo fuser -v /dev/kfd /dev/dri/*",
+        ["sudo apt-get install amd-smi-lib"],
+        # amdsmi_cli/amdsmi_commands.py's reset: it reports a failure, and exits 0.
+        ("Failed to reset GPU", "Unable to reset"),
+    ),
+}
+
+
+def parse_nvidia_gpus(text: str) -> list[Gpu]:
+    """`nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader`, one GPU a line."""
+    found = []
+    for line in text.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) == 3 and fields[0].isdigit():
+            found.append(Gpu(int(fields[0]), fields[1], fields[2]))
+    return found
+
+
+def is_named(gpu: Gpu, asked: str) -> bool:
+    """Whether `asked` names `gpu`: its index, its UUID (any case) or its PCI bus id in
+    either form (`00000000:3B:00.0`, `0000:3b:00.0`)."""
+    asked = asked.strip()
+    if asked.isdigit():
+        return int(asked) == gpu.index
+    if gpu.uuid and asked.lower() == gpu.uuid.lower():
+        return True
+    address = kernel_log.pci_address(asked)
+    return address is not None and address == kernel_log.pci_address(gpu.bus_id)
+
+
+def _listed(found: list[Gpu]) -> str:
+    return "\n".join(f"  {gpu}" for gpu in found) or "  (none)"
+
+
+def find_gpu(tool: Tool, asked: str, count: int) -> Gpu:
+    """The GPU that `asked` names, by its vendor's tool; a CliError listing them all where
+    none is."""
+    if tool.vendor == "amd":
+        found, source, names = [Gpu(i) for i in range(count)], "its amdgpu cards", "index"
+        if not asked.strip().isdigit():
+            raise CliError(
+                f"{asked!r} is not a GPU index: on an AMD node, mac gpu reset takes the "
+                "GPU's index (amd-smi list shows each one's index beside its BDF and UUID).",
+                hint=f"This node's GPUs ({source}):\n{_listed(found)}",
+                commands=["amd-smi list", "sudo mac gpu reset <index>"],
+            )
+    else:
+        found = parse_nvidia_gpus(_query(tool).stdout)
+        source, names = tool.program, "index, UUID or PCI bus id"
+    for gpu in found:
+        if is_named(gpu, asked):
+            return gpu
+    raise CliError(
+        f"this node has no GPU {asked!r}.",
+        hint=f"Its GPUs ({source}):\n{_listed(found)}\nName one by its {names}:",
+        commands=["sudo mac gpu reset <index>"],
+    )
+
+
+def _query(tool: Tool) -> CommandResult:
+    argv = [tool.program, "--query-gpu=index,pci.bus_id,uuid", "--format=csv,noheader"]
+    done = run_command(argv, timeout=QUERY_TIMEOUT)
+    if done.returncode != 0:
+        raise CliError(
+            f"{shlex.join(argv)} failed (exit code {done.returncode}): {_words(done)}",
+            hint="It cannot reach the driver, and a GPU reset cannot help then: reboot the "
+            "node (a driver/library version mismatch after an upgrade needs one too):",
+            commands=["nvidia-smi", "sudo reboot"],
+        )
+    return done
+
+
+def _words(done: CommandResult) -> str:
+    return " ".join(f"{done.stdout} {done.stderr}".split()) or f"exit code {done.returncode}"
+
+
+def _tool(cfg: NodeConfig) -> tuple[Tool, int]:
+    """This node's vendor's tool (the GPUs its discovery finds, as the registration and
+    the agent's Docker profile have them), and how many GPUs that discovery counts."""
+    vendor, count = gpus(cfg)
+    tool = TOOLS.get(vendor)
+    if tool is None:
+        raise CliError(
+            "this node has no NVIDIA or AMD GPU that MAC can see (no /dev/nvidia*, no "
+            "amdgpu card under /sys/class/drm): there is nothing to reset.",
+            commands=["mac doctor"],
+        )
+    if shutil.which(tool.program) is None:
+        raise CliError(
+            f"{tool.program} is not installed here, and the reset needs it.",
+            hint=f"It comes with the {vendor.upper()} driver's tools; install them:",
+            commands=tool.install,
+        )
+    return tool, count
+
+
+def gpu_holders(specs: list[ServiceSpec], vendor: str) -> list[ServiceSpec]:
+    """The agent services that keep the vendor's GPUs open while they run."""
+    return [spec for spec in specs if spec.name in {GPU_SERVICES[vendor], INVENTORY_SERVICE}]
+
+
+def slurm_node(cfg: NodeConfig) -> str | None:
+    """This node's NodeName in Slurm where it has Slurm's tools: MAC's default mapping,
+    its name up to the first dot (the master's MAC_SLURM_NODE_MAP may say otherwise)."""
+    if not (shutil.which("slurmd") or shutil.which("scontrol")):
+        return None
+    return cfg.node_name()[0].split(".", 1)[0] or "<node>"
+
+
+def reset(asked: str, runtime_name: str | None = None) -> int:
+    cfg = NodeConfig.load()
+    tool, count = _tool(cfg)
+    gpu = find_gpu(tool, asked, count)
+    if geteuid() != 0:
+        raise CliError(
+            f"resetting {gpu} needs root ({tool.program} refuses otherwise).",
+            commands=[f"sudo mac gpu reset {shlex.quote(asked)}"],
+        )
+    runtime, specs = runtime_and_specs(cfg, runtime_name)
+    holders = gpu_holders(specs, tool.vendor)
+    argv = tool.reset_argv(gpu)
+    if not holders:
+        output.say(
+            f"None of MAC's services that hold the GPUs open runs here ({runtime.name} runtime)."
+        )
+    try:
+        _stop(runtime, holders)
+        output.say(f"Resetting {gpu}: {shlex.join(argv)}")
+        done = run_command(argv, timeout=RESET_TIMEOUT)
+    except BaseException:  # an error, or Ctrl-C: the exporters come back all the same
+        _start_after_failure(runtime, holders)
+        raise
+    if tool.failed(done):
+        back = _start_after_failure(runtime, holders)
+        raise _reset_failed(cfg, tool, argv, done, asked, back)
+    for line in f"{done.stdout}\n{done.stderr}".strip().splitlines():
+        output.say(f"  | {line}".rstrip())
+    if tool.vendor == "nvidia":
+        _mark_reset(cfg, gpu, shlex.join(argv))
+    _start(runtime, holders)
+    print_states(runtime.status(ROLE, specs), f"Agent services ({runtime.name} runtime)")
+    _next_steps(cfg, gpu)
+    return 0
+
+
+def _stop(runtime: Runtime, holders: list[ServiceSpec]) -> None:
+    if not holders:
+        return
+    names = ", ".join(spec.name for spec in holders)
+    output.say(
+        f"{names} hold the GPUs open: stopping them for the reset (the node stays registered)."
+    )
+    stopped = [state.name for state in runtime.stop_services(ROLE, holders)]
+    others = [name for name in stopped if name not in {spec.name for spec in holders}]
+    if others:
+        output.say(
+            f"Stopped with them: {', '.join(others)} (one process serves them all, "
+            "MAC_AGENT_BUNDLE); back with them after the reset."
+        )
+
+
+def _start(runtime: Runtime, holders: list[ServiceSpec]) -> None:
+    if not holders:
+        return
+    output.say(f"Starting {', '.join(spec.name for spec in holders)} again.")
+    runtime.start_services(ROLE, holders)
+
+
+def _start_after_failure(runtime: Runtime, holders: list[ServiceSpec]) -> bool:
+    """Start them again after a failure, whose own error is the one to tell; whether
+    they came back."""
+    try:
+        _start(runtime, holders)
+    except CliError as exc:
+        output.warn(f"{exc.message} Bring every agent service back with: mac restart agent")
+        return False
+    return True
+
+
+def _reset_failed(
+    cfg: NodeConfig, tool: Tool, argv: list[str], done: CommandResult, asked: str, back: bool
+) -> CliError:
+    node = slurm_node(cfg)
+    reboot = f"scontrol reboot ASAP nextstate=RESUME {node}" if node else "sudo reboot"
+    return CliError(
+        f"{shlex.join(argv)} failed (exit code {done.returncode}): {_words(done)}",
+        hint=("MAC's GPU services are running again. " if back else "")
+        + f"{tool.program} refuses while any process holds the GPU: list them, end them (a "
+        "job, another monitoring agent), and try again; a reset that fails with nothing "
+        "holding the GPU needs a reboot"
+        + (" (Slurm reboots the node once it is empty, and resumes it):" if node else ":"),
+        commands=[tool.holders, f"sudo mac gpu reset {shlex.quote(asked)}", reboot],
+    )
+
+
+def _mark_reset(cfg: NodeConfig, gpu: Gpu, how: str) -> None:
+    """The reset in the kernel log, so that dcgm-exporter does not read the GPU's earlier
+    XIDs back as if they were still unrepaired."""
+    path = cfg.roots().dev("kmsg")
+    pci = kernel_log.pci_address(gpu.bus_id)
+    if pci is None:
+        _unrecorded(cfg, gpu, f"{gpu.bus_id!r} is not a PCI bus id")
+        return
+    try:
+        kernel_log.mark_reset(path, pci, how)
+    except OSError as exc:
+        _unrecorded(cfg, gpu, f"{path}: {exc.strerror or exc}")
+        return
+    output.say(f"Recorded the reset in the kernel log ({path}): its earlier XIDs are repaired.")
+
+
+def _unrecorded(cfg: NodeConfig, gpu: Gpu, why: str) -> None:
+    window = cfg.value("MAC_GPU_EVIDENCE_WINDOW")
+    output.warn(
+        f"the reset is not in the kernel log ({why}). dcgm-exporter reads the XIDs {gpu} "
+        "logged before it back from there and judges it unhealthy again until "
+        f"MAC_GPU_EVIDENCE_WINDOW ({window:g} s) has passed since the last of them."
+    )
+
+
+def _next_steps(cfg: NodeConfig, gpu: Gpu) -> None:
+    output.ok(f"{gpu} was reset; the node stays registered.")
+    output.say(
+        "Its verdict shows on the node's page, and in `mac status --json` (the master's "
+        "gpus), within a sweep (30 s by default)."
+    )
+    node = slurm_node(cfg)
+    if node:
+        output.say(
+            "MAC does not resume a node it drained for reset_gpu without a reboot "
+            "(docs/slurm.md, Resuming after a repair): once you are satisfied, resume it:"
+        )
+        output.say(f"  scontrol update NodeName={node} State=RESUME", "cyan")

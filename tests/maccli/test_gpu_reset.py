@@ -1,0 +1,409 @@
+"""`mac gpu reset`: MAC's GPU services stopped for the reset and back after, nothing else.
+
+The agent runs for real under the process runtime (supervisord, the exporters); only the
+vendors' tools are stand-ins, at the hardware boundary: a fake `nvidia-smi` / `amd-smi`
+first on PATH answers the GPU query, and records each reset it is asked for with the
+agent's ports that answered at that moment, so a test sees what ran while it reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from maccli import gpureset
+from maccli.agent.specs import ROLE, runtime_and_specs
+from maccli.main import main
+from maccli.runtimes.base import ServiceSpec
+from maccli.runtimes.docker import PROJECT_LABEL, SERVICE_LABEL, DockerRuntime
+from maccli.runtimes.supervisor import Supervisor
+from node.config import NodeConfig
+from node.gpu.kernel_log import reset_line
+from node.hardware import detect_gpus
+from node.host import Roots
+from node.runner import CommandResult
+from testkit.ports import free_port
+from tests.exporters.conftest import FIXTURES
+
+SERVICES = ("dcgm-exporter", "rocm-exporter", "mango-sdk-agent", "sw-exporter")
+GPUS = (
+    "0, 00000000:3B:00.0, GPU-5d2f0c1e-aaaa-bbbb-cccc-000000000000\n"
+    "1, 00000000:86:00.0, GPU-9a41e7b2-dddd-eeee-ffff-111111111111\n"
+)
+IN_USE = (
+    "The following GPUs could not be reset:\n"
+    "  GPU 00000000:86:00.0: In use by another client\n\n"
+    "1 device is currently being used by one or more other processes.\n"
+)
+FAKE_SMI = '''#!{python}
+"""nvidia-smi and amd-smi at the hardware boundary (tests/maccli/test_gpu_reset.py)."""
+import json, os, socket, sys
+from pathlib import Path
+
+state = Path(os.environ["FAKE_SMI_STATE"])
+args = sys.argv[1:]
+if args[:1] == ["--query-gpu=index,pci.bus_id,uuid"]:
+    sys.stdout.write((state / "gpus.csv").read_text())
+    sys.exit(0)
+
+
+def listening(port):
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+ports = json.loads(os.environ["FAKE_SMI_PORTS"])
+record = {{
+    "argv": [Path(sys.argv[0]).name, *args],
+    "listening": sorted(name for name, port in ports.items() if listening(port)),
+}}
+with (state / "resets.jsonl").open("a") as log:
+    log.write(json.dumps(record) + "\\n")
+failure = state / "fail.json"
+if failure.exists():
+    said = json.loads(failure.read_text())
+    sys.stdout.write(said.get("stdout", ""))
+    sys.stderr.write(said.get("stderr", ""))
+    sys.exit(said["code"])
+if Path(sys.argv[0]).name == "amd-smi":
+    print("GPU: " + args[-1] + "\\n    GPU_RESET: Successfully reset GPU")
+else:
+    print("GPU 00000000:86:00.0 was successfully reset.\\nAll done.")
+'''
+
+
+@dataclass
+class Node:
+    """An agent running under the process runtime, and the stand-ins' folders."""
+
+    root: Path
+    env: dict[str, str]
+    specs: list[ServiceSpec]
+
+    @property
+    def kmsg(self) -> Path:
+        return self.root / "dev" / "kmsg"
+
+    @property
+    def smi(self) -> Path:
+        return self.root / "smi"
+
+    def resets(self) -> list[dict]:
+        log = self.smi / "resets.jsonl"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [json.loads(line) for line in lines]
+
+    def pids(self) -> dict[str, int | None]:
+        runtime, specs = runtime_and_specs(NodeConfig.load(self.env), "process")
+        return {s.name: s.pid for s in runtime.status(ROLE, specs) if s.running}
+
+
+def _agent(root: Path, **extra: str) -> Node:
+    for folder in ("dev", "proc", "bin", "smi", "home"):
+        (root / folder).mkdir()
+    for name in ("nvidia0", "nvidia1"):  # what the node's discovery counts
+        (root / "dev" / name).touch()
+    (root / "dev" / "kmsg").write_bytes(b"")  # the kernel log: a plain file here
+    (root / "proc" / "mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
+    (root / "smi" / "gpus.csv").write_text(GPUS)
+    for tool in ("nvidia-smi", "amd-smi"):
+        program = root / "bin" / tool
+        program.write_text(FAKE_SMI.format(python=sys.executable))
+        program.chmod(0o755)
+    env = {
+        "HOME": str(root / "home"),
+        "MAC_USER_ENV_FILE": str(root / "home" / "env"),
+        "MAC_NODE_ENV_FILE": str(root / "node-env"),
+        "MAC_STATE_DIR": str(root / "state"),
+        "MAC_DEV_ROOT": str(root / "dev"),
+        "MAC_PROC_ROOT": str(root / "proc"),
+        "MAC_SYS_ROOT": str(FIXTURES / "sysfs-amd"),  # amdgpu cards, for the AMD test
+        "MAC_BIND": "127.0.0.1",
+        "MAC_SYSTEMD": "no",
+        "MAC_RUNTIME": "process",
+        "MAC_AGENT_SERVICES": ",".join(SERVICES),
+        "NODE_NAME": "gpu-07.cluster",
+        "NO_COLOR": "1",
+        "FAKE_SMI_STATE": str(root / "smi"),
+        **extra,
+    }
+    ports = {}
+    for name in env["MAC_AGENT_SERVICES"].split(","):
+        ports[name] = free_port()
+        env[f"MAC_{name.upper().replace('-', '_')}_PORT"] = str(ports[name])
+    env["FAKE_SMI_PORTS"] = json.dumps(ports)
+    runtime, specs = runtime_and_specs(NodeConfig.load(env), "process")
+    runtime.start(ROLE, specs)
+    return Node(root, env, specs)
+
+
+def _stop(node: Node) -> None:
+    runtime, specs = runtime_and_specs(NodeConfig.load(node.env), "process")
+    runtime.stop(ROLE, specs)
+    for conf in node.root.glob("state/*/supervisor/supervisord.conf"):
+        Supervisor(conf.parent.parent).shutdown()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    """Each service its own process, so that a test sees which of them were stopped."""
+    running = _agent(tmp_path_factory.mktemp("gpureset"), MAC_AGENT_BUNDLE="0")
+    yield running
+    _stop(running)
+
+
+@pytest.fixture
+def on(monkeypatch):
+    """`mac` in this process sees the node's settings only, as root, with only the
+    stand-ins on PATH (no Slurm, no real GPU tool)."""
+
+    def use(node: Node, **extra: str) -> Node:
+        for name in list(os.environ):
+            if name.startswith("MAC_") or name in ("MASTER_IP", "SUDO_USER"):
+                monkeypatch.delenv(name)
+        for name, value in {**node.env, "PATH": str(node.root / "bin"), **extra}.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(gpureset, "geteuid", lambda: 0)
+        return node
+
+    return use
+
+
+def _last_reset(node: Node) -> dict:
+    return node.resets()[-1]
+
+
+def test_it_stops_the_gpu_services_for_the_reset_and_starts_them_again(node, on, capsys):
+    on(node)
+    before = node.pids()
+    assert sorted(before) == sorted(SERVICES)
+
+    assert main(["gpu", "reset", "1"]) == 0
+    said = capsys.readouterr()
+
+    reset = _last_reset(node)
+    assert reset["argv"] == ["nvidia-smi", "-r", "-i", "1"]
+    # While it reset: the GPU's holders gone, every other service still answering.
+    assert reset["listening"] == ["rocm-exporter", "sw-exporter"]
+    after = node.pids()
+    assert sorted(after) == sorted(SERVICES)  # all back
+    for name in ("rocm-exporter", "sw-exporter"):
+        assert after[name] == before[name], name  # never stopped
+    for name in ("dcgm-exporter", "mango-sdk-agent"):
+        assert after[name] != before[name], name
+    assert reset_line((0, 0x86, 0), "nvidia-smi -r -i 1") in node.kmsg.read_bytes()
+    assert "Resetting GPU 1 (00000000:86:00.0, GPU-9a41e7b2" in said.out
+    assert "  | GPU 00000000:86:00.0 was successfully reset." in said.out
+    assert f"Recorded the reset in the kernel log ({node.kmsg})" in said.out
+    assert "dcgm-exporter    running  ok" in said.out
+    assert "GPU 1 (00000000:86:00.0, GPU-9a41e7b2-dddd-eeee-ffff-111111111111) was reset" in (
+        said.out
+    )
+    assert "scontrol" not in said.out  # not a Slurm node: nothing to resume
+
+
+def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys):
+    on(node)
+    scontrol = node.root / "bin" / "scontrol"  # a Slurm node
+    scontrol.write_text("#!/bin/sh\nexit 0\n")
+    scontrol.chmod(0o755)
+    failure = node.smi / "fail.json"
+    failure.write_text(json.dumps({"code": 255, "stderr": IN_USE}))
+    kernel_log = node.kmsg.read_bytes()
+    try:
+        assert main(["gpu", "reset", "GPU-9A41E7B2-DDDD-EEEE-FFFF-111111111111"]) == 1
+    finally:
+        failure.unlink()
+        scontrol.unlink()
+    said = capsys.readouterr()
+
+    assert _last_reset(node)["argv"] == ["nvidia-smi", "-r", "-i", "1"]
+    assert (
+        "Error: nvidia-smi -r -i 1 failed (exit code 255): The following GPUs could not be "
+        "reset: GPU 00000000:86:00.0: In use by another client"
+    ) in said.err
+    assert "MAC's GPU services are running again. nvidia-smi refuses while" in said.err
+    assert "  sudo fuser -v /dev/nvidia*\n" in said.err
+    assert "  scontrol reboot ASAP nextstate=RESUME gpu-07\n" in said.err
+    assert sorted(node.pids()) == sorted(SERVICES)  # the exporters are back all the same
+    assert node.kmsg.read_bytes() == kernel_log  # no reset to record
+
+
+def test_a_gpu_that_is_not_there_is_named_with_the_gpus_found(node, on, capsys):
+    on(node)
+    before, resets = node.pids(), len(node.resets())
+    assert main(["gpu", "reset", "0000:af:00.0"]) == 1
+    said = capsys.readouterr().err
+    assert "Error: this node has no GPU '0000:af:00.0'." in said
+    assert "  GPU 0 (00000000:3B:00.0, GPU-5d2f0c1e-aaaa-bbbb-cccc-000000000000)" in said
+    assert "  GPU 1 (00000000:86:00.0, GPU-9a41e7b2-dddd-eeee-ffff-111111111111)" in said
+    assert len(node.resets()) == resets and node.pids() == before
+
+
+def test_not_root_is_refused_before_anything_stops(node, on, capsys, monkeypatch):
+    on(node)
+    monkeypatch.setattr(gpureset, "geteuid", lambda: 1000)
+    before, resets = node.pids(), len(node.resets())
+    assert main(["gpu", "reset", "1"]) == 1
+    said = capsys.readouterr().err
+    assert "Error: resetting GPU 1 (00000000:86:00.0, GPU-9a41e7b2" in said
+    assert "needs root" in said
+    assert said.endswith("  sudo mac gpu reset 1\n")
+    assert len(node.resets()) == resets and node.pids() == before
+
+
+def test_by_bus_id_without_a_kernel_log_to_write_it_warns_and_goes_on(node, on, capsys):
+    dev = node.root / "dev-without-kmsg"  # where the reset cannot be recorded (not root)
+    dev.mkdir(exist_ok=True)
+    for name in ("nvidia0", "nvidia1"):
+        (dev / name).touch()
+    on(node, MAC_DEV_ROOT=str(dev))
+    assert main(["gpu", "reset", "0000:3b:00.0"]) == 0
+    said = capsys.readouterr()
+    assert _last_reset(node)["argv"] == ["nvidia-smi", "-r", "-i", "0"]
+    assert "Warning: the reset is not in the kernel log" in said.err
+    assert "until MAC_GPU_EVIDENCE_WINDOW (3600 s) has passed" in said.err
+    assert "GPU 0 (00000000:3B:00.0, GPU-5d2f0c1e-aaaa-bbbb-cccc-000000000000) was reset" in (
+        said.out
+    )
+    assert sorted(node.pids()) == sorted(SERVICES)
+
+
+def test_an_amd_gpu_is_reset_by_its_index_with_rocm_exporter_stopped(node, on, capsys):
+    on(node, MAC_DEV_ROOT=str(FIXTURES / "dev-amd"))  # no /dev/nvidia*: an AMD node
+    vendor, count = detect_gpus(Roots(sys_root=str(FIXTURES / "sysfs-amd"), dev_root="/none"))
+    assert vendor == "amd" and count >= 1
+    kernel_log = node.kmsg.read_bytes()
+    assert main(["gpu", "reset", "0"]) == 0
+    said = capsys.readouterr()
+    reset = _last_reset(node)
+    assert reset["argv"] == ["amd-smi", "reset", "--gpureset", "-g", "0"]
+    assert reset["listening"] == ["dcgm-exporter", "sw-exporter"]
+    assert "  |     GPU_RESET: Successfully reset GPU" in said.out
+    assert node.kmsg.read_bytes() == kernel_log  # AMD's exporter reads no kernel log
+    assert sorted(node.pids()) == sorted(SERVICES)
+
+    # amd-smi says a failed reset with exit code 0: its words decide.
+    failure = node.smi / "fail.json"
+    failure.write_text(
+        json.dumps({"code": 0, "stdout": "GPU: 0\n    GPU_RESET: Failed to reset GPU\n"})
+    )
+    try:
+        assert main(["gpu", "reset", "0"]) == 1
+    finally:
+        failure.unlink()
+    said = capsys.readouterr().err
+    assert "amd-smi reset --gpureset -g 0 failed (exit code 0): GPU: 0 GPU_RESET: Failed" in said
+    assert "  sudo fuser -v /dev/kfd /dev/dri/*\n" in said
+    assert sorted(node.pids()) == sorted(SERVICES)
+
+    assert main(["gpu", "reset", "0000:05:00.0"]) == 1
+    assert "on an AMD node, mac gpu reset takes the GPU's index" in capsys.readouterr().err
+
+
+def test_without_the_vendors_tool_it_says_what_to_install(node, on, capsys, tmp_path):
+    on(node, PATH=str(tmp_path))  # no nvidia-smi
+    assert main(["gpu", "reset", "1"]) == 1
+    said = capsys.readouterr().err
+    assert "Error: nvidia-smi is not installed here, and the reset needs it." in said
+    assert "  sudo apt-get install nvidia-utils-<branch>\n" in said
+
+
+def test_where_one_process_serves_them_all_it_stops_and_starts_that_process(tmp_path, on, capsys):
+    bundled = _agent(tmp_path, MAC_AGENT_SERVICES="dcgm-exporter,mango-sdk-agent,sw-exporter")
+    try:
+        on(bundled)
+        (pid,) = set(bundled.pids().values())
+        assert main(["gpu", "reset", "1"]) == 0
+        said = capsys.readouterr().out
+        assert _last_reset(bundled)["listening"] == []
+        assert "Stopped with them: sw-exporter (one process serves them all" in said
+        after = bundled.pids()
+        assert sorted(after) == ["dcgm-exporter", "mango-sdk-agent", "sw-exporter"]
+        assert set(after.values()) != {pid}
+    finally:
+        _stop(bundled)
+
+
+# The pure parts -------------------------------------------------------------------------
+
+
+def test_a_gpu_is_named_by_its_index_uuid_or_either_form_of_its_bus_id():
+    gpus = gpureset.parse_nvidia_gpus(GPUS + "\n")
+    assert [gpu.index for gpu in gpus] == [0, 1]
+    second = gpus[1]
+    for name in (
+        "1",
+        "GPU-9a41e7b2-dddd-eeee-ffff-111111111111",
+        "gpu-9A41E7B2-DDDD-EEEE-FFFF-111111111111",
+        "00000000:86:00.0",
+        "0000:86:00.0",
+        "0000:86:00",
+    ):
+        assert gpureset.is_named(second, name), name
+    for name in ("0", "01x", "GPU-5d2f0c1e-aaaa-bbbb-cccc-000000000000", "0000:3b:00.0", ""):
+        assert not gpureset.is_named(second, name), name
+
+
+class FakeEngine:
+    """`docker` as the runtime asks it: a container table, and every command recorded."""
+
+    def __init__(self, services: list[str]) -> None:
+        self.calls: list[list[str]] = []
+        self.state = {f"mac-{name}": "running" for name in services}
+
+    def __call__(self, argv, **_options) -> CommandResult:
+        argv = list(argv)
+        self.calls.append(argv)
+        if argv[:3] == ["docker", "ps", "-aq"]:
+            return CommandResult(0, "\n".join(self.state) + "\n")
+        if argv[:2] == ["docker", "inspect"]:
+            rows = [
+                {
+                    "Name": f"/{name}",
+                    "Config": {"Labels": {PROJECT_LABEL: "mac", SERVICE_LABEL: name[4:]}},
+                    "State": {
+                        "Status": self.state[name],
+                        "Pid": 7 if self.state[name] == "running" else 0,
+                    },
+                }
+                for name in argv[2:]
+            ]
+            return CommandResult(0, json.dumps(rows))
+        if argv[1] in ("stop", "start"):
+            for name in argv[2:]:
+                self.state[name] = "running" if argv[1] == "start" else "exited"
+            return CommandResult(0, "\n".join(argv[2:]))
+        return CommandResult(1, "", f"unexpected: {argv}")
+
+
+def test_under_docker_it_stops_and_starts_the_containers_alone():
+    engine = FakeEngine(["dcgm-exporter", "mango-sdk-agent", "sw-exporter"])
+    runtime = DockerRuntime(run=engine)
+    holders = [ServiceSpec("dcgm-exporter", []), ServiceSpec("mango-sdk-agent", [])]
+
+    stopped = runtime.stop_services(ROLE, holders)
+    assert [s.state for s in stopped] == ["exited", "exited"]
+    assert ["docker", "stop", "mac-dcgm-exporter", "mac-mango-sdk-agent"] in engine.calls
+    assert engine.state["mac-sw-exporter"] == "running"
+
+    started = runtime.start_services(ROLE, holders)
+    assert [s.state for s in started] == ["running", "running"]
+    assert ["docker", "start", "mac-dcgm-exporter", "mac-mango-sdk-agent"] in engine.calls
+    verbs = {call[1] for call in engine.calls}
+    assert verbs == {"ps", "inspect", "stop", "start"}  # no Compose: nothing recreated
+
+
+def test_under_docker_a_service_without_a_container_is_left_as_it_is():
+    engine = FakeEngine(["sw-exporter"])  # dcgm-exporter's profile was left out here
+    runtime = DockerRuntime(run=engine)
+    holders = [ServiceSpec("dcgm-exporter", [])]
+    assert [s.state for s in runtime.stop_services(ROLE, holders)] == ["stopped"]
+    assert [s.state for s in runtime.start_services(ROLE, holders)] == ["stopped"]
+    assert not any(call[1] in ("stop", "start") for call in engine.calls)
