@@ -80,6 +80,18 @@ RECOVERY_ACTIONS: dict[int, tuple[str, HealthState, HealthAction]] = {
     7: ("the driver asks for a system reboot", HealthState.UNHEALTHY, HealthAction.REBOOT),
 }
 
+
+def _unknown_recovery(value: int) -> tuple[str, HealthState, HealthAction]:
+    """A recovery action a newer driver asks for, which this MAC does not know: the driver
+    says the GPU needs something, so it is worth a look (as an unknown XID), not a drain."""
+    return (
+        f"the driver asks for recovery action {value}, which this MAC does not know (a "
+        "newer driver's): nvidia-smi -q says which",
+        HealthState.DEGRADED,
+        HealthAction.NONE,
+    )
+
+
 # Clock event (throttle) reasons that mean the GPU is being slowed to protect itself; a
 # power cap (0x4) or idle clocks are normal. nvmlClocksEventReason* bits.
 SLOWDOWNS = {
@@ -283,8 +295,8 @@ class GpuJudge:
         for key in [key for key in memory.since if key.startswith("recovery")]:
             if key != f"recovery{value}":
                 del memory.since[key]  # the driver changed its mind: a new condition
-        if value in RECOVERY_ACTIONS:
-            words, state, repair = RECOVERY_ACTIONS[value]
+        if value:
+            words, state, repair = RECOVERY_ACTIONS.get(value, _unknown_recovery(value))
             at = memory.condition(f"recovery{value}", True, now)
             found.append(
                 Finding(EvidenceSource.RECOVERY_ACTION, str(value), words, state, repair, at)

@@ -100,6 +100,17 @@ def test_the_drivers_recovery_action_is_taken_as_it_says():
     assert judged(judge, T + 3, recovery_action=0).evidence == ()
 
 
+def test_a_recovery_action_this_mac_does_not_know_is_worth_a_look_not_a_drain():
+    """A newer driver's value (8 and up): the driver asks for something; ignored, the GPU
+    was served healthy."""
+    judge = GpuJudge(WINDOW)
+    verdict = judged(judge, T, recovery_action=9)
+    assert (verdict.state, verdict.action) == (HealthState.DEGRADED, HealthAction.NONE)
+    assert [(e.source, e.code) for e in verdict.evidence] == [("recovery_action", "9")]
+    assert "does not know" in verdict.evidence[0].detail
+    assert judged(judge, T + 1, recovery_action=0).evidence == ()
+
+
 def test_thermal_and_power_slowdowns_degrade_a_power_cap_does_not():
     judge = GpuJudge(WINDOW)
     assert judged(judge, T, clock_reasons=0x4).evidence == ()  # SW power cap: normal
