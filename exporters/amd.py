@@ -25,6 +25,8 @@ ECC totals grow only by what a RAS block that answered twice added in between. O
 steady source is judged: a scrape where amdsmi failed and sysfs answered instead serves
 sysfs's readings and no verdict (the master keeps the node's last one), since sysfs
 numbers and counts the GPUs its own way (8 cards where amdsmi has 64 CPX partitions).
+A failure that lasts UNREACHABLE_GRACE serves amdsmi's GPUs as it last listed them,
+degraded (unjudged), so that the master's kept verdict does not stand for hours.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from exporters.amd_fields import (
 )
 from exporters.gpu_health import evidence_window, verdict_families
 from exporters.runtime import BackendStatus, Exporter, Options
-from node.gpu.health import DEFAULT_WINDOW, AmdReading, GpuJudge
+from node.gpu.health import DEFAULT_WINDOW, UNREACHABLE_GRACE, AmdReading, GpuJudge
 from node.hardware import amd_cards
 from node.host import Roots, list_dir, read_boot_id, read_int, read_text, read_value
 
@@ -300,6 +302,10 @@ class AmdGpuSource:
             "amdsmi not importable: reading amdgpu sysfs" if self._amdsmi is None else ""
         )
         self._backends: list[BackendStatus] = []
+        # The GPUs as amdsmi last listed them, and since when (tick) it has failed in a row:
+        # a failure that lasts is served as their verdicts, degraded (``_unjudged``).
+        self._amdsmi_gpus: list[AmdGpu] = []
+        self._failing_since: float | None = None
 
     def backends(self) -> list[BackendStatus]:
         return self._backends
@@ -356,6 +362,10 @@ class AmdGpuSource:
         # found means every one is missing.
         judged = not fallback or not gpus
         totals = self._follow(gpus) if not fallback else []
+        if not fallback:
+            self._amdsmi_gpus, self._failing_since = (gpus if self._amdsmi_ready else []), None
+        elif self._failing_since is None:
+            self._failing_since = self._clock()
         self._backends = [
             BackendStatus(
                 "amdgpu",
@@ -427,6 +437,33 @@ class AmdGpuSource:
                 for gpu, ecc in zip(gpus, totals, strict=True)
             ]
             yield from verdict_families(verdicts, LABELS, read_boot_id(self.roots))
+        elif not problem and fallback:
+            yield from self._unjudged(fallback)
+
+    def _unjudged(self, why: str) -> Iterable[Metric]:
+        """While amdsmi has failed for UNREACHABLE_GRACE, the verdicts of the GPUs it last
+        listed, each degraded with amdsmi's words: the master would otherwise keep the
+        node's last verdict for as long as the failure lasts. A shorter failure (one
+        scrape) serves none, and the master keeps the last one."""
+        if not self._amdsmi_gpus or self._failing_since is None:
+            return
+        tick = self._clock()
+        if tick - self._failing_since < UNREACHABLE_GRACE:
+            return
+        words = why.split(";", 1)[0]  # "amdsmi failed: <amdsmi's words>"
+        now = self._wall()
+        verdicts = [
+            (
+                self.label_values(gpu),
+                self._judge.amd(
+                    AmdReading(int(gpu.gpu_id), gpu.gpu_uuid, gpu.serial_number, unjudged=words),
+                    now,
+                    tick,
+                ),
+            )
+            for gpu in self._amdsmi_gpus
+        ]
+        yield from verdict_families(verdicts, LABELS, read_boot_id(self.roots))
 
     @staticmethod
     def label_values(gpu: AmdGpu) -> list[str]:

@@ -147,6 +147,9 @@ class AmdReading:
     ecc_correctable: float | None = None
     # It answered before and answers none of its readings now (exporters.amd).
     unreadable: bool = False
+    # amdsmi has failed for every GPU for a while and sysfs answers in its place, which
+    # numbers the GPUs its own way: the GPU is not judged now (amdsmi's words).
+    unjudged: str = ""
 
 
 class CounterWatch:
@@ -196,7 +199,9 @@ class _GpuMemory:
             return 0.0
         return self.since.setdefault(name, now)
 
-    def lasting(self, name: str, holds: bool, now: float, tick: float, grace: float) -> float:
+    def lasting(
+        self, name: str, holds: bool | None, now: float, tick: float, grace: float
+    ) -> float:
         """As ``condition``, but only once it has held for ``grace`` seconds (monotonic):
         for evidence a passing hiccup also shows, which must not drain a node."""
         at = self.condition(name, holds, now)
@@ -335,9 +340,16 @@ class GpuJudge:
             words = "AMD GPU_HEALTH is unhealthy (uncorrectable errors or a fatal error)"
             found.append(Finding(EvidenceSource.AMD_HEALTH, "unhealthy", words, U, A.REBOOT, at))
         # As NVIDIA's unreachable: only once it lasts (UNREACHABLE_GRACE).
-        if at := memory.lasting("unreadable", reading.unreadable, now, tick, UNREACHABLE_GRACE):
+        # Unjudged: no reading at all, so it leaves an unreadable GPU as it was.
+        unreadable = None if reading.unjudged else reading.unreadable
+        if at := memory.lasting("unreadable", unreadable, now, tick, UNREACHABLE_GRACE):
             words = "amdsmi answers none of the GPU's readings (it answered before)"
             found.append(Finding(EvidenceSource.LOST, "unreadable", words, U, A.REBOOT, at))
+        # Degraded, as NVIDIA's no_access: nothing is judged, which is no reason to drain,
+        # and a verdict the master kept from before would otherwise stand for hours.
+        if at := memory.condition("unjudged", bool(reading.unjudged), now):
+            words = f"amdsmi fails ({reading.unjudged}); sysfs answers but is not judged"
+            found.append(Finding(EvidenceSource.LOST, "unjudged", words, D, A.NONE, at))
         return _verdict(reading.index, reading.uuid, reading.serial, "amd", found)
 
 

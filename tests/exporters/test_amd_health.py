@@ -250,6 +250,36 @@ def test_a_scrape_where_amdsmi_fails_serves_sysfs_and_judges_nothing():
     assert now.value("mac_exporter_backend_available", {"backend": "amdsmi", "reason": ""}) == 1
 
 
+def test_amdsmi_failing_for_long_serves_its_gpus_degraded_not_judged():
+    """One failed scrape serves no verdict (the master keeps the last one); a failure that
+    lasts would keep that verdict for hours, so amdsmi's GPUs are served as it last listed
+    them, degraded with its words, and what was judged before stays."""
+    amdsmi, wall = FakeAmdSmi(count=2), Wall()
+    exporter = rocm(amdsmi, wall=wall)
+    Scrape(exporter)
+    amdsmi.silent = {1}
+    assert lasting(exporter, wall).evidence(1) == [("lost", "unreadable")]
+    amdsmi.error = "AMDSMI_STATUS_DRM_ERROR - DRM error"
+    assert Scrape(exporter).verdicts is None
+    wall.now += UNREACHABLE_GRACE
+
+    now = Scrape(exporter)
+
+    gpu0, gpu1 = now.verdicts.gpus
+    assert (gpu0.uuid, gpu0.state, gpu0.action) == (
+        SMI0["gpu_uuid"], HealthState.DEGRADED, HealthAction.NONE
+    )  # fmt: skip
+    assert now.evidence(0) == [("lost", "unjudged")]
+    assert "AMDSMI_STATUS_DRM_ERROR" in gpu0.evidence[0].detail
+    assert now.evidence(1) == [("lost", "unreadable"), ("lost", "unjudged")]
+    assert gpu1.state is HealthState.UNHEALTHY
+    amdsmi.error, amdsmi.silent = "", set()
+
+    back = Scrape(exporter)
+
+    assert [g.state for g in back.verdicts.gpus] == [HealthState.HEALTHY] * 2
+
+
 def test_amdsmi_failing_with_no_card_in_sysfs_either_reports_no_gpu():
     """Nothing to mix, and nothing found: the master finds every registered GPU missing."""
     amdsmi = FakeAmdSmi(count=2)
