@@ -50,7 +50,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
 
-from contract.verdicts import device_minor, slurm_gpu_order
+from contract.verdicts import HealthAction, device_minor, slurm_gpu_order
 from exporters.gpu_health import evidence_window, verdict_families
 from exporters.hpcjob import with_hpc_job
 from exporters.nvidia_fields import (
@@ -67,6 +67,7 @@ from exporters.runtime import BackendStatus, Exporter, Options
 from node.config import node_config
 from node.gpu.health import DEFAULT_WINDOW, GpuJudge, NvidiaReading
 from node.gpu.kernel_log import KernelXid, pci_address, read_kernel_xids
+from node.gpu.xid_catalog import lookup
 from node.host import Roots, read_boot_id
 from node.hpcjobs import read_mapping
 
@@ -81,6 +82,8 @@ HEALTH_LABELS = [*LABELS, "serial"]
 # (maxSuccessiveEventErrorCount) before it marked every device unhealthy; MAC says
 # degraded: the GPUs' own reads still judge them, only the XIDs go unseen.
 XID_WAIT_FAILURES = 3
+# The XIDs a GPU reset repairs: those whose action is at most a reset.
+RESET_REPAIRS = HealthAction.RESET_GPU.severity
 
 
 def _text(value) -> str:
@@ -374,8 +377,10 @@ class NvmlSource:
             if index is None:
                 waiting.append(xid)
                 continue
-            at = wall - max(0.0, tick - xid.since_boot)
-            self._judge.xid(index, xid.code, at, xid.since_boot)
+            # The log's clock is the kernel's, a hair off the monotonic one: never later
+            # than now.
+            seen = min(xid.since_boot, tick)
+            self._judge.xid(index, xid.code, wall - (tick - seen), seen)
             log.warning("GPU %s: XID %s from the kernel log: %s", index, xid.code, xid.text)
         self._kernel_xids = waiting
 
@@ -383,18 +388,26 @@ class NvmlSource:
         """The XIDs in the kernel log still within the evidence window."""
         tick = self._clock()
         try:
-            xids = read_kernel_xids(path, until=tick)
+            xids = read_kernel_xids(path)
         except OSError as exc:
             reason = (
                 f"cannot read {path}: {exc.strerror or exc}; XIDs logged before the "
                 "exporter started are not in the verdict (it needs CAP_SYSLOG where "
-                "kernel.dmesg_restrict=1, and the host's /dev/kmsg in a container)"
+                "kernel.dmesg_restrict=1, printk.devkmsg not off, and the host's "
+                "/dev/kmsg in a container)"
             )
             log.warning("%s", reason)
             self._kernel_backend = BackendStatus("kernel_log", False, reason)
             return []
         self._kernel_backend = BackendStatus("kernel_log", True, "")
-        recent = [xid for xid in xids if xid.since_boot > tick - self._judge.window]
+        # A GPU reset repairs what a reset repairs (mac gpu reset logged one): not an XID
+        # that asks for a reboot or a look at the hardware.
+        recent = [
+            xid
+            for xid in xids
+            if xid.since_boot > tick - self._judge.window
+            and not (xid.reset and lookup(xid.code).action.severity <= RESET_REPAIRS)
+        ]
         log.info(
             "kernel log %s: %d XIDs since boot, %d within the evidence window (%gs)",
             path, len(xids), len(recent), self._judge.window,

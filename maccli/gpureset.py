@@ -2,15 +2,17 @@
 
 The vendor's reset refuses while any process holds the GPU, and MAC's own services do:
 the GPU exporter and mango-sdk-agent, which reads the GPUs through the same libraries
-(NVML, amdsmi: exporters.mango). So the command stops only those (never `mac stop agent`,
-which deregisters the node), resets the GPU, starts them again and says what is left to
-do. A reset that fails starts them again all the same: the node never stays without
-its exporters.
+(NVML, amdsmi: exporters.mango). So the command stops only those that run (never `mac stop
+agent`, which deregisters the node), resets the GPU, starts them again and says what is
+left to do. A reset that fails, Ctrl-C, SIGTERM or SIGHUP (the ssh session dropped)
+start them again all the same; only a SIGKILL, or a reset stuck in the kernel, can leave
+them stopped (`mac restart agent` brings them back).
 
 Once NVIDIA's reset went through, it writes the reset into the kernel log
 (node.gpu.kernel_log.mark_reset): the dcgm-exporter it starts again reads the log back
 from the boot on, and would otherwise judge the GPU on the XIDs it logged before the
-reset, unhealthy again until MAC_GPU_EVIDENCE_WINDOW has passed.
+reset, unhealthy again until MAC_GPU_EVIDENCE_WINDOW has passed (those a reset repairs:
+an XID that asks for a reboot or a look at the hardware stays).
 
 An AMD GPU is named by its index only: `amd-smi list --json`'s output was not at hand
 from a real node to parse its bus ids and UUIDs from, so the index is checked against
@@ -21,6 +23,9 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from os import geteuid
 
@@ -204,38 +209,72 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
             commands=[f"sudo mac gpu reset {shlex.quote(asked)}"],
         )
     runtime, specs = runtime_and_specs(cfg, runtime_name)
-    holders = gpu_holders(specs, tool.vendor)
+    holders = _running(runtime, gpu_holders(specs, tool.vendor))
     argv = tool.reset_argv(gpu)
     if not holders:
-        output.say(
-            f"None of MAC's services that hold the GPUs open runs here ({runtime.name} runtime)."
-        )
-    try:
-        _stop(runtime, holders)
-        output.say(f"Resetting {gpu}: {shlex.join(argv)}")
-        done = run_command(argv, timeout=RESET_TIMEOUT)
-    except BaseException:  # an error, or Ctrl-C: the exporters come back all the same
-        _start_after_failure(runtime, holders)
-        raise
+        output.say(f"None of MAC's services that hold the GPUs open runs ({runtime.name} runtime).")
+    # Whatever ends the command (an error, Ctrl-C, the terminal closing, a kill), the
+    # services it stopped start again: a node left without its GPU exporter keeps its
+    # last verdict on the master for as long as nobody notices.
+    with _signals_as_exit():
+        done = None
+        try:
+            _stop(runtime, holders)
+            output.say(f"Resetting {gpu}: {shlex.join(argv)}")
+            done = run_command(argv, timeout=RESET_TIMEOUT)
+            if not tool.failed(done):
+                for line in f"{done.stdout}\n{done.stderr}".strip().splitlines():
+                    output.say(f"  | {line}".rstrip())
+                if tool.vendor == "nvidia":
+                    _mark_reset(cfg, gpu, shlex.join(argv))
+        finally:
+            back = _start_again(runtime, holders)
     if tool.failed(done):
-        back = _start_after_failure(runtime, holders)
         raise _reset_failed(cfg, tool, argv, done, asked, back)
-    for line in f"{done.stdout}\n{done.stderr}".strip().splitlines():
-        output.say(f"  | {line}".rstrip())
-    if tool.vendor == "nvidia":
-        _mark_reset(cfg, gpu, shlex.join(argv))
-    _start(runtime, holders)
+    if not back:
+        raise CliError(
+            f"{gpu} was reset, but MAC's GPU services did not start again (above).",
+            commands=["mac restart agent", "mac status"],
+        )
     print_states(runtime.status(ROLE, specs), f"Agent services ({runtime.name} runtime)")
     _next_steps(cfg, gpu)
     return 0
+
+
+def _running(runtime: Runtime, holders: list[ServiceSpec]) -> list[ServiceSpec]:
+    """Those running now: only they are stopped, and so started again (one an operator
+    stopped on purpose stays stopped)."""
+    if not holders:
+        return []
+    running = {state.name for state in runtime.status(ROLE, holders) if state.running}
+    return [spec for spec in holders if spec.name in running]
+
+
+@contextmanager
+def _signals_as_exit() -> Iterator[None]:
+    """SIGHUP (the ssh session dropped) and SIGTERM end the command as Ctrl-C does, through
+    its ``finally``s, instead of killing it with MAC's GPU services stopped."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
+
+    def leave(number: int, _frame) -> None:
+        raise SystemExit(128 + number)
+
+    for sig in previous:
+        signal.signal(sig, leave)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _stop(runtime: Runtime, holders: list[ServiceSpec]) -> None:
     if not holders:
         return
     names = ", ".join(spec.name for spec in holders)
+    hold, them = ("holds", "it") if len(holders) == 1 else ("hold", "them")
     output.say(
-        f"{names} hold the GPUs open: stopping them for the reset (the node stays registered)."
+        f"{names} {hold} the GPUs open: stopping {them} for the reset (the node stays registered)."
     )
     stopped = [state.name for state in runtime.stop_services(ROLE, holders)]
     others = [name for name in stopped if name not in {spec.name for spec in holders}]
@@ -246,18 +285,14 @@ def _stop(runtime: Runtime, holders: list[ServiceSpec]) -> None:
         )
 
 
-def _start(runtime: Runtime, holders: list[ServiceSpec]) -> None:
+def _start_again(runtime: Runtime, holders: list[ServiceSpec]) -> bool:
+    """Start again what was stopped; whether they came back (a failure is warned of, the
+    command's own error being the one to tell)."""
     if not holders:
-        return
+        return True
     output.say(f"Starting {', '.join(spec.name for spec in holders)} again.")
-    runtime.start_services(ROLE, holders)
-
-
-def _start_after_failure(runtime: Runtime, holders: list[ServiceSpec]) -> bool:
-    """Start them again after a failure, whose own error is the one to tell; whether
-    they came back."""
     try:
-        _start(runtime, holders)
+        runtime.start_services(ROLE, holders)
     except CliError as exc:
         output.warn(f"{exc.message} Bring every agent service back with: mac restart agent")
         return False
@@ -314,7 +349,8 @@ def _next_steps(cfg: NodeConfig, gpu: Gpu) -> None:
     node = slurm_node(cfg)
     if node:
         output.say(
-            "MAC does not resume a node it drained for reset_gpu without a reboot "
-            "(docs/slurm.md, Resuming after a repair): once you are satisfied, resume it:"
+            "MAC does not resume a node it drained for a repair without a reboot "
+            "(docs/slurm.md, Resuming after a repair): once the node's page shows every GPU "
+            "healthy, resume it:"
         )
         output.say(f"  scontrol update NodeName={node} State=RESUME", "cyan")

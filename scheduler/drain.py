@@ -18,9 +18,10 @@ budgets taught them (docs/slurm.md, "Draining unhealthy nodes"):
   been healthy for MAC_SLURM_RESUME_SWEEPS sweeps in a row. Degraded is not healthy. A
   drain for an operator's repair (reset_gpu, reboot, inspect_hardware) also needs a boot
   of the node after the last one its fault was seen on: most such faults are events
-  (XID 95, an uncorrectable ECC rise) that leave the verdict after the evidence window,
-  or at once when the agent's exporter restarts, repaired or not. A GPU reset MAC cannot
-  see: after one, a person resumes the node (``held`` until then, said once).
+  (XID 95, an uncorrectable ECC rise) that leave the verdict after the evidence window
+  (a counter's rise at once when the agent's exporter restarts), repaired or not. A GPU
+  reset MAC cannot see: after one, a person resumes the node (``held`` until then, said
+  once).
 - **Hands off:** a node that anyone else drained, downed or reserved is never drained
   again, resumed, or given another reason (``held``), and neither is one in MAC's
   maintenance. A reservation counts from ``scontrol show reservation``, which lists it
@@ -396,9 +397,10 @@ def _not_repaired(node: MacNode, found: SlurmNode) -> str:
     """Why a healthy node MAC drained is not resumed yet, with what to do; "" to resume.
 
     A verdict that turned healthy on the boot the fault was seen on proves no repair: an
-    event (XID 48, 95, 119, an ECC rise) leaves it after MAC_GPU_EVIDENCE_WINDOW, and all
-    of them at once when the agent's exporter restarts. A new boot is what MAC can see;
-    a GPU reset it cannot, so after one a person resumes the node (MAC accepts that).
+    event (XID 48, 95, 119, an ECC rise) leaves it after MAC_GPU_EVIDENCE_WINDOW, and a
+    counter's rise at once when the agent's exporter restarts. A new boot is what MAC can
+    see; a GPU reset it cannot, so after one (`mac gpu reset`) a person resumes the node
+    (MAC accepts that).
     """
     if not _needs_boot(node):
         return ""
@@ -423,7 +425,8 @@ def _not_repaired(node: MacNode, found: SlurmNode) -> str:
         return (
             f"Not resumed: {name} has not booted since its fault was last seen ({drained}): "
             "its GPU verdict may be healthy only because the fault's events aged out "
-            "(MAC_GPU_EVIDENCE_WINDOW) or the exporter restarted; reboot it "
+            "(MAC_GPU_EVIDENCE_WINDOW) or the exporter restarted and forgot an ECC rise; "
+            "reboot it "
             f"({reboot}), or after a GPU reset without a reboot resume it yourself ({resume})"
         )
     return ""

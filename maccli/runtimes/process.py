@@ -395,7 +395,13 @@ class ProcessRuntime(Runtime):
         with self._locked(role):
             sup = self.supervisor(role)
             if not sup.answers():
-                return self.status(role, specs)  # nothing runs the role here
+                # Stopped through their pid files (stop_services without supervisord): only
+                # a start of the whole role brings them back.
+                raise CliError(
+                    f"the {role}'s supervisord does not answer: "
+                    f"{', '.join(spec.name for spec in specs)} not started again.",
+                    commands=[f"mac restart {role}", f"mac status {role}"],
+                )
             try:
                 programs = sup.programs()
                 here = [spec for spec in specs if spec.name in programs]

@@ -200,6 +200,25 @@ def test_an_xid_before_the_gpus_reset_is_repaired_not_read_back(tmp_path):
     assert verdicts(exporter).gpus[1].state is HealthState.HEALTHY
 
 
+def test_a_gpu_reset_does_not_repair_an_xid_that_asks_for_a_reboot(tmp_path):
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kmsg = kernel_log(
+        tmp_path,
+        "4,900,4900000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus",
+        "13,901,4950000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)",
+    )  # fmt: skip
+    gpu1 = verdicts(dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)).gpus[1]
+    assert (gpu1.state, gpu1.action) == (HealthState.UNHEALTHY, HealthAction.REBOOT)
+
+
+def test_a_record_the_kernels_clock_dates_a_little_ahead_is_dated_now(tmp_path):
+    """The log's clock is the kernel's, a hair off the monotonic one."""
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kmsg = kernel_log(tmp_path, "4,900,5002000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=0")
+    gpu1 = verdicts(dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)).gpus[1]
+    assert [(e.code, e.at) for e in gpu1.evidence] == [("48", wall.now)]
+
+
 def test_an_xid_logged_longer_ago_than_the_window_is_no_evidence(tmp_path):
     nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
     kmsg = kernel_log(tmp_path, "4,900,1000000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0")

@@ -65,6 +65,10 @@ record = {{
 }}
 with (state / "resets.jsonl").open("a") as log:
     log.write(json.dumps(record) + "\\n")
+if (state / "hang-up.json").exists():  # the operator's terminal closes mid-reset
+    import signal, time
+    os.kill(os.getppid(), signal.SIGTERM)
+    time.sleep(30)
 failure = state / "fail.json"
 if failure.exists():
     said = json.loads(failure.read_text())
@@ -233,6 +237,38 @@ def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys
     assert "  scontrol reboot ASAP nextstate=RESUME gpu-07\n" in said.err
     assert sorted(node.pids()) == sorted(SERVICES)  # the exporters are back all the same
     assert node.kmsg.read_bytes() == kernel_log  # no reset to record
+
+
+def test_a_command_killed_mid_reset_starts_the_services_again(node, on, capsys):
+    """SIGTERM (or SIGHUP: the ssh session dropped) ends it through its cleanup, as Ctrl-C
+    does: a node left without its GPU exporter keeps its last verdict on the master."""
+    on(node)
+    signal_file = node.smi / "hang-up.json"
+    signal_file.write_text("{}")
+    try:
+        with pytest.raises(SystemExit) as ended:
+            main(["gpu", "reset", "1"])
+    finally:
+        signal_file.unlink()
+    said = capsys.readouterr()
+
+    assert ended.value.code == 128 + 15
+    assert "Starting dcgm-exporter, mango-sdk-agent again." in said.out
+    assert sorted(node.pids()) == sorted(SERVICES)
+
+
+def test_a_gpu_service_stopped_before_stays_stopped(node, on, capsys):
+    on(node)
+    runtime, specs = runtime_and_specs(NodeConfig.load(node.env), "process")
+    inventory = [spec for spec in specs if spec.name == "mango-sdk-agent"]
+    runtime.stop_services(ROLE, inventory)  # an operator's choice
+    try:
+        assert main(["gpu", "reset", "1"]) == 0
+        said = capsys.readouterr().out
+        assert "dcgm-exporter holds the GPUs open: stopping it for" in said
+        assert "mango-sdk-agent" not in node.pids()
+    finally:
+        runtime.start_services(ROLE, inventory)
 
 
 def test_a_gpu_that_is_not_there_is_named_with_the_gpus_found(node, on, capsys):
