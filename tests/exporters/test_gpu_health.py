@@ -187,28 +187,27 @@ def test_an_xid_logged_before_the_exporter_started_is_in_its_first_verdict(tmp_p
     assert verdicts(exporter).gpus[1].evidence == ()
 
 
-def test_an_xid_before_the_gpus_reset_is_repaired_not_read_back(tmp_path):
+@pytest.mark.parametrize(
+    ("xid", "state", "action"),
+    [
+        ("95, pid=4242, Uncontained", HealthState.HEALTHY, HealthAction.NONE),  # repaired
+        # A reset is no repair for an XID that asks for a reboot.
+        ("79, pid=0, GPU has fallen off the bus", HealthState.UNHEALTHY, HealthAction.REBOOT),
+    ],
+)
+def test_an_xid_before_the_gpus_reset_is_read_back_only_if_a_reset_does_not_repair_it(
+    tmp_path, xid, state, action
+):
     """`mac gpu reset` stops the exporter, resets the GPU, logs the reset and starts the
     exporter again: the XID the reset repaired must not drain the node once more."""
     nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
     kmsg = kernel_log(
         tmp_path,
-        "4,900,4900000000,-;NVRM: Xid (PCI:0000:3b:00): 95, pid=4242, Uncontained",
-        "13,901,4950000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)",
-    )  # fmt: skip
-    exporter = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)
-    assert verdicts(exporter).gpus[1].state is HealthState.HEALTHY
-
-
-def test_a_gpu_reset_does_not_repair_an_xid_that_asks_for_a_reboot(tmp_path):
-    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
-    kmsg = kernel_log(
-        tmp_path,
-        "4,900,4900000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus",
+        f"4,900,4900000000,-;NVRM: Xid (PCI:0000:3b:00): {xid}",
         "13,901,4950000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)",
     )  # fmt: skip
     gpu1 = verdicts(dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg)).gpus[1]
-    assert (gpu1.state, gpu1.action) == (HealthState.UNHEALTHY, HealthAction.REBOOT)
+    assert (gpu1.state, gpu1.action) == (state, action)
 
 
 def test_a_record_the_kernels_clock_dates_a_little_ahead_is_dated_now(tmp_path):
