@@ -5,8 +5,9 @@ the GPU exporter and mango-sdk-agent, which reads the GPUs through the same libr
 (NVML, amdsmi: exporters.mango). So the command stops only those that run (never `mac stop
 agent`, which deregisters the node), resets the GPU, starts them again and says what is
 left to do. A reset that fails, Ctrl-C, SIGTERM or SIGHUP (the ssh session dropped)
-start them again all the same; only a SIGKILL, or a reset stuck in the kernel, can leave
-them stopped (`mac restart agent` brings them back).
+start them again all the same, and so does a reset stuck in the kernel once
+RESET_TIMEOUT has passed (node.runner leaves it behind); only a SIGKILL can leave them
+stopped (`mac restart agent` brings them back).
 
 Once NVIDIA's reset went through, it writes the reset into the kernel log
 (node.gpu.kernel_log.mark_reset): the dcgm-exporter it starts again reads the log back
