@@ -9,12 +9,15 @@ its agent runs in host mode (bridge mode is tested in test_ip_forward.py).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 
 from contract.services import SERVICES
 from testkit.docker_engine import NS_IP
 from testkit.waiting import http_status, wait_for
+from tests.docker.conftest import REPO
 
 # netns too: the engine runs in a namespace of its own (runs with `-m netns` only).
 pytestmark = [pytest.mark.docker, pytest.mark.netns, pytest.mark.slow]
@@ -138,3 +141,26 @@ def test_in_container_commands_of_the_guide(docker_master, node):
     # No AMD GPU here, so no rocm-exporter container: rocm-smi itself, in the same image.
     smi = node.engine.docker("run", "--rm", "--entrypoint", "rocm-smi", "mac:latest")
     assert "amdgpu" in (smi.stdout + smi.stderr), smi.stdout + smi.stderr
+
+
+def test_the_gpu_exporter_s_container_reads_the_host_s_kernel_log(engine, images):
+    """What docker-compose.agent.yml gives dcgm-exporter (a device, a capability) lets it
+    read the host's /dev/kmsg, the XIDs from before it started (node.gpu.kernel_log). The
+    service itself needs an NVIDIA GPU to start, so its options are tried on the image."""
+    compose = yaml.safe_load((REPO / "docker" / "docker-compose.agent.yml").read_text())
+    dcgm = compose["services"]["dcgm-exporter"]
+    device = [f"--device={path}" for path in dcgm["devices"]]
+    caps = [f"--cap-add={cap}" for cap in dcgm["cap_add"]]
+    read = (
+        "from pathlib import Path; from node.gpu.kernel_log import read_kernel_xids; "
+        "print(len(read_kernel_xids(Path('/dev/kmsg'))), 'XIDs')"
+    )
+
+    def run(*options: str):
+        return engine.docker("run", "--rm", *options, "--entrypoint", "python", images, "-c", read)
+
+    done = run(*device, *caps)
+    assert done.returncode == 0 and done.stdout.endswith(" XIDs\n"), done.stdout + done.stderr
+    if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() == "1":
+        refused = run(*device)  # the capability is there for a reason
+        assert refused.returncode != 0 and "Operation not permitted" in refused.stderr
