@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from django.conf import settings
 from django.dispatch import Signal
 
-from contract.verdicts import ACTION_FIXES, ACTION_LABELS, Evidence, HealthAction, HealthState
+from contract.verdicts import ACTION_LABELS, Evidence, HealthAction, HealthState, gpu_fix
 from inventory.models import GpuHealth
 
 ALERTNAMES = {HealthState.UNHEALTHY: "MacGpuUnhealthy", HealthState.DEGRADED: "MacGpuDegraded"}
@@ -140,7 +140,7 @@ def firing_alert(row: dict, ends_at: str, node_url: str, runbook: str) -> dict:
     except ValueError:  # a later release's action: its own name, with no fix to offer
         action_words, fix = str(row["action"]), ""
     else:
-        action_words, fix = ACTION_LABELS[action], ACTION_FIXES[action]
+        action_words, fix = ACTION_LABELS[action], gpu_fix(action, str(row["gpu"]), row["uuid"])
     jobs = row.get("jobs", "")
     annotations = {
         "summary": f"{gpu_words(row)} on {row['hostname']} is {state}: {action_words}"

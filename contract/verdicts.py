@@ -113,6 +113,21 @@ ACTION_FIXES: dict[HealthAction, str] = {
         "above), and check power and cooling."
     ),
 }
+
+
+def gpu_fix(action: HealthAction | str, gpu: str, uuid: str = "") -> str:
+    """ACTION_FIXES for one GPU, its commands naming it: by its UUID where it is NVIDIA's
+    (``GPU-...``: `mac gpu reset` and ``nvidia-smi -i`` take it, and it names the same
+    board whatever the numbering), else by its index (AMD's tools take that only). ""
+    for an action with no fix, or one a later release added."""
+    try:
+        text = ACTION_FIXES.get(HealthAction(action), "")
+    except ValueError:
+        return ""
+    name = uuid if uuid.startswith("GPU-") else gpu
+    return text.replace("<gpu>", name) if name else text
+
+
 # The actions that need an operator (the fleet page's and the API's "needs action"):
 # restart_app is the job owner's, none is nobody's.
 OPERATOR_ACTIONS = frozenset(

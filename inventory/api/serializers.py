@@ -16,7 +16,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from contract.master_api import REPORTED_FIELDS
-from contract.verdicts import ACTION_FIXES, Evidence, HealthAction
+from contract.verdicts import Evidence, gpu_fix
 from inventory.choices import AgentNetwork, GpuVendor
 from inventory.models import SUMMARY_FIELDS, GpuHealth, Node, NodeEvent
 from inventory.validators import (
@@ -300,8 +300,9 @@ class GpuHealthSerializer(ModelFieldsOnce, serializers.ModelSerializer):
         return [{**item.as_dict(), "words": item.words()} for item in items]
 
     def get_fix(self, gpu: GpuHealth) -> str:
-        """What a person does for the suggested action ("" for none)."""
-        return ACTION_FIXES[HealthAction(gpu.action)]
+        """What a person does for the suggested action, its commands naming this GPU ("" for
+        none)."""
+        return gpu_fix(gpu.action, str(gpu.index), gpu.uuid)
 
 
 class NodeSerializer(ModelFieldsOnce, serializers.ModelSerializer):

@@ -6,12 +6,14 @@ import calendar
 import time
 
 from contract.verdicts import (
+    ACTION_FIXES,
     CLOCK_IN_WORDS,
     Evidence,
     GpuVerdict,
     HealthAction,
     HealthState,
     answer_digest,
+    gpu_fix,
     parse_verdicts,
     verdict_line,
     worst_action,
@@ -173,3 +175,16 @@ def test_slurms_gpu_order_is_by_minor_number_and_none_where_it_cannot_be_told():
     assert [device_minor(d) for d in ("nvidia3", "nvidia-uvm", "card0", "nvidia\u00b2")] == [
         3, None, None, None
     ]  # fmt: skip
+
+
+def test_a_gpus_fix_names_it_as_the_tools_take_it():
+    """An NVIDIA GPU by its UUID (mac gpu reset and nvidia-smi -i take it, whatever the
+    numbering), an AMD one by its index (amd-smi takes that only)."""
+    nvidia = gpu_fix(HealthAction.RESET_GPU, "3", "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93")
+    assert "sudo mac gpu reset GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93 " in nvidia
+    assert "sudo nvidia-smi -r -i GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93 " in nvidia
+    assert "<gpu>" not in nvidia
+    amd = gpu_fix("reset_gpu", "5", "5fff74a1-0000-1000-80c3-2b1c0e9a7f3e")
+    assert "sudo mac gpu reset 5 " in amd and "amd-smi reset --gpureset -g 5 " in amd
+    assert gpu_fix(HealthAction.REBOOT, "3", "GPU-x") == ACTION_FIXES[HealthAction.REBOOT]
+    assert gpu_fix("replace_board", "3", "GPU-x") == ""  # a later release's action

@@ -118,3 +118,13 @@ def test_forgetting_a_gpus_faults_is_for_staff_and_names_what_is_missing(
     done = api_client.delete(url)
     assert done.json()["forgotten"] == 1 and not GpuFault.objects.exists()
     assert api_client.delete(url).json()["forgotten"] == 0  # nothing left: still fine
+
+
+def test_a_gpus_fix_names_the_gpu_for_the_command_to_take(auth_client, make_node):
+    """Copy-paste ready: `mac gpu reset` with the GPU's UUID, not `<gpu>`."""
+    node = make_node("gpu-ecc", gpu_vendor="nvidia", health_state="unhealthy",
+                     health_action="reset_gpu")  # fmt: skip
+    GpuHealth.objects.create(node=node, index=5, uuid="GPU-e5", vendor="nvidia",
+                             state="unhealthy", action="reset_gpu")  # fmt: skip
+    (gpu,) = auth_client.get(f"/api/v1/nodes/{node.pk}/").json()["gpus"]
+    assert "sudo mac gpu reset GPU-e5 " in gpu["fix"] and "<gpu>" not in gpu["fix"]
