@@ -1,4 +1,5 @@
-"""GPU plumbing the exporters need: NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu.
+"""GPU plumbing the exporters need: NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu;
+and what the running GPU exporter says it cannot use (its backends).
 
 The GPUs are counted by the node's hardware discovery (node.hardware), the same
 that the registration reports and rocm-exporter reads.
@@ -6,8 +7,17 @@ that the registration reports and rocm-exporter reads.
 
 from __future__ import annotations
 
-from node.checks.base import CheckContext, CheckResult, CheckStatus, which
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from node.checks.base import CheckContext, CheckResult, CheckStatus, config, timeout, which
 from node.hardware import amd_gpu_count, nvidia_gpu_count
+
+# The GPU exporter of each vendor, and its own word on what it can use: 0 with the reason.
+GPU_EXPORTERS = {"nvidia": "dcgm-exporter", "amd": "rocm-exporter"}
+BACKENDS_QUERY = "/metrics?name[]=mac_exporter_backend_available"
 
 TOOLKIT_PROGRAMS = ("nvidia-ctk", "nvidia-container-runtime-hook", "nvidia-container-runtime")
 
@@ -90,4 +100,54 @@ def check_amdgpu_module(ctx: CheckContext) -> CheckResult:
     )
 
 
-CHECKS = (check_nvidia_toolkit, check_amd_devices, check_amdgpu_module)
+def check_gpu_backends(ctx: CheckContext) -> list[CheckResult]:
+    """Each running GPU exporter can use its backends: NVML (or amdsmi and the amdgpu
+    driver), and for NVIDIA the kernel log (the XIDs from before it started). One it
+    cannot use is a warning with the exporter's own reason: the verdicts then miss what
+    that backend would have said."""
+    wanted = ctx.extra.get("services")
+    counts = {"nvidia": nvidia_gpu_count(ctx.roots), "amd": amd_gpu_count(ctx.roots)}
+    results = []
+    for vendor, service in GPU_EXPORTERS.items():
+        if not counts[vendor] or (wanted is not None and service not in wanted):
+            continue
+        check_id, title = f"gpu_backends:{service}", f"{service} can use its backends"
+        port = config(ctx).service_port(service)
+        url = f"http://{ctx.extra.get('service_host', '127.0.0.1')}:{port}{BACKENDS_QUERY}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout(ctx)) as answer:
+                page = answer.read().decode(errors="replace")
+        except (OSError, urllib.error.URLError) as exc:
+            why = f"{url}: no answer ({exc}); service:{service} says why"
+            results.append(CheckResult(check_id, title, CheckStatus.SKIP, why))
+            continue
+        try:
+            backends = [
+                (sample.labels.get("backend", "?"), sample.labels.get("reason", ""), sample.value)
+                for family in text_string_to_metric_families(page)
+                for sample in family.samples
+            ]
+        except ValueError as exc:  # not an exporter's page: whatever answers on its port
+            why = f"{url} answered something that is not Prometheus text ({exc})"
+            results.append(CheckResult(check_id, title, CheckStatus.WARN, why))
+            continue
+        down = [f"{name}: {reason or 'no reason given'}" for name, reason, up in backends if not up]
+        if down:
+            results.append(
+                CheckResult(
+                    check_id,
+                    title,
+                    CheckStatus.WARN,
+                    "; ".join(down),
+                    f"mac logs {service} -n 50\nmac restart agent",
+                )
+            )
+            continue
+        names = ", ".join(name for name, _, _ in backends) or "none reported yet"
+        results.append(CheckResult(check_id, title, CheckStatus.PASS, f"available: {names}"))
+    return results
+
+
+check_gpu_backends.check_id = "gpu_backends"  # type: ignore[attr-defined]  # gpu_backends:<name>
+
+CHECKS = (check_nvidia_toolkit, check_amd_devices, check_amdgpu_module, check_gpu_backends)

@@ -1,4 +1,5 @@
-"""GPU plumbing (NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu) and RDMA counters."""
+"""GPU plumbing (NVIDIA Container Toolkit, /dev/kfd and /dev/dri, amdgpu), the GPU exporter's
+backends, and RDMA counters."""
 
 from __future__ import annotations
 
@@ -6,11 +7,22 @@ import os
 import stat
 from pathlib import Path
 
+from exporters.nvidia import NvmlSource, generate_dcgm_latest
+from exporters.runtime import Exporter
 from node.checks import CheckContext, CheckStatus
-from node.checks.gpu import check_amd_devices, check_amdgpu_module, check_nvidia_toolkit
+from node.checks.gpu import (
+    check_amd_devices,
+    check_amdgpu_module,
+    check_gpu_backends,
+    check_nvidia_toolkit,
+)
 from node.checks.rdma import check_rdma_counters
+from node.config import NodeConfig
 from node.hardware import detect_gpus
 from node.host import Roots
+from testkit.fakehttp import JsonHandler, serving
+from testkit.fakes.nvml import two_h200s
+from testkit.ports import free_port
 from tests.node.checks.scratch import write
 
 
@@ -121,3 +133,56 @@ def test_rdma_counters_still_warn_with_the_ethtool_command(tmp_path):
 
 def test_no_rdma_device_skips(tmp_path):
     assert check_rdma_counters(_ctx(tmp_path)).status == CheckStatus.SKIP
+
+
+def _exporter_page(kmsg: Path) -> bytes:
+    """What a real dcgm-exporter (two fake H200s at the NVML boundary) answers the check's
+    query, reading its kernel log at ``kmsg``."""
+    exporter = Exporter(
+        "dcgm-exporter",
+        [NvmlSource("gpu-node-17", nvml=two_h200s(), kernel_log=kmsg)],
+        exposition=generate_dcgm_latest,
+    )
+    exporter.page()  # its first scrape reads the kernel log
+    return exporter.page(["mac_exporter_backend_available"])
+
+
+def _backends(tmp_path: Path, page: bytes) -> list:
+    class Answer(JsonHandler):
+        def do_GET(self):
+            self.send_json(200, page)
+
+    (tmp_path / "dev").mkdir(exist_ok=True)
+    (tmp_path / "dev/nvidia0").write_text("")
+    with serving(Answer) as url:
+        port = url.rsplit(":", 1)[1]
+        cfg = NodeConfig.load({"MAC_NODE_ENV_FILE": str(tmp_path / "node-env"),
+                               "MAC_USER_ENV_FILE": str(tmp_path / "user-env"),
+                               "MAC_DCGM_EXPORTER_PORT": port})  # fmt: skip
+        return check_gpu_backends(_ctx(tmp_path, config=cfg))
+
+
+def test_a_gpu_exporter_that_cannot_read_the_kernel_log_warns_with_its_reason(tmp_path):
+    (result,) = _backends(tmp_path, _exporter_page(tmp_path / "no-kmsg"))
+    assert (result.id, result.status) == ("gpu_backends:dcgm-exporter", CheckStatus.WARN)
+    assert result.detail.startswith(f"kernel_log: cannot read {tmp_path / 'no-kmsg'}")
+    assert "CAP_SYSLOG" in result.detail and "nvml" not in result.detail
+    assert result.fix.splitlines() == ["mac logs dcgm-exporter -n 50", "mac restart agent"]
+
+
+def test_a_gpu_exporter_with_every_backend_passes(tmp_path):
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    (result,) = _backends(tmp_path, _exporter_page(kmsg))
+    assert result.status == CheckStatus.PASS and result.detail == "available: nvml, kernel_log"
+
+
+def test_the_backends_check_skips_a_node_without_gpus_or_an_exporter_that_is_not_up(tmp_path):
+    assert check_gpu_backends(_ctx(tmp_path)) == []
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidia0").write_text("")
+    cfg = NodeConfig.load({"MAC_NODE_ENV_FILE": str(tmp_path / "node-env"),
+                           "MAC_USER_ENV_FILE": str(tmp_path / "user-env"),
+                           "MAC_DCGM_EXPORTER_PORT": str(free_port())})  # fmt: skip
+    (result,) = check_gpu_backends(_ctx(tmp_path, config=cfg, http_timeout=1))
+    assert result.status == CheckStatus.SKIP and "service:dcgm-exporter says why" in result.detail
