@@ -124,8 +124,17 @@ def gpu_fix(action: HealthAction | str, gpu: str, uuid: str = "") -> str:
         text = ACTION_FIXES.get(HealthAction(action), "")
     except ValueError:
         return ""
-    name = uuid if uuid.startswith("GPU-") else gpu
+    name = _tool_name(gpu, uuid)
     return text.replace("<gpu>", name) if name else text
+
+
+def reset_command(gpu: str, uuid: str = "") -> str:
+    """The one command of the reset_gpu repair for this GPU, run on its node."""
+    return f"sudo mac gpu reset {_tool_name(gpu, uuid) or '<gpu>'}"
+
+
+def _tool_name(gpu: str, uuid: str) -> str:
+    return uuid if uuid.startswith("GPU-") else gpu
 
 
 # The actions that need an operator (the fleet page's and the API's "needs action"):

@@ -23,7 +23,7 @@ from alerting.queries import nodes_with_alert
 from contract.diagnosis import describe
 from contract.outcomes import DIAGNOSIS_LABELS
 from contract.services import SYS_EXPORTER
-from contract.verdicts import ACTION_FIXES, OPERATOR_ACTIONS, Evidence
+from contract.verdicts import ACTION_FIXES, OPERATOR_ACTIONS, Evidence, reset_command
 from inventory.choices import (
     AgentNetwork,
     Diagnosis,
@@ -259,6 +259,12 @@ def gpu_rows(node: Node) -> list[dict]:
                 "state_text": gpu.get_state_display(),
                 "action": gpu.action,
                 "action_text": gpu.get_action_display(),
+                # The repair a person runs on the node, ready to paste (gpu-health.md).
+                "command": (
+                    reset_command(str(gpu.index), gpu.uuid)
+                    if gpu.action == HealthAction.RESET_GPU
+                    else ""
+                ),
                 "evidence": evidence,
                 "since": gpu.since.isoformat(),
             }
