@@ -118,14 +118,19 @@ ACTION_FIXES: dict[HealthAction, str] = {
 def gpu_fix(action: HealthAction | str, gpu: str, uuid: str = "") -> str:
     """ACTION_FIXES for one GPU, its commands naming it: by its UUID where it is NVIDIA's
     (``GPU-...``: `mac gpu reset` and ``nvidia-smi -i`` take it, and it names the same
-    board whatever the numbering), else by its index (AMD's tools take that only). ""
-    for an action with no fix, or one a later release added."""
+    board whatever the numbering), else by its index (AMD's tools take that only); the
+    other vendor's line left out. "" for an action with no fix, or one a later release
+    added."""
     try:
         text = ACTION_FIXES.get(HealthAction(action), "")
     except ValueError:
         return ""
     name = _tool_name(gpu, uuid)
-    return text.replace("<gpu>", name) if name else text
+    if not name or "<gpu>" not in text:
+        return text
+    other = "(AMD)" if _NVIDIA_UUID.fullmatch(uuid) else "(NVIDIA)"
+    lines = [line for line in text.splitlines() if not line.rstrip().endswith(other)]
+    return "\n".join(lines).replace(_NAMING, "").replace("<gpu>", name)
 
 
 def reset_command(gpu: str, uuid: str = "") -> str:
@@ -133,8 +138,17 @@ def reset_command(gpu: str, uuid: str = "") -> str:
     return f"sudo mac gpu reset {_tool_name(gpu, uuid) or '<gpu>'}"
 
 
+# An NVIDIA GPU's UUID as NVML gives it. Anything else the exporter's page says (it is
+# the node's word, read over HTTP) never reaches a command a person pastes into a root
+# shell: the GPU is named by its index then, a number the master parsed.
+_NVIDIA_UUID = re.compile(r"GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}")
+_NAMING = "   (nvidia-smi's index, the UUID or PCI bus id; AMD: the index)"
+
+
 def _tool_name(gpu: str, uuid: str) -> str:
-    return uuid if uuid.startswith("GPU-") else gpu
+    if _NVIDIA_UUID.fullmatch(uuid):
+        return uuid
+    return gpu if gpu.isdigit() else ""
 
 
 # The actions that need an operator (the fleet page's and the API's "needs action"):

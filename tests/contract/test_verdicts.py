@@ -5,6 +5,8 @@ from __future__ import annotations
 import calendar
 import time
 
+import pytest
+
 from contract.verdicts import (
     ACTION_FIXES,
     CLOCK_IN_WORDS,
@@ -15,6 +17,7 @@ from contract.verdicts import (
     answer_digest,
     gpu_fix,
     parse_verdicts,
+    reset_command,
     verdict_line,
     worst_action,
     worst_state,
@@ -179,12 +182,27 @@ def test_slurms_gpu_order_is_by_minor_number_and_none_where_it_cannot_be_told():
 
 def test_a_gpus_fix_names_it_as_the_tools_take_it():
     """An NVIDIA GPU by its UUID (mac gpu reset and nvidia-smi -i take it, whatever the
-    numbering), an AMD one by its index (amd-smi takes that only)."""
-    nvidia = gpu_fix(HealthAction.RESET_GPU, "3", "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93")
-    assert "sudo mac gpu reset GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93 " in nvidia
-    assert "sudo nvidia-smi -r -i GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93 " in nvidia
-    assert "<gpu>" not in nvidia
+    numbering), an AMD one by its index (amd-smi takes that only); the other vendor's
+    line left out."""
+    uuid = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
+    nvidia = gpu_fix(HealthAction.RESET_GPU, "3", uuid)
+    assert f"  sudo mac gpu reset {uuid}\n" in nvidia
+    assert f"sudo nvidia-smi -r -i {uuid} " in nvidia
+    assert "<gpu>" not in nvidia and "amd-smi" not in nvidia and "AMD: the index" not in nvidia
     amd = gpu_fix("reset_gpu", "5", "5fff74a1-0000-1000-80c3-2b1c0e9a7f3e")
-    assert "sudo mac gpu reset 5 " in amd and "amd-smi reset --gpureset -g 5 " in amd
-    assert gpu_fix(HealthAction.REBOOT, "3", "GPU-x") == ACTION_FIXES[HealthAction.REBOOT]
-    assert gpu_fix("replace_board", "3", "GPU-x") == ""  # a later release's action
+    assert "  sudo mac gpu reset 5\n" in amd and "amd-smi reset --gpureset -g 5 " in amd
+    assert "nvidia-smi -r" not in amd
+    assert gpu_fix(HealthAction.REBOOT, "3", uuid) == ACTION_FIXES[HealthAction.REBOOT]
+    assert gpu_fix("replace_board", "3", uuid) == ""  # a later release's action
+    assert reset_command("3", uuid) == f"sudo mac gpu reset {uuid}"
+
+
+@pytest.mark.parametrize(
+    "uuid", ["GPU-1;curl x|sh", "GPU-$(reboot)", "MIG-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93", ""]
+)
+def test_a_uuid_that_is_not_nvmls_never_reaches_a_command(uuid):
+    """The UUID is the node's word, read from its exporter's page: a person pastes the
+    command into a root shell, so anything but NVML's form names the GPU by its index."""
+    assert reset_command("3", uuid) == "sudo mac gpu reset 3"
+    assert uuid not in gpu_fix(HealthAction.RESET_GPU, "3", uuid) or not uuid
+    assert reset_command("3; reboot", uuid) == "sudo mac gpu reset <gpu>"

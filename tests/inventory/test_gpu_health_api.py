@@ -124,7 +124,8 @@ def test_a_gpus_fix_names_the_gpu_for_the_command_to_take(auth_client, make_node
     """Copy-paste ready: `mac gpu reset` with the GPU's UUID, not `<gpu>`."""
     node = make_node("gpu-ecc", gpu_vendor="nvidia", health_state="unhealthy",
                      health_action="reset_gpu")  # fmt: skip
-    GpuHealth.objects.create(node=node, index=5, uuid="GPU-e5", vendor="nvidia",
+    uuid = "GPU-9a41e7b2-dddd-eeee-ffff-111111111111"
+    GpuHealth.objects.create(node=node, index=5, uuid=uuid, vendor="nvidia",
                              state="unhealthy", action="reset_gpu")  # fmt: skip
     (gpu,) = auth_client.get(f"/api/v1/nodes/{node.pk}/").json()["gpus"]
-    assert "sudo mac gpu reset GPU-e5 " in gpu["fix"] and "<gpu>" not in gpu["fix"]
+    assert f"sudo mac gpu reset {uuid}\n" in gpu["fix"] and "<gpu>" not in gpu["fix"]

@@ -205,8 +205,9 @@ def test_the_gpu_rows_alone_are_what_the_page_shows_for_its_refresh(client_user)
     rows = response.content.decode()
     assert rows.count("<tr ") == 2 and '<tr class="gpu-unhealthy" data-gpu="1">' in rows
     assert f"<li>{escape(hot.words(gpu=False))}</li>" in rows  # text, not markup
-    # The repair, ready to paste on the node: this GPU's, by its UUID.
-    assert '<code class="gpu-command">sudo mac gpu reset GPU-b</code>' in rows
+    # The repair, ready to paste on the node: this GPU's ("GPU-b" is no UUID NVML gives:
+    # the index names it).
+    assert '<code class="gpu-command">sudo mac gpu reset 1</code>' in rows
     assert rows.count("gpu-command") == 1  # the healthy GPU has none
     # The rows are the page's own (one template renders both).
     body = page.split('<tbody id="gpu-rows"', 1)[1].split(">", 1)[1].split("</tbody>", 1)[0]
