@@ -8,6 +8,7 @@ in its place, so each can be pointed at a fake command without touching the syst
 from __future__ import annotations
 
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,16 +30,18 @@ def run_command(
     argv: Sequence[str], timeout: float = 10.0, env: Mapping[str, str] | None = None
 ) -> CommandResult:
     """Run a command (with `env` as its whole environment when given); a missing program
-    is exit code 127 like in a shell, never an exception. One past its ``timeout`` is
-    killed and is exit code 124; where even that does not end it (stuck in the kernel,
-    or a child of it keeps its output open), it is left behind after KILL_GRACE: the
-    caller goes on, and says so, instead of hanging with it."""
+    is exit code 127 like in a shell, never an exception (output that is not UTF-8 is
+    read with replacement characters). One past its ``timeout`` is killed and is exit
+    code 124; one that does not end even then (a GPU reset stuck in the kernel) is left
+    behind after KILL_GRACE, reaped whenever it ends: the caller goes on, and says so,
+    instead of hanging with it."""
     try:
         proc = subprocess.Popen(
             list(argv),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            errors="replace",
             env=dict(env) if env is not None else None,
         )
     except FileNotFoundError:
@@ -49,16 +52,28 @@ def run_command(
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
         said = f"{argv[0]}: timed out after {timeout:g}s"
-        try:
-            proc.communicate(timeout=KILL_GRACE)
-        except subprocess.TimeoutExpired:
+        if not _killed(proc):
             said += ", and did not end when killed (left behind)"
-            for pipe in (proc.stdout, proc.stderr):
-                pipe.close()
         return CommandResult(124, "", said)
     except BaseException:  # Ctrl-C, SIGTERM as SystemExit: the command goes too
-        proc.kill()
+        _killed(proc)
         raise
     return CommandResult(proc.returncode, stdout, stderr)
+
+
+def _killed(proc: subprocess.Popen) -> bool:
+    """Kill it and wait KILL_GRACE for it to end (the process, not its output, which a
+    child of it may hold open); whether it ended. One that did not is reaped by a thread
+    whenever it does."""
+    proc.kill()
+    try:
+        proc.wait(timeout=KILL_GRACE)
+        ended = True
+    except subprocess.TimeoutExpired:
+        threading.Thread(target=proc.wait, name="reap", daemon=True).start()
+        ended = False
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    return ended
