@@ -43,8 +43,12 @@ METRICS_MAX_AGE_SECONDS = 30.0
 
 def check_context(roots: Roots, netns_of_its_own: bool = False) -> CheckContext:
     """The checks read the same (possibly redirected) host paths as the exporters, and
-    know when sys-manager's network namespace is not the node's."""
-    return CheckContext(roots=roots, extra={"netns_of_its_own": netns_of_its_own})
+    know when sys-manager's network namespace is not the node's. Not gpu_backends: every
+    GET of the GPU exporter runs all its collectors (shortening its NVLink and profiling
+    windows), and its backends are on its own page already, which Prometheus scrapes."""
+    return CheckContext(
+        roots=roots, extra={"netns_of_its_own": netns_of_its_own, "skip": {"gpu_backends"}}
+    )
 
 
 def container_network(roots: Roots) -> str | None:

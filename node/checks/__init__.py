@@ -63,7 +63,7 @@ def run_checks(ctx: CheckContext | None = None) -> list[CheckResult]:
     wanted = {name.split(":", 1)[0] for name in only}
     results: list[CheckResult] = []
     for check in CHECKS:
-        if only and check_id(check) not in wanted:
+        if (only and check_id(check) not in wanted) or check_id(check) in skip:
             continue  # not asked for: not run at all (some wait on the network or sleep)
         try:
             found = _as_list(check(ctx))

@@ -7,7 +7,7 @@ that the registration reports and rocm-exporter reads.
 
 from __future__ import annotations
 
-import urllib.error
+import http.client
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -115,9 +115,11 @@ def check_gpu_backends(ctx: CheckContext) -> list[CheckResult]:
         port = config(ctx).service_port(service)
         url = f"http://{ctx.extra.get('service_host', '127.0.0.1')}:{port}{BACKENDS_QUERY}"
         try:
-            with urllib.request.urlopen(url, timeout=timeout(ctx)) as answer:
+            # Past the exporter's own collector deadline (5 s), so that a hung collector
+            # answers with its reason before this gives up.
+            with urllib.request.urlopen(url, timeout=timeout(ctx) + 3) as answer:
                 page = answer.read().decode(errors="replace")
-        except (OSError, urllib.error.URLError) as exc:
+        except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
             why = f"{url}: no answer ({exc}); service:{service} says why"
             results.append(CheckResult(check_id, title, CheckStatus.SKIP, why))
             continue
@@ -131,17 +133,16 @@ def check_gpu_backends(ctx: CheckContext) -> list[CheckResult]:
             why = f"{url} answered something that is not Prometheus text ({exc})"
             results.append(CheckResult(check_id, title, CheckStatus.WARN, why))
             continue
-        down = [f"{name}: {reason or 'no reason given'}" for name, reason, up in backends if not up]
+        down = [(name, reason) for name, reason, up in backends if not up]
         if down:
-            results.append(
-                CheckResult(
-                    check_id,
-                    title,
-                    CheckStatus.WARN,
-                    "; ".join(down),
-                    f"mac logs {service} -n 50\nmac restart agent",
-                )
-            )
+            detail = "; ".join(f"{name}: {reason or 'no reason given'}" for name, reason in down)
+            fix = [f"mac logs {service} -n 50"]
+            if any(name == "kernel_log" for name, _ in down):
+                # Root reads it (CAP_SYSLOG); the container gets it from the compose file.
+                fix.append("sudo mac restart agent   # the kernel log needs root, or CAP_SYSLOG")
+            else:
+                fix.append("mac restart agent")
+            results.append(CheckResult(check_id, title, CheckStatus.WARN, detail, "\n".join(fix)))
             continue
         names = ", ".join(name for name, _, _ in backends) or "none reported yet"
         results.append(CheckResult(check_id, title, CheckStatus.PASS, f"available: {names}"))

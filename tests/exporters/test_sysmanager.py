@@ -126,3 +126,18 @@ def test_in_bridge_mode_sys_manager_watches_and_checks_the_hosts_flag(tmp_path):
     reassert = health["backends"]["ip_forward_reassert"]
     assert not reassert["available"] and "bridge mode" in reassert["reason"]
     assert (tmp_path / "proc/sys/net/ipv4/ip_forward").read_text() == "1\n"
+
+
+def test_sys_manager_never_asks_the_gpu_exporter_for_its_backends(monkeypatch):
+    """Each GET runs every collector of the GPU exporter; its backends are on its own page."""
+    import node.checks as checks
+
+    asked = []
+
+    def check_gpu_backends(ctx):
+        asked.append(ctx)
+        return []
+
+    monkeypatch.setattr(checks, "CHECKS", [check_gpu_backends])
+
+    assert checks.run_checks(check_context(Roots())) == [] and asked == []

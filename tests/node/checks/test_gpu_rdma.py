@@ -20,7 +20,7 @@ from node.checks.rdma import check_rdma_counters
 from node.config import NodeConfig
 from node.hardware import detect_gpus
 from node.host import Roots
-from testkit.fakehttp import JsonHandler, serving
+from testkit.fakehttp import JsonHandler, NotHttp, serving
 from testkit.fakes.nvml import two_h200s
 from testkit.ports import free_port
 from tests.node.checks.scratch import write
@@ -167,7 +167,10 @@ def test_a_gpu_exporter_that_cannot_read_the_kernel_log_warns_with_its_reason(tm
     assert (result.id, result.status) == ("gpu_backends:dcgm-exporter", CheckStatus.WARN)
     assert result.detail.startswith(f"kernel_log: cannot read {tmp_path / 'no-kmsg'}")
     assert "CAP_SYSLOG" in result.detail and "nvml" not in result.detail
-    assert result.fix.splitlines() == ["mac logs dcgm-exporter -n 50", "mac restart agent"]
+    assert result.fix.splitlines() == [
+        "mac logs dcgm-exporter -n 50",
+        "sudo mac restart agent   # the kernel log needs root, or CAP_SYSLOG",
+    ]
 
 
 def test_a_gpu_exporter_with_every_backend_passes(tmp_path):
@@ -186,3 +189,9 @@ def test_the_backends_check_skips_a_node_without_gpus_or_an_exporter_that_is_not
                            "MAC_DCGM_EXPORTER_PORT": str(free_port())})  # fmt: skip
     (result,) = check_gpu_backends(_ctx(tmp_path, config=cfg, http_timeout=1))
     assert result.status == CheckStatus.SKIP and "service:dcgm-exporter says why" in result.detail
+    with NotHttp() as other:  # whatever else holds the port: no traceback, no lost checks
+        cfg = NodeConfig.load({"MAC_NODE_ENV_FILE": str(tmp_path / "node-env"),
+                               "MAC_USER_ENV_FILE": str(tmp_path / "user-env"),
+                               "MAC_DCGM_EXPORTER_PORT": other.url.rsplit(":", 1)[1]})  # fmt: skip
+        (result,) = check_gpu_backends(_ctx(tmp_path, config=cfg, http_timeout=1))
+    assert result.status == CheckStatus.SKIP and "no answer" in result.detail
