@@ -10,7 +10,9 @@ It also watches net.ipv4.ip_forward (exporters.ipforward: `mac_ipforward_*`), se
 back at once with MAC_IPFORWARD_REASSERT=1, and reports every reset to the master
 (exporters.ipforward_report), where it shows in the node's history. In bridge mode
 sys-manager's network namespace is not the node's: the watch and the checks are told
-so, and read the node's flag and nothing of its own namespace's.
+so, and read the node's flag and nothing of its own namespace's; the service checks ask
+the bridged services by name on the agent bridge and nic-exporter at the host's address
+there, never 127.0.0.1, which is sys-manager's own loopback alone.
 """
 
 from __future__ import annotations
@@ -43,11 +45,21 @@ METRICS_MAX_AGE_SECONDS = 30.0
 
 def check_context(roots: Roots, netns_of_its_own: bool = False) -> CheckContext:
     """The checks read the same (possibly redirected) host paths as the exporters, and
-    know when sys-manager's network namespace is not the node's. Not gpu_backends: every
-    GET of the GPU exporter runs all its collectors (shortening its NVLink and profiling
-    windows), and its backends are on its own page already, which Prometheus scrapes."""
+    know when sys-manager's network namespace is not the node's: the service checks then
+    ask each service where it answers from there (node.checks.services.where_to_ask).
+
+    The node's settings as the exporters read them (node_config): in a container, the
+    host's per-node file, where MASTER_IP and the node's ports are; the container's own
+    /etc/mango/mac/env does not exist. Not gpu_backends: every GET of the GPU exporter
+    runs all its collectors (shortening its NVLink and profiling windows), and its
+    backends are on its own page already, which Prometheus scrapes."""
     return CheckContext(
-        roots=roots, extra={"netns_of_its_own": netns_of_its_own, "skip": {"gpu_backends"}}
+        roots=roots,
+        extra={
+            "config": node_config(roots),
+            "netns_of_its_own": netns_of_its_own,
+            "skip": {"gpu_backends"},
+        },
     )
 
 

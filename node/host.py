@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -149,6 +151,34 @@ def read_boot_id(roots: Roots) -> str:
 PACKAGE = "prometheus-node-exporter"
 PROGRAMS = ("/usr/bin/prometheus-node-exporter", "prometheus-node-exporter", "node_exporter")
 INSTALL_FIX = f"sudo apt-get install -y {PACKAGE}"
+
+
+RTF_UP, RTF_GATEWAY = 0x1, 0x2  # /proc/net/route flags (linux/route.h)
+
+
+class DefaultRoute(NamedTuple):
+    interface: str
+    gateway: str  # dotted IPv4; "" for a default route with no gateway (point-to-point)
+
+
+def default_route(text: str) -> DefaultRoute | None:
+    """The lowest-metric default route that is up, in /proc/net/route's format."""
+    best: tuple[int, DefaultRoute] | None = None
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        iface, destination, gateway, flags, metric, mask = (fields[i] for i in (0, 1, 2, 3, 6, 7))
+        try:
+            bits, rank, address = int(flags, 16), int(metric), int(gateway, 16)
+        except ValueError:
+            continue
+        default = bits & RTF_UP and destination == "00000000" and mask == "00000000"
+        if default and (best is None or rank < best[0]):
+            # The kernel writes the address in host byte order: little-endian on MAC's hosts.
+            via = socket.inet_ntoa(struct.pack("<I", address)) if bits & RTF_GATEWAY else ""
+            best = (rank, DefaultRoute(iface, via))
+    return best[1] if best else None
 
 
 class NodeExporterMissing(RuntimeError):

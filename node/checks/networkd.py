@@ -24,6 +24,7 @@ from contract.diagnosis import IPFORWARD_DROPIN, ipforward_dropin_dir, networkd_
 from node.checks.base import CheckContext, CheckResult, CheckStatus, runner
 from node.checks.fixes import MakeDirs, Run, WriteFile
 from node.checks.network import off_status
+from node.host import default_route
 
 NETWORKD_KEY_SINCE = 256  # systemd 256 renamed IPForward= to IPv4Forwarding=
 NETWORK_DIRS = (  # lowest precedence first; a name in a later one masks the earlier
@@ -54,21 +55,8 @@ def parse_unit(text: str) -> dict[str, dict[str, str]]:
 
 def parse_default_route(text: str) -> str | None:
     """The interface of the lowest-metric default route in /proc/net/route's format."""
-    best: tuple[int, str] | None = None
-    for line in text.splitlines()[1:]:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        iface, destination, flags, metric, mask = (fields[i] for i in (0, 1, 3, 6, 7))
-        try:
-            up = int(flags, 16) & 0x1
-            rank = int(metric)
-        except ValueError:
-            continue
-        default = up and destination == "00000000" and mask == "00000000"
-        if default and (best is None or rank < best[0]):
-            best = (rank, iface)
-    return best[1] if best else None
+    route = default_route(text)
+    return route.interface if route else None
 
 
 def parse_networkctl_list(text: str) -> str | None:

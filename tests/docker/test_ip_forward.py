@@ -210,6 +210,12 @@ def _sys_manager(node: Node) -> dict[tuple[str, tuple], float]:
     }
 
 
+def _diagnostics() -> dict[str, dict]:
+    """sys-manager's /diagnostics (from the master's side), its checks by id."""
+    with urllib.request.urlopen(f"http://{NS_IP}:29103/diagnostics", timeout=30) as response:
+        return {check["id"]: check for check in json.load(response)["checks"]}
+
+
 def _reassert_backend(samples: dict) -> tuple[str, float] | None:
     """(reason, availability) of sys-manager's ip_forward_reassert backend, if it has one."""
     for (name, labels), value in samples.items():
@@ -278,6 +284,16 @@ def test_bridge_mode_reproduces_the_guide_s_failure_with_the_ip_forward_diagnosi
         else:
             assert row["HostConfig"]["NetworkMode"] == "mac_agent", name
             assert row["HostConfig"]["PortBindings"], f"{name} publishes no port"
+    # sys-manager's own namespace is the bridge's: it asks each running service where it
+    # answers from there (by name on the bridge; nic-exporter at the host's address on it),
+    # so none of them shows a failure on the master's node page.
+    checks = _diagnostics()
+    for service in STARTED:
+        assert checks[f"service:{service.name}"]["status"] == "pass", checks
+    assert "gateway" in checks["service:nic-exporter"]["detail"], checks
+    for absent in ("dcgm-exporter", "rocm-exporter"):  # no GPU: no container, no name
+        assert checks[f"service:{absent}"]["status"] == "warn", checks
+        assert f"mac doctor service:{absent}" in checks[f"service:{absent}"]["fix"], checks
     # sys-exporter's byte counters are its container's own eth0 here (docs/docker.md).
     with urllib.request.urlopen(f"http://{NS_IP}:29101/metrics", timeout=5) as response:
         counted = _network_devices(response.read().decode(), "node_network_receive_bytes_total")

@@ -12,9 +12,10 @@ from exporters.sysmanager import (
     diagnostics_answer,
     netns_of_its_own,
 )
-from node.checks import CheckContext, CheckResult, CheckStatus
+from node.checks import CheckContext, CheckResult, CheckStatus, run_checks
 from node.host import Roots
 from tests.node.checks.scratch import snmp, write
+from tests.node.checks.standins import lookup_in, service_at
 
 RESULTS = [
     CheckResult("master_ip", "MASTER_IP is set", CheckStatus.PASS, "10.0.0.1"),
@@ -141,3 +142,40 @@ def test_sys_manager_never_asks_the_gpu_exporter_for_its_backends(monkeypatch):
     monkeypatch.setattr(checks, "CHECKS", [check_gpu_backends])
 
     assert checks.run_checks(check_context(Roots())) == [] and asked == []
+
+
+def _host_node_file(rootfs: Path, text: str, monkeypatch) -> None:
+    """The host's per-node file as a container sees it (under rootfs); nothing in the
+    process environment points elsewhere, as in sys-manager's container."""
+    for key in ("MAC_NODE_ENV_FILE", "MASTER_IP", "MAC_PORT_OFFSET", "MAC_SYS_EXPORTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    write(rootfs / "etc/mango/mac/env", text)
+
+
+def test_in_a_container_the_checks_read_the_host_s_per_node_file(tmp_path, monkeypatch):
+    """Not the container's own /etc/mango/mac/env, which does not exist: MASTER_IP there
+    would read as unset, and a moved port as the table's."""
+    _host_node_file(tmp_path, "MASTER_IP=10.1.2.3\nMAC_PORT_OFFSET=7\n", monkeypatch)
+    ctx = check_context(Roots(rootfs=str(tmp_path)))
+    ctx.extra["only"] = {"master_ip"}
+    [master_ip] = run_checks(ctx)
+    assert master_ip.status == CheckStatus.PASS, master_ip
+    assert ctx.extra["config"].service_port("sys-exporter") == 29101 + 7
+
+
+def test_in_bridge_mode_sys_manager_asks_a_bridged_service_by_its_name(tmp_path, monkeypatch):
+    """Its own namespace's 127.0.0.1 is itself alone: sys-exporter (here on 127.0.0.2, as
+    Docker's DNS would give its container) is asked by name, on the node's port."""
+    with service_at("127.0.0.2") as port:
+        _host_node_file(tmp_path, f"MAC_SYS_EXPORTER_PORT={port}\n", monkeypatch)
+        ctx = check_context(Roots(rootfs=str(tmp_path)), netns_of_its_own=True)
+        ctx.extra.update(
+            only={"service:sys-exporter"},
+            services=["sys-exporter"],
+            resolve=lookup_in({"sys-exporter": "127.0.0.2"}),
+        )
+        [result] = run_checks(ctx)
+    assert result.status == CheckStatus.PASS, result
+    assert result.detail == (
+        f"http://127.0.0.2:{port}/metrics (sys-exporter on the agent bridge) answered 200"
+    )

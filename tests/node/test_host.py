@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.host import Roots
+from node.host import DefaultRoute, Roots, default_route
+from tests.node.checks.standins import ROUTE_HEAD, routes
 
 
 def test_the_defaults_are_the_host_itself():
@@ -34,3 +35,16 @@ def test_a_folder_moved_on_its_own_wins_over_rootfs(tmp_path):
     assert roots.host("/run/systemd") == Path("/run/systemd")
     assert roots.host_path(tmp_path / "etc" / "hosts") == "/etc/hosts"
     assert roots.host_path("/elsewhere/x") == "/elsewhere/x"
+
+
+def test_the_default_route_is_the_lowest_metric_one_that_is_up_with_its_gateway():
+    text = routes(
+        ("eth1", "0.0.0.0", "10.0.0.1", 200),
+        ("eth0", "0.0.0.0", "172.18.0.1", 0),
+        ("eth0", "172.18.0.0", "0.0.0.0", 0),
+    )
+    assert default_route(text) == DefaultRoute("eth0", "172.18.0.1")
+    assert default_route(routes(("eth0", "172.18.0.0", "0.0.0.0", 0))) is None
+    assert default_route(ROUTE_HEAD + "eth0\tzz\n") is None
+    # A point-to-point default route has no gateway: the interface, and no address.
+    assert default_route(routes(("ppp0", "0.0.0.0", "0.0.0.0", 0))) == DefaultRoute("ppp0", "")
