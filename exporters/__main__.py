@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 from contract.services import BY_NAME, SERVICES, SYS_EXPORTER
 from exporters.bundle import module_builder, run_bundle
@@ -70,6 +71,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--dev-root", default="/dev", help="where the host's /dev is")
     ap.add_argument(
         "--rootfs", default="/", help="the host's / for /etc, /opt and mount points (default /)"
+    )
+    ap.add_argument(
+        "--state-dir",
+        type=Path,
+        help="folder where the GPU exporters keep their GPUs' evidence across a restart on "
+        "the same boot (default: nothing is kept; `mac start agent` gives its state folder)",
     )
     ap.add_argument(
         "--collector-timeout",
@@ -157,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         roots=Roots(args.sys_root, args.proc_root, args.dev_root, args.rootfs),
         hostname=node_hostname(),
         timeout=args.collector_timeout,
+        state_dir=args.state_dir,
     )
     if others:
         builders = {name: module_builder(BUILDERS[name]) for name, _ in wanted}

@@ -27,6 +27,8 @@ sysfs's readings and no verdict (the master keeps the node's last one), since sy
 numbers and counts the GPUs its own way (8 cards where amdsmi has 64 CPX partitions).
 A failure that lasts UNREACHABLE_GRACE serves amdsmi's GPUs as it last listed them,
 degraded (unjudged), so that the master's kept verdict does not stand for hours.
+What the judge and ``Followed`` remember is kept in a file across restarts on the same
+boot (node.gpu.evidence_state): a rise while the exporter was down counts.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import ModuleType
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -48,8 +51,14 @@ from exporters.amd_fields import (
     read_amdsmi_fields,
     read_sysfs_fields,
 )
-from exporters.gpu_health import evidence_window, verdict_families
+from exporters.gpu_health import (
+    evidence_backend,
+    evidence_file,
+    evidence_window,
+    verdict_families,
+)
 from exporters.runtime import BackendStatus, Exporter, Options
+from node.gpu.evidence_state import EvidenceState, KeptGpu, gpu_key
 from node.gpu.health import DEFAULT_WINDOW, UNREACHABLE_GRACE, AmdReading, GpuJudge
 from node.hardware import amd_cards
 from node.host import Roots, list_dir, read_boot_id, read_int, read_text, read_value
@@ -143,6 +152,23 @@ class Followed:
             if kind == "uncorrect" and block not in gpu.fields.ecc
         )
         return {kind: self.totals[kind] for kind in JUDGED_KINDS if kind in self.totals}
+
+    def kept(self) -> dict[str, dict[str, float]]:
+        """The counts a restart must not forget (node.gpu.evidence_state): each block's,
+        so that what a block added while the exporter was down counts, and the totals the
+        judge follows."""
+        blocks = {f"{block}/{kind}": value for (block, kind), value in self.counts.items()}
+        return {"blocks": blocks, "totals": dict(self.totals)}
+
+    def restore(self, kept: KeptGpu) -> None:
+        """What the exporter's last run on this boot followed of the GPU (``kept``)."""
+        blocks = kept.counts.get("blocks", {})
+        self.counts = {tuple(name.rsplit("/", 1)): v for name, v in blocks.items() if "/" in name}
+        self.totals = dict(kept.counts.get("totals", {}))
+        # Kept with its names whole: a GPU that answered before the restart and not now is
+        # unreadable, as it would have been without the restart.
+        if set(kept.identity) == set(IDENTITY):
+            self.identity = dict(kept.identity)
 
 
 def parse_modules(text: str) -> set[str]:
@@ -287,10 +313,13 @@ class AmdGpuSource:
         window: float = DEFAULT_WINDOW,
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,  # evidence windows: immune to NTP steps
+        evidence_file: Path | None = None,
     ):
         self.roots = roots
         self._clock = clock
         self._judge = GpuJudge(window)
+        # The judge's memory, and the RAS counts followed, across restarts on this boot.
+        self._evidence = EvidenceState(evidence_file, roots, clock) if evidence_file else None
         # By card and index: a card that takes a vanished card's index starts afresh, so
         # the judge sees a new base there, never another card's counts.
         self._followed: dict[tuple[str, str], Followed] = {}
@@ -308,7 +337,9 @@ class AmdGpuSource:
         self._failing_since: float | None = None
 
     def backends(self) -> list[BackendStatus]:
-        return self._backends
+        if self._evidence is None:
+            return self._backends
+        return [*self._backends, evidence_backend(self._evidence)]
 
     def prerequisites(self) -> str:
         """Why AMD GPUs cannot be used here; empty when /dev/kfd, /dev/dri and amdgpu are there."""
@@ -352,7 +383,31 @@ class AmdGpuSource:
         # A GPU no longer listed is forgotten: were it listed again, it starts afresh.
         followed |= {key: seen for key, seen in self._followed.items() if key in followed}
         self._followed = followed
+        for gpu in gpus:
+            self._restore(gpu, followed[gpu.card, gpu.gpu_id])
         return [followed[gpu.card, gpu.gpu_id].follow(gpu) for gpu in gpus]
+
+    def _restore(self, gpu: AmdGpu, followed: Followed) -> None:
+        """At a GPU's first sight, what the exporter's last run on this boot kept of it."""
+        if self._evidence is None:
+            return
+        index = int(gpu.gpu_id)
+        key = gpu_key(index, gpu.gpu_uuid, gpu.serial_number, gpu.partition_id)
+        kept = self._evidence.bind(index, key)
+        if kept is not None:
+            followed.restore(kept)
+            self._judge.restore(index, kept.memory)
+
+    def _keep(self) -> None:
+        """Save what a restart must not forget, after the GPUs were judged."""
+        if self._evidence is None:
+            return
+        followed = {int(gpu_id): seen for (_, gpu_id), seen in self._followed.items()}
+        self._evidence.save(
+            self._judge.memories(),
+            {index: seen.kept() for index, seen in followed.items()},
+            {index: seen.identity for index, seen in followed.items()},
+        )
 
     def collect(self) -> Iterable[Metric]:
         problem = self.prerequisites()
@@ -437,8 +492,10 @@ class AmdGpuSource:
                 for gpu, ecc in zip(gpus, totals, strict=True)
             ]
             yield from verdict_families(verdicts, LABELS, read_boot_id(self.roots))
+            self._keep()
         elif not problem and fallback:
             yield from self._unjudged(fallback)
+            self._keep()
 
     def _unjudged(self, why: str) -> Iterable[Metric]:
         """While amdsmi has failed for UNREACHABLE_GRACE, the verdicts of the GPUs it last
@@ -495,5 +552,9 @@ def reading(gpu: AmdGpu, totals: dict[str, float]) -> AmdReading:
 
 
 def build(options: Options) -> Exporter:
-    source = AmdGpuSource(options.roots, window=evidence_window(options))
+    source = AmdGpuSource(
+        options.roots,
+        window=evidence_window(options),
+        evidence_file=evidence_file(options, "rocm-exporter"),
+    )
     return Exporter("rocm-exporter", [source], timeout=options.timeout)

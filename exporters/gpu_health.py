@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from contract.verdicts import BOOT_METRIC, EVIDENCE_METRIC, HEALTH_METRIC, GpuVerdict
-from exporters.runtime import Options
+from exporters.runtime import BackendStatus, Options
 from node.config import node_config
+from node.gpu.evidence_state import EvidenceState, state_file_name
 from node.gpu.health import WINDOW_SETTING
 
 log = logging.getLogger("exporters")
@@ -27,6 +29,21 @@ log = logging.getLogger("exporters")
 def evidence_window(options: Options) -> float:
     """MAC_GPU_EVIDENCE_WINDOW from the node's settings; a bad value is logged, not fatal."""
     return node_config(options.roots).value_or_default(WINDOW_SETTING, log.error)
+
+
+def evidence_file(options: Options, service: str) -> Path | None:
+    """Where ``service`` keeps its GPUs' evidence across restarts (--state-dir); None
+    where no folder was given: nothing is kept."""
+    if options.state_dir is None:
+        return None
+    return options.state_dir / state_file_name(service)
+
+
+def evidence_backend(state: EvidenceState) -> BackendStatus:
+    """``mac_exporter_backend_available{backend="evidence_state"}``: whether the evidence
+    outlives a restart of the exporter, and why not."""
+    problem = state.problem()
+    return BackendStatus("evidence_state", not problem, problem)
 
 
 def verdict_families(

@@ -30,7 +30,10 @@ every XID event, stamped with the wall time it was drained; its windows run on t
 monotonic ``clock``. XID events that cannot be read ``XID_WAIT_FAILURES`` scrapes in a
 row are evidence on every GPU (degraded): XID intake never stops in silence. The XIDs
 the driver logged before the exporter started are read back once from the kernel log
-(node.gpu.kernel_log), so a restart forgets none still within the evidence window.
+(node.gpu.kernel_log), so a restart forgets none still within the evidence window; the
+rest of the judge's memory (ECC and NVLink rises, the counters' last values, when each
+condition was first seen) is kept in a file across restarts on the same boot
+(node.gpu.evidence_state), except for a GPU that `mac gpu reset` reset in between.
 """
 
 from __future__ import annotations
@@ -51,7 +54,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.samples import Sample
 
 from contract.verdicts import HealthAction, device_minor, slurm_gpu_order
-from exporters.gpu_health import evidence_window, verdict_families
+from exporters.gpu_health import (
+    evidence_backend,
+    evidence_file,
+    evidence_window,
+    verdict_families,
+)
 from exporters.hpcjob import with_hpc_job
 from exporters.nvidia_fields import (
     GpmSampler,
@@ -65,8 +73,9 @@ from exporters.nvidia_fields import (
 )
 from exporters.runtime import BackendStatus, Exporter, Options
 from node.config import node_config
+from node.gpu.evidence_state import EvidenceState, gpu_key
 from node.gpu.health import DEFAULT_WINDOW, GpuJudge, NvidiaReading
-from node.gpu.kernel_log import KernelXid, pci_address, read_kernel_xids
+from node.gpu.kernel_log import KernelXid, PciAddress, pci_address, read_kernel_log
 from node.gpu.xid_catalog import lookup
 from node.host import Roots, read_boot_id
 from node.hpcjobs import read_mapping
@@ -205,6 +214,7 @@ class NvmlSource:
         wall: Callable[[], float] = time.time,
         hpc_job_dir: Path | None = None,
         kernel_log: Path | None = None,
+        evidence_file: Path | None = None,
     ):
         self.hostname = hostname
         # /dev/kmsg, read once at the first scrape for the XIDs of before it (opt-in: the
@@ -212,12 +222,17 @@ class NvmlSource:
         self._kernel_log = kernel_log
         self._kernel_backend: BackendStatus | None = None
         self._kernel_xids: list[KernelXid] | None = None  # not read yet
+        # GPU -> when `mac gpu reset` last reset it (the kernel log's clock): evidence kept
+        # from before then is repaired.
+        self._kernel_resets: dict[PciAddress, float] = {}
         self._hpc_job_dir = hpc_job_dir  # opt-in: dcgm-exporter's hpc_job label (exporters.hpcjob)
         self._nvml = nvml
         self._clock = clock  # NVLink rates, evidence windows: immune to NTP steps
         self._wall = wall  # when evidence was seen, as people read it
         self._roots = roots or Roots()
         self._judge = GpuJudge(window)
+        # The judge's memory across restarts on this boot (opt-in, as the kernel log).
+        self._evidence = EvidenceState(evidence_file, self._roots, clock) if evidence_file else None
         self._states: dict[int, GpuState] = {}
         self._initialised = False
         self._backend = BackendStatus("nvml", False, "not initialised yet")
@@ -238,7 +253,8 @@ class NvmlSource:
         self._lock = threading.Lock()
 
     def backends(self) -> list[BackendStatus]:
-        return [self._backend, *filter(None, [self._kernel_backend])]
+        kept = evidence_backend(self._evidence) if self._evidence is not None else None
+        return [self._backend, *filter(None, [self._kernel_backend, kept])]
 
     @property
     def nvml(self) -> ModuleType:
@@ -388,11 +404,12 @@ class NvmlSource:
         """The XIDs in the kernel log still within the evidence window."""
         tick = self._clock()
         try:
-            xids = read_kernel_xids(path)
+            found = read_kernel_log(path)
         except OSError as exc:
             reason = (
                 f"cannot read {path}: {exc.strerror or exc}; XIDs logged before the "
-                "exporter started are not in the verdict (it needs CAP_SYSLOG where "
+                "exporter started are not in the verdict, nor is a `mac gpu reset` since "
+                "the evidence kept across the restart (it needs CAP_SYSLOG where "
                 "kernel.dmesg_restrict=1, printk.devkmsg not off, and the host's "
                 "/dev/kmsg in a container)"
             )
@@ -400,6 +417,7 @@ class NvmlSource:
             self._kernel_backend = BackendStatus("kernel_log", False, reason)
             return []
         self._kernel_backend = BackendStatus("kernel_log", True, "")
+        xids, self._kernel_resets = found.xids, found.resets
         # A GPU reset repairs what a reset repairs (mac gpu reset logged one): not an XID
         # that asks for a reboot or a look at the hardware.
         recent = [
@@ -623,10 +641,29 @@ class NvmlSource:
         judged = []
         for index, reading in sorted(readings.items()):
             ident = self._identities.get(index, GpuIdentity(gpu=str(index)))
+            self._restore(index, ident)
             labels = ident.health_labels(self.hostname, driver)
             reading = replace(reading, xids_unread=unread)
             judged.append((labels, self._judge.nvidia(reading, wall, tick)))
+        if self._evidence is not None:
+            self._evidence.save(self._judge.memories())
         return verdict_families(judged, HEALTH_LABELS, read_boot_id(self._roots))
+
+    def _restore(self, index: int, ident: GpuIdentity) -> None:
+        """At a GPU's first sight, what the exporter's last run on this boot kept of it,
+        unless `mac gpu reset` reset it since (the kernel log says when): the reset
+        repaired it, as it repairs the XIDs logged before it."""
+        if self._evidence is None:
+            return
+        kept = self._evidence.bind(index, gpu_key(index, ident.uuid, ident.serial))
+        if kept is None:
+            return
+        reset = self._kernel_resets.get(pci_address(ident.pci_bus_id))
+        saved = self._evidence.saved_tick
+        if reset is not None and saved is not None and reset > saved:
+            log.info("GPU %s was reset after its evidence was kept: judged afresh", index)
+            return
+        self._judge.restore(index, kept.memory)
 
     def _unanswered(self, index: int, ident: GpuIdentity, exc: Exception) -> NvidiaReading:
         """The reading of a GPU NVML gave no handle or identity for, by NVML's error."""
@@ -665,6 +702,7 @@ def build(options: Options) -> Exporter:
         window=evidence_window(options),
         hpc_job_dir=node_config(options.roots).value_or_default(HPC_JOB_DIR_SETTING, log.error),
         kernel_log=options.roots.dev("kmsg"),
+        evidence_file=evidence_file(options, "dcgm-exporter"),
     )
     return Exporter(
         "dcgm-exporter",

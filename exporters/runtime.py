@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -60,6 +61,9 @@ class Options:
     roots: Roots = field(default_factory=Roots)
     hostname: str = field(default_factory=node_hostname)
     timeout: float = DEFAULT_COLLECTOR_TIMEOUT
+    # Where a service keeps what a restart must not forget (the GPU exporters' evidence:
+    # node.gpu.evidence_state); None: nothing is kept.
+    state_dir: Path | None = None
 
 
 @dataclass

@@ -106,7 +106,15 @@ def exporter_command(cfg: NodeConfig, services: list[str]) -> list[str]:
     ):
         if given != usual:
             argv += [flag, given]
+    if any(name.partition("=")[0] in GPU_SERVICES.values() for name in services):
+        argv += ["--state-dir", gpu_state_dir(cfg)]
     return argv
+
+
+def gpu_state_dir(cfg: NodeConfig) -> str:
+    """Where the GPU exporters keep their GPUs' evidence across a restart
+    (node.gpu.evidence_state): the agent's state folder, as Docker's mount does as root."""
+    return str(cfg.state_dir / ROLE / "gpu")
 
 
 def bundle_spec(cfg: NodeConfig, members: list[ServiceSpec]) -> ServiceSpec:

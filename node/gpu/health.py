@@ -22,6 +22,10 @@ Two kinds of evidence, two ways to clear (docs/gpu-health.md, "Clearing"):
 A piece of evidence keeps its ``at`` (wall time, as people read it) for as long as it
 lasts, so an unchanged verdict serves unchanged bytes and the master's sweep skips it
 (contract.verdicts.answer_digest).
+
+The judge keeps all this in memory; the exporters save it to a file and hand it back after
+a restart on the same boot (node.gpu.evidence_state), all but the XIDs, which the kernel
+log keeps (node.gpu.kernel_log).
 """
 
 from __future__ import annotations
@@ -177,8 +181,9 @@ class CounterWatch:
 
 
 @dataclass
-class _GpuMemory:
-    """What the judge keeps of one GPU between scrapes."""
+class GpuMemory:
+    """What the judge keeps of one GPU between scrapes (and, through
+    node.gpu.evidence_state, across a restart of its exporter)."""
 
     xids: dict[int, tuple[float, float]] = field(default_factory=dict)  # xid -> (tick, at)
     since: dict[str, float] = field(default_factory=dict)  # condition -> first seen
@@ -236,10 +241,24 @@ class GpuJudge:
 
     def __init__(self, window: float = DEFAULT_WINDOW) -> None:
         self.window = window
-        self._gpus: dict[int, _GpuMemory] = {}
+        self._gpus: dict[int, GpuMemory] = {}
 
-    def _memory(self, index: int) -> _GpuMemory:
-        return self._gpus.setdefault(index, _GpuMemory())
+    def _memory(self, index: int) -> GpuMemory:
+        return self._gpus.setdefault(index, GpuMemory())
+
+    def memories(self) -> dict[int, GpuMemory]:
+        """What the judge keeps of each GPU, by index: for node.gpu.evidence_state to save."""
+        return dict(self._gpus)
+
+    def restore(self, index: int, kept: GpuMemory) -> None:
+        """What an earlier run of the exporter kept of GPU ``index``, on this boot: its
+        counters (their last values, so a rise while the exporter was down counts at the
+        first reading), conditions with when they were first seen, the driver's last
+        recovery action. Its XIDs stay those the judge has: the kernel log, read back at
+        start, is their record (exporters.nvidia), and it knows which a reset repaired."""
+        memory = self._memory(index)
+        memory.counters, memory.since, memory.ticks = kept.counters, kept.since, kept.ticks
+        memory.recovery = kept.recovery
 
     def xid(self, index: int, code: int, at: float, tick: float | None = None) -> None:
         """An XID event of GPU ``index`` at Unix time ``at`` (monotonic ``tick``)."""
@@ -247,7 +266,7 @@ class GpuJudge:
         seen = (at if tick is None else tick, at)
         memory.xids[code] = max(seen, memory.xids.get(code, seen))
 
-    def _xids(self, memory: _GpuMemory, tick: float) -> list[Finding]:
+    def _xids(self, memory: GpuMemory, tick: float) -> list[Finding]:
         found = []
         for code, (seen, at) in sorted(memory.xids.items()):
             if seen <= tick - self.window:
@@ -260,7 +279,7 @@ class GpuJudge:
         return found
 
     def _ecc(
-        self, memory: _GpuMemory, now: float, tick: float, uncorrectable, correctable
+        self, memory: GpuMemory, now: float, tick: float, uncorrectable, correctable
     ) -> list[Finding]:
         found = []
         rose = memory.counter("ecc_uncorrectable")
@@ -291,7 +310,7 @@ class GpuJudge:
         return _verdict(reading.index, reading.uuid, reading.serial, "nvidia", found)
 
     def _nvidia_fields(
-        self, memory: _GpuMemory, reading: NvidiaReading, now: float, tick: float
+        self, memory: GpuMemory, reading: NvidiaReading, now: float, tick: float
     ) -> list:
         found = self._ecc(memory, now, tick, reading.ecc_uncorrectable, reading.ecc_correctable)
         if reading.recovery_action is not None:  # unanswered: the last answer stands
@@ -353,7 +372,7 @@ class GpuJudge:
         return _verdict(reading.index, reading.uuid, reading.serial, "amd", found)
 
 
-def _reach(memory: _GpuMemory, reading: NvidiaReading, now: float, tick: float) -> list[Finding]:
+def _reach(memory: GpuMemory, reading: NvidiaReading, now: float, tick: float) -> list[Finding]:
     """Whether NVML reaches the GPU at all, and if not, why (and whether MAC may open it)."""
     found, lost = [], EvidenceSource.LOST
     if at := memory.condition("lost", reading.lost, now):

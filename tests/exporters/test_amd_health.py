@@ -4,12 +4,13 @@ misses a read, and a scrape where amdsmi fails and sysfs answers in its place.""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from contract.verdicts import HealthAction, HealthState, parse_verdicts
-from exporters.amd import AmdGpuSource
-from exporters.runtime import Exporter
+from exporters.amd import AmdGpuSource, build
+from exporters.runtime import Exporter, Options
 from node.gpu.health import UNREACHABLE_GRACE
 from node.host import Roots
 from testkit.fakes.amdsmi import FakeAmdSmi, ras_counts
@@ -51,9 +52,13 @@ class Scrape:
         return [(e.source, e.code) for e in self.verdicts.gpus[index].evidence]
 
 
-def rocm(amdsmi, roots: Roots = AMD_ROOTS, wall: Wall | None = None) -> Exporter:
+def rocm(
+    amdsmi, roots: Roots = AMD_ROOTS, wall: Wall | None = None, kept: Path | None = None
+) -> Exporter:
+    """The exporter; ``kept``: the file it keeps its evidence in across restarts."""
     wall = wall or Wall()
-    source = AmdGpuSource(roots, amdsmi=amdsmi, wall=wall, clock=wall)  # windows on it too
+    source = AmdGpuSource(roots, amdsmi=amdsmi, wall=wall, clock=wall,  # windows on it too
+                          evidence_file=kept)  # fmt: skip
     return Exporter("rocm-exporter", [source])
 
 
@@ -291,3 +296,70 @@ def test_amdsmi_failing_with_no_card_in_sysfs_either_reports_no_gpu():
     now = Scrape(exporter)
 
     assert now.verdicts is not None and now.verdicts.gpus == []
+
+
+# --- across a restart of the exporter ----------------------------------------------
+
+
+def test_an_ecc_verdict_outlives_a_restart_of_the_exporter(tmp_path):
+    amdsmi, wall = FakeAmdSmi(), Wall()
+    kept = tmp_path / "gpu-evidence-rocm-exporter.json"
+    before = rocm(amdsmi, wall=wall, kept=kept)
+    Scrape(before)
+    amdsmi.ecc[UMC] = ras_counts(correctable=3, uncorrectable=1)
+    seen = Scrape(before).verdicts.gpus[0]
+    assert ("ecc", "uncorrectable") in [(e.source, e.code) for e in seen.evidence]
+    wall.now += 60
+
+    after = Scrape(rocm(amdsmi, wall=wall, kept=kept))
+
+    assert after.verdicts.gpus[0] == seen  # the same evidence, seen at the same time
+    labels = {"backend": "evidence_state", "reason": ""}
+    assert after.value("mac_exporter_backend_available", labels) == 1
+
+
+def test_errors_a_block_counted_while_the_exporter_was_down_are_judged(tmp_path):
+    amdsmi, wall = FakeAmdSmi(), Wall()
+    amdsmi.ecc[UMC] = ras_counts(correctable=40)
+    kept = tmp_path / "gpu-evidence-rocm-exporter.json"
+    Scrape(rocm(amdsmi, wall=wall, kept=kept))
+    amdsmi.ecc[UMC] = ras_counts(correctable=55, uncorrectable=1)  # while none ran
+    wall.now += 60
+
+    gpu = Scrape(rocm(amdsmi, wall=wall, kept=kept)).verdicts.gpus[0]
+
+    details = {e.code: (e.detail, e.at) for e in gpu.evidence}
+    assert details["uncorrectable"] == ("1 new uncorrectable ECC error(s)", wall.now)
+    assert details["correctable"][0].startswith("correctable ECC errors rising (15 ")
+
+
+def test_a_gpu_that_answered_before_the_restart_and_not_after_is_unreadable(tmp_path):
+    amdsmi, wall = FakeAmdSmi(count=2), Wall()
+    kept = tmp_path / "gpu-evidence-rocm-exporter.json"
+    Scrape(rocm(amdsmi, wall=wall, kept=kept))
+    amdsmi.silent = {1}
+
+    now = lasting(rocm(amdsmi, wall=wall, kept=kept), wall)
+
+    assert now.evidence(1) == [("lost", "unreadable")]
+
+
+def test_a_state_folder_the_exporter_cannot_write_says_so_and_judging_goes_on(tmp_path):
+    amdsmi = FakeAmdSmi()
+    (tmp_path / "taken").write_text("a file where the folder should be")
+    exporter = rocm(amdsmi, kept=tmp_path / "taken" / "gpu-evidence-rocm-exporter.json")
+    Scrape(exporter)
+    amdsmi.ecc[UMC] = ras_counts(correctable=3, uncorrectable=1)
+
+    now = Scrape(exporter)
+
+    assert now.verdicts.gpus[0].state is HealthState.UNHEALTHY
+    (line,) = [x for x in now.samples if x[0] == "mac_exporter_backend_available"
+               and ("backend", "evidence_state") in x[1]]  # fmt: skip
+    assert now.samples[line] == 0 and "cannot write" in dict(line[1])["reason"]
+
+
+def test_the_exporter_keeps_its_evidence_in_the_state_folder_it_is_given(tmp_path):
+    exporter = build(Options(roots=AMD_ROOTS, state_dir=tmp_path))
+    (source,) = [each for each in exporter.runner.sources if isinstance(each, AmdGpuSource)]
+    assert source._evidence.path == tmp_path / "gpu-evidence-rocm-exporter.json"

@@ -27,12 +27,19 @@ class Wall:
 
 
 def dcgm(
-    nvml, wall: Wall, window: float = 60.0, tick: Wall | None = None, kmsg: Path | None = None
+    nvml,
+    wall: Wall,
+    window: float = 60.0,
+    tick: Wall | None = None,
+    kmsg: Path | None = None,
+    kept: Path | None = None,
 ) -> Exporter:
     """The exporter; ``tick``: its monotonic clock, which the evidence windows run on;
-    ``kmsg``: the kernel log it reads at its first scrape (none by default)."""
+    ``kmsg``: the kernel log it reads at its first scrape (none by default); ``kept``: the
+    file it keeps its evidence in across restarts (none by default)."""
     source = NvmlSource("gpu-node-17", nvml=nvml, clock=tick or Wall(100.0), roots=ROOTS,
-                        window=window, wall=wall, kernel_log=kmsg)  # fmt: skip
+                        window=window, wall=wall, kernel_log=kmsg,
+                        evidence_file=kept)  # fmt: skip
     return Exporter("dcgm-exporter", [source], exposition=generate_dcgm_latest)
 
 
@@ -252,6 +259,107 @@ def test_the_exporter_reads_the_hosts_kernel_log_under_its_dev_root(tmp_path):
     exporter = build(Options(hostname="gpu-node-17", roots=roots))
     (source,) = [each for each in exporter.runner.sources if isinstance(each, NvmlSource)]
     assert source._kernel_log == tmp_path / "kmsg"
+
+
+# --- across a restart of the exporter ----------------------------------------------
+
+
+def restarted(tmp_path: Path, nvml, wall: Wall, tick: Wall, kmsg: Path | None = None):
+    """The exporter, started again over the state folder of the one before (a minute on)."""
+    wall.now += 60
+    tick.now += 60
+    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
+    return dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg, kept=kept)
+
+
+def test_an_ecc_verdict_outlives_a_restart_of_the_exporter(tmp_path):
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
+    before = dcgm(nvml, wall, window=3600, tick=tick, kept=kept)
+    verdicts(before)
+    nvml.gpus[0].ecc_dbe = 2
+    seen = verdicts(before).gpus[0]
+    assert (seen.state, seen.action) == (HealthState.UNHEALTHY, HealthAction.RESET_GPU)
+    before.close()
+
+    after = restarted(tmp_path, nvml, wall, tick)
+
+    assert verdicts(after).gpus[0] == seen  # the same evidence, seen at the same time
+    assert 'backend="evidence_state",reason=""} 1.0' in after.page().decode()
+    tick.now += 3600
+    assert verdicts(after).gpus[0].evidence == ()
+
+
+def test_errors_counted_while_the_exporter_was_down_are_judged_when_it_is_back(tmp_path):
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
+    verdicts(dcgm(nvml, wall, window=3600, tick=tick, kept=kept))
+    nvml.gpus[1].ecc_dbe = 1  # while no exporter ran
+
+    gpu1 = verdicts(restarted(tmp_path, nvml, wall, tick)).gpus[1]
+
+    assert [(e.source, e.code, e.at) for e in gpu1.evidence] == [("ecc", "uncorrectable", wall.now)]
+
+
+def test_a_gpu_reset_while_the_exporter_was_down_repairs_its_kept_evidence_and_xids(tmp_path):
+    """`mac gpu reset` stops the exporter, resets the GPU, logs the reset, starts it again:
+    neither the XID nor the ECC rise of before the reset comes back with the state file."""
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kmsg = kernel_log(tmp_path, "4,900,4990000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=0")
+    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
+    before = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg, kept=kept)
+    verdicts(before)
+    nvml.gpus[1].ecc_dbe = 2
+    assert {e.source for e in verdicts(before).gpus[1].evidence} == {"xid", "ecc"}
+    nvml.gpus[1].ecc_dbe = 0  # a reset starts the volatile counts again
+    with kmsg.open("a") as log:
+        log.write("13,901,5030000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)\n")
+
+    gpu0, gpu1 = verdicts(restarted(tmp_path, nvml, wall, tick, kmsg=kmsg)).gpus
+
+    assert gpu1.evidence == ()
+    assert gpu0.state is HealthState.HEALTHY
+
+
+def test_a_gpu_reset_before_the_evidence_was_last_kept_repairs_nothing_kept_since(tmp_path):
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kmsg = kernel_log(
+        tmp_path, "13,901,4900000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)"
+    )
+    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
+    before = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg, kept=kept)
+    verdicts(before)
+    nvml.gpus[1].ecc_dbe = 2
+    verdicts(before)
+
+    gpu1 = verdicts(restarted(tmp_path, nvml, wall, tick, kmsg=kmsg)).gpus[1]
+
+    assert [(e.source, e.code) for e in gpu1.evidence] == [("ecc", "uncorrectable")]
+
+
+def test_a_state_file_the_exporter_cannot_use_says_so_and_judging_goes_on(tmp_path):
+    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
+    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
+    kept.write_text('{"version": 1, "gpus"')
+    exporter = dcgm(nvml, wall, window=3600, tick=tick, kept=kept)
+    verdicts(exporter)
+    nvml.gpus[0].ecc_dbe = 1
+
+    assert verdicts(exporter).gpus[0].state is HealthState.UNHEALTHY
+    page = exporter.page().decode()
+    line = next(x for x in page.splitlines() if 'backend="evidence_state"' in x)
+    assert line.endswith(" 0.0") and "is not a GPU evidence file MAC reads" in line
+
+
+def test_without_a_state_folder_nothing_is_kept_nor_reported(tmp_path):
+    exporter = dcgm(two_h200s(), Wall())
+    assert "evidence_state" not in exporter.page().decode()
+
+
+def test_the_exporter_keeps_its_evidence_in_the_state_folder_it_is_given(tmp_path):
+    exporter = build(Options(hostname="gpu-node-17", roots=ROOTS, state_dir=tmp_path))
+    (source,) = [each for each in exporter.runner.sources if isinstance(each, NvmlSource)]
+    assert source._evidence.path == tmp_path / "gpu-evidence-dcgm-exporter.json"
 
 
 def test_a_driver_that_stops_answering_leaves_every_gpu_unhealthy_and_says_why():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from contract.services import SERVICES
-from tests.exporters.conftest import GOLDEN, fixture_roots_args, normalise
+from tests.exporters.conftest import FIXTURES, GOLDEN, fixture_roots_args, normalise
 
 SYS_TREE = {
     "nic-exporter": "sysfs-ib",
@@ -133,3 +135,15 @@ def test_a_gpu_exporter_answers_the_sweeps_verdict_query_with_those_lines_only(s
     assert found.boot_id == "0f6c1b52-5d5e-4c1e-9a7d-4b1e2f3a6c80"
     # The liveness judgement is unchanged: the answer is a valid exposition.
     assert check_url("127.0.0.1", process.port, rocm.probe_target).ok
+
+
+def test_a_gpu_exporter_keeps_its_evidence_in_the_state_folder_it_is_given(
+    start_exporter, tmp_path
+):
+    process = start_exporter("rocm-exporter", *fixture_roots_args("sysfs-amd"),
+                             "--state-dir", str(tmp_path / "gpu"))  # fmt: skip
+    _, metrics, _ = process.get("/metrics")
+    assert 'mac_exporter_backend_available{backend="evidence_state",reason=""} 1.0' in metrics
+    kept = json.loads((tmp_path / "gpu" / "gpu-evidence-rocm-exporter.json").read_text())
+    assert kept["boot_id"] == (FIXTURES / "proc/sys/kernel/random/boot_id").read_text().strip()
+    assert len(kept["gpus"]) == 2

@@ -141,6 +141,19 @@ def test_mac_agent_bundle_0_runs_one_process_per_service(tmp_path):
     assert all(s.argv[3:5] == [s.name, "--port"] for s in specs)
 
 
+@pytest.mark.parametrize("bundle", ["1", "0"])
+def test_the_gpu_exporters_keep_their_evidence_in_the_agents_state_folder(tmp_path, bundle):
+    runtime, specs = runtime_and_specs(_config(tmp_path, MAC_AGENT_BUNDLE=bundle), "process")
+    folder = str(tmp_path / "state" / ROLE / "gpu")
+    folded = runtime.runtime_specs(specs) if isinstance(runtime, BundledRuntime) else specs
+    commands = [spec.argv for spec in folded]
+    assert len(commands) == (1 if bundle == "1" else len(PYTHON_SERVICES))
+    for argv in commands:
+        gpu = any(name.startswith(("dcgm-exporter", "rocm-exporter")) for name in argv)
+        given = argv[argv.index("--state-dir") + 1] if "--state-dir" in argv else None
+        assert given == (folder if gpu else None), argv
+
+
 def test_a_wrong_mac_agent_bundle_names_the_setting(tmp_path):
     with pytest.raises(ConfigError) as caught:
         runtime_and_specs(_config(tmp_path, MAC_AGENT_BUNDLE="maybe"), "process")

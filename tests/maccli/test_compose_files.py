@@ -106,6 +106,16 @@ def test_nic_exporter_reads_sys_and_gpu_exporters_get_their_devices():
     # XIDs logged before the exporter started are read from the host's kernel log.
     assert dcgm["devices"] == ["/dev/kmsg:/dev/kmsg:r"] and dcgm["cap_add"] == ["SYSLOG"]
     assert services["rocm-exporter"]["profiles"] == ["amd"]
+    # Their GPUs' evidence outlives a restart of the container, where the process
+    # runtime keeps it as root; every exporter's read-only views stay.
+    folder = "/var/lib/mac/agent/gpu"
+    for name in ("dcgm-exporter", "rocm-exporter"):
+        command = services[name]["command"]
+        assert command[command.index("--state-dir") + 1] == folder
+        assert services[name]["volumes"] == [
+            "/sys:/host/sys:ro", "/proc:/host/proc:ro", "/:/host/root:ro",
+            f"${{MAC_STATE_DIR:-/var/lib/mac}}/agent/gpu:{folder}",
+        ]  # fmt: skip
     devices = set(services["rocm-exporter"]["devices"])
     assert {"${MAC_DEV_ROOT:-/dev}/kfd:/dev/kfd", "${MAC_DEV_ROOT:-/dev}/dri:/dev/dri"} <= devices
 
