@@ -58,8 +58,8 @@ def firing_rows() -> list[dict]:
         .filter(node__maintenance=False)
         .order_by("node_id", "index")
         .values(
-            "node_id", "node__hostname", "index", "uuid", "serial", "state", "action", "evidence",
-            "since",
+            "node_id", "node__hostname", "index", "uuid", "serial", "vendor", "state", "action",
+            "evidence", "since",
         )
     )  # fmt: skip
     firing = []
@@ -140,7 +140,10 @@ def firing_alert(row: dict, ends_at: str, node_url: str, runbook: str) -> dict:
     except ValueError:  # a later release's action: its own name, with no fix to offer
         action_words, fix = str(row["action"]), ""
     else:
-        action_words, fix = ACTION_LABELS[action], gpu_fix(action, str(row["gpu"]), row["uuid"])
+        action_words, fix = (
+            ACTION_LABELS[action],
+            gpu_fix(action, str(row["gpu"]), row["uuid"], row["vendor"]),
+        )
     jobs = row.get("jobs", "")
     annotations = {
         "summary": f"{gpu_words(row)} on {row['hostname']} is {state}: {action_words}"

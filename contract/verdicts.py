@@ -115,22 +115,46 @@ ACTION_FIXES: dict[HealthAction, str] = {
 }
 
 
-def gpu_fix(action: HealthAction | str, gpu: str, uuid: str = "") -> str:
+def gpu_fix(action: HealthAction | str, gpu: str, uuid: str = "", vendor: str = "") -> str:
     """ACTION_FIXES for one GPU, its commands naming it: by its UUID where it is NVIDIA's
     (``GPU-...``: `mac gpu reset` and ``nvidia-smi -i`` take it, and it names the same
     board whatever the numbering), else by its index (AMD's tools take that only); the
-    other vendor's line left out. "" for an action with no fix, or one a later release
-    added."""
+    other vendor's line left out, by ``vendor`` ("nvidia", "amd"; NVIDIA where the UUID
+    is NVML's, both lines where nothing says). "" for an action with no fix, or one a
+    later release added."""
+    vendor = vendor or ("nvidia" if _NVIDIA_UUID.fullmatch(uuid) else "")
+    return node_fix(action, [(gpu, uuid)], vendor)
+
+
+def node_fix(action: HealthAction | str, gpus: Iterable[tuple[str, str]], vendor: str = "") -> str:
+    """ACTION_FIXES for a node, each command that names ``<gpu>`` once for each of
+    ``gpus`` ((index, uuid) of those that need the action), named as gpu_fix names one;
+    the other vendor's lines left out where ``vendor`` ("nvidia", "amd") says which.
+    Where no GPU can be named safely the text stays as it is, ``<gpu>`` and all: a
+    placeholder a person fills in beats a guess pasted into a root shell."""
     try:
         text = ACTION_FIXES.get(HealthAction(action), "")
     except ValueError:
         return ""
-    name = _tool_name(gpu, uuid)
-    if not name or "<gpu>" not in text:
+    names = list(dict.fromkeys(name for gpu, uuid in gpus if (name := _tool_name(gpu, uuid))))
+    if not names or "<gpu>" not in text:
         return text
-    other = "(AMD)" if _NVIDIA_UUID.fullmatch(uuid) else "(NVIDIA)"
-    lines = [line for line in text.splitlines() if not line.rstrip().endswith(other)]
-    return "\n".join(lines).replace(_NAMING, "").replace("<gpu>", name)
+    other = {"nvidia": "(AMD)", "amd": "(NVIDIA)"}.get(vendor)
+    lines = []
+    for line in text.splitlines():
+        if other and line.rstrip().endswith(other):
+            continue
+        if "<gpu>" not in line:
+            lines.append(line)
+            continue
+        line = line.replace(_NAMING, "")
+        lines.extend(line.replace("<gpu>", name) for name in names)
+    return "\n".join(lines)
+
+
+def names_gpus(action: HealthAction | str) -> bool:
+    """Whether the action's fix has commands that name a GPU (node_fix fills them in)."""
+    return "<gpu>" in ACTION_FIXES.get(action, "")  # StrEnum keys: the value finds them
 
 
 def reset_command(gpu: str, uuid: str = "") -> str:

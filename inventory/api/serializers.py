@@ -302,7 +302,7 @@ class GpuHealthSerializer(ModelFieldsOnce, serializers.ModelSerializer):
     def get_fix(self, gpu: GpuHealth) -> str:
         """What a person does for the suggested action, its commands naming this GPU ("" for
         none)."""
-        return gpu_fix(gpu.action, str(gpu.index), gpu.uuid)
+        return gpu_fix(gpu.action, str(gpu.index), gpu.uuid, gpu.vendor)
 
 
 class NodeSerializer(ModelFieldsOnce, serializers.ModelSerializer):

@@ -12,6 +12,8 @@ never loads the whole fleet: counts are one aggregate query and rows come one pa
 from __future__ import annotations
 
 import re
+from collections import defaultdict
+from collections.abc import Iterable
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Q
@@ -23,7 +25,14 @@ from alerting.queries import nodes_with_alert
 from contract.diagnosis import describe
 from contract.outcomes import DIAGNOSIS_LABELS
 from contract.services import SYS_EXPORTER
-from contract.verdicts import ACTION_FIXES, OPERATOR_ACTIONS, Evidence, reset_command
+from contract.verdicts import (
+    ACTION_FIXES,
+    OPERATOR_ACTIONS,
+    Evidence,
+    names_gpus,
+    node_fix,
+    reset_command,
+)
 from inventory.choices import (
     AgentNetwork,
     Diagnosis,
@@ -35,7 +44,7 @@ from inventory.choices import (
     StatusReason,
 )
 from inventory.filtersets import NodeFilterSet
-from inventory.models import Node
+from inventory.models import GpuHealth, Node
 from scraping.targets import SCRAPED_SERVICES, node_targets
 
 PAGE_SIZE = 100
@@ -273,5 +282,33 @@ def gpu_rows(node: Node) -> list[dict]:
 
 
 def health_fix(node: Node) -> str:
-    """What a person does for the node's suggested action ("" when none)."""
-    return ACTION_FIXES.get(node.health_action, "")  # StrEnum keys: the value finds them
+    """What a person does for the node's suggested action ("" when none), its commands
+    naming the GPUs that need it (contract.verdicts.node_fix)."""
+    row = {"id": node.pk, "health_action": node.health_action, "gpu_vendor": node.gpu_vendor}
+    fixed = health_fixes([row])
+    return fixed.get(node.pk, ACTION_FIXES.get(node.health_action, ""))  # StrEnum keys
+
+
+def health_fixes(rows: Iterable[dict]) -> dict[int, str]:
+    """{node id: the fix of its GPU verdict's action, naming the GPUs that need it} for
+    the rows (Node.summary()s) whose fix names GPUs (reset_gpu): one query for them all.
+    The vocabulary's fixes serve the others, so the live pushes carry only these."""
+    wanted = {row["id"]: row for row in rows if names_gpus(row.get("health_action", ""))}
+    if not wanted:
+        return {}
+    named: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    gpus = GpuHealth.objects.filter(node_id__in=list(wanted)).order_by("node_id", "index")
+    for node_id, index, uuid, action in gpus.values_list("node_id", "index", "uuid", "action"):
+        if action == wanted[node_id]["health_action"]:
+            named[node_id].append((str(index), uuid))
+    return {
+        node_id: node_fix(row["health_action"], named[node_id], row.get("gpu_vendor", ""))
+        for node_id, row in wanted.items()
+    }
+
+
+def with_health_fixes(rows: list[dict]) -> list[dict]:
+    """The rows, those whose fix names GPUs with it as ``health_fix`` (the node page's
+    Fix box follows it: pushes and the resynchronising /fleet.json)."""
+    fixes = health_fixes(rows)
+    return [{**row, "health_fix": fixes[row["id"]]} if row["id"] in fixes else row for row in rows]

@@ -82,7 +82,7 @@ def _fleet_context(query: queries.FleetQuery) -> dict:
     return {
         "counts": queries.fleet_counts(),
         "page": page,
-        "rows": [queries.node_row(node) for node in page.object_list],
+        "rows": queries.with_health_fixes([queries.node_row(node) for node in page.object_list]),
     }
 
 

@@ -189,9 +189,15 @@ def test_a_gpus_fix_names_it_as_the_tools_take_it():
     assert f"  sudo mac gpu reset {uuid}\n" in nvidia
     assert f"sudo nvidia-smi -r -i {uuid} " in nvidia
     assert "<gpu>" not in nvidia and "amd-smi" not in nvidia and "AMD: the index" not in nvidia
-    amd = gpu_fix("reset_gpu", "5", "5fff74a1-0000-1000-80c3-2b1c0e9a7f3e")
+    amd = gpu_fix("reset_gpu", "5", "5fff74a1-0000-1000-80c3-2b1c0e9a7f3e", "amd")
     assert "  sudo mac gpu reset 5\n" in amd and "amd-smi reset --gpureset -g 5 " in amd
     assert "nvidia-smi -r" not in amd
+    # An NVIDIA GPU named by its index (no UUID in NVML's form) keeps NVIDIA's line.
+    by_index = gpu_fix("reset_gpu", "2", "", "nvidia")
+    assert "sudo nvidia-smi -r -i 2 " in by_index and "amd-smi" not in by_index
+    # Nothing says which vendor: both lines, each naming the index.
+    unknown = gpu_fix("reset_gpu", "2", "")
+    assert "sudo nvidia-smi -r -i 2 " in unknown and "amd-smi reset --gpureset -g 2 " in unknown
     assert gpu_fix(HealthAction.REBOOT, "3", uuid) == ACTION_FIXES[HealthAction.REBOOT]
     assert gpu_fix("replace_board", "3", uuid) == ""  # a later release's action
     assert reset_command("3", uuid) == f"sudo mac gpu reset {uuid}"

@@ -428,6 +428,15 @@ def test_the_node_pages_verdict_diagnosis_and_their_fixes_follow_pushes(
     expect(page.locator("#node-health-fix")).to_contain_text("reboot")
     expect(page.locator("#node-diagnosis-fix")).to_contain_text("net.ipv4.ip_forward=1")
 
+    # A reset: the box names the GPU (the push carries the fix), never `<gpu>`.
+    uuid = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
+    in_thread(GpuHealth.objects.filter(node=node).update, uuid=uuid, action="reset_gpu")
+    in_thread(Node.objects.filter(pk=node.pk).update, health_action="reset_gpu")
+    in_thread(_push, node.pk)
+    fix = page.locator("#node-health-fix")
+    expect(fix).to_contain_text(f"sudo mac gpu reset {uuid}", timeout=3000)
+    expect(fix).not_to_contain_text("<gpu>")
+
     in_thread(
         Node.objects.filter(pk=node.pk).update,
         health_state="healthy", health_action="none", health_evidence="",

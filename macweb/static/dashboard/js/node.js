@@ -324,7 +324,9 @@ function applyHealth(change) {
   if (evidence && change.health_evidence) evidence.textContent = change.health_evidence;
   // A verdict that cleared: the line says so (while no verdict was read yet, loadGpus does).
   else if (evidence && !evidence.hasAttribute("data-waiting")) evidence.textContent = ALL_HEALTHY;
-  showFix("node-health-fix", vocab.fixes[change.health_action]);
+  // A fix that names GPUs (reset_gpu) comes with the change, naming those that need it;
+  // the vocabulary's words serve every other action.
+  showFix("node-health-fix", change.health_fix ?? vocab.fixes[change.health_action]);
 }
 
 // After a reconnect (a restart of the master, Redis away), the pushes missed meanwhile are
