@@ -6,8 +6,10 @@ the GPU exporter and mango-sdk-agent, which reads the GPUs through the same libr
 agent`, which deregisters the node), resets the GPU, starts them again and says what is
 left to do. A reset that fails, Ctrl-C, SIGTERM or SIGHUP (the ssh session dropped)
 start them again all the same, and so does a reset stuck in the kernel once
-RESET_TIMEOUT has passed (node.runner leaves it behind); only a SIGKILL can leave them
-stopped (`mac restart agent` brings them back).
+RESET_TIMEOUT has passed (node.runner leaves it behind). Only a SIGKILL (the OOM killer,
+a power cut) can leave them stopped, so before stopping them it records what it stops
+(node.checks.gpu_reset, removed once they run again): `mac doctor` then says so with its
+fix, the next `mac gpu reset` starts them first, and `mac start|restart agent` clears it.
 
 Once NVIDIA's reset went through, it writes the reset into the kernel log
 (node.gpu.kernel_log.mark_reset): the dcgm-exporter it starts again reads the log back
@@ -25,6 +27,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +37,8 @@ from maccli import output
 from maccli.agent.hardware import gpus
 from maccli.agent.specs import GPU_SERVICES, ROLE, runtime_and_specs
 from maccli.output import CliError, print_states
-from maccli.runtimes import Runtime, ServiceSpec
+from maccli.runtimes import Runtime, ServiceSpec, ServiceState
+from node.checks import gpu_reset as records
 from node.config import NodeConfig
 from node.gpu import kernel_log
 from node.runner import CommandResult, run_command
@@ -210,16 +214,19 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
             commands=[f"sudo mac gpu reset {shlex.quote(asked)}"],
         )
     runtime, specs = runtime_and_specs(cfg, runtime_name)
+    _finish_interrupted(cfg, asked)
     holders = _running(runtime, gpu_holders(specs, tool.vendor))
     argv = tool.reset_argv(gpu)
     if not holders:
         output.say(f"None of MAC's services that hold the GPUs open runs ({runtime.name} runtime).")
     # Whatever ends the command (an error, Ctrl-C, the terminal closing, a kill), the
     # services it stopped start again: a node left without its GPU exporter keeps its
-    # last verdict on the master for as long as nobody notices.
+    # last verdict on the master for as long as nobody notices. What no `finally` sees
+    # (SIGKILL) the record tells.
     with _signals_as_exit():
         done = None
         try:
+            _record(cfg, runtime, holders, gpu)
             _stop(runtime, holders)
             output.say(f"Resetting {gpu}: {shlex.join(argv)}")
             done = run_command(argv, timeout=RESET_TIMEOUT)
@@ -230,6 +237,9 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
                     _mark_reset(cfg, gpu, shlex.join(argv))
         finally:
             back = _start_again(runtime, holders)
+            if back and holders:
+                # Kept where they did not come back: `mac doctor` goes on saying so.
+                records.remove_record(cfg)
     if tool.failed(done):
         raise _reset_failed(cfg, tool, argv, done, asked, back)
     if not back:
@@ -267,6 +277,85 @@ def _signals_as_exit() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _finish_interrupted(cfg: NodeConfig, asked: str) -> None:
+    """Start what an earlier reset stopped and did not start again (it was killed hard),
+    before this one looks at what runs; refuse while another reset is still running.
+
+    Starting them rather than refusing with the command to run: it is exactly what that
+    run owed, the operator is here for the same repair, and this run stops again those
+    of them that hold the GPUs (and records that), so nothing is left to chance."""
+    again = f"sudo mac gpu reset {shlex.quote(asked)}"
+    try:
+        record = records.read_record(cfg)
+    except records.UnreadableRecord as exc:
+        raise CliError(
+            f"{exc}; what the reset it stands for stopped is unknown.",
+            hint="Start every agent service again (that removes it), then reset:",
+            commands=["mac restart agent", again],
+        ) from exc
+    if record is None:
+        return
+    if record.running(cfg.roots()):
+        raise CliError(
+            f"another `mac gpu reset` (pid {record.pid}) is resetting {record.gpu}: it "
+            f"stopped {record.stopped()} at {record.when()}. Two at once would start MAC's "
+            "GPU services under each other's reset.",
+            hint="Wait for it to end (it starts them again), then run this one:",
+            commands=[f"ps -o pid,etime,args -p {record.pid}", again],
+        )
+    output.warn(
+        f"`mac gpu reset` stopped {record.stopped()} at {record.when()} and did not start "
+        f"them again (pid {record.pid} ended while resetting {record.gpu}): starting them "
+        "first."
+    )
+    runtime, specs = runtime_and_specs(cfg, record.runtime)
+    if not _start_again(runtime, [spec for spec in specs if spec.name in record.services]):
+        raise CliError(
+            f"{record.stopped()} did not start again (above), so the reset waits.",
+            commands=["mac restart agent", "mac status", again],
+        )
+    records.remove_record(cfg)
+
+
+def _record(cfg: NodeConfig, runtime: Runtime, holders: list[ServiceSpec], gpu: Gpu) -> None:
+    """Record what is about to stop (node.checks.gpu_reset) for when no `finally` runs.
+    One that cannot be written is warned of, not fatal: the repair matters more."""
+    if not holders:
+        return
+    record = records.ResetRecord.of_this_process(
+        [spec.name for spec in holders], runtime.name, str(gpu), time.time()
+    )
+    try:
+        records.write_record(cfg, record)
+    except OSError as exc:
+        output.warn(
+            f"could not record the reset in {records.record_path(cfg)} "
+            f"({exc.strerror or exc}): should this command be killed hard, nothing will say "
+            "that MAC's GPU services are stopped; `mac restart agent` brings them back."
+        )
+
+
+def forget_finished_reset(cfg: NodeConfig, states: list[ServiceState]) -> None:
+    """`mac start|restart agent`: the record of a reset killed before it started the
+    services again goes once they run (one still running keeps its own)."""
+    try:
+        record = records.read_record(cfg)
+    except records.UnreadableRecord:
+        record = None  # nothing to wait for: every service was just started
+    else:
+        if record is None or record.running(cfg.roots()):
+            return
+        ours = {state.name: state.running for state in states}
+        if not all(ours.get(name, True) for name in record.services):
+            return  # still stopped: `mac doctor` goes on saying so
+    records.remove_record(cfg)
+    if record is not None:
+        output.say(
+            f"{record.stopped()}, which an unfinished `mac gpu reset` (pid {record.pid}) "
+            f"stopped at {record.when()}, run again."
+        )
 
 
 def _stop(runtime: Runtime, holders: list[ServiceSpec]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from maccli import output
+from maccli import gpureset, output
 from maccli.agent import guards, network
 from maccli.agent.registration import (
     agent_ip,
@@ -41,6 +41,7 @@ def start(
     mode = network.choose_for_start(cfg, runtime, specs, network_mode)
     states = runtime.start(ROLE, specs)
     print_states(states, _title(runtime.name, mode))
+    gpureset.forget_finished_reset(cfg, states)
     node = register(cfg, hostname, ip, specs, network.reported_network(runtime))
     state = str(node.get("status", "unknown")).capitalize()
     output.say(
@@ -77,6 +78,7 @@ def restart(runtime_name: str | None = None, remove_stale: bool = False) -> int:
     mode = network.choose_for_running(cfg, runtime, specs, restart=True)
     states = runtime.restart(ROLE, specs)
     print_states(states, _title(runtime.name, mode))
+    gpureset.forget_finished_reset(cfg, states)
     if cfg.node_key:
         output.ok("Restarted; the node stays registered.")
     else:

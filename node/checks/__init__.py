@@ -12,6 +12,7 @@ from node.checks import (
     config,
     docker,
     gpu,
+    gpu_reset,
     master,
     network,
     networkd,
@@ -23,8 +24,9 @@ from node.checks.base import CheckContext, CheckResult, CheckStatus
 
 __all__ = ["CHECKS", "CHECK_IDS", "CheckContext", "CheckResult", "CheckStatus", "run_checks"]
 
-# The guide's order: configuration, the master, services, network, Docker, GPUs, RDMA;
-# then, on a master that drains nodes, Slurm.
+# The guide's order: configuration, the master, services, network, Docker, GPUs (and
+# what an interrupted GPU reset left stopped), RDMA; then, on a master that drains
+# nodes, Slurm.
 CHECKS = [
     *config.CHECKS,
     *master.CHECKS,
@@ -33,6 +35,7 @@ CHECKS = [
     *networkd.CHECKS,
     *docker.CHECKS,
     *gpu.CHECKS,
+    *gpu_reset.CHECKS,
     *rdma.CHECKS,
     *slurm.CHECKS,
 ]

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,8 @@ from maccli.main import main
 from maccli.runtimes.base import ServiceSpec
 from maccli.runtimes.docker import PROJECT_LABEL, SERVICE_LABEL, DockerRuntime
 from maccli.runtimes.supervisor import Supervisor
+from node.checks import gpu_reset as records
+from node.checks.base import CheckContext, CheckStatus
 from node.config import NodeConfig
 from node.gpu.kernel_log import reset_line
 from node.hardware import detect_gpus
@@ -65,6 +70,9 @@ record = {{
 }}
 with (state / "resets.jsonl").open("a") as log:
     log.write(json.dumps(record) + "\\n")
+while (state / "hold").exists():  # a reset that takes its time: mac is killed meanwhile
+    import time
+    time.sleep(0.05)
 if (state / "hang-up.json").exists():  # the operator's terminal closes mid-reset
     import signal, time
     os.kill(os.getppid(), signal.SIGTERM)
@@ -210,6 +218,7 @@ def test_it_stops_the_gpu_services_for_the_reset_and_starts_them_again(node, on,
         said.out
     )
     assert "scontrol" not in said.out  # not a Slurm node: nothing to resume
+    assert not _record_file(node).exists()  # written before the stop, gone after the start
 
 
 def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys):
@@ -237,6 +246,7 @@ def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys
     assert "  scontrol reboot ASAP nextstate=RESUME gpu-07\n" in said.err
     assert sorted(node.pids()) == sorted(SERVICES)  # the exporters are back all the same
     assert node.kmsg.read_bytes() == kernel_log  # no reset to record
+    assert not _record_file(node).exists()
 
 
 def test_a_command_killed_mid_reset_starts_the_services_again(node, on, capsys):
@@ -255,6 +265,161 @@ def test_a_command_killed_mid_reset_starts_the_services_again(node, on, capsys):
     assert ended.value.code == 128 + 15
     assert "Starting dcgm-exporter, mango-sdk-agent again." in said.out
     assert sorted(node.pids()) == sorted(SERVICES)
+    assert not _record_file(node).exists()
+
+
+def _record_file(node: Node):
+    return records.record_path(NodeConfig.load(node.env))
+
+
+def _doctor(node: Node, roots: Roots | None = None):
+    """The doctor's check of the record, reading processes from `roots` (the node's own,
+    a prepared /proc, by default)."""
+    cfg = NodeConfig.load(node.env)
+    return records.check_gpu_reset(CheckContext(roots=roots or cfg.roots(), extra={"config": cfg}))
+
+
+# A `mac gpu reset` in a process of its own, as root: what a SIGKILL can end.
+RESET_IN_A_PROCESS = (
+    "import sys\n"
+    "from maccli import gpureset\n"
+    "from maccli.main import main\n"
+    "gpureset.geteuid = lambda: 0\n"
+    "sys.exit(main(['gpu', 'reset', '1']))\n"
+)
+
+
+def _wait_for(what, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_reset_killed_hard_leaves_a_record_that_doctor_and_the_next_reset_act_on(
+    node, on, capsys
+):
+    """SIGKILL skips every `finally`: the services stay stopped, and the record says so."""
+    on(node)
+    hold = node.smi / "hold"
+    hold.write_text("")
+    resets = len(node.resets())
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MAC_")},
+        **node.env,
+        "PATH": f"{node.root / 'bin'}",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    mac = subprocess.Popen(
+        [sys.executable, "-c", RESET_IN_A_PROCESS],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: len(node.resets()) > resets)  # stopped, and resetting now
+        recorded = json.loads(_record_file(node).read_text())
+        assert recorded["services"] == ["dcgm-exporter", "mango-sdk-agent"]
+        assert (recorded["runtime"], recorded["pid"]) == ("process", mac.pid)
+        assert recorded["gpu"].startswith("GPU 1 (00000000:86:00.0, GPU-9a41e7b2")
+        running = _doctor(node, Roots())  # the host's own /proc: the process is there
+        assert running.status is CheckStatus.WARN
+        assert f"`mac gpu reset` (pid {mac.pid}) is resetting GPU 1" in running.detail
+
+        os.kill(mac.pid, signal.SIGKILL)
+        assert mac.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        hold.unlink()
+        if mac.poll() is None:
+            mac.kill()
+            mac.wait()
+    try:
+        assert _record_file(node).exists()
+        assert "dcgm-exporter" not in node.pids() and "mango-sdk-agent" not in node.pids()
+        stale = _doctor(node, Roots())
+        assert stale.status is CheckStatus.FAIL
+        assert "`mac gpu reset` stopped dcgm-exporter, mango-sdk-agent at " in stale.detail
+        assert "and did not start them again" in stale.detail
+        assert stale.fix == "mac restart agent"
+
+        assert main(["gpu", "reset", "1"]) == 0  # the next reset starts them first
+        said = capsys.readouterr()
+        assert "Warning: `mac gpu reset` stopped dcgm-exporter, mango-sdk-agent at " in said.err
+        assert f"(pid {mac.pid} ended while resetting GPU 1 " in said.err
+        assert "): starting them first." in said.err
+        assert "GPU 1 (00000000:86:00.0, GPU-9a41e7b2-dddd-eeee-ffff-111111111111) was reset" in (
+            said.out
+        )
+        assert sorted(node.pids()) == sorted(SERVICES)
+        assert not _record_file(node).exists()
+        assert _doctor(node).status is CheckStatus.PASS
+    finally:
+        runtime, specs = runtime_and_specs(NodeConfig.load(node.env), "process")
+        runtime.start_services(ROLE, specs)
+        _record_file(node).unlink(missing_ok=True)
+
+
+def _stale_record(node: Node) -> records.ResetRecord:
+    """A record whose process is gone, its services stopped: a reset killed hard."""
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    record = records.ResetRecord(
+        ("dcgm-exporter", "mango-sdk-agent"), "process", "GPU 1 (00000000:86:00.0)",
+        time.time(), gone.pid,
+    )  # fmt: skip
+    cfg = NodeConfig.load(node.env)
+    runtime, specs = runtime_and_specs(cfg, "process")
+    runtime.stop_services(ROLE, [spec for spec in specs if spec.name in record.services])
+    records.write_record(cfg, record)
+    return record
+
+
+def test_doctor_fix_restarts_the_agent_and_that_clears_the_record(node, on, capsys):
+    on(node)
+    record = _stale_record(node)
+    try:
+        assert main(["doctor", "gpu_reset"]) == 1
+        said = capsys.readouterr().out
+        assert "`mac gpu reset` stopped dcgm-exporter, mango-sdk-agent at" in said
+        assert "mac restart agent" in said
+
+        assert main(["doctor", "--fix", "gpu_reset", "--yes"]) == 0
+        said = capsys.readouterr().out
+        assert (
+            f"dcgm-exporter, mango-sdk-agent, which an unfinished `mac gpu reset` (pid "
+            f"{record.pid}) stopped at {record.when()}, run again."
+        ) in said
+        assert not _record_file(node).exists()
+        assert sorted(node.pids()) == sorted(SERVICES)
+    finally:
+        _record_file(node).unlink(missing_ok=True)
+
+
+def test_a_reset_still_running_elsewhere_is_not_overtaken(node, on, capsys):
+    """Its process alive (on this boot, with the start time it recorded): refused."""
+    on(node)
+    cfg = NodeConfig.load(node.env)
+    pid = os.getpid()  # stands for the other reset: alive, as the node's /proc shows
+    own = node.root / "proc" / str(pid)
+    own.mkdir()
+    (own / "stat").write_text(Path(f"/proc/{pid}/stat").read_text())
+    record = records.ResetRecord.of_this_process(
+        ["dcgm-exporter"], "process", "GPU 0 (00000000:3B:00.0)", time.time()
+    )
+    records.write_record(cfg, record)
+    before, resets = node.pids(), len(node.resets())
+    try:
+        assert main(["gpu", "reset", "1"]) == 1
+        said = capsys.readouterr().err
+        assert f"Error: another `mac gpu reset` (pid {pid}) is resetting GPU 0" in said
+        assert f"  ps -o pid,etime,args -p {pid}\n" in said
+        assert len(node.resets()) == resets and node.pids() == before
+        assert _doctor(node).status is CheckStatus.WARN
+        # The same pid, started at another time: the kernel gave it to someone else.
+        (own / "stat").write_text(f"{pid} (python) S 1 " + "0 " * 17 + "1\n")
+        assert _doctor(node).status is CheckStatus.FAIL
+    finally:
+        records.remove_record(cfg)
+        (own / "stat").unlink()
+        own.rmdir()
 
 
 def test_a_gpu_service_stopped_before_stays_stopped(node, on, capsys):
