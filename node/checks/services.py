@@ -22,15 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.liveness import check_url, outcome_words
+from contract.outcomes import Outcome
 from contract.services import SERVICES, AgentNetwork, Service
 from node.checks.base import CheckContext, CheckResult, CheckStatus, config, runner
 from node.checks.fixes import Mac
 from node.checks.network import netns_of_its_own
+from node.hardware import detect_gpus
 from node.host import INSTALL_FIX, NodeExporterMissing, default_route, find_node_exporter
 
 RESTART_AGENT = Mac(("restart", "agent"))
 # This process's own routes: /proc/self is the reader's, whatever procfs the roots name.
 OWN_ROUTES = Path("/proc/self/net/route")
+VENDOR_WORDS = {"nvidia": "NVIDIA", "amd": "AMD"}
+AT_GATEWAY = "the host, at the agent bridge's gateway"
 
 
 def check_node_exporter(ctx: CheckContext) -> CheckResult:
@@ -123,7 +127,7 @@ def host_from_bridge(ctx: CheckContext) -> Where:
     gateway = route.gateway if route else ""
     if not gateway:
         return Where(unknown=f"{path} has no default route, so the host's address is unknown")
-    return Where(gateway, "the host, at the agent bridge's gateway")
+    return Where(gateway, AT_GATEWAY)
 
 
 def where_to_ask(ctx: CheckContext, services: list[Service]) -> dict[str, Where]:
@@ -178,16 +182,43 @@ def unreachable(check_id: str, title: str, service: Service, why: str) -> CheckR
     )
 
 
+def no_gpus_to_watch(ctx: CheckContext, services: list[Service]) -> list[CheckResult]:
+    """A SKIP for each GPU exporter of a vendor whose GPUs this node does not have (read
+    on the PCI bus, as the registration reads them). Under Docker such an exporter is not
+    started at all (its Compose profile), so asking it would fail with a fix, `mac restart
+    agent`, that can never help; under the process runtime it runs and has nothing to
+    watch. Either way the node's GPU health does not depend on it."""
+    vendors = {s.gpu_vendor for s in services if s.gpu_vendor}
+    if not vendors:
+        return []
+    here, _ = detect_gpus(ctx.roots)
+    return [
+        CheckResult(
+            f"service:{s.name}",
+            f"{s.name} answers on :{config(ctx).service_port(s.name)}",
+            CheckStatus.SKIP,
+            f"no {VENDOR_WORDS[s.gpu_vendor]} GPU on this node: {s.name} has nothing to "
+            "watch here (under Docker it is not started).",
+        )
+        for s in services
+        if s.gpu_vendor and s.gpu_vendor != here
+    ]
+
+
 def service_checks(ctx: CheckContext) -> list[CheckResult]:
     cfg = config(ctx)
     wanted = ctx.extra.get("services")
     services = [s for s in SERVICES if wanted is None or s.name in wanted]
-    where = where_to_ask(ctx, services)
+    skipped = {r.id: r for r in no_gpus_to_watch(ctx, services)}
+    where = where_to_ask(ctx, [s for s in services if f"service:{s.name}" not in skipped])
     results = []
     for service in services:
         port = cfg.service_port(service.name)
         check_id = f"service:{service.name}"
         title = f"{service.name} answers on :{port}"
+        if check_id in skipped:
+            results.append(skipped[check_id])
+            continue
         asked = where[service.name]
         if asked.unknown:
             results.append(unreachable(check_id, title, service, asked.unknown))
@@ -199,6 +230,13 @@ def service_checks(ctx: CheckContext) -> list[CheckResult]:
             results.append(CheckResult(check_id, title, CheckStatus.PASS, f"{said} answered 200"))
             continue
         words = outcome_words(result)
+        if asked.how.startswith(AT_GATEWAY) and result.outcome is Outcome.TIMEOUT:
+            # Silence at the bridge's gateway is most often the host's firewall dropping
+            # what comes from the bridge (ufw's default), not the service: only a refusal
+            # says nothing listens there.
+            why = f"{said} gave no answer within {service_timeout(ctx):g} s ({words})"
+            results.append(unreachable(check_id, title, service, why))
+            continue
         found = words if result.http_status else f"no answer ({words})"
         results.append(
             CheckResult(

@@ -19,6 +19,7 @@ from contract.services import BY_NAME, SERVICES
 from node.checks import CheckContext, CheckStatus
 from node.checks.services import service_checks
 from node.config import NodeConfig
+from node.host import Roots
 from tests.node.checks.standins import lookup_in, routes, service_at
 
 DOCKER = Path(__file__).resolve().parents[3] / "docker"
@@ -35,9 +36,11 @@ def bridge_context(
         **{f"MAC_{name.upper().replace('-', '_')}_PORT": str(p) for name, p in ports.items()},
     }
     route_file = tmp_path / "route"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     if route_text is not None:
         route_file.write_text(route_text)
     return CheckContext(
+        roots=node_roots(tmp_path),
         extra={
             "config": NodeConfig.load(environ),
             "services": list(ports),
@@ -45,8 +48,22 @@ def bridge_context(
             "route_file": str(route_file),
             "service_timeout": 1.0,
             **extra,
-        }
+        },
     )
+
+
+def node_roots(tmp_path: Path, gpu: str = "") -> Roots:
+    """The node's trees, with no GPU, or with one NVIDIA GPU's device file ("nvidia")."""
+    roots = Roots(
+        sys_root=str(tmp_path / "sys"),
+        proc_root=str(tmp_path / "proc"),
+        dev_root=str(tmp_path / "dev"),
+        rootfs=str(tmp_path),
+    )
+    if gpu == "nvidia":
+        (tmp_path / "dev").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "dev" / "nvidia0").touch()
+    return roots
 
 
 def by_id(results) -> dict:
@@ -102,16 +119,16 @@ def test_a_bridged_service_that_does_not_answer_fails_with_the_address_asked(tmp
 
 
 def test_a_name_that_does_not_resolve_is_a_warning_that_sends_to_mac_doctor(tmp_path):
-    ctx = bridge_context(tmp_path, {"dcgm-exporter": 29150}, resolve=lookup_in({}))
+    ctx = bridge_context(tmp_path, {"sw-exporter": 29300}, resolve=lookup_in({}))
     [result] = service_checks(ctx)
     assert result.status == CheckStatus.WARN  # not a verdict on the service
     assert result.detail == (
-        "could not ask dcgm-exporter from sys-manager's network namespace: its name "
-        "dcgm-exporter does not resolve on the agent bridge (Name or service not known); "
+        "could not ask sw-exporter from sys-manager's network namespace: its name "
+        "sw-exporter does not resolve on the agent bridge (Name or service not known); "
         "Docker's DNS knows it only while its container runs. This says nothing of the "
-        "service itself; on the host: mac doctor service:dcgm-exporter"
+        "service itself; on the host: mac doctor service:sw-exporter"
     )
-    assert result.fix == "mac doctor service:dcgm-exporter"
+    assert result.fix == "mac doctor service:sw-exporter"
 
 
 def test_a_name_whose_lookup_hangs_is_given_up_at_the_timeout_the_others_still_asked(tmp_path):
@@ -178,6 +195,56 @@ def test_the_names_asked_are_the_bridge_overlay_s_services_on_the_agent_network(
     )
     ctx.extra["service_timeout"] = 0.3
     results = by_id(service_checks(ctx))
-    assert sorted(asked) == sorted(on_agent)
+    # No GPU in the test's trees: the GPU exporters are not asked (no_gpus_to_watch).
+    gpu_exporters = {s.name for s in SERVICES if s.gpu_vendor}
+    assert sorted(asked) == sorted(on_agent - gpu_exporters)
+    assert {results[f"service:{name}"].status for name in gpu_exporters} == {CheckStatus.SKIP}
     for name in on_host:
         assert f"http://127.0.0.3:{BY_NAME[name].port}/" in results[f"service:{name}"].detail
+
+
+def test_a_gpu_exporter_of_a_vendor_the_node_lacks_is_skipped_not_asked(tmp_path):
+    """Under Docker such an exporter is not started at all (its Compose profile): asked,
+    it would fail with a fix, `mac restart agent`, that can never help."""
+    ports = {"dcgm-exporter": 1, "rocm-exporter": 1}  # nothing listens on port 1
+    ctx = CheckContext(roots=node_roots(tmp_path), extra={"services": list(ports)})
+
+    results = by_id(service_checks(ctx))
+
+    assert results["service:dcgm-exporter"].status == CheckStatus.SKIP
+    assert results["service:dcgm-exporter"].detail == (
+        "no NVIDIA GPU on this node: dcgm-exporter has nothing to watch here (under Docker "
+        "it is not started)."
+    )
+    assert results["service:rocm-exporter"].status == CheckStatus.SKIP
+    assert "no AMD GPU on this node" in results["service:rocm-exporter"].detail
+
+    nvidia = CheckContext(roots=node_roots(tmp_path / "gpu", "nvidia"), extra=ctx.extra)
+    results = by_id(service_checks(nvidia))
+    assert results["service:dcgm-exporter"].status == CheckStatus.FAIL  # its GPU is here
+    assert results["service:rocm-exporter"].status == CheckStatus.SKIP
+
+
+def test_silence_at_the_bridge_s_gateway_is_a_warning_a_refusal_a_failure(tmp_path):
+    """A host firewall that drops what comes from the bridge (ufw's default) makes the
+    gateway silent whatever nic-exporter does; a refusal means nothing listens there."""
+    silent = socket.socket()  # a listener that never accepts: the connection hangs
+    silent.bind(("127.0.0.3", 0))
+    silent.listen(0)
+    filler = socket.create_connection(silent.getsockname())  # fills the backlog
+    port = silent.getsockname()[1]
+    try:
+        ctx = bridge_context(
+            tmp_path, {"nic-exporter": port}, routes(("eth0", "0.0.0.0", "127.0.0.3", 0))
+        )
+        ctx.extra["service_timeout"] = 0.5
+        [result] = service_checks(ctx)
+    finally:
+        filler.close()
+        silent.close()
+    assert result.status == CheckStatus.WARN
+    assert "gave no answer within 0.5 s" in result.detail
+    assert result.fix == "mac doctor service:nic-exporter"
+
+    [refused] = service_checks(ctx)  # the port is closed now: refused
+    assert refused.status == CheckStatus.FAIL and "refused" in refused.detail
