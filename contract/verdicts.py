@@ -169,6 +169,11 @@ _NVIDIA_UUID = re.compile(r"GPU-[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]
 _NAMING = "   (nvidia-smi's index, the UUID or PCI bus id; AMD: the index)"
 
 
+def is_nvidia_uuid(uuid: str) -> bool:
+    """Whether ``uuid`` is an NVIDIA GPU's UUID in NVML's own form (GPU-8-4-4-4-12 hex)."""
+    return _NVIDIA_UUID.fullmatch(uuid) is not None
+
+
 def _tool_name(gpu: str, uuid: str) -> str:
     if _NVIDIA_UUID.fullmatch(uuid):
         return uuid

@@ -319,7 +319,7 @@ class AmdGpuSource:
         self._clock = clock
         self._judge = GpuJudge(window)
         # The judge's memory, and the RAS counts followed, across restarts on this boot.
-        self._evidence = EvidenceState(evidence_file, roots, clock) if evidence_file else None
+        self._evidence = EvidenceState(evidence_file, roots) if evidence_file else None
         # By card and index: a card that takes a vanished card's index starts afresh, so
         # the judge sees a new base there, never another card's counts.
         self._followed: dict[tuple[str, str], Followed] = {}

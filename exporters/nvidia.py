@@ -33,7 +33,8 @@ the driver logged before the exporter started are read back once from the kernel
 (node.gpu.kernel_log), so a restart forgets none still within the evidence window; the
 rest of the judge's memory (ECC and NVLink rises, the counters' last values, when each
 condition was first seen) is kept in a file across restarts on the same boot
-(node.gpu.evidence_state), except for a GPU that `mac gpu reset` reset in between.
+(node.gpu.evidence_state), except for a GPU that `mac gpu reset` reset in between (it
+drops what the file keeps of it).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from exporters.runtime import BackendStatus, Exporter, Options
 from node.config import node_config
 from node.gpu.evidence_state import EvidenceState, gpu_key
 from node.gpu.health import DEFAULT_WINDOW, GpuJudge, NvidiaReading
-from node.gpu.kernel_log import KernelXid, PciAddress, pci_address, read_kernel_log
+from node.gpu.kernel_log import KernelXid, pci_address, read_kernel_xids
 from node.gpu.xid_catalog import lookup
 from node.host import Roots, read_boot_id
 from node.hpcjobs import read_mapping
@@ -222,9 +223,6 @@ class NvmlSource:
         self._kernel_log = kernel_log
         self._kernel_backend: BackendStatus | None = None
         self._kernel_xids: list[KernelXid] | None = None  # not read yet
-        # GPU -> when `mac gpu reset` last reset it (the kernel log's clock): evidence kept
-        # from before then is repaired.
-        self._kernel_resets: dict[PciAddress, float] = {}
         self._hpc_job_dir = hpc_job_dir  # opt-in: dcgm-exporter's hpc_job label (exporters.hpcjob)
         self._nvml = nvml
         self._clock = clock  # NVLink rates, evidence windows: immune to NTP steps
@@ -232,7 +230,7 @@ class NvmlSource:
         self._roots = roots or Roots()
         self._judge = GpuJudge(window)
         # The judge's memory across restarts on this boot (opt-in, as the kernel log).
-        self._evidence = EvidenceState(evidence_file, self._roots, clock) if evidence_file else None
+        self._evidence = EvidenceState(evidence_file, self._roots) if evidence_file else None
         self._states: dict[int, GpuState] = {}
         self._initialised = False
         self._backend = BackendStatus("nvml", False, "not initialised yet")
@@ -404,12 +402,11 @@ class NvmlSource:
         """The XIDs in the kernel log still within the evidence window."""
         tick = self._clock()
         try:
-            found = read_kernel_log(path)
+            xids = read_kernel_xids(path)
         except OSError as exc:
             reason = (
                 f"cannot read {path}: {exc.strerror or exc}; XIDs logged before the "
-                "exporter started are not in the verdict, nor is a `mac gpu reset` since "
-                "the evidence kept across the restart (it needs CAP_SYSLOG where "
+                "exporter started are not in the verdict (it needs CAP_SYSLOG where "
                 "kernel.dmesg_restrict=1, printk.devkmsg not off, and the host's "
                 "/dev/kmsg in a container)"
             )
@@ -417,7 +414,6 @@ class NvmlSource:
             self._kernel_backend = BackendStatus("kernel_log", False, reason)
             return []
         self._kernel_backend = BackendStatus("kernel_log", True, "")
-        xids, self._kernel_resets = found.xids, found.resets
         # A GPU reset repairs what a reset repairs (mac gpu reset logged one): not an XID
         # that asks for a reboot or a look at the hardware.
         recent = [
@@ -650,20 +646,13 @@ class NvmlSource:
         return verdict_families(judged, HEALTH_LABELS, read_boot_id(self._roots))
 
     def _restore(self, index: int, ident: GpuIdentity) -> None:
-        """At a GPU's first sight, what the exporter's last run on this boot kept of it,
-        unless `mac gpu reset` reset it since (the kernel log says when): the reset
-        repaired it, as it repairs the XIDs logged before it."""
+        """At a GPU's first sight, what the exporter's last run on this boot kept of it
+        (`mac gpu reset` drops what it kept of a GPU it reset: forget_reset_gpu)."""
         if self._evidence is None:
             return
         kept = self._evidence.bind(index, gpu_key(index, ident.uuid, ident.serial))
-        if kept is None:
-            return
-        reset = self._kernel_resets.get(pci_address(ident.pci_bus_id))
-        saved = self._evidence.saved_tick
-        if reset is not None and saved is not None and reset > saved:
-            log.info("GPU %s was reset after its evidence was kept: judged afresh", index)
-            return
-        self._judge.restore(index, kept.memory)
+        if kept is not None:
+            self._judge.restore(index, kept.memory)
 
     def _unanswered(self, index: int, ident: GpuIdentity, exc: Exception) -> NvidiaReading:
         """The reading of a GPU NVML gave no handle or identity for, by NVML's error."""

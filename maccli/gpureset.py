@@ -10,6 +10,13 @@ RESET_TIMEOUT has passed (node.runner leaves it behind). Only a SIGKILL (the OOM
 a power cut) can leave them stopped, so before stopping them it records what it stops
 (node.checks.gpu_reset, removed once they run again): `mac doctor` then says so with its
 fix, the next `mac gpu reset` starts them first, and `mac start|restart agent` clears it.
+One reset runs at a time: each holds a lock beside the record (LOCK_NAME) for the whole
+command, and a second one refuses before it stops anything, or the first to end would
+start the services under the other's reset.
+
+Once a reset went through, its services still stopped, it drops what the GPU exporters
+keep of that GPU across their restarts (node.gpu.evidence_state.forget_reset_gpu: the ECC
+and NVLink rises), so the exporter it starts again judges the repaired GPU afresh.
 
 Once NVIDIA's reset went through, it writes the reset into the kernel log
 (node.gpu.kernel_log.mark_reset): the dcgm-exporter it starts again reads the log back
@@ -24,6 +31,8 @@ the GPUs the node's own discovery counts (node.hardware), as the registration do
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shlex
 import shutil
 import signal
@@ -32,15 +41,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from os import geteuid
+from pathlib import Path
 
+from contract.verdicts import is_nvidia_uuid
 from maccli import output
 from maccli.agent.hardware import gpus
-from maccli.agent.specs import GPU_SERVICES, ROLE, runtime_and_specs
+from maccli.agent.specs import GPU_SERVICES, ROLE, gpu_state_dir, runtime_and_specs
 from maccli.output import CliError, print_states
 from maccli.runtimes import Runtime, ServiceSpec, ServiceState
 from node.checks import gpu_reset as records
 from node.config import NodeConfig
-from node.gpu import kernel_log
+from node.gpu import evidence_state, kernel_log
 from node.runner import CommandResult, run_command
 
 # Beside the vendor's GPU exporter (maccli.agent.specs.GPU_SERVICES), the agent service
@@ -214,6 +225,13 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
             commands=[f"sudo mac gpu reset {shlex.quote(asked)}"],
         )
     runtime, specs = runtime_and_specs(cfg, runtime_name)
+    with _one_reset_at_a_time(cfg, asked):
+        return _reset(cfg, tool, gpu, asked, runtime, specs)
+
+
+def _reset(
+    cfg: NodeConfig, tool: Tool, gpu: Gpu, asked: str, runtime: Runtime, specs: list[ServiceSpec]
+) -> int:
     _finish_interrupted(cfg, asked)
     holders = _running(runtime, gpu_holders(specs, tool.vendor))
     argv = tool.reset_argv(gpu)
@@ -235,6 +253,7 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
                     output.say(f"  | {line}".rstrip())
                 if tool.vendor == "nvidia":
                     _mark_reset(cfg, gpu, shlex.join(argv))
+                _forget_evidence(cfg, gpu)
         finally:
             back = _start_again(runtime, holders)
             if back and holders:
@@ -277,6 +296,57 @@ def _signals_as_exit() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def _one_reset_at_a_time(cfg: NodeConfig, asked: str) -> Iterator[None]:
+    """Hold the reset lock (records.lock_path) for the whole command; refuse, before
+    anything stops, while another reset holds it. The kernel releases a flock when its
+    holder ends, however it ends (SIGKILL too): no stale lock to clear by hand."""
+    path = records.lock_path(cfg)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held for the whole reset)
+    except OSError as exc:
+        output.warn(
+            f"could not open the reset lock {path} ({exc.strerror or exc}): nothing stops "
+            "a second `mac gpu reset` from running beside this one."
+        )
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _another_reset(cfg, path, asked) from None
+        handle.truncate(0)  # its pid, for the one refused
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+
+
+def _another_reset(cfg: NodeConfig, path: Path, asked: str) -> CliError:
+    """The refusal of a second reset: who holds the lock, by the record's pid, else the
+    pid the holder wrote into the lock."""
+    try:
+        record = records.read_record(cfg)
+    except records.UnreadableRecord:
+        record = None
+    try:
+        pid = record.pid if record else int(path.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    doing = f"is resetting {record.gpu}" if record else "is running"
+    who = f"(pid {pid})" if pid else f"(it holds {path})"
+    return CliError(
+        f"another `mac gpu reset` {who} {doing}: one reset at a time, or the first "
+        "to end would start MAC's GPU services under the other's reset. Nothing was stopped.",
+        hint="Wait for it to end (it starts them again), then run this one:",
+        commands=[
+            *([f"ps -o pid,etime,args -p {pid}"] if pid else []),
+            f"sudo mac gpu reset {shlex.quote(asked)}",
+        ],
+    )
 
 
 def _finish_interrupted(cfg: NodeConfig, asked: str) -> None:
@@ -350,7 +420,16 @@ def forget_finished_reset(cfg: NodeConfig, states: list[ServiceState]) -> None:
         ours = {state.name: state.running for state in states}
         if not all(ours.get(name, True) for name in record.services):
             return  # still stopped: `mac doctor` goes on saying so
-    records.remove_record(cfg)
+    try:
+        records.remove_record(cfg)
+    except OSError as exc:  # a root reset's record, `mac` run by a docker group user
+        path = records.record_path(cfg)
+        output.warn(
+            f"could not remove {path}, the record of an unfinished `mac gpu reset` "
+            f"({exc.strerror or exc}): `mac doctor` goes on saying that it left MAC's GPU "
+            f"services stopped. Clear it with: sudo mac restart agent (or sudo rm {path})"
+        )
+        return
     if record is not None:
         output.say(
             f"{record.stopped()}, which an unfinished `mac gpu reset` (pid {record.pid}) "
@@ -419,6 +498,20 @@ def _mark_reset(cfg: NodeConfig, gpu: Gpu, how: str) -> None:
         _unrecorded(cfg, gpu, f"{path}: {exc.strerror or exc}")
         return
     output.say(f"Recorded the reset in the kernel log ({path}): its earlier XIDs are repaired.")
+
+
+def _forget_evidence(cfg: NodeConfig, gpu: Gpu) -> None:
+    """Drop what the GPU exporters keep of the reset GPU (node.gpu.evidence_state), while
+    they are stopped: by its UUID where it is NVML's own form, else by its index (AMD).
+    Its problems are warned of: the reset is done, and a file left as it was costs at
+    most a verdict until its window ends."""
+    folder = Path(gpu_state_dir(cfg))
+    uuid = gpu.uuid if is_nvidia_uuid(gpu.uuid) else ""
+    changed, problems = evidence_state.forget_reset_gpu(folder, gpu.index, uuid)
+    if changed:
+        output.say(f"Cleared the evidence its exporter kept of {gpu}: {', '.join(changed)}")
+    for problem in problems:
+        output.warn(f"the evidence kept of {gpu} may judge it again: {problem}")
 
 
 def _unrecorded(cfg: NodeConfig, gpu: Gpu, why: str) -> None:

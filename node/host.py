@@ -175,8 +175,8 @@ def default_route(text: str) -> DefaultRoute | None:
             continue
         default = bits & RTF_UP and destination == "00000000" and mask == "00000000"
         if default and (best is None or rank < best[0]):
-            # The kernel writes the address in host byte order: little-endian on MAC's hosts.
-            via = socket.inet_ntoa(struct.pack("<I", address)) if bits & RTF_GATEWAY else ""
+            # The kernel writes the address in host byte order ("=": this machine's own).
+            via = socket.inet_ntoa(struct.pack("=I", address)) if bits & RTF_GATEWAY else ""
             best = (rank, DefaultRoute(iface, via))
     return best[1] if best else None
 

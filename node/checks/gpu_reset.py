@@ -30,6 +30,7 @@ from node.host import Roots, read_boot_id, read_text
 CHECK_ID = "gpu_reset"
 TITLE = "no `mac gpu reset` left MAC's GPU services stopped"
 RECORD_NAME = "gpu-reset.json"
+LOCK_NAME = "gpu-reset.lock"
 RESTART_AGENT = Mac(("restart", "agent"))
 
 
@@ -73,11 +74,18 @@ class UnreadableRecord(ValueError):
     release's): what it stood for is unknown, so it is treated as a reset that ended."""
 
 
-def record_path(cfg: NodeConfig) -> Path:
+def record_path(cfg: NodeConfig, roots: Roots | None = None) -> Path:
     """Where the record is: the state dir as root has it (`mac gpu reset` runs as root
-    only; `mac doctor` and sys-manager may run as another user), or MAC_STATE_DIR."""
+    only; `mac doctor` and sys-manager may run as another user), or MAC_STATE_DIR; read
+    under ``roots`` where given (sys-manager in a container has the host's / elsewhere)."""
     explicit = cfg.value("MAC_STATE_DIR")
-    return Path(explicit or DEFAULT_STATE_DIR_ROOT) / RECORD_NAME
+    path = Path(explicit or DEFAULT_STATE_DIR_ROOT) / RECORD_NAME
+    return roots.host(str(path)) if roots is not None else path
+
+
+def lock_path(cfg: NodeConfig) -> Path:
+    """The lock a running `mac gpu reset` holds (maccli.gpureset), beside the record."""
+    return record_path(cfg).with_name(LOCK_NAME)
 
 
 def write_record(cfg: NodeConfig, record: ResetRecord) -> Path:
@@ -89,9 +97,10 @@ def write_record(cfg: NodeConfig, record: ResetRecord) -> Path:
     return path
 
 
-def read_record(cfg: NodeConfig) -> ResetRecord | None:
-    """The record, None where there is none; UnreadableRecord where it makes no sense."""
-    path = record_path(cfg)
+def read_record(cfg: NodeConfig, roots: Roots | None = None) -> ResetRecord | None:
+    """The record (under ``roots`` where given, as record_path), None where there is
+    none; UnreadableRecord where it makes no sense."""
+    path = record_path(cfg, roots)
     text = read_text(path)
     if text is None:
         return None
@@ -127,7 +136,9 @@ def process_start(roots: Roots, pid: int) -> str | None:
 def check_gpu_reset(ctx: CheckContext) -> CheckResult:
     cfg = config(ctx)
     try:
-        record = read_record(cfg)
+        # The host's file and the host's /proc (record.running): in sys-manager's
+        # container they are under /host/root and /host/proc.
+        record = read_record(cfg, ctx.roots)
     except UnreadableRecord as exc:
         return CheckResult(
             CHECK_ID, TITLE, CheckStatus.WARN,

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contract.atomicfile import write_atomically
 from node.gpu.health import GpuMemory
 from node.host import Roots, read_boot_id
 
@@ -69,6 +69,9 @@ class KeptGpu:
     memory: GpuMemory
     counts: dict[str, dict[str, float]] = field(default_factory=dict)
     identity: dict[str, str] = field(default_factory=dict)
+    # The exporter's index of the GPU when last judged: `mac gpu reset` names an AMD GPU by
+    # its index alone (forget_reset_gpu).
+    index: int | None = None
 
 
 class StateError(ValueError):
@@ -82,26 +85,18 @@ class EvidenceState:
     ``bind`` ties a judged GPU (the judge's index) to its key and gives back, at that
     GPU's first sight, what was kept of it; ``save`` writes what the judge now keeps of
     every bound GPU, and what was kept of GPUs not listed since the start (a GPU off the
-    bus for a scrape keeps its evidence). ``clock`` is the judge's monotonic one.
+    bus for a scrape keeps its evidence).
     """
 
-    def __init__(self, path: Path, roots: Roots, clock: Callable[[], float]) -> None:
+    def __init__(self, path: Path, roots: Roots) -> None:
         self.path = path
         self._roots = roots
-        self._clock = clock
         self._boot_id: str | None = None  # None: not read yet
         self._kept: dict[str, KeptGpu] = {}  # read from the file, not bound yet
-        self._saved_tick: float | None = None  # when the file read was written
         self._keys: dict[int, str] = {}  # judge's index -> key
         self._written: dict | None = None  # the GPUs as last written
         self._load_problem = ""
         self._write_problem = ""
-
-    @property
-    def saved_tick(self) -> float | None:
-        """When (monotonic) the file read at start was last written; None without one."""
-        self._load()
-        return self._saved_tick
 
     def problem(self) -> str:
         """Why the evidence is not kept across restarts now, or was not restored at this
@@ -132,7 +127,9 @@ class EvidenceState:
         gpus = dict(self._kept)
         for index, key in self._keys.items():
             if index in memories:
-                kept = KeptGpu(memories[index], counts.get(index, {}), identities.get(index, {}))
+                kept = KeptGpu(
+                    memories[index], counts.get(index, {}), identities.get(index, {}), index
+                )
                 gpus[key] = kept
         body = {key: _encode(kept) for key, kept in sorted(gpus.items())}
         if body == self._written:
@@ -140,7 +137,6 @@ class EvidenceState:
         document = {
             "version": VERSION,
             "boot_id": self._boot_id,
-            "saved_tick": self._clock(),
             "gpus": body,
         }
         try:
@@ -159,13 +155,9 @@ class EvidenceState:
         self._write_problem, self._written = "", body
 
     def _write(self, text: str) -> None:
-        # Temporary file and rename: a crash mid-write leaves the last whole file. No fsync:
-        # the page cache outlives the process, and a power loss is a new boot, whose
-        # exporter leaves the file unread anyway.
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.tmp")
-        temporary.write_text(text)
-        os.replace(temporary, self.path)
+        # Temporary file and rename (write_atomically): a crash mid-write leaves the last
+        # whole file.
+        write_atomically(self.path, text.encode(), mode=0o644)
 
     def _load(self) -> None:
         """Read the file, once."""
@@ -188,7 +180,7 @@ class EvidenceState:
             self._restore_failed(f"cannot read {self.path}: {getattr(exc, 'strerror', 0) or exc}")
             return
         try:
-            boot_id, saved_tick, kept = decode(json.loads(text))
+            boot_id, kept = decode(json.loads(text))
         except (ValueError, StateError) as exc:  # json's errors are ValueErrors
             self._restore_failed(f"{self.path} is not a GPU evidence file MAC reads: {exc}")
             return
@@ -199,7 +191,7 @@ class EvidenceState:
                 self.path, boot_id or "none given",
             )  # fmt: skip
             return
-        self._kept, self._saved_tick = kept, saved_tick
+        self._kept = kept
         log.info("%s: the evidence of %d GPU(s) restored", self.path, len(kept))
 
     def _restore_failed(self, why: str) -> None:
@@ -207,6 +199,46 @@ class EvidenceState:
             f"{why}; judged from scratch: evidence from before the exporter started is lost"
         )
         log.warning("%s", self._load_problem)
+
+
+def forget_reset_gpu(folder: Path, index: int, uuid: str = "") -> tuple[list[str], list[str]]:
+    """What `mac gpu reset` does once it reset a GPU, its exporter stopped: drop what every
+    GPU exporter's file in ``folder`` keeps of that GPU, so the exporter it starts again
+    judges the repaired GPU afresh. The GPU is its UUID where the command knows it, else
+    its index (AMD's, as amd-smi numbers it). Done here, by the one process that knows a
+    reset happened, rather than by comparing the reset's time with the file's: the kernel
+    log's clock and the exporter's monotonic one drift apart by minutes over weeks.
+
+    Returns (the files it changed, problems in words); never raises: the reset is done,
+    and a file left as it was costs at most a verdict until its window ends.
+    """
+    changed, problems = [], []
+    for path in sorted(folder.glob(state_file_name("*"))):
+        try:
+            document = json.loads(path.read_text())
+            gpus = _mapping(_mapping(document, "the file").get("gpus"), "gpus")
+        except (OSError, ValueError, StateError) as exc:
+            problems.append(f"{path}: {getattr(exc, 'strerror', 0) or exc}")
+            continue
+        keep = {key: entry for key, entry in gpus.items() if not _names(key, entry, index, uuid)}
+        if len(keep) == len(gpus):
+            continue
+        document["gpus"] = keep
+        try:
+            write_atomically(path, json.dumps(document, sort_keys=True).encode(), mode=0o644)
+        except OSError as exc:
+            problems.append(f"cannot write {path}: {exc.strerror or exc}")
+            continue
+        changed.append(str(path))
+    return changed, problems
+
+
+def _names(key: str, entry: object, index: int, uuid: str) -> bool:
+    """Whether a kept GPU is the one named: by its UUID where one is given (the index may
+    have moved), else by the index it was last judged at."""
+    if uuid:
+        return key == uuid or key.startswith(f"{uuid} partition ")
+    return isinstance(entry, dict) and entry.get("index") == index
 
 
 def _encode(kept: KeptGpu) -> dict:
@@ -221,21 +253,21 @@ def _encode(kept: KeptGpu) -> dict:
         "recovery": memory.recovery,
         "counts": {section: dict(sorted(v.items())) for section, v in sorted(kept.counts.items())},
         "identity": dict(sorted(kept.identity.items())),
+        "index": kept.index,
     }
 
 
-def decode(document: object) -> tuple[str, float, dict[str, KeptGpu]]:
-    """(boot id, when it was written, every GPU kept) of a state file's JSON; StateError
-    names what is wrong with it."""
+def decode(document: object) -> tuple[str, dict[str, KeptGpu]]:
+    """(boot id, every GPU kept) of a state file's JSON; StateError names what is wrong
+    with it."""
     top = _mapping(document, "the file")
     if top.get("version") != VERSION:
         raise StateError(f"version {top.get('version')!r}, this MAC reads version {VERSION}")
     boot_id = top.get("boot_id")
     if not isinstance(boot_id, str):
         raise StateError("no boot_id")
-    saved_tick = _number(top.get("saved_tick"), "saved_tick")
     gpus = _mapping(top.get("gpus"), "gpus")
-    return boot_id, saved_tick, {key: _decode(key, value) for key, value in gpus.items()}
+    return boot_id, {key: _decode(key, value) for key, value in gpus.items()}
 
 
 def _decode(key: str, value: object) -> KeptGpu:
@@ -263,7 +295,10 @@ def _decode(key: str, value: object) -> KeptGpu:
     identity = _mapping(gpu.get("identity", {}), f"{key} identity")
     if not all(isinstance(name, str) for name in identity.values()):
         raise StateError(f"{key} identity: not all text")
-    return KeptGpu(memory, counts, dict(identity))
+    index = gpu.get("index")
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+        raise StateError(f"{key} index: not a whole number")
+    return KeptGpu(memory, counts, dict(identity), index)
 
 
 def _mapping(value: object, what: str) -> dict:

@@ -109,28 +109,17 @@ def _seconds(header: re.Match) -> float:
     return int(header["usec"]) / 1e6
 
 
-@dataclass(frozen=True)
-class KernelLog:
-    """What the kernel log says of the GPUs since boot."""
-
-    xids: list[KernelXid]
-    # GPU -> when `mac gpu reset` last reset it (seconds since boot, the kernel's clock): the
-    # evidence an exporter kept from before then is repaired too (exporters.nvidia).
-    resets: dict[PciAddress, float]
-
-
-def read_kernel_log(path: Path) -> KernelLog:
-    """Every XID record in the kernel log at ``path``, to its end, and every reset: /dev/kmsg,
-    or a file of records in its format (tests). An XID logged before `mac gpu reset`'s line
-    for its GPU comes marked ``reset``. Raises OSError where it cannot be opened (no
-    CAP_SYSLOG with kernel.dmesg_restrict=1, printk.devkmsg=off, no /dev/kmsg in a
-    container): the caller says what that costs.
+def read_kernel_xids(path: Path) -> list[KernelXid]:
+    """Every XID record in the kernel log at ``path``, to its end: /dev/kmsg, or a file of
+    records in its format (tests). An XID logged before `mac gpu reset`'s line for its GPU
+    comes marked ``reset``. Raises OSError where it cannot be opened (no CAP_SYSLOG with
+    kernel.dmesg_restrict=1, printk.devkmsg=off, no /dev/kmsg in a container): the caller
+    says what that costs.
 
     Reads without blocking until the kernel has nothing more, or MAX_BYTES: a log that
     never stops growing cannot hold the read.
     """
     found: list[KernelXid] = []
-    resets: dict[PciAddress, float] = {}
     with closing(_lines(path)) as lines:
         for line in lines:
             header = _HEADER.match(line)
@@ -140,17 +129,11 @@ def read_kernel_log(path: Path) -> KernelLog:
             if reset is not None:  # the GPU was reset: what it logged before, the reset saw
                 pci = _address(reset)
                 found = [replace(xid, reset=True) if xid.pci == pci else xid for xid in found]
-                resets[pci] = _seconds(header)
                 continue
             xid = _xid(header, line)
             if xid is not None:
                 found.append(xid)
-    return KernelLog(found, resets)
-
-
-def read_kernel_xids(path: Path) -> list[KernelXid]:
-    """The XIDs of ``read_kernel_log``."""
-    return read_kernel_log(path).xids
+    return found
 
 
 def reset_line(pci: PciAddress, how: str) -> bytes:

@@ -10,6 +10,7 @@ from contract.verdicts import VERDICT_METRICS, HealthAction, HealthState, parse_
 from exporters.gpu_health import WINDOW_SETTING, evidence_window
 from exporters.nvidia import NvmlSource, build, generate_dcgm_latest
 from exporters.runtime import Exporter, Options
+from node.gpu.evidence_state import forget_reset_gpu
 from node.gpu.health import UNREACHABLE_GRACE
 from node.host import Roots
 from testkit.fakes.nvml import two_h200s
@@ -302,39 +303,27 @@ def test_errors_counted_while_the_exporter_was_down_are_judged_when_it_is_back(t
 
 
 def test_a_gpu_reset_while_the_exporter_was_down_repairs_its_kept_evidence_and_xids(tmp_path):
-    """`mac gpu reset` stops the exporter, resets the GPU, logs the reset, starts it again:
-    neither the XID nor the ECC rise of before the reset comes back with the state file."""
+    """`mac gpu reset` stops the exporter, resets the GPU, logs the reset, drops what the
+    state file keeps of that GPU (forget_reset_gpu) and starts it again: neither the XID
+    nor the ECC rise of before the reset comes back, and the other GPU keeps its own."""
     nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
     kmsg = kernel_log(tmp_path, "4,900,4990000000,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=0")
     kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
     before = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg, kept=kept)
     verdicts(before)
-    nvml.gpus[1].ecc_dbe = 2
+    nvml.gpus[0].ecc_dbe = nvml.gpus[1].ecc_dbe = 2
     assert {e.source for e in verdicts(before).gpus[1].evidence} == {"xid", "ecc"}
+    before.close()
     nvml.gpus[1].ecc_dbe = 0  # a reset starts the volatile counts again
     with kmsg.open("a") as log:
         log.write("13,901,5030000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)\n")
+    changed, problems = forget_reset_gpu(tmp_path, 1, nvml.gpus[1].uuid)
+    assert (changed, problems) == ([str(kept)], [])
 
     gpu0, gpu1 = verdicts(restarted(tmp_path, nvml, wall, tick, kmsg=kmsg)).gpus
 
     assert gpu1.evidence == ()
-    assert gpu0.state is HealthState.HEALTHY
-
-
-def test_a_gpu_reset_before_the_evidence_was_last_kept_repairs_nothing_kept_since(tmp_path):
-    nvml, wall, tick = two_h200s(), Wall(), Wall(5000.0)
-    kmsg = kernel_log(
-        tmp_path, "13,901,4900000000,-;mac: GPU reset PCI:0000:3b:00 (nvidia-smi -r -i 1)"
-    )
-    kept = tmp_path / "gpu-evidence-dcgm-exporter.json"
-    before = dcgm(nvml, wall, window=3600, tick=tick, kmsg=kmsg, kept=kept)
-    verdicts(before)
-    nvml.gpus[1].ecc_dbe = 2
-    verdicts(before)
-
-    gpu1 = verdicts(restarted(tmp_path, nvml, wall, tick, kmsg=kmsg)).gpus[1]
-
-    assert [(e.source, e.code) for e in gpu1.evidence] == [("ecc", "uncorrectable")]
+    assert [(e.source, e.code) for e in gpu0.evidence] == [("ecc", "uncorrectable")]
 
 
 def test_a_state_file_the_exporter_cannot_use_says_so_and_judging_goes_on(tmp_path):

@@ -14,20 +14,23 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from maccli import gpureset
-from maccli.agent.specs import ROLE, runtime_and_specs
+from maccli.agent.specs import ROLE, gpu_state_dir, runtime_and_specs
 from maccli.main import main
-from maccli.runtimes.base import ServiceSpec
+from maccli.runtimes.base import ServiceSpec, ServiceState
 from maccli.runtimes.docker import PROJECT_LABEL, SERVICE_LABEL, DockerRuntime
 from maccli.runtimes.supervisor import Supervisor
 from node.checks import gpu_reset as records
 from node.checks.base import CheckContext, CheckStatus
 from node.config import NodeConfig
+from node.gpu import evidence_state
 from node.gpu.kernel_log import reset_line
 from node.hardware import detect_gpus
 from node.host import Roots
@@ -36,10 +39,8 @@ from testkit.ports import free_port
 from tests.exporters.conftest import FIXTURES
 
 SERVICES = ("dcgm-exporter", "rocm-exporter", "mango-sdk-agent", "sw-exporter")
-GPUS = (
-    "0, 00000000:3B:00.0, GPU-5d2f0c1e-aaaa-bbbb-cccc-000000000000\n"
-    "1, 00000000:86:00.0, GPU-9a41e7b2-dddd-eeee-ffff-111111111111\n"
-)
+UUIDS = ("GPU-5d2f0c1e-aaaa-bbbb-cccc-000000000000", "GPU-9a41e7b2-dddd-eeee-ffff-111111111111")
+GPUS = f"0, 00000000:3B:00.0, {UUIDS[0]}\n1, 00000000:86:00.0, {UUIDS[1]}\n"
 IN_USE = (
     "The following GPUs could not be reset:\n"
     "  GPU 00000000:86:00.0: In use by another client\n\n"
@@ -191,10 +192,31 @@ def _last_reset(node: Node) -> dict:
     return node.resets()[-1]
 
 
+def _evidence(node: Node, gpus: dict[str, int]) -> Path:
+    """A GPU exporter's evidence file (node.gpu.evidence_state) keeping {key: index}. Named
+    for no service of the test's agent, which would write its own over it."""
+    folder = Path(gpu_state_dir(NodeConfig.load(node.env)))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / evidence_state.state_file_name("gpu-exporter-under-test")
+    kept = {"counters": {"dbe": {"last": 3.0, "rises": [[10.0, 1781000000.0, 1.0]]}}}
+    document = {
+        "version": evidence_state.VERSION,
+        "boot_id": "boot-a",
+        "gpus": {key: {**kept, "index": index} for key, index in gpus.items()},
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _kept(path: Path) -> list[str]:
+    return sorted(json.loads(path.read_text())["gpus"])
+
+
 def test_it_stops_the_gpu_services_for_the_reset_and_starts_them_again(node, on, capsys):
     on(node)
     before = node.pids()
     assert sorted(before) == sorted(SERVICES)
+    evidence = _evidence(node, {UUIDS[0]: 0, UUIDS[1]: 1, f"{UUIDS[1]} partition 2": 1})
 
     assert main(["gpu", "reset", "1"]) == 0
     said = capsys.readouterr()
@@ -219,6 +241,10 @@ def test_it_stops_the_gpu_services_for_the_reset_and_starts_them_again(node, on,
     )
     assert "scontrol" not in said.out  # not a Slurm node: nothing to resume
     assert not _record_file(node).exists()  # written before the stop, gone after the start
+    # What its exporter kept of GPU 1 (by its UUID) is gone; GPU 0's stays.
+    assert _kept(evidence) == [UUIDS[0]]
+    assert "Cleared the evidence its exporter kept of GPU 1 (" in said.out
+    assert str(evidence) in said.out
 
 
 def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys):
@@ -229,6 +255,8 @@ def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys
     failure = node.smi / "fail.json"
     failure.write_text(json.dumps({"code": 255, "stderr": IN_USE}))
     kernel_log = node.kmsg.read_bytes()
+    evidence = _evidence(node, {UUIDS[0]: 0, UUIDS[1]: 1})
+    kept = evidence.read_bytes()
     try:
         assert main(["gpu", "reset", "GPU-9A41E7B2-DDDD-EEEE-FFFF-111111111111"]) == 1
     finally:
@@ -246,6 +274,8 @@ def test_a_failing_reset_starts_the_services_again_and_says_why(node, on, capsys
     assert "  scontrol reboot ASAP nextstate=RESUME gpu-07\n" in said.err
     assert sorted(node.pids()) == sorted(SERVICES)  # the exporters are back all the same
     assert node.kmsg.read_bytes() == kernel_log  # no reset to record
+    assert evidence.read_bytes() == kept  # nor evidence to clear
+    assert "Cleared the evidence" not in said.out
     assert not _record_file(node).exists()
 
 
@@ -296,26 +326,41 @@ def _wait_for(what, seconds: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_reset_killed_hard_leaves_a_record_that_doctor_and_the_next_reset_act_on(
-    node, on, capsys
-):
-    """SIGKILL skips every `finally`: the services stay stopped, and the record says so."""
-    on(node)
-    hold = node.smi / "hold"
-    hold.write_text("")
-    resets = len(node.resets())
+def _reset_in_a_process(node: Node) -> subprocess.Popen:
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("MAC_")},
         **node.env,
         "PATH": f"{node.root / 'bin'}",
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
-    mac = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", RESET_IN_A_PROCESS],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+@contextmanager
+def _held_reset(node, on) -> Iterator[subprocess.Popen]:
+    """`mac gpu reset 1` in a process of its own, held mid-reset (the fake nvidia-smi waits
+    while its hold file is there): its services stopped, its record and lock in place.
+    Leaving lets it finish (a process killed meanwhile stays so)."""
+    on(node)
+    hold = node.smi / "hold"
+    hold.write_text("")
+    resets = len(node.resets())
+    mac = _reset_in_a_process(node)
     try:
         _wait_for(lambda: len(node.resets()) > resets)  # stopped, and resetting now
+        yield mac
+    finally:
+        hold.unlink()
+
+
+def test_a_reset_killed_hard_leaves_a_record_that_doctor_and_the_next_reset_act_on(
+    node, on, capsys
+):
+    """SIGKILL skips every `finally`: the services stay stopped, and the record says so."""
+    with _held_reset(node, on) as mac:
         recorded = json.loads(_record_file(node).read_text())
         assert recorded["services"] == ["dcgm-exporter", "mango-sdk-agent"]
         assert (recorded["runtime"], recorded["pid"]) == ("process", mac.pid)
@@ -326,11 +371,6 @@ def test_a_reset_killed_hard_leaves_a_record_that_doctor_and_the_next_reset_act_
 
         os.kill(mac.pid, signal.SIGKILL)
         assert mac.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        hold.unlink()
-        if mac.poll() is None:
-            mac.kill()
-            mac.wait()
     try:
         assert _record_file(node).exists()
         assert "dcgm-exporter" not in node.pids() and "mango-sdk-agent" not in node.pids()
@@ -355,6 +395,54 @@ def test_a_reset_killed_hard_leaves_a_record_that_doctor_and_the_next_reset_act_
         runtime, specs = runtime_and_specs(NodeConfig.load(node.env), "process")
         runtime.start_services(ROLE, specs)
         _record_file(node).unlink(missing_ok=True)
+
+
+def test_a_second_reset_while_one_runs_is_refused_before_anything_stops(node, on, capsys):
+    """`for g in 0 1; do sudo mac gpu reset $g & done`: the second waits for nothing and
+    starts nothing; it refuses, naming the first, which holds the lock until it ends."""
+    with _held_reset(node, on) as first:
+        resets = len(node.resets())
+        stopped = node.pids()
+        assert "dcgm-exporter" not in stopped
+
+        assert main(["gpu", "reset", "0"]) == 1
+        said = capsys.readouterr()
+        assert (
+            f"Error: another `mac gpu reset` (pid {first.pid}) is resetting GPU 1 "
+            "(00000000:86:00.0, GPU-9a41e7b2"
+        ) in said.err
+        assert "Nothing was stopped." in said.err
+        assert f"  ps -o pid,etime,args -p {first.pid}\n" in said.err
+        assert len(node.resets()) == resets and node.pids() == stopped
+    assert first.wait(timeout=60) == 0  # the first one finishes as if alone
+    assert sorted(node.pids()) == sorted(SERVICES)
+    assert main(["gpu", "reset", "0"]) == 0  # its lock went with it
+    capsys.readouterr()
+
+
+def test_start_agent_that_cannot_remove_a_roots_record_says_how_instead_of_a_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    """`mac restart agent` as a docker group user, the record of a root reset killed hard."""
+    cfg = NodeConfig.load({"MAC_STATE_DIR": str(tmp_path), "HOME": str(tmp_path), "NO_COLOR": "1"})
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    record = records.ResetRecord(("dcgm-exporter",), "docker", "GPU 1", time.time(), gone.pid)
+    path = records.write_record(cfg, record)
+
+    def refused(_cfg) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(records, "remove_record", refused)
+    gpureset.forget_finished_reset(cfg, [ServiceState("dcgm-exporter", "running")])
+
+    said = capsys.readouterr()
+    assert f"Warning: could not remove {path}, the record of an unfinished `mac gpu reset` (" in (
+        " ".join(said.err.split())
+    )
+    assert f"sudo mac restart agent (or sudo rm {path})" in " ".join(said.err.split())
+    assert "Traceback" not in said.err and "run again" not in said.out
+    assert path.exists()
 
 
 def _stale_record(node: Node) -> records.ResetRecord:
@@ -481,8 +569,12 @@ def test_an_amd_gpu_is_reset_by_its_index_with_rocm_exporter_stopped(node, on, c
     vendor, count = detect_gpus(Roots(sys_root=str(FIXTURES / "sysfs-amd"), dev_root="/none"))
     assert vendor == "amd" and count >= 1
     kernel_log = node.kmsg.read_bytes()
+    # Kept under a serial, an index: AMD's GPU 0 is named by its index alone.
+    evidence = _evidence(node, {"SER-A": 0, "index 1": 1, "SER-A partition 1": 0})
     assert main(["gpu", "reset", "0"]) == 0
     said = capsys.readouterr()
+    assert _kept(evidence) == ["index 1"]
+    assert "Cleared the evidence its exporter kept of GPU 0: " in said.out
     reset = _last_reset(node)
     assert reset["argv"] == ["amd-smi", "reset", "--gpureset", "-g", "0"]
     assert reset["listening"] == ["dcgm-exporter", "sw-exporter"]
@@ -495,6 +587,7 @@ def test_an_amd_gpu_is_reset_by_its_index_with_rocm_exporter_stopped(node, on, c
     failure.write_text(
         json.dumps({"code": 0, "stdout": "GPU: 0\n    GPU_RESET: Failed to reset GPU\n"})
     )
+    kept = _evidence(node, {"SER-A": 0, "index 1": 1}).read_bytes()
     try:
         assert main(["gpu", "reset", "0"]) == 1
     finally:
@@ -502,6 +595,7 @@ def test_an_amd_gpu_is_reset_by_its_index_with_rocm_exporter_stopped(node, on, c
     said = capsys.readouterr().err
     assert "amd-smi reset --gpureset -g 0 failed (exit code 0): GPU: 0 GPU_RESET: Failed" in said
     assert "  sudo fuser -v /dev/kfd /dev/dri/*\n" in said
+    assert evidence.read_bytes() == kept  # a failed reset clears nothing
     assert sorted(node.pids()) == sorted(SERVICES)
 
     assert main(["gpu", "reset", "0000:05:00.0"]) == 1

@@ -7,7 +7,9 @@ tests/maccli/test_gpu_reset.py; these are the record's own cases, on a scratch /
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 from node.checks import CHECK_IDS
@@ -101,3 +103,22 @@ def test_a_record_it_cannot_read_warns_with_the_restart(tmp_path):
     assert result.status is CheckStatus.WARN
     assert "is not a record of `mac gpu reset`" in result.detail
     assert result.fix == "mac restart agent"
+
+
+def test_in_sys_managers_container_it_reads_the_hosts_record_and_processes(tmp_path):
+    """sys-manager reads the host under /host/root and /host/proc: the record a root
+    `mac gpu reset` wrote at /var/lib/mac is read there, its process in the host's /proc."""
+    host = tmp_path / "host"
+    write(host / "proc" / "sys" / "kernel" / "random" / "boot_id", "boot-a\n")
+    roots = Roots(rootfs=str(host / "root"), proc_root=str(host / "proc"))
+    cfg = NodeConfig.load({"HOME": str(tmp_path), "MAC_NODE_ENV_FILE": str(tmp_path / "env")})
+    record = _record()
+    body = json.dumps({**asdict(record), "services": list(record.services)})
+    write(host / "root" / "var" / "lib" / "mac" / "gpu-reset.json", body)
+    ctx = CheckContext(roots=roots, extra={"config": cfg})
+
+    assert records.check_gpu_reset(ctx).status is CheckStatus.FAIL  # its process is gone
+    _process(host, 4242, "9000")  # the host's /proc, as mounted at /host/proc
+    result = records.check_gpu_reset(ctx)
+    assert result.status is CheckStatus.WARN
+    assert "`mac gpu reset` (pid 4242) is resetting GPU 3" in result.detail

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from contract.verdicts import HealthAction, HealthState
-from node.gpu.evidence_state import EvidenceState, gpu_key
+from node.gpu.evidence_state import EvidenceState, forget_reset_gpu, gpu_key
 from node.gpu.health import GpuJudge, NvidiaReading
 from node.host import Roots
 
@@ -39,8 +39,9 @@ class Exporter:
             (proc / "sys/kernel/random/boot_id").unlink(missing_ok=True)
         self.tick = tick
         self.judge = GpuJudge(WINDOW)
-        self.state = EvidenceState(folder / "gpu-evidence-dcgm-exporter.json",
-                                   Roots(proc_root=str(proc)), tick)  # fmt: skip
+        self.state = EvidenceState(
+            folder / "gpu-evidence-dcgm-exporter.json", Roots(proc_root=str(proc))
+        )
 
     def scrape(self, now: float, *readings: NvidiaReading):
         verdicts = []
@@ -196,9 +197,9 @@ def test_the_file_is_written_only_when_the_memory_changed(tmp_path, monkeypatch)
     ("text", "words"),
     [
         ("{not json", "is not a GPU evidence file MAC reads"),
-        (json.dumps({"version": 99, "boot_id": BOOT, "saved_tick": 1, "gpus": {}}), "version 99"),
+        (json.dumps({"version": 99, "boot_id": BOOT, "gpus": {}}), "version 99"),
         (
-            json.dumps({"version": 1, "boot_id": BOOT, "saved_tick": 1, "gpus": {"x": []}}),
+            json.dumps({"version": 1, "boot_id": BOOT, "gpus": {"x": []}}),
             "x: not an object",
         ),
     ],
@@ -220,8 +221,8 @@ def test_a_file_that_is_not_one_this_mac_reads_is_judged_from_scratch(tmp_path, 
 def test_a_file_that_cannot_be_written_says_so_and_judging_goes_on(tmp_path, caplog):
     tick = Clock(TICK)
     exporter = Exporter(tmp_path, tick)
-    # Where the temporary file goes, a folder: the write fails, even as root.
-    (tmp_path / ".gpu-evidence-dcgm-exporter.json.tmp").mkdir()
+    # Where the file goes, a folder: the rename onto it fails, even as root.
+    (tmp_path / "gpu-evidence-dcgm-exporter.json").mkdir()
 
     with caplog.at_level("WARNING", logger="exporters"):
         exporter.scrape(T, gpu(ecc_uncorrectable=1))
@@ -230,3 +231,38 @@ def test_a_file_that_cannot_be_written_says_so_and_judging_goes_on(tmp_path, cap
     assert verdict.state is HealthState.UNHEALTHY
     assert f"cannot write {exporter.state.path}" in exporter.state.problem()
     assert caplog.text.count("cannot write") == 1  # warned once
+
+
+def _kept_file(folder: Path, service: str, gpus: dict) -> Path:
+    path = folder / f"gpu-evidence-{service}.json"
+    path.write_text(json.dumps({"version": 1, "boot_id": BOOT, "gpus": gpus}))
+    return path
+
+
+def test_a_gpu_reset_drops_what_every_exporter_keeps_of_that_gpu_alone(tmp_path):
+    """`mac gpu reset` names an NVIDIA GPU by its UUID (whatever index it was judged at)
+    and an AMD one by its index; the other GPUs keep their evidence."""
+    uuid = "GPU-a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d"
+    nvidia = _kept_file(tmp_path, "dcgm-exporter", {uuid: {"index": 3}, "GPU-other": {"index": 1}})
+    amd = _kept_file(
+        tmp_path,
+        "rocm-exporter",
+        {"serial-a partition 1": {"index": 1}, "serial-b": {"index": 2}},
+    )
+
+    assert forget_reset_gpu(tmp_path, 1, uuid) == ([str(nvidia)], [])
+    assert set(json.loads(nvidia.read_text())["gpus"]) == {"GPU-other"}
+    assert forget_reset_gpu(tmp_path, 1) == ([str(nvidia), str(amd)], [])
+    assert json.loads(nvidia.read_text())["gpus"] == {}
+    assert set(json.loads(amd.read_text())["gpus"]) == {"serial-b"}
+    assert forget_reset_gpu(tmp_path, 7) == ([], [])  # nothing kept of it: nothing written
+
+
+def test_a_kept_file_a_reset_cannot_read_is_a_problem_in_words_not_an_error(tmp_path):
+    (tmp_path / "gpu-evidence-dcgm-exporter.json").write_text('{"version": 1, "gpus"')
+
+    changed, problems = forget_reset_gpu(tmp_path, 0, "")
+
+    assert changed == [] and len(problems) == 1
+    assert problems[0].startswith(f"{tmp_path / 'gpu-evidence-dcgm-exporter.json'}: ")
+    assert forget_reset_gpu(tmp_path / "missing", 0) == ([], [])  # no folder: nothing kept
