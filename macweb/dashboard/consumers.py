@@ -21,7 +21,6 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user
-from django.db import DatabaseError
 
 from contract.verdicts import names_gpus
 from inventory import live
@@ -105,8 +104,11 @@ class FleetConsumer(AsyncJsonWebsocketConsumer):
         try:
             if any(names_gpus(change.get("health_action", "")) for change in changes):
                 changes = await database_sync_to_async(queries.with_health_fixes)(changes)
-        except DatabaseError:
-            # The page then shows the vocabulary's fix, `<gpu>` and all: late, not lost.
+        except Exception:
+            # Any failure, not only the database's (InterfaceError is none of its errors, and
+            # a bug is a bug): this task is every page's of the process, and one error here
+            # would fail them all. The page then shows the vocabulary's fix, `<gpu>` and
+            # all: late, not lost.
             log.warning("could not read the GPUs named in the fixes of a push", exc_info=True)
         return await self.encode_json(
             {"type": "nodes.changed", "changes": changes, "removed": event.get("removed", [])}

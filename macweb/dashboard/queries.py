@@ -297,14 +297,26 @@ def health_fixes(rows: Iterable[dict]) -> dict[int, str]:
     if not wanted:
         return {}
     named: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    vendors: dict[int, str] = {}
     gpus = GpuHealth.objects.filter(node_id__in=list(wanted)).order_by("node_id", "index")
-    for node_id, index, uuid, action in gpus.values_list("node_id", "index", "uuid", "action"):
+    found = gpus.values_list("node_id", "index", "uuid", "action", "vendor")
+    for node_id, index, uuid, action, vendor in found:
+        if vendor != GpuVendor.NONE:
+            vendors[node_id] = vendor
         if action == wanted[node_id]["health_action"]:
             named[node_id].append((str(index), uuid))
     return {
-        node_id: node_fix(row["health_action"], named[node_id], row.get("gpu_vendor", ""))
+        node_id: node_fix(row["health_action"], named[node_id], _vendor(vendors.get(node_id), row))
         for node_id, row in wanted.items()
     }
+
+
+def _vendor(recorded: str | None, row: dict) -> str:
+    """The GPUs' vendor for their fix's lines: as the GPUs' own rows recorded it (every GPU
+    of a node is the same vendor's), else the node's (whose discovery may say "none"
+    while its exporter judged GPUs); "" where neither says: both vendors' lines."""
+    vendor = recorded or row.get("gpu_vendor", "")
+    return vendor if vendor in (GpuVendor.NVIDIA, GpuVendor.AMD) else ""
 
 
 def with_health_fixes(rows: list[dict]) -> list[dict]:

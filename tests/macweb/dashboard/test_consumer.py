@@ -230,3 +230,30 @@ async def test_a_push_carries_the_fix_that_names_the_gpus_to_reset(session_cooki
     assert reset["health_fix"] == fix
     assert f"  sudo mac gpu reset {uuid}\n  sudo mac gpu reset 5\n" in fix and "curl" not in fix
     assert "health_fix" not in other  # its fix is the vocabulary's
+
+
+async def test_a_failing_fix_lookup_still_delivers_the_batch_to_every_page(
+    session_cookie, monkeypatch, caplog
+):
+    """The frame is built once for every page of the process: an error adding the fixes
+    (not only the database's) must not fail them all. The pages get the summaries as they
+    are, the vocabulary's fix standing in."""
+    from macweb.dashboard import queries
+
+    def broken(_rows):
+        raise RuntimeError("a bug in with_health_fixes")
+
+    monkeypatch.setattr(queries, "with_health_fixes", broken)
+    node = await sync_to_async(online_gpu_node)(health_state="unhealthy", health_action="reset_gpu")
+    sockets = [await open_socket(session_cookie) for _ in range(2)]
+    try:
+        await sync_to_async(broadcast_node_changes)([node.summary()])
+        for comm in sockets:
+            message = await comm.receive_json_from(timeout=5)
+            assert message["type"] == "nodes.changed"
+            (change,) = message["changes"]
+            assert change["id"] == node.pk and "health_fix" not in change
+    finally:
+        await asyncio.gather(*(comm.disconnect() for comm in sockets))
+    (logged,) = [r for r in caplog.records if "could not read the GPUs" in r.getMessage()]
+    assert logged.exc_info and logged.exc_info[0] is RuntimeError

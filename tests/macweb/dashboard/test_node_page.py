@@ -318,3 +318,25 @@ def test_fleet_json_carries_the_gpu_naming_fix_for_the_node_page_to_resync(clien
     }
     assert rows[node.pk]["health_fix"] == queries.health_fix(node)
     assert "health_fix" not in rows[other.pk]
+
+
+def test_the_fix_names_its_gpus_by_their_own_vendor_when_the_nodes_says_none():
+    """The node's discovery found no GPU ("none"), its exporter judged NVIDIA ones: their
+    rows say NVIDIA, so AMD's line (which takes an index, never a UUID) is left out."""
+    from inventory.models import GpuHealth
+
+    node = reset_gpu_node(gpu_vendor=GpuVendor.NONE)
+    GpuHealth.objects.filter(node=node).update(vendor=GpuVendor.NVIDIA)
+    fix = queries.health_fix(node)
+    assert f"sudo nvidia-smi -r -i {STRICT_UUID}" in fix
+    assert "amd-smi" not in fix
+
+    GpuHealth.objects.filter(node=node).update(vendor=GpuVendor.AMD)
+    node.gpu_vendor = GpuVendor.NVIDIA  # the GPUs' rows still win
+    fix = queries.health_fix(node)
+    assert "sudo amd-smi reset --gpureset -g " in fix and "nvidia-smi -r" not in fix
+
+    GpuHealth.objects.filter(node=node).update(vendor=GpuVendor.NONE)
+    node.gpu_vendor = GpuVendor.NONE  # nothing says: both vendors' lines
+    fix = queries.health_fix(node)
+    assert f"sudo nvidia-smi -r -i {STRICT_UUID}" in fix and "amd-smi reset" in fix
