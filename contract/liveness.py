@@ -91,6 +91,9 @@ class ProbeResult:
     # the read cap cut it; the sweep reads the GPU verdicts from it (contract.verdicts).
     answer: bytes | None = None
     cut: bool = False
+    # The TCP connection opened: a timeout after it is the service's silence, one before
+    # it may be a firewall dropping the packets (node.checks.services tells them apart).
+    connected: bool = False
 
     @property
     def ok(self) -> bool:
@@ -200,6 +203,7 @@ async def probe_url(
             transport.abort()
     elapsed = waited if outcome is Outcome.TIMEOUT else loop.time() - started
     result = ProbeResult(service.name, outcome, status, detail[:200], elapsed)
+    result.connected = transport is not None
     if service.probe_query and outcome is Outcome.OK:
         result.answer, result.cut = answer_body(bytes(exchange.buffer), exchange.truncated)
     return result

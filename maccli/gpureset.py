@@ -306,7 +306,9 @@ def _one_reset_at_a_time(cfg: NodeConfig, asked: str) -> Iterator[None]:
     path = records.lock_path(cfg)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 (held for the whole reset)
+        # Never through a link: root truncates it, in a folder MAC_STATE_DIR may move.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        handle = os.fdopen(fd, "r+", encoding="utf-8")
     except OSError as exc:
         output.warn(
             f"could not open the reset lock {path} ({exc.strerror or exc}): nothing stops "
@@ -326,16 +328,19 @@ def _one_reset_at_a_time(cfg: NodeConfig, asked: str) -> Iterator[None]:
 
 
 def _another_reset(cfg: NodeConfig, path: Path, asked: str) -> CliError:
-    """The refusal of a second reset: who holds the lock, by the record's pid, else the
-    pid the holder wrote into the lock."""
+    """The refusal of a second reset: who holds the lock, by the pid the holder wrote
+    into it; the record names its GPU only if it is that process's (the record of a reset
+    killed earlier stays until the holder has started its services again)."""
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):  # read between the holder's truncate and its write
+        pid = None
     try:
         record = records.read_record(cfg)
     except records.UnreadableRecord:
         record = None
-    try:
-        pid = record.pid if record else int(path.read_text().strip())
-    except (OSError, ValueError):
-        pid = None
+    if record is not None and record.pid != pid:
+        record = None
     doing = f"is resetting {record.gpu}" if record else "is running"
     who = f"(pid {pid})" if pid else f"(it holds {path})"
     return CliError(

@@ -240,15 +240,19 @@ def amd_cards(roots: Roots) -> list[tuple[str, Path]]:
 NVIDIA_PCI_VENDOR = "0x10de"
 
 
+GPU_PCI_CLASSES = ("0x03", "0x12")  # display controller, processing accelerator
+
+
 def _pci_display_devices(roots: Roots, vendor: str) -> set[str]:
-    """PCI addresses of display controllers (class 0x03xxxx) from one vendor."""
+    """PCI addresses of one vendor's GPUs: display controllers (class 0x03xxxx), and
+    processing accelerators (0x12xxxx), which AMD's Instinct MI300 parts report."""
     found = set()
     base = roots.sys("bus/pci/devices")
     for device in base.glob("*") if base.is_dir() else []:
         try:
             if (device / "vendor").read_text().strip().lower() != vendor:
                 continue
-            if not (device / "class").read_text().strip().lower().startswith("0x03"):
+            if not (device / "class").read_text().strip().lower().startswith(GPU_PCI_CLASSES):
                 continue
         except OSError:
             continue

@@ -230,11 +230,13 @@ def service_checks(ctx: CheckContext) -> list[CheckResult]:
             results.append(CheckResult(check_id, title, CheckStatus.PASS, f"{said} answered 200"))
             continue
         words = outcome_words(result)
-        if asked.how.startswith(AT_GATEWAY) and result.outcome is Outcome.TIMEOUT:
-            # Silence at the bridge's gateway is most often the host's firewall dropping
-            # what comes from the bridge (ufw's default), not the service: only a refusal
-            # says nothing listens there.
-            why = f"{said} gave no answer within {service_timeout(ctx):g} s ({words})"
+        silent = result.outcome is Outcome.TIMEOUT and not result.connected
+        if asked.how == AT_GATEWAY and silent:
+            # A connection that never opens at the bridge's gateway is most often the
+            # host's firewall dropping what comes from the bridge (ufw's default), not the
+            # service; a refusal, or a connection the service then leaves unanswered, is
+            # the service's own.
+            why = f"{said} did not open a connection within {service_timeout(ctx):g} s"
             results.append(unreachable(check_id, title, service, why))
             continue
         found = words if result.http_status else f"no answer ({words})"

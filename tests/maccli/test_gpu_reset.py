@@ -702,3 +702,19 @@ def test_under_docker_a_service_without_a_container_is_left_as_it_is():
     assert [s.state for s in runtime.stop_services(ROLE, holders)] == ["stopped"]
     assert [s.state for s in runtime.start_services(ROLE, holders)] == ["stopped"]
     assert not any(call[1] in ("stop", "start") for call in engine.calls)
+
+
+def test_a_refused_reset_names_the_lock_s_holder_not_an_earlier_reset_s_record(tmp_path):
+    """Reset A was killed and left its record; reset B holds the lock and has not yet
+    started A's services again (the record stays until then): C names B, not A."""
+    cfg = NodeConfig.load({"MAC_STATE_DIR": str(tmp_path), "HOME": str(tmp_path), "NO_COLOR": "1"})
+    killed = records.ResetRecord(("dcgm-exporter",), "process", "GPU 1", time.time(), 999_999)
+    records.write_record(cfg, killed)
+    lock = records.lock_path(cfg)
+    lock.write_text(f"{os.getpid()}\n")
+
+    refusal = gpureset._another_reset(cfg, lock, "0")
+
+    assert f"another `mac gpu reset` (pid {os.getpid()}) is running" in refusal.message
+    assert "999999" not in refusal.message and "GPU 1" not in refusal.message
+    assert f"ps -o pid,etime,args -p {os.getpid()}" in refusal.commands

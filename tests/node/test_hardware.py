@@ -12,6 +12,7 @@ import pytest
 
 from node.hardware import (
     PortCounters,
+    detect_gpus,
     discover_interfaces,
     discover_rdma_devices,
     parse_ib_rate,
@@ -66,3 +67,25 @@ def test_port_counters_come_from_the_best_source_in_bytes():
         "counters/port_rcv_data", "counters/port_xmit_data", 2500000000 * 4, 1250000000 * 4
     )
     assert read_port_counters(IB_ROOTS, "mlx5_1", "1") is None
+
+
+@pytest.mark.parametrize(
+    ("vendor", "pci_class", "found"),
+    [
+        ("0x1002", "0x120000", ("amd", 1)),  # an Instinct MI300: a processing accelerator
+        ("0x10de", "0x030200", ("nvidia", 1)),  # a 3D controller
+        ("0x1002", "0x040300", ("none", 0)),  # the same vendor's audio function
+    ],
+)
+def test_a_gpu_the_driver_never_bound_is_counted_by_its_pci_class(
+    tmp_path, vendor, pci_class, found
+):
+    device = tmp_path / "sys/bus/pci/devices/0000:c1:00.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text(f"{vendor}\n")
+    (device / "class").write_text(f"{pci_class}\n")
+    roots = Roots(
+        sys_root=str(tmp_path / "sys"), proc_root=str(tmp_path / "proc"), dev_root=str(tmp_path)
+    )
+
+    assert detect_gpus(roots) == found

@@ -225,26 +225,35 @@ def test_a_gpu_exporter_of_a_vendor_the_node_lacks_is_skipped_not_asked(tmp_path
     assert results["service:rocm-exporter"].status == CheckStatus.SKIP
 
 
-def test_silence_at_the_bridge_s_gateway_is_a_warning_a_refusal_a_failure(tmp_path):
-    """A host firewall that drops what comes from the bridge (ufw's default) makes the
-    gateway silent whatever nic-exporter does; a refusal means nothing listens there."""
-    silent = socket.socket()  # a listener that never accepts: the connection hangs
+def test_silence_at_the_bridge_s_gateway_is_a_warning_a_hang_or_refusal_a_failure(tmp_path):
+    """A host firewall that drops what comes from the bridge (ufw's default) leaves the
+    connection unopened whatever nic-exporter does: a warning. A connection opened and
+    left unanswered (nic-exporter hung) or refused (nothing listens) is a failure."""
+    gateway = routes(("eth0", "0.0.0.0", "127.0.0.3", 0))
+    dropped = socket.socket()  # a listener whose backlog is full: new connections hang
+    dropped.bind(("127.0.0.3", 0))
+    dropped.listen(0)
+    filler = socket.create_connection(dropped.getsockname())
+    silent = socket.socket()  # a listener with room that never answers: a hung service
     silent.bind(("127.0.0.3", 0))
-    silent.listen(0)
-    filler = socket.create_connection(silent.getsockname())  # fills the backlog
-    port = silent.getsockname()[1]
-    try:
-        ctx = bridge_context(
-            tmp_path, {"nic-exporter": port}, routes(("eth0", "0.0.0.0", "127.0.0.3", 0))
-        )
-        ctx.extra["service_timeout"] = 0.5
+    silent.listen(8)
+
+    def ask(port: int):
+        ctx = bridge_context(tmp_path, {"nic-exporter": port}, gateway, service_timeout=0.5)
         [result] = service_checks(ctx)
+        return result
+
+    try:
+        result, hung = ask(dropped.getsockname()[1]), ask(silent.getsockname()[1])
     finally:
         filler.close()
-        silent.close()
+        dropped.close()
+    closed = silent.getsockname()[1]
+    silent.close()
     assert result.status == CheckStatus.WARN
-    assert "gave no answer within 0.5 s" in result.detail
+    assert "did not open a connection within 0.5 s" in result.detail
     assert result.fix == "mac doctor service:nic-exporter"
+    assert hung.status == CheckStatus.FAIL and hung.detail.endswith(": no answer (timeout)")
 
-    [refused] = service_checks(ctx)  # the port is closed now: refused
+    refused = ask(closed)  # nothing listens there now
     assert refused.status == CheckStatus.FAIL and "refused" in refused.detail
