@@ -24,17 +24,21 @@ The heavy tests run on one worker, one after another, as they did without xdist:
 that own something of the whole host (network namespaces, iptables, systemd-nspawn, the
 Slurm lab) and the slow ones that run whole masters against deadlines (`slow`).
 `pytest_collection_modifyitems` puts them in one xdist group, which `--dist loadgroup`
-keeps together; the other worker runs the quick tests beside them, at a lower CPU
-priority (as root), so a heavy test's deadlines see the cores it saw alone.
+keeps together; the other workers run the quick tests beside them, at a low CPU
+priority (as root), so a heavy test's deadlines see nearly the cores it saw alone.
 
-The Docker tests are a group of their own, which loadgroup starts on the other worker
-(the two groups are its largest units of work, handed out first): they share one private
-engine in a network namespace of its own (testkit.docker_engine), so they own nothing of
-the host's that the heavy tests touch. They run at the heavy tests' priority: dockerd,
-started by their first test, and every container inherit it, and at the quick tests'
-priority CI's run starved them (stop 38: the Docker master's /health not within 120 s).
-Alone on the heavy worker they were a third of its time while the other worker idled
-for half the run (issue 34: CI within 30 minutes).
+The Docker tests are a group of their own, which loadgroup starts on a second worker
+(the two groups are its largest units of work, handed out first, one to each worker):
+they share one private engine in a network namespace of its own (testkit.docker_engine),
+so they own nothing of the host's that the heavy tests touch. They run at the heavy
+tests' priority: dockerd, started by their first test, and every container inherit it,
+and at the quick tests' priority CI's run starved them (stop 38: the Docker master's
+/health not within 120 s). Alone on the heavy worker they were a third of its time while
+the other worker idled for half the run (issue 34: CI within 30 minutes).
+
+scripts/test starts three workers on CI's two cores: the suite mostly waits on servers
+(two workers left the CPU 60 % idle), so the third runs quick tests in that idle time,
+and the run ends when the heavy group does.
 
 At the end the controller prints each worker's share: its tests, the seconds they took,
 when its last one ended, and its longest modules. The later of the two ends is the run's
@@ -64,7 +68,9 @@ NO_DEADLINE = "no_deadline"
 HEAVY_GROUP = "heavy"
 DOCKER_MARK = DOCKER_GROUP = "docker"
 MODULES_SHOWN = 8  # each worker's longest test modules, in the summary
-QUICK_NICENESS = 5  # CFS weight 335 against a heavy test's 1024: it yields, never stalls
+# CFS weight 110 against a heavy test's 1024: two quick workers take the idle time and yield
+# the rest, never stalled.
+QUICK_NICENESS = 10
 
 
 def worker_number(environ: Mapping[str, str] = os.environ) -> int | None:

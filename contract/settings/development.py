@@ -45,9 +45,9 @@ DEVELOPMENT = Group(
         _dev(
             "MAC_TEST_WORKERS",
             Integer(0, 64),
-            2,
+            3,
             "`scripts/test`'s pytest-xdist workers: the heavy tests on one, the Docker tests "
-            "then the quick ones beside them; 0 runs everything in one process",
+            "on another, the quick ones beside them; 0 runs everything in one process",
         ),
         _dev(
             "MAC_TEST_REDIS_URL",

@@ -256,6 +256,9 @@ def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_no
     import time
 
     prometheus, manager = alerting_prometheus["prometheus"], alerting_prometheus["alertmanager"]
+    # The refused node is offline at once whatever the timeout; fast_probes' 0.5 s would let
+    # a busy CI machine (this process serves the fleet) take healthy nodes offline too.
+    fast_probes.PROBE_TIMEOUT = 3.0
     simulated = fleet(6, profiles=MIX, seed=11, fault_rate=0)
     registered, errors = asyncio.run_coroutine_threadsafe(
         register_fleet(simulated.fleet, live_server.url), simulated.loop
