@@ -12,7 +12,8 @@ from exporters.sysmanager import (
     diagnostics_answer,
     netns_of_its_own,
 )
-from node.checks import CheckContext, CheckResult, CheckStatus, run_checks
+from node.checks import CheckContext, CheckResult, CheckStatus, gpu_reset, run_checks
+from node.config import NodeConfig
 from node.host import Roots
 from tests.node.checks.scratch import snmp, write
 from tests.node.checks.standins import lookup_in, service_at
@@ -161,6 +162,27 @@ def test_in_a_container_the_checks_read_the_host_s_per_node_file(tmp_path, monke
     [master_ip] = run_checks(ctx)
     assert master_ip.status == CheckStatus.PASS, master_ip
     assert ctx.extra["config"].service_port("sys-exporter") == 29101 + 7
+
+
+def test_in_a_container_a_state_dir_passed_by_mac_finds_a_reset_s_record(tmp_path, monkeypatch):
+    """MAC_STATE_DIR set only in the environment `mac start agent` ran in (Compose passes
+    it to sys-manager's container), not in the per-node file: the gpu_reset check reads
+    the record a killed `mac gpu reset` left there, under the host's /."""
+    _host_node_file(tmp_path, "", monkeypatch)
+    monkeypatch.setenv("MAC_STATE_DIR", "/srv/mac-state")
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    record = gpu_reset.ResetRecord(
+        ("dcgm-exporter",), "docker", "GPU 0", 1_781_000_000.0, 4_194_304, "1", boot
+    )  # a pid above the kernel's pid_max: its process is gone
+    host = NodeConfig.load({"MAC_STATE_DIR": str(tmp_path / "srv/mac-state")})
+    gpu_reset.write_record(host, record)
+
+    ctx = check_context(Roots(rootfs=str(tmp_path)))
+    result = gpu_reset.check_gpu_reset(ctx)
+
+    assert result.status is CheckStatus.FAIL, result
+    assert "`mac gpu reset` stopped dcgm-exporter" in result.detail
+    assert result.fix == "mac restart agent"
 
 
 def test_in_bridge_mode_sys_manager_asks_a_bridged_service_by_its_name(tmp_path, monkeypatch):

@@ -65,6 +65,7 @@ def test_bridge_overlay_is_the_guide_s_layout_published_ports_on_the_agent_bridg
 def test_sys_manager_knows_its_mode_and_may_reassert_ip_forward_only_in_host_mode():
     base = _load("docker-compose.agent.yml")["services"]["sys-manager"]
     assert base["environment"]["MAC_IPFORWARD_REASSERT"] is None  # passed through from mac
+    assert base["environment"]["MAC_STATE_DIR"] is None  # where `mac gpu reset` records
     bridge = _load("docker-compose.agent.bridge.yml")["services"]["sys-manager"]
     assert bridge["environment"] == {"MAC_AGENT_NETWORK": "bridge"}
     assert "cap_add" not in bridge and "volumes" not in bridge
