@@ -41,7 +41,7 @@ scripts/test starts three workers on CI's two cores: the suite mostly waits on s
 and the run ends when the heavy group does.
 
 At the end the controller prints each worker's share: its tests, the seconds they took,
-when its last one ended, and its longest modules. The later of the two ends is the run's
+when its last one ended, and its longest modules. The latest of their ends is the run's
 length, so those lines say which tests to move or cut when CI nears its 30 minutes
 (issue 34).
 """
@@ -188,7 +188,7 @@ class WorkerShares:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.tests:
             return
-        terminalreporter.write_sep("-", "xdist workers (the later end is the run's length)")
+        terminalreporter.write_sep("-", "xdist workers (the latest end is the run's length)")
         for worker in sorted(self.tests):
             terminalreporter.write_line(
                 f"{worker}: {self.tests[worker]:,} tests, {self.busy[worker]:,.0f} s in tests, "
