@@ -226,8 +226,14 @@ def test_healing_resumes_macs_drain_after_a_reboot_and_never_the_administrators(
         what=f"{stack.host(0)} resumed after its reboot",
     )
     assert resumed.state == "idle" and resumed.reason == ""
+    # The sweep records its steps once Slurm took them: the event may come a moment later.
+    [event] = wait_for(
+        lambda: [e for e in stack.node(0)["events"] if e["kind"] == "slurm_resume"],
+        timeout=10,
+        interval=0.25,
+        what=f"{stack.host(0)}'s resume in its history",
+    )
     node = stack.node(0)
-    [event] = [e for e in node["events"] if e["kind"] == "slurm_resume"]
     # At the first sweep with the streak long enough, or a later one where Slurm's own
     # answer came late: the message says how many it took.
     streak = re.search(r"GPU verdict healthy for (\d+) sweeps in a row", event["message"])
