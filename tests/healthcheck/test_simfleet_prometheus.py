@@ -251,14 +251,14 @@ def alerting_prometheus(tmp_path, processes, sd_dir, live_server, settings) -> d
 )
 @pytest.mark.django_db(transaction=True)
 def test_a_fault_free_fleet_fires_nothing_and_injected_faults_fire_only_their_nodes(
-    alerting_prometheus, fleet, live_server, fast_probes, sd_dir, sweep_redis, user
+    alerting_prometheus, fleet, live_server, fast_probes, settings, sd_dir, sweep_redis, user
 ):
     import time
 
     prometheus, manager = alerting_prometheus["prometheus"], alerting_prometheus["alertmanager"]
     # The refused node is offline at once whatever the timeout; fast_probes' 0.5 s would let
     # a busy CI machine (this process serves the fleet) take healthy nodes offline too.
-    fast_probes.PROBE_TIMEOUT = 3.0
+    settings.PROBE_TIMEOUT = 3.0
     simulated = fleet(6, profiles=MIX, seed=11, fault_rate=0)
     registered, errors = asyncio.run_coroutine_threadsafe(
         register_fleet(simulated.fleet, live_server.url), simulated.loop
