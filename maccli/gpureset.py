@@ -24,6 +24,9 @@ from the boot on, and would otherwise judge the GPU on the XIDs it logged before
 reset, unhealthy again until MAC_GPU_EVIDENCE_WINDOW has passed (those a reset repairs:
 an XID that asks for a reboot or a look at the hardware stays).
 
+Run through `sudo` by the user who started the agent, where root runs none, it acts on
+that user's agent (maccli.agent.sudo_owner): its state folder and its ~/.mac/env.
+
 An AMD GPU is named by its index only: `amd-smi list --json`'s output was not at hand
 from a real node to parse its bus ids and UUIDs from, so the index is checked against
 the GPUs the node's own discovery counts (node.hardware), as the registration does.
@@ -45,6 +48,7 @@ from pathlib import Path
 
 from contract.verdicts import is_nvidia_uuid
 from maccli import output
+from maccli.agent import sudo_owner
 from maccli.agent.hardware import gpus
 from maccli.agent.specs import GPU_SERVICES, ROLE, gpu_state_dir, runtime_and_specs
 from maccli.output import CliError, print_states
@@ -224,9 +228,23 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
             f"resetting {gpu} needs root ({tool.program} refuses otherwise).",
             commands=[f"sudo mac gpu reset {shlex.quote(asked)}"],
         )
+    cfg = _whose_agent(cfg)
     runtime, specs = runtime_and_specs(cfg, runtime_name)
     with _one_reset_at_a_time(cfg, asked):
         return _reset(cfg, tool, gpu, asked, runtime, specs)
+
+
+def _whose_agent(cfg: NodeConfig) -> NodeConfig:
+    """Root's agent, or under `sudo` the agent of the user who ran it where root runs none
+    (maccli.agent.sudo_owner): said, as every later line is about that agent."""
+    owner = sudo_owner.invoking_users_agent(cfg)
+    if owner is None:
+        return cfg
+    output.say(
+        f"Root runs no MAC agent here and {owner.user} does: resetting with {owner.user}'s "
+        f"agent (state {owner.state_dir}, settings {owner.user_file})."
+    )
+    return owner.cfg
 
 
 def _reset(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,11 +23,13 @@ from pathlib import Path
 import pytest
 
 from maccli import gpureset
+from maccli.agent import sudo_owner
 from maccli.agent.specs import ROLE, gpu_state_dir, runtime_and_specs
 from maccli.main import main
 from maccli.runtimes.base import ServiceSpec, ServiceState
 from maccli.runtimes.docker import PROJECT_LABEL, SERVICE_LABEL, DockerRuntime
 from maccli.runtimes.supervisor import Supervisor
+from node import config
 from node.checks import gpu_reset as records
 from node.checks.base import CheckContext, CheckStatus
 from node.config import NodeConfig
@@ -159,7 +162,7 @@ def _agent(root: Path, **extra: str) -> Node:
 def _stop(node: Node) -> None:
     runtime, specs = runtime_and_specs(NodeConfig.load(node.env), "process")
     runtime.stop(ROLE, specs)
-    for conf in node.root.glob("state/*/supervisor/supervisord.conf"):
+    for conf in Path(node.env["MAC_STATE_DIR"]).glob("*/supervisor/supervisord.conf"):
         Supervisor(conf.parent.parent).shutdown()
 
 
@@ -624,6 +627,95 @@ def test_where_one_process_serves_them_all_it_stops_and_starts_that_process(tmp_
         assert set(after.values()) != {pid}
     finally:
         _stop(bundled)
+
+
+# The user's settings: under sudo they come from the user's ~/.mac/env, not the environment.
+OWNERS_SETTINGS = ("MAC_AGENT_SERVICES", "MAC_BIND", "MAC_RUNTIME", "NODE_NAME")
+
+
+def _owners_agent(tmp_path: Path) -> tuple[Node, Path]:
+    """An agent started by the user `op` as `mac` run by op keeps it: its state under op's
+    ~/.mac/state/<host>, its settings (ports...) in op's ~/.mac/env."""
+    home = tmp_path / "op-home"
+    state = home / ".mac" / "state" / (socket.gethostname() or "localhost")
+    user_file = home / ".mac" / "env"
+    started = _agent(
+        tmp_path,
+        MAC_STATE_DIR=str(state),
+        MAC_USER_ENV_FILE=str(user_file),
+        MAC_AGENT_SERVICES="dcgm-exporter,mango-sdk-agent,sw-exporter",
+    )
+    owners = {k: v for k, v in started.env.items() if k in OWNERS_SETTINGS or k.endswith("_PORT")}
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    user_file.write_text("".join(f"{key}={value}\n" for key, value in owners.items()))
+    return started, home
+
+
+def test_under_sudo_it_resets_with_the_invoking_users_agent_where_root_runs_none(
+    tmp_path, on, capsys, monkeypatch
+):
+    """`sudo mac gpu reset 1` by the user who started the agent: sudo gives root's HOME
+    and none of op's environment, and root's /var/lib/mac holds no agent."""
+    started, home = _owners_agent(tmp_path)
+    try:
+        before = set(started.pids().values())
+        evidence = _evidence(started, {UUIDS[0]: 0, UUIDS[1]: 1})
+        sudo_env = {
+            k: v
+            for k, v in started.env.items()
+            if k not in (*OWNERS_SETTINGS, "MAC_STATE_DIR", "MAC_USER_ENV_FILE", "HOME")
+            and not k.endswith("_PORT")
+        }
+        roots_home = tmp_path / "root-home"
+        roots_home.mkdir()
+        on(Node(started.root, sudo_env, started.specs), HOME=str(roots_home), SUDO_USER="op")
+        monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(tmp_path / "var-lib-mac"))
+        monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
+
+        assert main(["gpu", "reset", "1"]) == 0
+        said = capsys.readouterr().out
+
+        assert (
+            f"Root runs no MAC agent here and op does: resetting with op's agent (state "
+            f"{home}/.mac/state/"
+        ) in said
+        assert _last_reset(started)["listening"] == []  # op's exporters were stopped for it
+        after = started.pids()
+        assert sorted(after) == ["dcgm-exporter", "mango-sdk-agent", "sw-exporter"]
+        assert set(after.values()) != before  # and started again
+        assert _kept(evidence) == [UUIDS[0]]  # GPU 1's evidence in op's folder is cleared
+        assert not (tmp_path / "var-lib-mac").exists()  # nothing written as root's
+    finally:
+        _stop(started)
+
+
+def test_under_sudo_roots_own_agent_or_a_state_dir_given_on_purpose_wins(tmp_path, monkeypatch):
+    home = tmp_path / "op-home"
+    theirs = home / ".mac" / "state" / (socket.gethostname() or "localhost")
+    (theirs / ROLE).mkdir(parents=True)
+    roots = tmp_path / "var-lib-mac"
+    monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(roots))
+    monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
+    environ = {"HOME": str(tmp_path / "root-home"), "SUDO_USER": "op", "NO_COLOR": "1"}
+
+    def owner(**extra: str) -> sudo_owner.Owner | None:
+        given = {**environ, **extra}
+        return sudo_owner.invoking_users_agent(NodeConfig.load(given), given)
+
+    found = owner()
+    if os.geteuid() == 0:  # root's default folder is /var/lib/mac (moved above) only as root
+        assert found is not None and found.state_dir == theirs
+        assert found.cfg.state_dir == theirs and found.user_file == home / ".mac" / "env"
+    assert owner(SUDO_USER="root") is None and owner(SUDO_USER="") is None
+    assert owner(SUDO_USER="nobody-here") is None  # no such user
+    assert owner(MAC_STATE_DIR=str(tmp_path / "chosen")) is None
+    assert owner(MAC_USER_ENV_FILE=str(tmp_path / "env")) is None
+    mine = NodeConfig.load(environ).state_dir
+    (mine / ROLE).mkdir(parents=True)  # root runs an agent of its own: that one
+    assert owner() is None
+    (theirs / ROLE).rmdir()
+    (mine / ROLE).rmdir()
+    assert owner() is None  # nobody runs one: nothing to take
 
 
 # The pure parts -------------------------------------------------------------------------
