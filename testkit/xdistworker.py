@@ -20,15 +20,26 @@ both). pytest-django already gives each worker its own test database (`<name>_gw
   channel layer of one worker's masters never meet another's.
 - MAC_DATA_DIR: a folder per worker under the given one (prepare_master fills it).
 
-The heavy tests run on one worker, one after another, as they did without xdist: those
-that own something of the whole host (network namespaces, iptables, systemd-nspawn, the
-Slurm lab) and the slow ones that run whole masters against deadlines (`slow`).
-`pytest_collection_modifyitems` puts them in one xdist group, which `--dist loadgroup`
-keeps together; the other workers run the quick tests beside them, at a low CPU
-priority (as root), so a heavy test's deadlines see nearly the cores it saw alone.
+The heavy tests run in two groups, each on one worker, one test after another, as they
+did without xdist: `pytest_collection_modifyitems` marks each test's xdist group, which
+`--dist loadgroup` keeps together.
 
-The Docker tests are a group of their own, which loadgroup starts on a second worker
-(the two groups are its largest units of work, handed out first, one to each worker):
+- `heavy`: those that own something of the whole host (network namespaces, iptables,
+  systemd-nspawn, the Slurm lab), with the slow tests of their modules, and the slow ones
+  that run the master's services against deadlines (`slow`: alerting, sweeps, faults);
+- `commands`: the slow tests of the `mac` command itself (tests/maccli: masters and
+  agents started as processes, the scale-out engines), which own nothing of the host
+  (free ports, their own folders). Alone in `heavy` they made it the run's length: the
+  other workers idled for its last ten minutes (CI at 30 minutes, stop 53). Those with
+  a promise too fine for a second deadline stream beside them stay in `heavy`
+  (SHARED_CORES_TOO_COARSE).
+
+The other workers run the quick tests beside them, at a low CPU priority (as root), so a
+heavy test's deadlines see nearly the cores it saw alone.
+
+The Docker tests are a group of their own, which loadgroup starts on a worker of its
+own (the three groups are its largest units of work, handed out first, one to each
+worker; a worker is given more only once it has two tests or fewer left to run):
 they share one private engine in a network namespace of its own (testkit.docker_engine),
 so they own nothing of the host's that the heavy tests touch. They run at the heavy
 tests' priority: dockerd, started by their first test, and every container inherit it,
@@ -37,8 +48,8 @@ and at the quick tests' priority CI's run starved them (stop 38: the Docker mast
 the other worker idled for half the run (issue 34: CI within 30 minutes).
 
 scripts/test starts three workers on CI's two cores: the suite mostly waits on servers
-(two workers left the CPU 60 % idle), so the third runs quick tests in that idle time,
-and the run ends when the heavy group does.
+(two workers left the CPU 60 % idle), so each group has a worker and the quick tests go
+to whichever worker runs out of work first.
 
 At the end the controller prints each worker's share: its tests, the seconds they took,
 when its last one ended, and its longest modules. The latest of their ends is the run's
@@ -62,10 +73,16 @@ import pytest
 
 from contract.settings import CATALOG
 
-HEAVY_MARKS = ("slow", "netns", "nspawn", "slurm")
+HOST_MARKS = ("netns", "nspawn", "slurm")  # own something of the whole host
+HEAVY_MARKS = ("slow", *HOST_MARKS)
 # Slow, but with no deadline to miss and nothing of the host's to own: beside the others.
 NO_DEADLINE = "no_deadline"
 HEAVY_GROUP = "heavy"
+COMMANDS_GROUP = "commands"
+COMMANDS_TESTS = "tests/maccli/"  # the `mac` command's tests, by their node ids
+# Slow tests of the command kept in `heavy`: the supervisor's 15 s backoff is measured
+# against the clock, too fine a promise to share the cores with another deadline stream.
+SHARED_CORES_TOO_COARSE = frozenset({"tests/maccli/test_supervision.py"})
 DOCKER_MARK = DOCKER_GROUP = "docker"
 MODULES_SHOWN = 8  # each worker's longest test modules, in the summary
 # CFS weight 110 against a heavy test's 1024: two quick workers take the idle time and yield
@@ -141,19 +158,39 @@ def is_heavy(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(mark) for mark in HEAVY_MARKS)
 
 
-def group_of(item: pytest.Item) -> str | None:
-    """The xdist group that keeps `item` on one worker with its kind; None: anywhere."""
+def owns_the_host(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(mark) for mark in HOST_MARKS)
+
+
+def module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def group_of(item: pytest.Item, host_modules: frozenset[str] = frozenset()) -> str | None:
+    """The xdist group that keeps `item` on one worker with its kind; None: anywhere.
+    `host_modules`: the modules with a test that owns the host, kept whole in `heavy`
+    (their fixtures are shared by module)."""
     if item.get_closest_marker(DOCKER_MARK):
         return DOCKER_GROUP
-    return HEAVY_GROUP if is_heavy(item) else None
+    if not is_heavy(item):
+        return None
+    module = module_of(item)
+    if (
+        module.startswith(COMMANDS_TESTS)
+        and module not in host_modules
+        and module not in SHARED_CORES_TOO_COARSE
+    ):
+        return COMMANDS_GROUP
+    return HEAVY_GROUP
 
 
 # First: xdist's own hook (on each worker) turns the mark into the `@heavy` suffix of the
 # node ids that `--dist loadgroup` schedules by; a mark added after it is ignored.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    host_modules = frozenset(module_of(item) for item in items if owns_the_host(item))
     for item in items:
-        if group := group_of(item):
+        if group := group_of(item, host_modules):
             item.add_marker(pytest.mark.xdist_group(group))
 
 

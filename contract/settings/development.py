@@ -46,8 +46,9 @@ DEVELOPMENT = Group(
             "MAC_TEST_WORKERS",
             Integer(0, 64),
             3,
-            "`scripts/test`'s pytest-xdist workers: the heavy tests on one, the Docker tests "
-            "on another, the quick ones beside them; 0 runs everything in one process",
+            "`scripts/test`'s pytest-xdist workers: the heavy tests, the `mac` command's slow "
+            "tests and the Docker tests each on one, the quick ones beside them; 0 runs "
+            "everything in one process",
         ),
         _dev(
             "MAC_TEST_REDIS_URL",

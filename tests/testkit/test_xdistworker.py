@@ -1,4 +1,4 @@
-"""The heavy tests share one xdist worker: run a small suite the way scripts/test runs
+"""The heavy tests share a worker per group: run a small suite the way scripts/test runs
 the real one and see where each test went. A pytest or xdist release that stops honouring
 the group (pytest-dev/pytest-xdist#1386) fails here, not as races in the Docker tests.
 
@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 # "[gw1] [ 50%] PASSED test_suite.py::test_slow[0]@heavy": the worker, the test, its group.
 # "gw0: 13 tests, 0 s in tests, last ended 1 s after the start"
 SHARE = re.compile(r"^(gw\d): (\d+) tests, [\d,]+ s in tests, last ended [\d,]+ s after", re.M)
-PASSED = re.compile(r"\[(gw\d)\] \[\s*\d+%\] PASSED test_suite\.py::(\w+)(?:\[\d+\])?(@\w+)?")
+PASSED = re.compile(
+    r"\[(gw\d)\] \[\s*\d+%\] PASSED (?:tests/maccli/)?test_\w+\.py::(\w+)(?:\[\d+\])?(@\w+)?"
+)
 
 SUITE = """
 import pytest
@@ -46,17 +48,53 @@ def test_quick(i):
 def test_long_without_deadline():
     pass
 """
+# The `mac` command's slow tests: a group of their own, but for a module that owns the host
+# (kept whole with the host's tests) and the supervisor's backoff (too fine to share).
+COMMANDS = """
+import pytest
+
+@pytest.mark.slow
+@pytest.mark.parametrize("i", range(4))
+def test_command(i):
+    pass
+"""
+HOST_WIDE = """
+import pytest
+
+@pytest.mark.netns
+def test_in_a_namespace():
+    pass
+
+@pytest.mark.slow
+def test_beside_the_namespace():
+    pass
+"""
+SUPERVISION = """
+import pytest
+
+@pytest.mark.slow
+def test_backoff():
+    pass
+"""
 
 
 @pytest.fixture(scope="module")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[str, str, str]], str]:
     """(worker, test, "@group" or "") for each test the suite ran, and pytest's output."""
     tmp_path = tmp_path_factory.mktemp("suite")
-    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: s\n    docker: d\n")
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    slow: s\n    docker: d\n    netns: n\n"
+    )
     (tmp_path / "test_suite.py").write_text(SUITE)
+    commands = tmp_path / "tests" / "maccli"
+    commands.mkdir(parents=True)
+    (commands / "test_commands.py").write_text(COMMANDS)
+    (commands / "test_hostwide.py").write_text(HOST_WIDE)
+    (commands / "test_supervision.py").write_text(SUPERVISION)
     ran = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "testkit.xdistworker", "-p", "no:django",
-         "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup", "-v", "test_suite.py"],
+         "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup", "-v", "--import-mode",
+         "importlib", "test_suite.py", "tests"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -64,7 +102,9 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple[str,
     return PASSED.findall(ran.stdout), ran.stdout
 
 
-def test_heavy_tests_run_on_one_worker_and_the_docker_and_quick_ones_beside_them(suite_run) -> None:
+def test_each_heavy_group_runs_on_a_worker_of_its_own_and_the_quick_ones_beside_them(
+    suite_run,
+) -> None:
     ran, _ = suite_run
     workers: dict[str, set[str]] = defaultdict(set)
     groups: dict[str, set[str]] = defaultdict(set)
@@ -73,15 +113,21 @@ def test_heavy_tests_run_on_one_worker_and_the_docker_and_quick_ones_beside_them
         groups[test].add(group)
     assert groups == {
         "test_slow": {"@heavy"},
+        "test_in_a_namespace": {"@heavy"},
+        "test_beside_the_namespace": {"@heavy"},  # its module owns the host: kept whole
+        "test_backoff": {"@heavy"},
+        "test_command": {"@commands"},
         "test_docker": {"@docker"},
         "test_quick": {""},
         "test_long_without_deadline": {""},
     }
-    assert len(workers["test_slow"]) == 1, f"heavy tests ran on {sorted(workers['test_slow'])}"
-    # The Docker tests together too, on the other worker (the heavy one's time is the run's).
+    heavy = workers["test_slow"] | workers["test_in_a_namespace"] | workers["test_backoff"]
+    assert len(heavy) == 1, f"heavy tests ran on {sorted(heavy)}"
+    # Each group together, on a worker of its own (the longest group's time is the run's).
+    assert len(workers["test_command"]) == 1, sorted(workers["test_command"])
     assert len(workers["test_docker"]) == 1, sorted(workers["test_docker"])
-    assert workers["test_docker"] != workers["test_slow"]
-    assert len(ran) == 25
+    assert len(heavy | workers["test_command"] | workers["test_docker"]) == 3
+    assert len(ran) == 32
 
 
 def test_the_run_ends_with_each_worker_s_share(suite_run) -> None:
@@ -92,7 +138,7 @@ def test_the_run_ends_with_each_worker_s_share(suite_run) -> None:
     shares = dict(SHARE.findall(output))
     assert {worker: int(tests) for worker, tests in shares.items()} == counted, output
     # and under each, the modules its time went to
-    assert output.count("    test_suite.py ") == len(counted), output
+    assert output.count("\n    test_suite.py ") + output.count("\n    tests/") == len(counted)
 
 
 def test_a_run_given_no_redis_or_data_folder_gets_the_tests_own_not_a_master_s():
