@@ -61,12 +61,13 @@ def invoking_users_agent(cfg: NodeConfig, environ: Mapping[str, str] = os.enviro
     home = home_of(user)
     if home is None:
         return None
-    # The folder and file as `mac` run by that user finds them (node.config's defaults).
-    state_dir = home / ".mac" / "state" / (socket.gethostname() or "localhost")
+    # The file and folder as `mac` run by that user finds them: its ~/.mac/env, and the
+    # MAC_STATE_DIR set there, else node.config's default for a user.
     user_file = home / ".mac" / "env"
+    with_their_file = {**environ, "MAC_USER_ENV_FILE": str(user_file)}
+    chosen = NodeConfig.load(with_their_file).value("MAC_STATE_DIR")
+    state_dir = chosen or home / ".mac" / "state" / (socket.gethostname() or "localhost")
     if not has_agent(state_dir):
         return None
-    theirs = NodeConfig.load(
-        {**environ, "MAC_STATE_DIR": str(state_dir), "MAC_USER_ENV_FILE": str(user_file)}
-    )
+    theirs = NodeConfig.load({**with_their_file, "MAC_STATE_DIR": str(state_dir)})
     return Owner(user, state_dir, user_file, theirs)

@@ -710,6 +710,14 @@ def test_under_sudo_roots_own_agent_or_a_state_dir_given_on_purpose_wins(tmp_pat
     assert owner(SUDO_USER="nobody-here") is None  # no such user
     assert owner(MAC_STATE_DIR=str(tmp_path / "chosen")) is None
     assert owner(MAC_USER_ENV_FILE=str(tmp_path / "env")) is None
+    # op's ~/.mac/env moves op's folder: the agent is looked for there
+    moved = tmp_path / "op-state"
+    (moved / ROLE).mkdir(parents=True)
+    (home / ".mac" / "env").write_text(f"MAC_STATE_DIR={moved}\n")
+    if os.geteuid() == 0:
+        found = owner()
+        assert found is not None and found.state_dir == moved == found.cfg.state_dir
+    (home / ".mac" / "env").write_text("")
     mine = NodeConfig.load(environ).state_dir
     (mine / ROLE).mkdir(parents=True)  # root runs an agent of its own: that one
     assert owner() is None
