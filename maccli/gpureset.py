@@ -24,8 +24,9 @@ from the boot on, and would otherwise judge the GPU on the XIDs it logged before
 reset, unhealthy again until MAC_GPU_EVIDENCE_WINDOW has passed (those a reset repairs:
 an XID that asks for a reboot or a look at the hardware stays).
 
-Run through `sudo` by the user who started the agent, where root runs none, it acts on
-that user's agent (maccli.agent.sudo_owner): its state folder and its ~/.mac/env.
+Under `sudo`, where root has no agent and the user who ran it has one, it stops before
+anything and names that agent with the command that resets with it
+(maccli.agent.sudo_owner).
 
 An AMD GPU is named by its index only: `amd-smi list --json`'s output was not at hand
 from a real node to parse its bus ids and UUIDs from, so the index is checked against
@@ -228,23 +229,31 @@ def reset(asked: str, runtime_name: str | None = None) -> int:
             f"resetting {gpu} needs root ({tool.program} refuses otherwise).",
             commands=[f"sudo mac gpu reset {shlex.quote(asked)}"],
         )
-    cfg = _whose_agent(cfg)
+    _refuse_to_miss_the_users_agent(cfg, asked)
     runtime, specs = runtime_and_specs(cfg, runtime_name)
     with _one_reset_at_a_time(cfg, asked):
         return _reset(cfg, tool, gpu, asked, runtime, specs)
 
 
-def _whose_agent(cfg: NodeConfig) -> NodeConfig:
-    """Root's agent, or under `sudo` the agent of the user who ran it where root runs none
-    (maccli.agent.sudo_owner): said, as every later line is about that agent."""
+def _refuse_to_miss_the_users_agent(cfg: NodeConfig, asked: str) -> None:
+    """Under `sudo`, where root has no agent here and the user who ran it has one
+    (maccli.agent.sudo_owner): stop before anything, naming that agent and the command
+    that resets with it, rather than stop nothing and fail on its exporter."""
     owner = sudo_owner.invoking_users_agent(cfg)
     if owner is None:
-        return cfg
-    output.say(
-        f"Root runs no MAC agent here and {owner.user} does: resetting with {owner.user}'s "
-        f"agent (state {owner.state_dir}, settings {owner.user_file})."
+        return
+    theirs = (
+        f"sudo env MAC_STATE_DIR={shlex.quote(str(owner.state_dir))} "
+        f"MAC_USER_ENV_FILE={shlex.quote(str(owner.user_file))} mac gpu reset {shlex.quote(asked)}"
     )
-    return owner.cfg
+    raise CliError(
+        f"root has no MAC agent here, and {owner.user} has one (state {owner.state_dir}): "
+        f"as root, this command would stop none of {owner.user}'s GPU services, and the "
+        "reset would fail on them. Nothing was stopped.",
+        hint=f"Reset with {owner.user}'s agent by naming its folder and settings file (root "
+        f"then acts on {owner.user}'s settings):",
+        commands=[theirs],
+    )
 
 
 def _reset(

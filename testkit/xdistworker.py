@@ -34,8 +34,9 @@ did without xdist: `pytest_collection_modifyitems` marks each test's xdist group
   a promise too fine for a second deadline stream beside them stay in `heavy`
   (SHARED_CORES_TOO_COARSE).
 
-The other workers run the quick tests beside them, at a low CPU priority (as root), so a
-heavy test's deadlines see nearly the cores it saw alone.
+Each worker takes quick tests once its group is nearly done, at a low CPU priority (as
+root), so the groups still running keep the cores they would share among themselves: on
+CI's two cores, three streams of deadline tests at most (heavy, commands, Docker).
 
 The Docker tests are a group of their own, which loadgroup starts on a worker of its
 own (the three groups are its largest units of work, handed out first, one to each

@@ -1,13 +1,16 @@
-"""Whose agent a root-only command acts on when run through `sudo` by the agent's owner.
+"""The agent of the user who ran `sudo`, where root's own command would miss it.
 
 An agent started by a user under the process runtime keeps its state (supervisord, the
 pid files, the GPU exporters' evidence) under that user's ~/.mac/state/<host>, and its
 settings (ports) in that user's ~/.mac/env. `sudo mac gpu reset` runs as root, whose
-folder is /var/lib/mac: left there, it finds none of MAC's GPU services running, stops
-nothing, and the reset fails on the exporter it never stopped. So where root runs no agent
-of its own and the user sudo names (SUDO_USER) does, the command takes that user's
-folder and file, and says so. A MAC_STATE_DIR or MAC_USER_ENV_FILE given on purpose
-always wins: nothing is guessed then.
+folder is /var/lib/mac: left there, it would find none of MAC's GPU services running,
+stop nothing, and fail on the exporter it never stopped. So where root has no agent and
+the user sudo names (SUDO_USER) has one, the command stops before anything and names
+that agent, with the command that acts on it.
+
+It names it and never takes it over by itself: acting as root on a user's own settings
+and folder (paths it would open, files it would write) is the operator's decision, never
+a side effect of `sudo mac gpu reset`, which a site may grant users alone.
 """
 
 from __future__ import annotations
@@ -20,17 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from maccli.agent.specs import ROLE
-from node.config import NodeConfig
+from node.config import ConfigError, NodeConfig
 
 
 @dataclass(frozen=True)
 class Owner:
-    """The user whose agent the command acts on, and where that agent keeps what."""
+    """The user who ran `sudo`, and where that user's agent keeps its state and settings."""
 
     user: str
     state_dir: Path
     user_file: Path
-    cfg: NodeConfig
 
 
 def home_of(user: str) -> Path | None:
@@ -43,14 +45,18 @@ def home_of(user: str) -> Path | None:
 
 def has_agent(state_dir: Path) -> bool:
     """Whether an agent was started with this state folder (by either runtime: the process
-    runtime's supervisord and pid files, Docker's mount of the GPU evidence, both under it)."""
-    return (state_dir / ROLE).is_dir()
+    runtime's supervisord and pid files, Docker's mount of the GPU evidence, both under it).
+    A folder root cannot look into (a home on NFS with root squashed) counts as none."""
+    try:
+        return (state_dir / ROLE).is_dir()
+    except OSError:
+        return False
 
 
 def invoking_users_agent(cfg: NodeConfig, environ: Mapping[str, str] = os.environ) -> Owner | None:
-    """The agent of the user who ran `sudo`, where a command that runs as root (its caller
-    checked) should act on it instead of root's; None where it should not (not under sudo,
-    a folder or file chosen on purpose, root runs an agent here, or that user runs none)."""
+    """The agent of the user who ran `sudo`, where a command run as root (its caller
+    checked) would miss it; None where it would not (not under sudo, a folder or file
+    chosen on purpose, root has an agent here, or that user has none)."""
     user = environ.get("SUDO_USER", "")
     if user in ("", "root"):
         return None
@@ -62,12 +68,23 @@ def invoking_users_agent(cfg: NodeConfig, environ: Mapping[str, str] = os.enviro
     if home is None:
         return None
     # The file and folder as `mac` run by that user finds them: its ~/.mac/env, and the
-    # MAC_STATE_DIR set there, else node.config's default for a user.
+    # MAC_STATE_DIR set there, else node.config's default.
     user_file = home / ".mac" / "env"
-    with_their_file = {**environ, "MAC_USER_ENV_FILE": str(user_file)}
-    chosen = NodeConfig.load(with_their_file).value("MAC_STATE_DIR")
-    state_dir = chosen or home / ".mac" / "state" / (socket.gethostname() or "localhost")
+    try:
+        chosen = NodeConfig.load({**environ, "MAC_USER_ENV_FILE": str(user_file)}).get(
+            "MAC_STATE_DIR"
+        )
+    except (ConfigError, OSError):
+        chosen = None  # a file root cannot read or parse: the default folder, then
+    state_dir = _as_the_user(chosen.strip(), home) if chosen and chosen.strip() else None
+    state_dir = state_dir or home / ".mac" / "state" / (socket.gethostname() or "localhost")
     if not has_agent(state_dir):
         return None
-    theirs = NodeConfig.load({**with_their_file, "MAC_STATE_DIR": str(state_dir)})
-    return Owner(user, state_dir, user_file, theirs)
+    return Owner(user, state_dir, user_file)
+
+
+def _as_the_user(path: str, home: Path) -> Path:
+    """`path` with its `~` as that user's (root's HOME is sudo's, never the user's)."""
+    if path == "~" or path.startswith("~/"):
+        return home / path[2:]
+    return Path(path).expanduser()

@@ -651,14 +651,16 @@ def _owners_agent(tmp_path: Path) -> tuple[Node, Path]:
     return started, home
 
 
-def test_under_sudo_it_resets_with_the_invoking_users_agent_where_root_runs_none(
+def test_under_sudo_the_users_agent_is_named_before_anything_stops_and_the_command_works(
     tmp_path, on, capsys, monkeypatch
 ):
     """`sudo mac gpu reset 1` by the user who started the agent: sudo gives root's HOME
-    and none of op's environment, and root's /var/lib/mac holds no agent."""
+    and none of op's environment, and root's /var/lib/mac holds no agent. It names op's
+    agent and the command that resets with it, and that command does."""
     started, home = _owners_agent(tmp_path)
     try:
-        before = set(started.pids().values())
+        before = started.pids()
+        resets = len(started.resets())
         evidence = _evidence(started, {UUIDS[0]: 0, UUIDS[1]: 1})
         sudo_env = {
             k: v
@@ -672,24 +674,35 @@ def test_under_sudo_it_resets_with_the_invoking_users_agent_where_root_runs_none
         monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(tmp_path / "var-lib-mac"))
         monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
 
-        assert main(["gpu", "reset", "1"]) == 0
-        said = capsys.readouterr().out
+        assert main(["gpu", "reset", "1"]) == 1
+        said = " ".join(capsys.readouterr().err.split())
 
-        assert (
-            f"Root runs no MAC agent here and op does: resetting with op's agent (state "
-            f"{home}/.mac/state/"
-        ) in said
+        state = started.env["MAC_STATE_DIR"]
+        assert f"Error: root has no MAC agent here, and op has one (state {state})" in said
+        assert "Nothing was stopped." in said
+        user_file = f"{home}/.mac/env"
+        assert said.endswith(
+            f"sudo env MAC_STATE_DIR={state} MAC_USER_ENV_FILE={user_file} mac gpu reset 1"
+        )
+        assert started.pids() == before and len(started.resets()) == resets  # untouched
+        assert not (tmp_path / "var-lib-mac").exists()  # nothing written as root's
+
+        # The command it names, as `sudo env ...` runs it.
+        monkeypatch.setenv("MAC_STATE_DIR", state)
+        monkeypatch.setenv("MAC_USER_ENV_FILE", user_file)
+        assert main(["gpu", "reset", "1"]) == 0
         assert _last_reset(started)["listening"] == []  # op's exporters were stopped for it
         after = started.pids()
         assert sorted(after) == ["dcgm-exporter", "mango-sdk-agent", "sw-exporter"]
-        assert set(after.values()) != before  # and started again
+        assert set(after.values()) != set(before.values())  # and started again
         assert _kept(evidence) == [UUIDS[0]]  # GPU 1's evidence in op's folder is cleared
-        assert not (tmp_path / "var-lib-mac").exists()  # nothing written as root's
     finally:
         _stop(started)
 
 
-def test_under_sudo_roots_own_agent_or_a_state_dir_given_on_purpose_wins(tmp_path, monkeypatch):
+def test_under_sudo_roots_own_agent_or_a_state_dir_given_on_purpose_comes_first(
+    tmp_path, monkeypatch
+):
     home = tmp_path / "op-home"
     theirs = home / ".mac" / "state" / (socket.gethostname() or "localhost")
     (theirs / ROLE).mkdir(parents=True)
@@ -702,21 +715,21 @@ def test_under_sudo_roots_own_agent_or_a_state_dir_given_on_purpose_wins(tmp_pat
         given = {**environ, **extra}
         return sudo_owner.invoking_users_agent(NodeConfig.load(given), given)
 
-    found = owner()
-    if os.geteuid() == 0:  # root's default folder is /var/lib/mac (moved above) only as root
-        assert found is not None and found.state_dir == theirs
-        assert found.cfg.state_dir == theirs and found.user_file == home / ".mac" / "env"
+    assert owner() == sudo_owner.Owner("op", theirs, home / ".mac" / "env")
     assert owner(SUDO_USER="root") is None and owner(SUDO_USER="") is None
     assert owner(SUDO_USER="nobody-here") is None  # no such user
     assert owner(MAC_STATE_DIR=str(tmp_path / "chosen")) is None
     assert owner(MAC_USER_ENV_FILE=str(tmp_path / "env")) is None
-    # op's ~/.mac/env moves op's folder: the agent is looked for there
+    # op's ~/.mac/env moves op's folder: the agent is looked for there, its ~ op's own
     moved = tmp_path / "op-state"
     (moved / ROLE).mkdir(parents=True)
     (home / ".mac" / "env").write_text(f"MAC_STATE_DIR={moved}\n")
-    if os.geteuid() == 0:
-        found = owner()
-        assert found is not None and found.state_dir == moved == found.cfg.state_dir
+    assert owner().state_dir == moved
+    (home / "elsewhere" / ROLE).mkdir(parents=True)
+    (home / ".mac" / "env").write_text("MAC_STATE_DIR=~/elsewhere\n")
+    assert owner().state_dir == home / "elsewhere"
+    (home / ".mac" / "env").write_bytes(b"MAC_STATE_DIR=\xff\n")  # not UTF-8: the default
+    assert owner().state_dir == theirs
     (home / ".mac" / "env").write_text("")
     mine = NodeConfig.load(environ).state_dir
     (mine / ROLE).mkdir(parents=True)  # root runs an agent of its own: that one
