@@ -26,8 +26,11 @@ iproute2); `why_unavailable()` says what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -130,6 +133,7 @@ class DockerEngine:
 
     def start(self, timeout: float = 60) -> DockerEngine:
         if not Path(f"/run/netns/{self.netns}").exists():
+            clear_stale_engines()
             self._make_namespace()
             if self.leftovers:
                 self.plant_leftovers()
@@ -274,6 +278,68 @@ class DockerEngine:
     def set_ip_forward(self, on: bool) -> None:
         """net.ipv4.ip_forward inside the engine's namespace only (never the host's)."""
         _sh(*self.ns_command("sysctl", "-qw", f"net.ipv4.ip_forward={int(on)}"))
+
+
+def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
+    """Remove what engines of killed runs left; the namespaces removed.
+
+    A run killed outright stops no engine: its dockerd goes with the next run's
+    testkit.leftovers, but its namespace stays, with its veth holding HOST_IP and
+    NS_IP. A new engine's host end then shares 198.18.250.0/24 with it, the host's
+    route to the subnet may go through the dead one, and every container's call home
+    times out. A namespace of ours (`ns_ip` in it) where no dockerd runs is removed,
+    with its veth, its exec and default data roots (vfs layers: gigabytes) and the
+    containers that outlived its dockerd; one where dockerd still runs is another
+    run's engine, still going: say so rather than start beside it.
+    """
+    removed = []
+    for line in _sh("ip", "netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if not name.startswith("macd"):
+            continue
+        addresses = _sh("ip", "-n", name, "-o", "-4", "addr", "show", check=False).stdout
+        if f" {ns_ip}/" not in addresses:
+            continue
+        pids = [int(pid) for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split()]
+        engines = [pid for pid in pids if _command_name(pid) == "dockerd"]
+        if engines:
+            raise RuntimeError(
+                f"another private Docker engine (dockerd, pid {engines[0]}) runs in network "
+                f"namespace {name} and holds {ns_ip}: let its test run end, or stop it "
+                f"(kill {engines[0]}) and then `ip netns del {name}`"
+            )
+        for pid in pids:  # its containers, which outlived the engine
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        tag = name.removeprefix("macd")
+        roots = [Path(f"/run/macd-{tag}"), Path(f"/run/macd-{tag}e")]
+        roots += [Path(f"/var/tmp/mac-dockerd-{tag}"), Path(f"/var/tmp/mac-dockerd-{tag}-earlier")]
+        _unmount_under(*roots)
+        # The host's end first: a veth pair goes as one, whoever still holds the namespace.
+        for host_end in veth_ends_into(name):
+            _sh("ip", "link", "del", host_end, check=False)
+        _sh("ip", "netns", "del", name, check=False)
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def veth_ends_into(netns: str) -> list[str]:
+    """The host's veth links whose peer is in namespace `netns`."""
+    listed = _sh("ip", "-o", "link", "show", "type", "veth", check=False).stdout
+    return [
+        line.split(":")[1].strip().split("@")[0]
+        for line in listed.splitlines()
+        if re.search(rf"\blink-netns {re.escape(netns)}(\s|$)", line)
+    ]
+
+
+def _command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _unmount_under(*roots: Path) -> None:
