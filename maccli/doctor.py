@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from contract.services import SERVICES
 from maccli import output
+from maccli.agent import sudo_owner
 from maccli.fixsteps import MacCommand, apply_step
 from maccli.output import CliError
 from node.checks import CHECK_IDS, CheckContext, CheckResult, CheckStatus, run_checks
@@ -113,10 +114,31 @@ def _print(line: str, style: str = "") -> None:
     output.out().print(line, style=style or None, markup=False, highlight=False)
 
 
+def users_agent(ctx: CheckContext) -> sudo_owner.Owner | None:
+    """Under `sudo`, the agent of the user who ran it where root has none here
+    (maccli.agent.sudo_owner): the checks read root's settings and state folder, and a
+    `mac restart agent` run as root would start a second agent beside that user's."""
+    cfg = ctx.extra.get("config")
+    if os.geteuid() != 0 or cfg is None:
+        return None
+    return sudo_owner.invoking_users_agent(cfg)
+
+
+def _warn_of(owner: sudo_owner.Owner, ctx: CheckContext) -> None:
+    output.warn(
+        f"root has no MAC agent here; {owner.user}'s agent runs from {owner.state_dir}. These "
+        f"checks read root's settings and state folder ({ctx.extra['config'].state_dir}): "
+        f"for {owner.user}'s agent, run `mac doctor` as {owner.user}, without sudo."
+    )
+
+
 def doctor(
     as_json: bool = False, ctx: CheckContext | None = None, names: Sequence[str] = ()
 ) -> int:
     ctx = _narrowed(ctx or build_context(NodeConfig.load()), names)
+    owner = users_agent(ctx)
+    if owner is not None:
+        _warn_of(owner, ctx)
     with output.spinner("Running checks ..."):
         results = run_checks(ctx)
     failed = any(r.status == CheckStatus.FAIL for r in results)
@@ -171,6 +193,25 @@ def _show_plan(fixable: dict, manual: list[CheckResult]) -> None:
             _print(f"  {line}", "cyan")
 
 
+def _theirs_to_apply(fixable: dict) -> dict[tuple[Step, ...], list[CheckResult]]:
+    """The fixes that act on the agent (`mac restart agent`): under sudo with a user's
+    agent, root applying them would start an agent of its own beside that one."""
+    return {
+        steps: group
+        for steps, group in fixable.items()
+        if any(isinstance(step, Mac) for step in steps)
+    }
+
+
+def _show_theirs(owner: sudo_owner.Owner, theirs: dict) -> None:
+    for steps, group in theirs.items():
+        _print("")
+        _print(_heading(f"Not applied as root ({owner.user}'s agent) for", group))
+        _print(f"  As {owner.user}, without sudo, run:")
+        for step in steps:
+            _print(f"  {step.line()}", "cyan")
+
+
 def _apply(
     steps: tuple[Step, ...], group: list[CheckResult], ctx: CheckContext, mac: MacCommand
 ) -> list[CheckResult]:
@@ -204,6 +245,9 @@ def fix(
 ) -> int:
     """`mac doctor --fix`: 0 when everything asked for passes (or is skipped) afterwards."""
     ctx = _narrowed(ctx or build_context(NodeConfig.load()), names)
+    owner = users_agent(ctx)
+    if owner is not None:
+        _warn_of(owner, ctx)
     with output.spinner("Running checks ..."):
         results = run_checks(ctx)
     trouble = [result for result in results if result.status in TROUBLE]
@@ -213,7 +257,12 @@ def fix(
         return 0
     fixable = _groups([result for result in trouble if result.steps])
     manual = [result for result in trouble if not result.steps]
+    theirs = _theirs_to_apply(fixable) if owner is not None else {}
+    fixable = {steps: group for steps, group in fixable.items() if steps not in theirs}
     _show_plan(fixable, manual)
+    if owner is not None:
+        _show_theirs(owner, theirs)
+        manual += [result for group in theirs.values() for result in group]
     if not fixable:
         _print("\nNothing here can be applied by --fix; run the commands above.")
         return 1

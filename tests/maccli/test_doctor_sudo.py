@@ -1,0 +1,97 @@
+"""`sudo mac doctor [--fix]` by a user whose agent runs under that user, not root.
+
+Root's settings and /var/lib/mac hold no agent there: the checks say whose they read,
+and `--fix` applies the system's fixes but never `mac restart agent` as root, which
+would start a second agent beside the user's (maccli.agent.sudo_owner).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from maccli.agent import sudo_owner
+from maccli.agent.specs import ROLE
+from maccli.main import main
+from node import config
+from tests.maccli.conftest import loopback_address
+
+
+@pytest.fixture
+def under_sudo(files, tmp_path, monkeypatch):
+    """Root's HOME and environment, as sudo gives them; op's agent in op's ~/.mac/state."""
+    home = tmp_path / "op-home"
+    theirs = home / ".mac" / "state" / (socket.gethostname() or "localhost")
+    (theirs / ROLE).mkdir(parents=True)
+    roots_home = tmp_path / "root-home"
+    roots_home.mkdir()
+    for name in ("MAC_USER_ENV_FILE", "MAC_STATE_DIR"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(roots_home))
+    monkeypatch.setenv("SUDO_USER", "op")
+    # One service, where nothing listens: its check fails with `mac restart agent`.
+    monkeypatch.setenv("MAC_AGENT_SERVICES", "sw-exporter")
+    monkeypatch.setenv("MAC_BIND", loopback_address(9))
+    monkeypatch.setenv("MAC_AGENT_NETWORK", "bridge")  # forwarding matters: ip_forward's fix
+    (tmp_path / "proc" / "sys" / "net" / "ipv4").mkdir(parents=True)
+    (tmp_path / "proc" / "sys" / "net" / "ipv4" / "ip_forward").write_text("0\n")
+    monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(tmp_path / "var-lib-mac"))
+    monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    return theirs
+
+
+def _said(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_checks_say_they_read_roots_settings_and_how_to_check_the_users_agent(
+    under_sudo, capsys
+):
+    assert main(["doctor", "service:sw-exporter"]) == 1
+    said = capsys.readouterr()
+    assert "fail    service:sw-exporter" in said.out  # root's settings: none answers there
+    assert _said(said.err).startswith(
+        f"Warning: root has no MAC agent here; op's agent runs from {under_sudo}."
+    )
+    assert "run `mac doctor` as op, without sudo." in _said(said.err)
+
+
+def test_fix_applies_the_systems_fixes_and_leaves_the_users_agent_to_the_user(
+    under_sudo, tmp_path, capsys
+):
+    forward = tmp_path / "proc" / "sys" / "net" / "ipv4" / "ip_forward"
+
+    assert main(["doctor", "--fix", "--yes", "ip_forward", "service:sw-exporter"]) == 1
+    said = capsys.readouterr()
+    lines = said.out.splitlines()
+    assert "  $ sudo sysctl -w net.ipv4.ip_forward=1" in lines
+    assert forward.read_text() == "1\n"
+    heading = next(line for line in lines if line.startswith("Not applied as root"))
+    assert heading.startswith("Not applied as root (op's agent) for service:sw-exporter")
+    assert lines[lines.index(heading) + 1 :][:2] == [
+        "  As op, without sudo, run:",
+        "  mac restart agent",
+    ]
+    assert "  $ mac restart agent" not in lines  # never run as root
+    assert not (tmp_path / "var-lib-mac").exists()  # no agent of root's was started
+    assert lines[-1] == "Still to fix: service:sw-exporter. See `mac doctor` for each."
+
+
+def test_with_only_the_users_agent_to_fix_nothing_is_applied(under_sudo, tmp_path, capsys):
+    assert main(["doctor", "--fix", "--yes", "service:sw-exporter"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "  As op, without sudo, run:" in lines
+    assert lines[-1] == "Nothing here can be applied by --fix; run the commands above."
+    assert not (tmp_path / "var-lib-mac").exists()
+
+
+def test_roots_own_agent_is_fixed_as_before(under_sudo, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MAC_STATE_DIR", str(tmp_path / "roots-state"))  # chosen: root's
+    assert main(["doctor", "--fix", "--dry-run", "service:sw-exporter"]) == 1
+    said = capsys.readouterr()
+    assert "Not applied as root" not in said.out
+    assert "  mac restart agent" in said.out.splitlines()
+    assert "Warning" not in said.err
