@@ -77,10 +77,27 @@ class UnreadableRecord(ValueError):
 def record_path(cfg: NodeConfig, roots: Roots | None = None) -> Path:
     """Where the record is: the state dir as root has it (`mac gpu reset` runs as root
     only; `mac doctor` and sys-manager may run as another user), or MAC_STATE_DIR; read
-    under ``roots`` where given (sys-manager in a container has the host's / elsewhere)."""
+    under ``roots`` where given (sys-manager in a container has the host's / elsewhere).
+
+    A user whose own agent runs (process runtime, state in ~/.mac/state/<host>) has it
+    reset by root through the command `sudo mac gpu reset` names for it (MAC_STATE_DIR
+    set to that folder: maccli.agent.sudo_owner), which records there: where that
+    user's folder holds a record, that user's `mac doctor` and `mac restart agent` read
+    and clear that one."""
     explicit = cfg.value("MAC_STATE_DIR")
     path = Path(explicit or DEFAULT_STATE_DIR_ROOT) / RECORD_NAME
+    if not explicit:
+        own = cfg.state_dir / RECORD_NAME
+        if own != path and _is_file(roots.host(str(own)) if roots is not None else own):
+            path = own
     return roots.host(str(path)) if roots is not None else path
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a folder this user cannot look into holds none of its records
+        return False
 
 
 def lock_path(cfg: NodeConfig) -> Path:

@@ -122,3 +122,27 @@ def test_in_sys_managers_container_it_reads_the_hosts_record_and_processes(tmp_p
     result = records.check_gpu_reset(ctx)
     assert result.status is CheckStatus.WARN
     assert "`mac gpu reset` (pid 4242) is resetting GPU 3" in result.detail
+
+
+def test_a_users_own_agents_record_is_the_one_that_user_reads_and_clears(tmp_path, monkeypatch):
+    """An agent op started keeps its state in op's ~/.mac/state/<host>; root resets its GPU
+    through the command `sudo mac gpu reset` names (MAC_STATE_DIR set to that folder),
+    which records there. op's `mac doctor` reads that record, op's restart removes it; with
+    none there, op's tools read root's, at /var/lib/mac, as before."""
+    monkeypatch.setenv("HOME", str(tmp_path / "op"))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    environ = {"HOME": str(tmp_path / "op"), "MAC_NODE_ENV_FILE": str(tmp_path / "env")}
+    op = NodeConfig.load(environ)
+    assert records.record_path(op) == Path("/var/lib/mac/gpu-reset.json")
+    root_for_op = NodeConfig.load({**environ, "MAC_STATE_DIR": str(op.state_dir)})
+    written = records.write_record(root_for_op, _record())
+    assert written == op.state_dir / "gpu-reset.json"
+
+    assert records.record_path(op) == written
+    write(tmp_path / "proc" / "sys" / "kernel" / "random" / "boot_id", "boot-a\n")
+    ctx = CheckContext(roots=Roots(proc_root=str(tmp_path / "proc")), extra={"config": op})
+    result = records.check_gpu_reset(ctx)
+    assert result.status is CheckStatus.FAIL and result.fix == "mac restart agent"
+    records.remove_record(op)
+    assert not written.exists()
+    assert records.record_path(op) == Path("/var/lib/mac/gpu-reset.json")  # root's again
