@@ -30,12 +30,14 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
+from testkit.leftovers import mark_this_run, run_is_alive
 from testkit.processes import stop_process
 
 HOST_IP, NS_IP = "198.18.250.1", "198.18.250.2"
@@ -99,6 +101,7 @@ class DockerEngine:
     keep_data: bool = False
     leftovers: bool = False
     process: subprocess.Popen | None = None
+    namespace_made: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.netns = f"macd{self.tag}"
@@ -132,7 +135,8 @@ class DockerEngine:
     # --- life cycle -------------------------------------------------------------------
 
     def start(self, timeout: float = 60) -> DockerEngine:
-        if not Path(f"/run/netns/{self.netns}").exists():
+        if not self.namespace_made:
+            # Also one of this name: a killed run's engine whose tag (a pid) came again.
             clear_stale_engines()
             self._make_namespace()
             if self.leftovers:
@@ -196,6 +200,8 @@ class DockerEngine:
         self.stop_daemon()
         _unmount_under(self.exec_root, self.root)
         _sh("ip", "netns", "del", self.netns, check=False)
+        owner_file(self.tag).unlink(missing_ok=True)
+        self.namespace_made = False
         shutil.rmtree(self.exec_root, ignore_errors=True)
         if not self.keep_data:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -218,6 +224,9 @@ class DockerEngine:
     def _make_namespace(self) -> None:
         host_end, ns_end = self.host_link, f"md{self.tag}n"[:15]
         _sh("ip", "netns", "add", self.netns)
+        self.namespace_made = True
+        # Which run owns it: clear_stale_engines leaves it alone while that run lives.
+        owner_file(self.tag).write_text(mark_this_run())
         try:
             _sh("ip", "-n", self.netns, "link", "set", "lo", "up")
             _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
@@ -230,6 +239,8 @@ class DockerEngine:
         except RuntimeError:
             _sh("ip", "netns", "del", self.netns, check=False)
             _sh("ip", "link", "del", host_end, check=False)
+            owner_file(self.tag).unlink(missing_ok=True)
+            self.namespace_made = False
             raise
 
     def plant_leftovers(self) -> None:
@@ -280,6 +291,12 @@ class DockerEngine:
         _sh(*self.ns_command("sysctl", "-qw", f"net.ipv4.ip_forward={int(on)}"))
 
 
+def owner_file(tag: str) -> Path:
+    """Beside the exec root: the mark of the run that made engine `tag`'s namespace
+    (testkit.leftovers)."""
+    return Path(f"/run/macd-{tag}.run")
+
+
 def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
     """Remove what engines of killed runs left; the namespaces removed.
 
@@ -287,10 +304,11 @@ def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
     testkit.leftovers, but its namespace stays, with its veth holding HOST_IP and
     NS_IP. A new engine's host end then shares 198.18.250.0/24 with it, the host's
     route to the subnet may go through the dead one, and every container's call home
-    times out. A namespace of ours (`ns_ip` in it) where no dockerd runs is removed,
-    with its veth, its exec and default data roots (vfs layers: gigabytes) and the
-    containers that outlived its dockerd; one where dockerd still runs is another
-    run's engine, still going: say so rather than start beside it.
+    times out. A namespace of ours (`ns_ip` in it) is another run's while the run that
+    made it lives (its mark, owner_file) or a dockerd runs in it: that is said, not
+    touched. Otherwise it goes, with its veth, its exec and default data roots (vfs
+    layers: gigabytes), and the processes left of it: those in it and the containers
+    that outlived their dockerd and shims (their root on its data root).
     """
     removed = []
     for line in _sh("ip", "netns", "list", check=False).stdout.splitlines():
@@ -300,20 +318,23 @@ def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
         addresses = _sh("ip", "-n", name, "-o", "-4", "addr", "show", check=False).stdout
         if f" {ns_ip}/" not in addresses:
             continue
-        pids = [int(pid) for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split()]
-        engines = [pid for pid in pids if _command_name(pid) == "dockerd"]
-        if engines:
-            raise RuntimeError(
-                f"another private Docker engine (dockerd, pid {engines[0]}) runs in network "
-                f"namespace {name} and holds {ns_ip}: let its test run end, or stop it "
-                f"(kill {engines[0]}) and then `ip netns del {name}`"
-            )
-        for pid in pids:  # its containers, which outlived the engine
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
         tag = name.removeprefix("macd")
+        pids = [int(pid) for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split()]
+        owner = _read(owner_file(tag))
+        engines = [pid for pid in pids if _command_name(pid) == "dockerd"]
+        if (owner and run_is_alive(owner)) or engines:
+            whose = f"the test run of pid {owner.partition(':')[0]}" if owner else "a test run"
+            stop = f"kill {engines[0]}" if engines else f"end {whose}"
+            raise RuntimeError(
+                f"another private Docker engine, of {whose}, runs in network namespace "
+                f"{name} and holds {ns_ip}: let that run end, or stop it ({stop}) and "
+                f"then `ip netns del {name}`"
+            )
         roots = [Path(f"/run/macd-{tag}"), Path(f"/run/macd-{tag}e")]
         roots += [Path(f"/var/tmp/mac-dockerd-{tag}"), Path(f"/var/tmp/mac-dockerd-{tag}-earlier")]
+        for process in _left_of(tag, pids):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
         _unmount_under(*roots)
         # The host's end first: a veth pair goes as one, whoever still holds the namespace.
         for host_end in veth_ends_into(name):
@@ -321,8 +342,37 @@ def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
         _sh("ip", "netns", "del", name, check=False)
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
+        owner_file(tag).unlink(missing_ok=True)
         removed.append(name)
     return removed
+
+
+def _left_of(tag: str, pids: list[int]) -> list[psutil.Process]:
+    """The processes in a dead engine's namespace, their children, and its containers
+    (in namespaces of their own, orphaned once their shims went): those whose root is
+    under its data root, as their mount table says."""
+    found: dict[int, psutil.Process] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            found[pid] = process
+            found.update((child.pid, child) for child in process.children(recursive=True))
+    marker = f"/mac-dockerd-{tag}/"
+    for process in psutil.process_iter():
+        if process.pid in found:
+            continue
+        mounts = _read(Path(f"/proc/{process.pid}/mountinfo"))
+        root = next((entry for entry in mounts.splitlines() if entry.split()[4:5] == ["/"]), "")
+        if marker in root:
+            found[process.pid] = process
+    return list(found.values())
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def veth_ends_into(netns: str) -> list[str]:
@@ -336,17 +386,15 @@ def veth_ends_into(netns: str) -> list[str]:
 
 
 def _command_name(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
+    return _read(Path(f"/proc/{pid}/comm"))
 
 
 def _unmount_under(*roots: Path) -> None:
     """dockerd leaves its mounts (netns files, vfs/overlay layers) under its roots."""
     for root in roots:
         mounts = _sh("findmnt", "-rn", "-o", "TARGET", check=False).stdout.split()
-        for target in sorted((m for m in mounts if m.startswith(str(root))), reverse=True):
+        under = [m for m in mounts if m == str(root) or m.startswith(f"{root}/")]
+        for target in sorted(under, reverse=True):
             _sh("umount", "-l", target, check=False)
 
 

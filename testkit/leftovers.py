@@ -28,7 +28,8 @@ def mark_this_run() -> str:
     return os.environ[MARK]
 
 
-def _alive(mark: str) -> bool:
+def run_is_alive(mark: str) -> bool:
+    """Whether the run that `mark` names (its first process) still runs."""
     pid, _, started = mark.partition(":")
     try:
         process = psutil.Process(int(pid))
@@ -50,7 +51,7 @@ def leftovers(ours: str) -> list[psutil.Process]:
         if not mark:
             continue
         if mark not in verdicts:
-            verdicts[mark] = _alive(mark)
+            verdicts[mark] = run_is_alive(mark)
         if not verdicts[mark]:
             found.append(process)
     return found

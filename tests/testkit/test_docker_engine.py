@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from testkit.docker_engine import clear_stale_engines, veth_ends_into
+from testkit.docker_engine import clear_stale_engines, owner_file, veth_ends_into
+from testkit.leftovers import mark_this_run
 from testkit.waiting import wait_for
 from tests.conftest import netns_marks
 
-pytestmark = netns_marks("ip", slow=False)
+pytestmark = netns_marks("ip", "unshare", "chroot", "ldd", slow=False)
 
 HOST_SIDE, NODE_SIDE = "198.18.251.1", "198.18.251.2"
 
@@ -55,6 +56,7 @@ def left_engine() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
+        owner_file(tag).unlink(missing_ok=True)
 
 
 def _in_namespace(name: str, program: str, tmp_path: Path) -> subprocess.Popen:
@@ -68,18 +70,52 @@ def _in_namespace(name: str, program: str, tmp_path: Path) -> subprocess.Popen:
     return process
 
 
-def test_a_dead_engines_namespace_veth_roots_and_containers_are_cleared(left_engine, tmp_path):
+def _container(data_root: Path) -> subprocess.Popen:
+    """A process as a container's: in a mount namespace of its own, its root a mount of
+    a folder under the engine's data root (with `sleep` and its libraries copied in)."""
+    rootfs = data_root / "vfs" / "dir" / "c1"
+    sleep = Path(shutil.which("sleep") or "/bin/sleep")
+    libraries = subprocess.run(["ldd", str(sleep)], capture_output=True, text=True).stdout
+    for path in [sleep, *(Path(word) for word in libraries.split() if word.startswith("/"))]:
+        (rootfs / path.relative_to("/")).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, rootfs / path.relative_to("/"))
+    script = f"mount --bind {rootfs} {rootfs} && cd {rootfs} && exec chroot . {sleep} 300"
+    process = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+    )
+    comm = Path(f"/proc/{process.pid}/comm")
+    wait_for(lambda: comm.read_text().strip() == "sleep", 10, what="the container's process")
+    return process
+
+
+def test_a_dead_engines_namespace_veth_roots_and_processes_are_cleared(left_engine, tmp_path):
     tag = left_engine.removeprefix("macd")
-    container = _in_namespace(left_engine, "pause", tmp_path)  # outlived its dockerd
+    shim = _in_namespace(left_engine, "containerd-shim", tmp_path)
+    # Its container, in namespaces of its own: orphaned once the shim went.
+    container = _container(Path(f"/var/tmp/mac-dockerd-{tag}") / "data")
+    owner_file(tag).write_text("1:1.00")  # made by a run long gone
     assert veth_ends_into(left_engine) == [f"md{tag}h"]
 
     assert clear_stale_engines(ns_ip=NODE_SIDE) == [left_engine]
 
-    assert container.wait(timeout=10) != 0  # killed
+    assert shim.wait(timeout=10) != 0  # killed
+    assert container.wait(timeout=10) != 0
     assert not Path(f"/run/netns/{left_engine}").exists()
     assert not _has_address(HOST_SIDE)  # the host's end went with the pair
     assert not Path(f"/run/macd-{tag}").exists()
     assert not Path(f"/var/tmp/mac-dockerd-{tag}").exists()
+    assert not owner_file(tag).exists()
+
+
+def test_an_engine_of_a_run_still_going_is_left_alone_while_its_dockerd_is_away(left_engine):
+    """Between its namespace and its dockerd, or during a restart, no dockerd runs in a
+    live run's namespace: the mark of the run that made it says whose it is."""
+    tag = left_engine.removeprefix("macd")
+    owner_file(tag).write_text(mark_this_run())
+    with pytest.raises(RuntimeError) as refused:
+        clear_stale_engines(ns_ip=NODE_SIDE)
+    assert f"of the test run of pid {mark_this_run().partition(':')[0]}, runs" in str(refused.value)
+    assert Path(f"/run/netns/{left_engine}").exists() and _has_address(HOST_SIDE)
 
 
 def test_an_engine_still_running_is_left_alone_and_named(left_engine, tmp_path):
