@@ -203,13 +203,13 @@ def _theirs_to_apply(fixable: dict) -> dict[tuple[Step, ...], list[CheckResult]]
     }
 
 
-def _show_theirs(owner: sudo_owner.Owner, theirs: dict) -> None:
-    for steps, group in theirs.items():
-        _print("")
-        _print(_heading(f"Not applied as root ({owner.user}'s agent) for", group))
-        _print(f"  As {owner.user}, without sudo, run:")
-        for step in steps:
-            _print(f"  {step.line()}", "cyan")
+def _show_theirs(owner: sudo_owner.Owner, ids: list[str]) -> None:
+    """The agent's fixes held back: what root found of them is root's view (its ports,
+    its folder), so the user checks them again, on the user's own agent, first."""
+    _print("")
+    _print(f"Not applied as root ({owner.user}'s agent): {', '.join(ids)}.")
+    _print(f"  As {owner.user}, without sudo, check that agent and fix what it finds:")
+    _print(f"  mac doctor --fix {' '.join(ids)}", "cyan")
 
 
 def _apply(
@@ -260,9 +260,9 @@ def fix(
     theirs = _theirs_to_apply(fixable) if owner is not None else {}
     fixable = {steps: group for steps, group in fixable.items() if steps not in theirs}
     _show_plan(fixable, manual)
-    if owner is not None:
-        _show_theirs(owner, theirs)
-        manual += [result for group in theirs.values() for result in group]
+    theirs_ids = [result.id for group in theirs.values() for result in group]
+    if owner is not None and theirs_ids:
+        _show_theirs(owner, theirs_ids)
     if not fixable:
         _print("\nNothing here can be applied by --fix; run the commands above.")
         return 1
@@ -286,6 +286,9 @@ def fix(
     _print("")
     if left:
         _print(f"Still to fix: {', '.join(left)}. See `mac doctor` for each.", "red")
+    if owner is not None and theirs_ids:
+        _print(f"Left to {owner.user}'s agent: {', '.join(theirs_ids)} (above).", "red")
+    if left or theirs_ids:
         return 1
     _print("Fixed: every check asked for passes now.", "green")
     return 0

@@ -69,21 +69,21 @@ def test_fix_applies_the_systems_fixes_and_leaves_the_users_agent_to_the_user(
     lines = said.out.splitlines()
     assert "  $ sudo sysctl -w net.ipv4.ip_forward=1" in lines
     assert forward.read_text() == "1\n"
-    heading = next(line for line in lines if line.startswith("Not applied as root"))
-    assert heading.startswith("Not applied as root (op's agent) for service:sw-exporter")
-    assert lines[lines.index(heading) + 1 :][:2] == [
-        "  As op, without sudo, run:",
-        "  mac restart agent",
+    heading = lines.index("Not applied as root (op's agent): service:sw-exporter.")
+    assert lines[heading + 1 : heading + 3] == [
+        "  As op, without sudo, check that agent and fix what it finds:",
+        "  mac doctor --fix service:sw-exporter",
     ]
     assert "  $ mac restart agent" not in lines  # never run as root
     assert not (tmp_path / "var-lib-mac").exists()  # no agent of root's was started
-    assert lines[-1] == "Still to fix: service:sw-exporter. See `mac doctor` for each."
+    assert lines[-1] == "Left to op's agent: service:sw-exporter (above)."
+    assert not any(line.startswith("Still to fix") for line in lines)  # the rest is fixed
 
 
 def test_with_only_the_users_agent_to_fix_nothing_is_applied(under_sudo, tmp_path, capsys):
     assert main(["doctor", "--fix", "--yes", "service:sw-exporter"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert "  As op, without sudo, run:" in lines
+    assert "  mac doctor --fix service:sw-exporter" in lines
     assert lines[-1] == "Nothing here can be applied by --fix; run the commands above."
     assert not (tmp_path / "var-lib-mac").exists()
 
