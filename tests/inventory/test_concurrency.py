@@ -37,29 +37,36 @@ def _in_database_at_once() -> int:
     return min(IN_DATABASE, pool["max_size"]) if pool else IN_DATABASE
 
 
-def _open_connections(count: int) -> None:
+def _open_connections(count: int, attempts: int = 10) -> None:
     """Has `count` threads hold a connection at once, so the pool has grown to that.
 
     The pool opens connections as they are asked for; on a loaded host opening twenty
     at once can take longer than the pool's wait, which is not what this test is about.
+    A try that times out keeps the connections it made (the pool holds them while
+    idle), so the next needs fewer.
     """
-    barrier = threading.Barrier(count)
+    for _ in range(attempts):
+        barrier, met = threading.Barrier(count), []
 
-    def hold() -> None:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-            barrier.wait(timeout=120)
-        except Exception:
-            barrier.abort()  # the others stop waiting; the registrations then say why
-        finally:
-            connection.close()
+        def hold(barrier: threading.Barrier = barrier, met: list = met) -> None:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT 1")
+                barrier.wait(timeout=120)
+                met.append(True)
+            except Exception:
+                barrier.abort()  # one had to give up: the others stop waiting
+            finally:
+                connection.close()
 
-    threads = [threading.Thread(target=hold) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+        threads = [threading.Thread(target=hold) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=150)
+        if len(met) == count:
+            return
+    raise AssertionError(f"{count} connections were never open at once in {attempts} tries")
 
 
 def _register_all(requests: list[tuple[str, str]]) -> list[tuple[str, int, dict]]:

@@ -107,15 +107,17 @@ def loopback_address(salt: int) -> str:
     """An address of 127.0.0.0/8 of this test run, so the contract ports are free on it.
 
     The third byte is the run's (its first pytest process, testkit.leftovers), the last
-    the xdist worker's and `salt` (below 30): two workers of one run never share one,
-    as pid-derived addresses could (workers start with neighbouring pids).
+    the xdist worker's and `salt` (below 30; workers past 8 move the third byte on):
+    two workers of one run never share one, as pid-derived addresses could (workers
+    start with neighbouring pids).
     Not on a MAC node whose agent listens on every address: ContractPortHeld, which
     skips the test (tests/conftest.py)."""
     run = os.environ.get(MARK, "").partition(":")[0]
     run_pid = int(run) if run.isdigit() else os.getpid()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    last = salt * 8 + (int(worker) if worker.isdigit() else 0) % 8
-    address = f"127.77.{run_pid % 250 + 1}.{last % 250 + 1}"
+    number = int(worker) if worker.isdigit() else 0
+    last = salt * 8 + number % 8
+    address = f"127.77.{(run_pid + number // 8) % 250 + 1}.{last % 250 + 1}"
     check_contract_ports([address])
     return address
 
