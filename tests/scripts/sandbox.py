@@ -103,6 +103,20 @@ class Sandbox:
             stdin=subprocess.DEVNULL,
         )
 
+    def start(self, name: str, *args: str, **env: str) -> subprocess.Popen:
+        """scripts/NAME ARGS as `run` has it, left running, in a session of its own (a
+        terminal's foreground group: os.killpg(process.pid, SIGINT) is its Ctrl-C)."""
+        return subprocess.Popen(
+            [str(self.root / "tools" / "bash"), str(self.repo / "scripts" / name), *args],
+            cwd=self.root,
+            env={**self._environment(), **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
     def run_command(self, argv: list[str], **env: str):
         """Any command with the sandbox's environment (a fake, to ask it something)."""
         return subprocess.run(

@@ -3,6 +3,8 @@ real script in a sandbox (tests/scripts/sandbox.py) with stand-ins for what it s
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from testkit.ports import free_port
+from testkit.waiting import wait_for
 from tests.scripts.sandbox import Sandbox, needs_tools
 
 pytestmark = pytest.mark.skipif(bool(needs_tools()), reason=str(needs_tools()))
@@ -110,6 +113,41 @@ def test_another_failure_of_mac_stop_agent_is_still_shown(tmp_path: Path) -> Non
     assert "Error: still running: sys-exporter" in done.stderr
     assert "already stopped" not in done.stdout
     assert box.called("mac")[-1] == "stop master"
+
+
+# A `mac` whose master runs from `start master` to `stop master` (its api-server.pid).
+MAC_WITH_A_MASTER = (
+    '#!/bin/sh\necho "mac $*" >> "$FAKE_CALLS"\n'
+    'pid="$MAC_STATE_DIR/master/api-server.pid"\n'
+    'case "$*" in\n'
+    '  "start master") mkdir -p "${pid%/*}" && echo 1 > "$pid" ;;\n'
+    '  "stop master") rm -f "$pid" ;;\n'
+    "esac\n"
+)
+
+
+def test_ctrl_c_stops_the_agent_and_then_the_master(tmp_path: Path) -> None:
+    """Ctrl-C where scripts/run waits (SIGINT to the terminal's whole foreground group):
+    the agent stops, then the master. Its trap once ended at stop_agent's `return`, bash
+    leaving the master running behind a prompt."""
+    box = Sandbox(tmp_path)
+    box.script("run")
+    box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
+    box.write(".venv/bin/mac", MAC_WITH_A_MASTER, 0o755)
+    data = tmp_path / "data"
+    process = box.start("run", MAC_DATA_DIR=str(data))
+    try:
+        wait_for(lambda: box.called("mac")[-1:] == ["start agent"], 30, what="the run's start")
+        assert (data / "state" / "master" / "api-server.pid").exists()  # waiting on it
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert box.called("mac")[-2:] == ["stop agent", "stop master"], out + err
+    assert "==> stopping the agent and the master" in out.splitlines()
+    assert not (data / "state" / "master" / "api-server.pid").exists()
+    assert process.returncode == 130  # as an interrupted command does
 
 
 @pytest.fixture
