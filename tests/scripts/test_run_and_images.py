@@ -150,6 +150,32 @@ def test_ctrl_c_stops_the_agent_and_then_the_master(tmp_path: Path) -> None:
     assert process.returncode == 130  # as an interrupted command does
 
 
+def test_ctrl_c_with_its_output_piped_to_a_reader_that_went_still_stops_everything(
+    tmp_path: Path,
+) -> None:
+    """`scripts/run | tee run.log`, Ctrl-C: tee goes too, and the stop's first line would
+    end the shell (SIGPIPE), the master left running. The stop goes on into stop.log."""
+    box = Sandbox(tmp_path)
+    box.script("run")
+    box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
+    box.write(".venv/bin/mac", MAC_WITH_A_MASTER, 0o755)
+    data = tmp_path / "data"
+    process = box.start("run", MAC_DATA_DIR=str(data))
+    try:
+        wait_for(lambda: box.called("mac")[-1:] == ["start agent"], 30, what="the run's start")
+        process.stdout.close()  # the reader, gone
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert box.called("mac")[-2:] == ["stop agent", "stop master"]
+    assert not (data / "state" / "master" / "api-server.pid").exists()
+    said = (data / "stop.log").read_text()
+    assert said.startswith("==> stopping the agent and the master (its terminal's reader was gone")
+    assert process.returncode == 130
+
+
 @pytest.fixture
 def images(tmp_path: Path) -> Sandbox:
     box = Sandbox(tmp_path)
