@@ -40,11 +40,29 @@ class HideResetTokens(logging.Filter):
         return True
 
 
-def hide_in_access_logs() -> None:
-    """Install the filter on the loggers that write request paths: uvicorn's access log
+class ClientWithoutPortZero(logging.Filter):
+    """uvicorn's access line names the client as host:port; behind nginx the host comes
+    from X-Forwarded-For, which has no port, and uvicorn writes 0 for it. "10.0.0.7:0"
+    reads like a port someone chose: the line says "10.0.0.7" (the agent's address, what
+    `mac logs api-server | grep /api/v1/register` is read for)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            client = record.args[0]
+            if isinstance(client, str) and client.endswith(":0"):
+                record.args = (client.removesuffix(":0"), *record.args[1:])
+        return True
+
+
+def filter_access_logs() -> None:
+    """Install the filters on the loggers that write request paths: uvicorn's access log
     (gunicorn's uvicorn worker writes it, not gunicorn's own) and Django's failed
-    requests."""
-    for name in ("uvicorn.access", "django.request"):
+    requests; each once."""
+    for name, filters in (
+        ("uvicorn.access", (HideResetTokens, ClientWithoutPortZero)),
+        ("django.request", (HideResetTokens,)),
+    ):
         logger = logging.getLogger(name)
-        if not any(isinstance(f, HideResetTokens) for f in logger.filters):
-            logger.addFilter(HideResetTokens())
+        for kind in filters:
+            if not any(isinstance(f, kind) for f in logger.filters):
+                logger.addFilter(kind())

@@ -36,7 +36,7 @@ control_socket_disable = True
 
 # --- gunicorn's hooks.
 def post_worker_init(worker) -> None:
-    """Each worker's access log hides password-reset tokens (macweb.accesslog)."""
-    from macweb.accesslog import hide_in_access_logs
+    """Each worker's access log hides password-reset tokens and port 0 (macweb.accesslog)."""
+    from macweb.accesslog import filter_access_logs
 
-    hide_in_access_logs()
+    filter_access_logs()
