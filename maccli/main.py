@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -187,6 +188,36 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _acts_on_the_agent(args: argparse.Namespace) -> bool:
+    """Whether the command reads or changes this node's agent (its services, its logs).
+    `mac doctor` and `mac gpu reset` say it their own way (maccli.doctor, maccli.gpureset)."""
+    if args.command in {"start", "stop", "restart"}:
+        return args.role == "agent"
+    if args.command == "status":
+        return args.role != "master"
+    if args.command == "logs":
+        from maccli.logs import role_of
+
+        try:
+            return role_of(args.service, args.role)[1] == "agent"
+        except CliError:
+            return False  # the command says what is wrong with the name
+    return False
+
+
+def _warn_if_the_users_agent_is_meant(args: argparse.Namespace, words: list[str]) -> None:
+    """`sudo mac status` (and the agent's other commands) where root has no agent and the
+    user who ran sudo has one (maccli.agent.sudo_owner): said before the command runs."""
+    if os.geteuid() != 0 or not os.environ.get("SUDO_USER") or not _acts_on_the_agent(args):
+        return
+    from maccli.agent.sudo_owner import acting_as_root_warning
+    from node.config import NodeConfig
+
+    warning = acting_as_root_warning(NodeConfig.load(), shlex.join(words))
+    if warning:
+        output.warn(warning)
+
+
 def dispatch(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     from maccli import agent, doctor, envcmd
     from maccli import logs as logscmd
@@ -255,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(words)
     try:
+        _warn_if_the_users_agent_is_meant(args, words)
         return dispatch(args, ap)
     except CliError as exc:
         if exc.rerun:

@@ -88,3 +88,20 @@ def _as_the_user(path: str, home: Path) -> Path:
     if path == "~" or path.startswith("~/"):
         return home / path[2:]
     return Path(path).expanduser()
+
+
+def acting_as_root_warning(cfg: NodeConfig, command: str) -> str:
+    """The warning for `sudo mac <command>` on root's agent where the user who ran sudo
+    has the agent here ("" where not): `sudo mac status` would say nothing runs, `sudo mac
+    restart agent` would start root's own beside it. Said, not refused: an operator may
+    mean root's agent (the first `sudo mac start agent` after a try as a user)."""
+    if os.geteuid() != 0:
+        return ""
+    owner = invoking_users_agent(cfg)
+    if owner is None:
+        return ""
+    return (
+        f"root has no MAC agent here; {owner.user}'s agent runs from {owner.state_dir}. "
+        f"`sudo mac {command}` acts on root's: for {owner.user}'s, run `mac {command}` as "
+        f"{owner.user}, without sudo."
+    )

@@ -1,8 +1,10 @@
-"""`sudo mac doctor [--fix]` by a user whose agent runs under that user, not root.
+"""`sudo mac ...` by a user whose agent runs under that user, not root.
 
-Root's settings and /var/lib/mac hold no agent there: the checks say whose they read,
-and `--fix` applies the system's fixes but never `mac restart agent` as root, which
-would start a second agent beside the user's (maccli.agent.sudo_owner).
+Root's settings and /var/lib/mac hold no agent there (maccli.agent.sudo_owner):
+`mac doctor` says whose checks it ran, `--fix` applies the system's fixes but never
+`mac restart agent` as root, which would start a second agent beside the user's, and
+the agent's other commands (status, logs, start, stop, restart) warn before they act on
+root's. `sudo mac gpu reset` refuses: tests/maccli/test_gpu_reset.py.
 """
 
 from __future__ import annotations
@@ -95,3 +97,38 @@ def test_roots_own_agent_is_fixed_as_before(under_sudo, tmp_path, monkeypatch, c
     assert "Not applied as root" not in said.out
     assert "  mac restart agent" in said.out.splitlines()
     assert "Warning" not in said.err
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["status"], ["status", "agent"], ["logs", "sw-exporter", "-n", "1"], ["stop", "agent"]],
+    ids=["status", "status-agent", "logs", "stop-agent"],
+)
+def test_the_agents_commands_warn_that_they_act_on_roots(under_sudo, capsys, words):
+    main(words)
+    said = _said(capsys.readouterr().err)
+    typed = " ".join(words)
+    assert said.startswith(
+        f"Warning: root has no MAC agent here; op's agent runs from {under_sudo}. "
+        f"`sudo mac {typed}` acts on root's: for op's, run `mac {typed}` as op, without sudo."
+    )
+
+
+@pytest.mark.parametrize(
+    "words", [["status", "master"], ["logs", "api-server", "-n", "1"], ["env", "list"]]
+)
+def test_the_masters_commands_and_the_rest_say_nothing_of_it(under_sudo, capsys, words):
+    main(words)
+    assert "op's agent" not in capsys.readouterr().err
+
+
+def test_not_under_sudo_or_with_a_folder_chosen_nothing_is_said(
+    under_sudo, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("MAC_STATE_DIR", str(tmp_path / "roots-state"))
+    main(["status"])
+    assert "op's agent" not in capsys.readouterr().err
+    monkeypatch.delenv("MAC_STATE_DIR")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # op itself, or sudo -u another user
+    main(["status"])
+    assert "op's agent" not in capsys.readouterr().err
