@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from testkit.leftovers import mark_this_run, run_is_alive
+from testkit import namespaces
 from testkit.processes import stop_process
 
 HOST_IP, NS_IP = "198.18.250.1", "198.18.250.2"
@@ -200,7 +199,7 @@ class DockerEngine:
         self.stop_daemon()
         _unmount_under(self.exec_root, self.root)
         _sh("ip", "netns", "del", self.netns, check=False)
-        owner_file(self.tag).unlink(missing_ok=True)
+        namespaces.release(self.netns)
         self.namespace_made = False
         shutil.rmtree(self.exec_root, ignore_errors=True)
         if not self.keep_data:
@@ -226,7 +225,7 @@ class DockerEngine:
         _sh("ip", "netns", "add", self.netns)
         self.namespace_made = True
         # Which run owns it: clear_stale_engines leaves it alone while that run lives.
-        owner_file(self.tag).write_text(mark_this_run())
+        namespaces.claim(self.netns)
         try:
             _sh("ip", "-n", self.netns, "link", "set", "lo", "up")
             _sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
@@ -239,7 +238,7 @@ class DockerEngine:
         except RuntimeError:
             _sh("ip", "netns", "del", self.netns, check=False)
             _sh("ip", "link", "del", host_end, check=False)
-            owner_file(self.tag).unlink(missing_ok=True)
+            namespaces.release(self.netns)
             self.namespace_made = False
             raise
 
@@ -291,44 +290,30 @@ class DockerEngine:
         _sh(*self.ns_command("sysctl", "-qw", f"net.ipv4.ip_forward={int(on)}"))
 
 
-def owner_file(tag: str) -> Path:
-    """Beside the exec root: the mark of the run that made engine `tag`'s namespace
-    (testkit.leftovers)."""
-    return Path(f"/run/macd-{tag}.run")
-
-
 def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
     """Remove what engines of killed runs left; the namespaces removed.
 
     A run killed outright stops no engine: its dockerd goes with the next run's
     testkit.leftovers, but its namespace stays, with its veth holding HOST_IP and
-    NS_IP. A new engine's host end then shares 198.18.250.0/24 with it, the host's
-    route to the subnet may go through the dead one, and every container's call home
-    times out. A namespace of ours (`ns_ip` in it) is another run's while the run that
-    made it lives (its mark, owner_file) or a dockerd runs in it: that is said, not
-    touched. Otherwise it goes, with its veth, its exec and default data roots (vfs
-    layers: gigabytes), and the processes left of it: those in it and the containers
-    that outlived their dockerd and shims (their root on its data root).
+    NS_IP (testkit.namespaces says what follows). A namespace of ours (`ns_ip` in it) is
+    another run's while the run that made it lives (its claim) or a dockerd runs in it:
+    that is said, not touched. Otherwise it goes, with its veth, its exec and default
+    data roots (vfs layers: gigabytes), and the processes left of it: those in it and
+    the containers that outlived their dockerd and shims (their root on its data root).
     """
     removed = []
-    for line in _sh("ip", "netns", "list", check=False).stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        if not name.startswith("macd"):
+    for name in namespaces.named("macd"):
+        if not namespaces.holds(name, ns_ip):
             continue
-        addresses = _sh("ip", "-n", name, "-o", "-4", "addr", "show", check=False).stdout
-        if f" {ns_ip}/" not in addresses:
-            continue
+        namespaces.refuse_if_alive(name, ns_ip)
         tag = name.removeprefix("macd")
         pids = [int(pid) for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split()]
-        owner = _read(owner_file(tag))
         engines = [pid for pid in pids if _command_name(pid) == "dockerd"]
-        if (owner and run_is_alive(owner)) or engines:
-            whose = f"the test run of pid {owner.partition(':')[0]}" if owner else "a test run"
-            stop = f"kill {engines[0]}" if engines else f"end {whose}"
-            raise RuntimeError(
-                f"another private Docker engine, of {whose}, runs in network namespace "
-                f"{name} and holds {ns_ip}: let that run end, or stop it ({stop}) and "
-                f"then `ip netns del {name}`"
+        if engines:
+            raise namespaces.HeldByALiveRun(
+                f"a private Docker engine (dockerd, pid {engines[0]}) runs in network "
+                f"namespace {name} and holds {ns_ip}: let its test run end, or stop it "
+                f"(kill {engines[0]}) and then `ip netns del {name}`"
             )
         roots = [Path(f"/run/macd-{tag}"), Path(f"/run/macd-{tag}e")]
         roots += [Path(f"/var/tmp/mac-dockerd-{tag}"), Path(f"/var/tmp/mac-dockerd-{tag}-earlier")]
@@ -336,13 +321,9 @@ def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
             with contextlib.suppress(psutil.Error):
                 process.kill()
         _unmount_under(*roots)
-        # The host's end first: a veth pair goes as one, whoever still holds the namespace.
-        for host_end in veth_ends_into(name):
-            _sh("ip", "link", "del", host_end, check=False)
-        _sh("ip", "netns", "del", name, check=False)
+        namespaces.remove(name)
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
-        owner_file(tag).unlink(missing_ok=True)
         removed.append(name)
     return removed
 
@@ -373,16 +354,6 @@ def _read(path: Path) -> str:
         return path.read_text().strip()
     except OSError:
         return ""
-
-
-def veth_ends_into(netns: str) -> list[str]:
-    """The host's veth links whose peer is in namespace `netns`."""
-    listed = _sh("ip", "-o", "link", "show", "type", "veth", check=False).stdout
-    return [
-        line.split(":")[1].strip().split("@")[0]
-        for line in listed.splitlines()
-        if re.search(rf"\blink-netns {re.escape(netns)}(\s|$)", line)
-    ]
 
 
 def _command_name(pid: int) -> str:

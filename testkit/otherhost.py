@@ -4,7 +4,8 @@ The master runs here (the root namespace) and gets 198.18.22.1 on its end; the
 namespace is the other host, 198.18.22.2. What the other host can reach on
 198.18.22.1 is what any machine beside the master could (issue 22). 198.18.0.0/15 is
 reserved for such testing (ARCHITECTURE.md); the veth and the namespace are deleted at
-the end. Needs root, iproute2 and curl.
+the end, and what a killed run left is cleared first (testkit.namespaces). Needs root,
+iproute2 and curl.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from testkit import namespaces
 from testkit.netns import sh
 
 MASTER_SIDE, OTHER_SIDE = "198.18.22.1", "198.18.22.2"
@@ -64,7 +66,10 @@ def why_unavailable() -> str:
 def other_host(prefix: str = "door") -> Iterator[OtherHost]:
     tag = f"{prefix}{os.getpid() % 100000}"
     netns, here, there = f"mac{tag}o", f"{tag}h", f"{tag}o"
+    # What a killed run left would share 198.18.22.0/24 with this one (testkit.namespaces).
+    namespaces.clear_left_behind(f"mac{prefix}", OTHER_SIDE)
     sh("ip", "netns", "add", netns)
+    namespaces.claim(netns)
     try:
         sh("ip", "-n", netns, "link", "set", "lo", "up")
         sh("ip", "link", "add", here, "type", "veth", "peer", "name", there)
@@ -77,3 +82,4 @@ def other_host(prefix: str = "door") -> Iterator[OtherHost]:
     finally:
         subprocess.run(["ip", "link", "del", here], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+        namespaces.release(netns)

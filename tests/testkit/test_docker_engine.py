@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.docker_engine import clear_stale_engines, owner_file, veth_ends_into
+from testkit import namespaces
+from testkit.docker_engine import clear_stale_engines
 from testkit.leftovers import mark_this_run
 from testkit.waiting import wait_for
 from tests.conftest import netns_marks
@@ -56,7 +57,7 @@ def left_engine() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
-        owner_file(tag).unlink(missing_ok=True)
+        namespaces.release(name)
 
 
 def _in_namespace(name: str, program: str, tmp_path: Path) -> subprocess.Popen:
@@ -93,8 +94,9 @@ def test_a_dead_engines_namespace_veth_roots_and_processes_are_cleared(left_engi
     shim = _in_namespace(left_engine, "containerd-shim", tmp_path)
     # Its container, in namespaces of its own: orphaned once the shim went.
     container = _container(Path(f"/var/tmp/mac-dockerd-{tag}") / "data")
-    owner_file(tag).write_text("1:1.00")  # made by a run long gone
-    assert veth_ends_into(left_engine) == [f"md{tag}h"]
+    namespaces.claim(left_engine)
+    (namespaces.CLAIMS / left_engine).write_text("1:1.00")  # made by a run long gone
+    assert namespaces.veth_ends_into(left_engine) == [f"md{tag}h"]
 
     assert clear_stale_engines(ns_ip=NODE_SIDE) == [left_engine]
 
@@ -104,24 +106,24 @@ def test_a_dead_engines_namespace_veth_roots_and_processes_are_cleared(left_engi
     assert not _has_address(HOST_SIDE)  # the host's end went with the pair
     assert not Path(f"/run/macd-{tag}").exists()
     assert not Path(f"/var/tmp/mac-dockerd-{tag}").exists()
-    assert not owner_file(tag).exists()
+    assert not namespaces.owner(left_engine)
 
 
 def test_an_engine_of_a_run_still_going_is_left_alone_while_its_dockerd_is_away(left_engine):
     """Between its namespace and its dockerd, or during a restart, no dockerd runs in a
     live run's namespace: the mark of the run that made it says whose it is."""
-    tag = left_engine.removeprefix("macd")
-    owner_file(tag).write_text(mark_this_run())
-    with pytest.raises(RuntimeError) as refused:
+    namespaces.claim(left_engine)
+    with pytest.raises(namespaces.HeldByALiveRun) as refused:
         clear_stale_engines(ns_ip=NODE_SIDE)
-    assert f"of the test run of pid {mark_this_run().partition(':')[0]}, runs" in str(refused.value)
+    mine = mark_this_run().partition(":")[0]
+    assert f"{left_engine}, of the test run of pid {mine} (still going)" in str(refused.value)
     assert Path(f"/run/netns/{left_engine}").exists() and _has_address(HOST_SIDE)
 
 
 def test_an_engine_still_running_is_left_alone_and_named(left_engine, tmp_path):
     dockerd = _in_namespace(left_engine, "dockerd", tmp_path)
     try:
-        with pytest.raises(RuntimeError) as refused:
+        with pytest.raises(namespaces.HeldByALiveRun) as refused:
             clear_stale_engines(ns_ip=NODE_SIDE)
         assert f"runs in network namespace {left_engine}" in str(refused.value)
         assert f"kill {dockerd.pid}" in str(refused.value)
