@@ -42,6 +42,7 @@ _DURATION_MAX_MS = (2**63 - 1) // 1_000_000
 # Bytes, or a number with the unit VictoriaMetrics and Prometheus take (KB...TiB).
 _SIZE = re.compile(r"[1-9][0-9]*(KB|MB|GB|TB|KiB|MiB|GiB|TiB)?")
 _HOST_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_DIGITS_AND_DOTS = re.compile(r"[0-9.]+")
 
 
 def refuse(name: str, text: str, want: str, wrong: str = "") -> ValueError:
@@ -79,12 +80,18 @@ def valid_hostname(name: str) -> bool:
     return all(_HOST_LABEL.match(label) for label in name.lower().rstrip(".").split("."))
 
 
+def looks_like_ipv4(value: str) -> bool:
+    """Digits and dots only: meant as an IPv4 address, never a host name (RFC 1123 2.1:
+    a name's last label is never all digits, so 10.0.0.256 is a mistyped address)."""
+    return bool(_DIGITS_AND_DOTS.fullmatch(value))
+
+
 def valid_address_or_hostname(value: str) -> bool:
     try:
         ipaddress.ip_address(value)
         return True
     except ValueError:
-        return valid_hostname(value)
+        return not looks_like_ipv4(value) and valid_hostname(value)
 
 
 class Kind:
@@ -362,6 +369,13 @@ class HostName(Kind):
     address: bool = True
 
     def parse(self, name: str, text: str) -> str:
+        if self.address and looks_like_ipv4(text) and not valid_address_or_hostname(text):
+            raise refuse(
+                name,
+                text,
+                "give four numbers from 0 to 255, such as 10.0.0.5",
+                "is not a valid IPv4 address",
+            )
         if self.address and not valid_address_or_hostname(text):
             raise refuse(
                 name,

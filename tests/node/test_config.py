@@ -95,6 +95,9 @@ def test_service_ports_follow_offset_and_per_service_override(tmp_path):
     ("key", "value", "needle"),
     [
         ("MASTER_IP", "not an ip!", "neither an IP address nor a host name"),
+        # Digits and dots are an address (no host name ends in a numeric label), mistyped.
+        ("MASTER_IP", "10.0.0.256", "not a valid IPv4 address: give four numbers from 0"),
+        ("MASTER_IP", "10.0.0", "not a valid IPv4 address"),
         ("MASTER_IP", "10.0.0.1\nNODE_NAME=x", "line break"),
         ("NODE_NAME", "under_score", "not a valid host name"),
         ("lower", "x", "not a valid name"),
@@ -119,7 +122,7 @@ def test_validate_refuses_bad_values_naming_the_key(key, value, needle):
 
 
 def test_validate_accepts_addresses_and_host_names():
-    for value in ("10.0.0.5", "fd00::5", "master.cluster.local"):
+    for value in ("10.0.0.5", "fd00::5", "master.cluster.local", "node7", "3com.example"):
         validate("MASTER_IP", value)
 
 
