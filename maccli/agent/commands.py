@@ -56,17 +56,13 @@ def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime, specs = runtime_and_specs(cfg, runtime_name)
     network.choose_for_running(cfg, runtime, specs)
-    # What ran before, so that a stop with nothing to stop says so rather than "Stopped 8".
-    ran = any(state.running for state in runtime.status(ROLE, specs))
     key_spent, problem, removed = deregister(cfg, cfg.node_name()[0])
     states = runtime.stop(ROLE, specs)
     if key_spent:
         forget_registration(cfg)
     still = [s.name for s in states if s.running]
-    if not still and ran:
+    if not still:
         output.say(f"Stopped {len(states)} agent services ({runtime.name} runtime).")
-    elif not still:
-        output.say(f"No agent service was running ({runtime.name} runtime): nothing to stop.")
     if removed:  # said after the services, whichever way they went
         output.ok(removed)
     if still:

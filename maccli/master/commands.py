@@ -150,15 +150,11 @@ def stop(runtime_name: str | None = None) -> int:
     cfg = NodeConfig.load()
     runtime = choose_runtime(cfg, ROLE, runtime_name)
     _, specs = _prepared(cfg, runtime, starting=False)
-    ran = any(state.running for state in runtime.status(ROLE, specs))
     states = runtime.stop(ROLE, specs)
     still = [s.name for s in states if s.running]
     if still:
         raise CliError(f"still running: {', '.join(still)}", commands=["mac status master"])
-    if ran:
-        output.ok(f"Stopped the master ({runtime.name} runtime).")
-    else:
-        output.say(f"No master service was running ({runtime.name} runtime): nothing to stop.")
+    output.ok(f"Stopped the master ({runtime.name} runtime).")
     return 0
 
 
