@@ -47,9 +47,12 @@ def owner(netns: str) -> str:
         return ""
 
 
-def owner_alive(netns: str) -> bool:
+def another_runs(netns: str) -> bool:
+    """Whether `netns` is another run's, still going. One of this run's own (a teardown
+    that failed earlier) is not: the tests that make a family of namespaces make them one
+    at a time."""
     mark = owner(netns)
-    return bool(mark) and run_is_alive(mark)
+    return bool(mark) and mark != mark_this_run() and run_is_alive(mark)
 
 
 def named(prefix: str) -> list[str]:
@@ -83,7 +86,7 @@ def remove(netns: str) -> None:
 
 
 def refuse_if_alive(netns: str, address: str) -> None:
-    if owner_alive(netns):
+    if another_runs(netns):
         raise HeldByALiveRun(
             f"network namespace {netns}, of the test run of pid "
             f"{owner(netns).partition(':')[0]} (still going), holds {address}: let that "
@@ -92,15 +95,18 @@ def refuse_if_alive(netns: str, address: str) -> None:
 
 
 def clear_left_behind(prefix: str, address: str) -> list[str]:
-    """Namespaces named `prefix`... holding `address` (their side of the pair) whose
-    run is gone: removed (those of a live run: HeldByALiveRun). For namespaces where
+    """Namespaces named `prefix`... whose run is gone (or is this one): removed, with
+    their veths, whatever they hold (a run killed while it made one leaves its host end
+    with the address and the namespace without it). One of another run still going that
+    holds `address` (their side of the pair): HeldByALiveRun. For namespaces where
     nothing runs; the Docker engine's own clears its processes first
     (testkit.docker_engine.clear_stale_engines)."""
     removed = []
     for netns in named(prefix):
-        if not holds(netns, address):
+        if another_runs(netns):
+            if holds(netns, address):
+                refuse_if_alive(netns, address)
             continue
-        refuse_if_alive(netns, address)
         remove(netns)
         removed.append(netns)
     return removed

@@ -13,11 +13,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from testkit import namespaces
 from testkit.docker_engine import clear_stale_engines
-from testkit.leftovers import mark_this_run
 from testkit.waiting import wait_for
 from tests.conftest import netns_marks
 
@@ -109,15 +109,25 @@ def test_a_dead_engines_namespace_veth_roots_and_processes_are_cleared(left_engi
     assert not namespaces.owner(left_engine)
 
 
-def test_an_engine_of_a_run_still_going_is_left_alone_while_its_dockerd_is_away(left_engine):
+def test_an_engine_of_a_run_still_going_is_left_alone_while_its_dockerd_is_away(
+    left_engine, tmp_path
+):
     """Between its namespace and its dockerd, or during a restart, no dockerd runs in a
     live run's namespace: the mark of the run that made it says whose it is."""
-    namespaces.claim(left_engine)
-    with pytest.raises(namespaces.HeldByALiveRun) as refused:
-        clear_stale_engines(ns_ip=NODE_SIDE)
-    mine = mark_this_run().partition(":")[0]
-    assert f"{left_engine}, of the test run of pid {mine} (still going)" in str(refused.value)
-    assert Path(f"/run/netns/{left_engine}").exists() and _has_address(HOST_SIDE)
+    run = subprocess.Popen(["sleep", "120"])  # another test run, still going
+    try:
+        mark = f"{run.pid}:{psutil.Process(run.pid).create_time():.2f}"
+        namespaces.claim(left_engine)
+        (namespaces.CLAIMS / left_engine).write_text(mark)
+        with pytest.raises(namespaces.HeldByALiveRun) as refused:
+            clear_stale_engines(ns_ip=NODE_SIDE)
+        assert f"{left_engine}, of the test run of pid {run.pid} (still going)" in str(
+            refused.value
+        )
+        assert Path(f"/run/netns/{left_engine}").exists() and _has_address(HOST_SIDE)
+    finally:
+        run.kill()
+        run.wait()
 
 
 def test_an_engine_still_running_is_left_alone_and_named(left_engine, tmp_path):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 
+import psutil
 import pytest
 
 from testkit import namespaces
-from testkit.leftovers import mark_this_run
 from tests.conftest import netns_marks
 
 pytestmark = netns_marks("ip", slow=False)
@@ -25,6 +26,17 @@ HOST_SIDE, NODE_SIDE = "198.18.253.1", "198.18.253.2"
 
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def another_run() -> Iterator[str]:
+    """The mark of another test run, still going (a process of its own)."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        yield f"{process.pid}:{psutil.Process(process.pid).create_time():.2f}"
+    finally:
+        process.kill()
+        process.wait()
 
 
 def _host_has(address: str) -> bool:
@@ -68,18 +80,39 @@ def test_one_no_run_claimed_goes_too(left):
     assert not _host_has(HOST_SIDE)
 
 
-def test_one_of_a_run_still_going_is_named_and_left(left):
+def test_one_of_another_run_still_going_is_named_and_left(left, another_run):
     namespaces.claim(left)
+    (namespaces.CLAIMS / left).write_text(another_run)
     with pytest.raises(namespaces.HeldByALiveRun) as refused:
         namespaces.clear_left_behind(PREFIX, NODE_SIDE)
-    mine = mark_this_run().partition(":")[0]
+    theirs = another_run.partition(":")[0]
     assert str(refused.value).startswith(
-        f"network namespace {left}, of the test run of pid {mine} (still going), holds {NODE_SIDE}"
+        f"network namespace {left}, of the test run of pid {theirs} (still going), holds "
+        f"{NODE_SIDE}"
     )
     assert left in namespaces.named(PREFIX) and _host_has(HOST_SIDE)
 
 
-def test_others_are_not_its_to_clear(left):
-    assert namespaces.clear_left_behind(PREFIX, "198.18.253.99") == []  # another address
+def test_one_this_run_left_earlier_goes(left):
+    """A teardown of this run that failed: the family's tests run one at a time."""
+    namespaces.claim(left)
+    assert namespaces.clear_left_behind(PREFIX, NODE_SIDE) == [left]
+    assert not _host_has(HOST_SIDE)
+
+
+def test_one_left_half_made_goes_with_the_address_its_host_end_holds(left):
+    """Killed between the host's address and the namespace's: it holds none itself."""
+    _ip("-n", left, "addr", "del", f"{NODE_SIDE}/24", "dev", f"{PREFIX}n")
+    namespaces.claim(left)
+    (namespaces.CLAIMS / left).write_text("1:1.00")
+    assert namespaces.clear_left_behind(PREFIX, NODE_SIDE) == [left]
+    assert not _host_has(HOST_SIDE)
+
+
+def test_others_are_not_its_to_clear(left, another_run):
+    namespaces.claim(left)
+    (namespaces.CLAIMS / left).write_text(another_run)
+    # another run's, without the address asked for: left alone, said nothing of
+    assert namespaces.clear_left_behind(PREFIX, "198.18.253.99") == []
     assert namespaces.clear_left_behind(f"{PREFIX}x", NODE_SIDE) == []  # another family
     assert left in namespaces.named(PREFIX)
