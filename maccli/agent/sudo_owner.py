@@ -18,12 +18,14 @@ from __future__ import annotations
 import os
 import pwd
 import socket
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from maccli.agent.specs import ROLE
-from node.config import ConfigError, NodeConfig
+from node.config import NodeConfig
+from node.envfile import parse_env_text
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,14 @@ def home_of(user: str) -> Path | None:
     """The user's home folder as the password database has it; None for no such user."""
     try:
         return Path(pwd.getpwnam(user).pw_dir)
+    except KeyError:
+        return None
+
+
+def uid_of(user: str) -> int | None:
+    """The user's uid as the password database has it; None for no such user."""
+    try:
+        return pwd.getpwnam(user).pw_uid
     except KeyError:
         return None
 
@@ -70,17 +80,45 @@ def invoking_users_agent(cfg: NodeConfig, environ: Mapping[str, str] = os.enviro
     # The file and folder as `mac` run by that user finds them: its ~/.mac/env, and the
     # MAC_STATE_DIR set there, else node.config's default.
     user_file = home / ".mac" / "env"
-    try:
-        chosen = NodeConfig.load({**environ, "MAC_USER_ENV_FILE": str(user_file)}).get(
-            "MAC_STATE_DIR"
-        )
-    except (ConfigError, OSError):
-        chosen = None  # a file root cannot read or parse: the default folder, then
-    state_dir = _as_the_user(chosen.strip(), home) if chosen and chosen.strip() else None
+    chosen = users_setting(user_file, user, "MAC_STATE_DIR")
+    state_dir = _as_the_user(chosen, home) if chosen else None
     state_dir = state_dir or home / ".mac" / "state" / (socket.gethostname() or "localhost")
     if not has_agent(state_dir):
         return None
     return Owner(user, state_dir, user_file)
+
+
+# Far more than any env file holds: a bigger one is not read.
+USER_FILE_LIMIT = 64 * 1024
+
+
+def users_setting(path: Path, user: str, key: str) -> str:
+    """`key` as the user's own env file sets it, read by root with care: only a regular
+    file of that user's, not through a link, at most USER_FILE_LIMIT bytes, never waiting
+    (a FIFO); "" for anything else, an unset key or text that is not UTF-8. Anything more
+    trusting lets the user point root at what root alone may read, or hang it."""
+    uid = uid_of(user)
+    if uid is None:
+        return ""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != uid:
+            return ""
+        data = os.read(fd, USER_FILE_LIMIT + 1)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    if len(data) > USER_FILE_LIMIT:
+        return ""
+    try:
+        return parse_env_text(data.decode("utf-8")).get(key, "").strip()
+    except UnicodeDecodeError:
+        return ""
 
 
 def _as_the_user(path: str, home: Path) -> Path:

@@ -673,6 +673,7 @@ def test_under_sudo_the_users_agent_is_named_before_anything_stops_and_the_comma
         on(Node(started.root, sudo_env, started.specs), HOME=str(roots_home), SUDO_USER="op")
         monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(tmp_path / "var-lib-mac"))
         monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
+        monkeypatch.setattr(sudo_owner, "uid_of", {"op": os.getuid()}.get)
 
         assert main(["gpu", "reset", "1"]) == 1
         said = " ".join(capsys.readouterr().err.split())
@@ -709,6 +710,7 @@ def test_under_sudo_roots_own_agent_or_a_state_dir_given_on_purpose_comes_first(
     roots = tmp_path / "var-lib-mac"
     monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(roots))
     monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
+    monkeypatch.setattr(sudo_owner, "uid_of", {"op": os.getuid()}.get)
     environ = {"HOME": str(tmp_path / "root-home"), "SUDO_USER": "op", "NO_COLOR": "1"}
 
     def owner(**extra: str) -> sudo_owner.Owner | None:

@@ -41,6 +41,7 @@ def under_sudo(files, tmp_path, monkeypatch):
     (tmp_path / "proc" / "sys" / "net" / "ipv4" / "ip_forward").write_text("0\n")
     monkeypatch.setattr(config, "DEFAULT_STATE_DIR_ROOT", str(tmp_path / "var-lib-mac"))
     monkeypatch.setattr(sudo_owner, "home_of", {"op": home}.get)
+    monkeypatch.setattr(sudo_owner, "uid_of", {"op": os.getuid()}.get)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     return theirs
 
@@ -132,3 +133,27 @@ def test_not_under_sudo_or_with_a_folder_chosen_nothing_is_said(
     monkeypatch.setattr(os, "geteuid", lambda: 1000)  # op itself, or sudo -u another user
     main(["status"])
     assert "op's agent" not in capsys.readouterr().err
+
+
+def test_root_reads_the_users_file_only_as_that_users_plain_file(tmp_path, monkeypatch):
+    """Root reading a user's ~/.mac/env must not be pointed elsewhere by that user: no
+    link (to a file root alone may read), no FIFO (root would wait), nothing not theirs,
+    nothing huge."""
+    monkeypatch.setattr(sudo_owner, "uid_of", {"op": os.getuid()}.get)
+    plain = tmp_path / "env"
+    plain.write_text("MAC_STATE_DIR=/srv/op-state\n")
+    assert sudo_owner.users_setting(plain, "op", "MAC_STATE_DIR") == "/srv/op-state"
+    assert sudo_owner.users_setting(plain, "op", "MAC_BIND") == ""  # not set there
+    assert sudo_owner.users_setting(plain, "nobody-here", "MAC_STATE_DIR") == ""
+
+    secret = tmp_path / "roots-only"
+    secret.write_text("MAC_STATE_DIR=/what-root-alone-reads\n")
+    (tmp_path / "link").symlink_to(secret)
+    assert sudo_owner.users_setting(tmp_path / "link", "op", "MAC_STATE_DIR") == ""
+    os.mkfifo(tmp_path / "fifo")  # read at once, not waited on
+    assert sudo_owner.users_setting(tmp_path / "fifo", "op", "MAC_STATE_DIR") == ""
+    huge = tmp_path / "huge"
+    huge.write_text("MAC_STATE_DIR=/srv/op-state\n" + "#" * sudo_owner.USER_FILE_LIMIT)
+    assert sudo_owner.users_setting(huge, "op", "MAC_STATE_DIR") == ""
+    monkeypatch.setattr(sudo_owner, "uid_of", {"op": os.getuid() + 4242}.get)
+    assert sudo_owner.users_setting(plain, "op", "MAC_STATE_DIR") == ""  # not op's file
