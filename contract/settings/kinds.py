@@ -373,7 +373,7 @@ class HostName(Kind):
             raise refuse(
                 name,
                 text,
-                "give four numbers from 0 to 255, such as 10.0.0.5",
+                "give four numbers from 0 to 255 without leading zeros, such as 10.0.0.5",
                 "is not a valid IPv4 address",
             )
         if self.address and not valid_address_or_hostname(text):

@@ -98,6 +98,8 @@ def test_service_ports_follow_offset_and_per_service_override(tmp_path):
         # Digits and dots are an address (no host name ends in a numeric label), mistyped.
         ("MASTER_IP", "10.0.0.256", "not a valid IPv4 address: give four numbers from 0"),
         ("MASTER_IP", "10.0.0", "not a valid IPv4 address"),
+        # resolvers read 010 as octal: 8.0.0.5
+        ("MASTER_IP", "010.0.0.5", "from 0 to 255 without leading zeros"),
         ("MASTER_IP", "10.0.0.1\nNODE_NAME=x", "line break"),
         ("NODE_NAME", "under_score", "not a valid host name"),
         ("lower", "x", "not a valid name"),
