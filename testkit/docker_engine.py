@@ -296,8 +296,8 @@ def clear_stale_engines(ns_ip: str = NS_IP) -> list[str]:
     A run killed outright stops no engine: its dockerd goes with the next run's
     testkit.leftovers, but its namespace stays, with its veth holding HOST_IP and
     NS_IP (testkit.namespaces says what follows). A namespace of ours (`ns_ip` in it) is
-    another run's while the run that made it lives (its claim) or a dockerd runs in it:
-    that is said, not touched. Otherwise it goes, with its veth, its exec and default
+    another's while the test process that made it runs (its claim) or a dockerd runs in
+    it: that is said, not touched. Otherwise it goes, with its veth, its exec and default
     data roots (vfs layers: gigabytes), and the processes left of it: those in it and
     the containers that outlived their dockerd and shims (their root on its data root).
     """

@@ -5,9 +5,11 @@ host's end (198.18.250.1 for the Docker engine, 198.18.22.1 for the other host).
 killed outright (SIGKILL, a CI timeout) deletes neither, and the next run's veth then
 holds the same subnet beside the dead one: the host's route may go through the dead
 link, and every test across it times out with nothing to say why. So each such
-namespace is claimed for its run (the run's mark, testkit.leftovers, in a file under
-/run), and before a namespace is made, one of the same family still holding the
-address is removed where its run is gone, or named where its run still goes.
+namespace is claimed by the process that made it (its pid and start time, as
+testkit.leftovers marks a run, in a file under /run), and before a namespace is made,
+one of the same family is removed where that process is gone (or is this one: a
+teardown of its that failed), or named where it still runs (another xdist worker,
+another checkout's run).
 """
 
 from __future__ import annotations
@@ -16,23 +18,32 @@ import re
 import subprocess
 from pathlib import Path
 
-from testkit.leftovers import mark_this_run, run_is_alive
+import psutil
+
+from testkit.leftovers import run_is_alive
 
 CLAIMS = Path("/run/mac-test-netns")
 
 
 class HeldByALiveRun(RuntimeError):
-    """A namespace of a run still going holds the address a new one needs."""
+    """A namespace of another test process, still running, holds the address a new one
+    needs."""
 
 
 def _ip(*args: str) -> str:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=False).stdout
 
 
+def this_process() -> str:
+    """This process as a claim names it: "pid:start time"."""
+    me = psutil.Process()
+    return f"{me.pid}:{me.create_time():.2f}"
+
+
 def claim(netns: str) -> None:
-    """Record that this run made `netns`."""
+    """Record that this process made `netns`."""
     CLAIMS.mkdir(parents=True, exist_ok=True)
-    (CLAIMS / netns).write_text(mark_this_run())
+    (CLAIMS / netns).write_text(this_process())
 
 
 def release(netns: str) -> None:
@@ -40,19 +51,18 @@ def release(netns: str) -> None:
 
 
 def owner(netns: str) -> str:
-    """The mark of the run that made `netns`, "" where none was recorded."""
+    """The process that made `netns` ("pid:start time"), "" where none was recorded."""
     try:
         return (CLAIMS / netns).read_text().strip()
     except OSError:
         return ""
 
 
-def another_runs(netns: str) -> bool:
-    """Whether `netns` is another run's, still going. One of this run's own (a teardown
-    that failed earlier) is not: the tests that make a family of namespaces make them one
-    at a time."""
+def another_process_owns(netns: str) -> bool:
+    """Whether `netns` is another process's, still running: never one of this process's
+    own (a teardown that failed earlier)."""
     mark = owner(netns)
-    return bool(mark) and mark != mark_this_run() and run_is_alive(mark)
+    return bool(mark) and mark != this_process() and run_is_alive(mark)
 
 
 def named(prefix: str) -> list[str]:
@@ -86,24 +96,24 @@ def remove(netns: str) -> None:
 
 
 def refuse_if_alive(netns: str, address: str) -> None:
-    if another_runs(netns):
+    if another_process_owns(netns):
         raise HeldByALiveRun(
-            f"network namespace {netns}, of the test run of pid "
-            f"{owner(netns).partition(':')[0]} (still going), holds {address}: let that "
+            f"network namespace {netns}, of the test process of pid "
+            f"{owner(netns).partition(':')[0]} (still running), holds {address}: let its "
             f"run end, or stop it and then `ip netns del {netns}`"
         )
 
 
 def clear_left_behind(prefix: str, address: str) -> list[str]:
-    """Namespaces named `prefix`... whose run is gone (or is this one): removed, with
+    """Namespaces named `prefix`... whose process is gone (or is this one): removed, with
     their veths, whatever they hold (a run killed while it made one leaves its host end
-    with the address and the namespace without it). One of another run still going that
-    holds `address` (their side of the pair): HeldByALiveRun. For namespaces where
-    nothing runs; the Docker engine's own clears its processes first
-    (testkit.docker_engine.clear_stale_engines)."""
+    with the address and the namespace without it). One of another process still running
+    that holds `address` (their side of the pair): HeldByALiveRun; one without it is left
+    alone. For namespaces where nothing runs; the Docker engine's own clears its
+    processes first (testkit.docker_engine.clear_stale_engines)."""
     removed = []
     for netns in named(prefix):
-        if another_runs(netns):
+        if another_process_owns(netns):
             if holds(netns, address):
                 refuse_if_alive(netns, address)
             continue

@@ -109,19 +109,19 @@ def test_a_dead_engines_namespace_veth_roots_and_processes_are_cleared(left_engi
     assert not namespaces.owner(left_engine)
 
 
-def test_an_engine_of_a_run_still_going_is_left_alone_while_its_dockerd_is_away(
+def test_an_engine_of_another_process_is_left_alone_while_its_dockerd_is_away(
     left_engine, tmp_path
 ):
     """Between its namespace and its dockerd, or during a restart, no dockerd runs in a
-    live run's namespace: the mark of the run that made it says whose it is."""
-    run = subprocess.Popen(["sleep", "120"])  # another test run, still going
+    live engine's namespace: the claim of the process that made it says whose it is."""
+    run = subprocess.Popen(["sleep", "120"])  # another test process, still running
     try:
         mark = f"{run.pid}:{psutil.Process(run.pid).create_time():.2f}"
         namespaces.claim(left_engine)
         (namespaces.CLAIMS / left_engine).write_text(mark)
         with pytest.raises(namespaces.HeldByALiveRun) as refused:
             clear_stale_engines(ns_ip=NODE_SIDE)
-        assert f"{left_engine}, of the test run of pid {run.pid} (still going)" in str(
+        assert f"{left_engine}, of the test process of pid {run.pid} (still running)" in str(
             refused.value
         )
         assert Path(f"/run/netns/{left_engine}").exists() and _has_address(HOST_SIDE)

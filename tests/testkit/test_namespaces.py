@@ -1,5 +1,6 @@
 """testkit.namespaces: a namespace a killed run left holding a test address is removed
-before a new one takes that address; one of a run still going is named, never touched.
+before a new one takes that address; one of another test process still running (another
+xdist worker, another checkout's run) is named, never touched.
 
 The namespaces here have names and addresses of their own (198.18.253.0/24), so the
 suite's other namespaces are left alone.
@@ -30,7 +31,7 @@ def _ip(*args: str) -> None:
 
 @pytest.fixture
 def another_run() -> Iterator[str]:
-    """The mark of another test run, still going (a process of its own)."""
+    """The claim of another test process, still running."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         yield f"{process.pid}:{psutil.Process(process.pid).create_time():.2f}"
@@ -80,21 +81,21 @@ def test_one_no_run_claimed_goes_too(left):
     assert not _host_has(HOST_SIDE)
 
 
-def test_one_of_another_run_still_going_is_named_and_left(left, another_run):
+def test_one_of_another_process_still_running_is_named_and_left(left, another_run):
     namespaces.claim(left)
     (namespaces.CLAIMS / left).write_text(another_run)
     with pytest.raises(namespaces.HeldByALiveRun) as refused:
         namespaces.clear_left_behind(PREFIX, NODE_SIDE)
     theirs = another_run.partition(":")[0]
     assert str(refused.value).startswith(
-        f"network namespace {left}, of the test run of pid {theirs} (still going), holds "
+        f"network namespace {left}, of the test process of pid {theirs} (still running), holds "
         f"{NODE_SIDE}"
     )
     assert left in namespaces.named(PREFIX) and _host_has(HOST_SIDE)
 
 
-def test_one_this_run_left_earlier_goes(left):
-    """A teardown of this run that failed: the family's tests run one at a time."""
+def test_one_this_process_left_earlier_goes(left):
+    """A teardown of this process that failed earlier."""
     namespaces.claim(left)
     assert namespaces.clear_left_behind(PREFIX, NODE_SIDE) == [left]
     assert not _host_has(HOST_SIDE)
