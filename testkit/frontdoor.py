@@ -218,6 +218,23 @@ def sample_front_door(
     return answers
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (state T in /proc/<pid>/task/*/stat); a
+    process that is gone or dead (Z, X) counts as stopped: nothing of it answers."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that ended meanwhile
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
 class Stopped:
     """SIGSTOP a process and its children (a hung service); SIGCONT on exit, always."""
 
@@ -227,6 +244,13 @@ class Stopped:
     def __enter__(self) -> Stopped:
         for pid in self.pids:
             os.kill(pid, signal.SIGSTOP)
+        # kill() only queues the signal: each thread stops when it next runs. The test's
+        # requests go out once every thread is seen stopped, on a loaded host too.
+        deadline = time.monotonic() + 10
+        while not all(_all_threads_stopped(pid) for pid in self.pids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"SIGSTOP did not stop every thread of {self.pids} in 10 s")
+            time.sleep(0.01)
         self.since = time.monotonic()
         return self
 
