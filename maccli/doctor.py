@@ -119,9 +119,7 @@ def users_agent(ctx: CheckContext) -> sudo_owner.Owner | None:
     (maccli.agent.sudo_owner): the checks read root's settings and state folder, and a
     `mac restart agent` run as root would start a second agent beside that user's."""
     cfg = ctx.extra.get("config")
-    if os.geteuid() != 0 or cfg is None:
-        return None
-    return sudo_owner.invoking_users_agent(cfg)
+    return sudo_owner.users_agent_for_root(cfg) if cfg is not None else None
 
 
 def _warn_of(owner: sudo_owner.Owner, ctx: CheckContext) -> None:

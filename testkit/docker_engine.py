@@ -198,8 +198,7 @@ class DockerEngine:
                 self.docker("rm", "-f", *ids, timeout=120)
         self.stop_daemon()
         _unmount_under(self.exec_root, self.root)
-        _sh("ip", "netns", "del", self.netns, check=False)
-        namespaces.release(self.netns)
+        namespaces.remove(self.netns)
         self.namespace_made = False
         shutil.rmtree(self.exec_root, ignore_errors=True)
         if not self.keep_data:
@@ -224,7 +223,7 @@ class DockerEngine:
         host_end, ns_end = self.host_link, f"md{self.tag}n"[:15]
         _sh("ip", "netns", "add", self.netns)
         self.namespace_made = True
-        # Which run owns it: clear_stale_engines leaves it alone while that run lives.
+        # Which process made it: clear_stale_engines leaves it alone while that one runs.
         namespaces.claim(self.netns)
         try:
             _sh("ip", "-n", self.netns, "link", "set", "lo", "up")

@@ -26,7 +26,7 @@ from pathlib import Path
 from testkit.ports import free_port
 from testkit.processes import stop_process
 from testkit.proxy import start_proxy
-from testkit.waiting import WaitTimeout, wait_http
+from testkit.waiting import WaitTimeout, wait_for, wait_http
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -246,11 +246,12 @@ class Stopped:
             os.kill(pid, signal.SIGSTOP)
         # kill() only queues the signal: each thread stops when it next runs. The test's
         # requests go out once every thread is seen stopped, on a loaded host too.
-        deadline = time.monotonic() + 10
-        while not all(_all_threads_stopped(pid) for pid in self.pids):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"SIGSTOP did not stop every thread of {self.pids} in 10 s")
-            time.sleep(0.01)
+        wait_for(
+            lambda: all(_all_threads_stopped(pid) for pid in self.pids),
+            10,
+            0.01,
+            what=f"every thread of {self.pids} stopped by SIGSTOP",
+        )
         self.since = time.monotonic()
         return self
 

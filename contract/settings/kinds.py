@@ -369,14 +369,14 @@ class HostName(Kind):
     address: bool = True
 
     def parse(self, name: str, text: str) -> str:
-        if self.address and looks_like_ipv4(text) and not valid_address_or_hostname(text):
-            raise refuse(
-                name,
-                text,
-                "give four numbers from 0 to 255 without leading zeros, such as 10.0.0.5",
-                "is not a valid IPv4 address",
-            )
         if self.address and not valid_address_or_hostname(text):
+            if looks_like_ipv4(text):
+                raise refuse(
+                    name,
+                    text,
+                    "give four numbers from 0 to 255 without leading zeros, such as 10.0.0.5",
+                    "is not a valid IPv4 address",
+                )
             raise refuse(
                 name,
                 text,

@@ -128,14 +128,18 @@ def _as_the_user(path: str, home: Path) -> Path:
     return Path(path).expanduser()
 
 
+def users_agent_for_root(cfg: NodeConfig) -> Owner | None:
+    """invoking_users_agent, where this command runs as root (`sudo -u` another user
+    has no such question)."""
+    return invoking_users_agent(cfg) if os.geteuid() == 0 else None
+
+
 def acting_as_root_warning(cfg: NodeConfig, command: str) -> str:
     """The warning for `sudo mac <command>` on root's agent where the user who ran sudo
     has the agent here ("" where not): `sudo mac status` would say nothing runs, `sudo mac
     restart agent` would start root's own beside it. Said, not refused: an operator may
     mean root's agent (the first `sudo mac start agent` after a try as a user)."""
-    if os.geteuid() != 0:
-        return ""
-    owner = invoking_users_agent(cfg)
+    owner = users_agent_for_root(cfg)
     if owner is None:
         return ""
     return (

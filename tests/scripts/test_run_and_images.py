@@ -7,7 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from subprocess import Popen
 
 import pytest
 
@@ -126,10 +129,10 @@ MAC_WITH_A_MASTER = (
 )
 
 
-def test_ctrl_c_stops_the_agent_and_then_the_master(tmp_path: Path) -> None:
-    """Ctrl-C where scripts/run waits (SIGINT to the terminal's whole foreground group):
-    the agent stops, then the master. Its trap once ended at stop_agent's `return`, bash
-    leaving the master running behind a prompt."""
+@contextmanager
+def _run_waiting_on_its_master(tmp_path: Path) -> Iterator[tuple[Sandbox, Path, Popen]]:
+    """scripts/run with a master that runs, once it waits in the foreground (as a terminal
+    holds it); killed afterwards if a test left it running."""
     box = Sandbox(tmp_path)
     box.script("run")
     box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
@@ -139,11 +142,24 @@ def test_ctrl_c_stops_the_agent_and_then_the_master(tmp_path: Path) -> None:
     try:
         wait_for(lambda: box.called("mac")[-1:] == ["start agent"], 30, what="the run's start")
         assert (data / "state" / "master" / "api-server.pid").exists()  # waiting on it
-        os.killpg(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        yield box, data, process
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+
+
+def _ctrl_c(process: Popen) -> None:
+    """The terminal's Ctrl-C: SIGINT to the run's whole foreground group."""
+    os.killpg(process.pid, signal.SIGINT)
+
+
+def test_ctrl_c_stops_the_agent_and_then_the_master(tmp_path: Path) -> None:
+    """Ctrl-C where scripts/run waits: the agent stops, then the master. A `return` in its
+    trap once gave back the interrupted sleep's 130, and `set -e` ended the stop there,
+    the master left running behind a prompt."""
+    with _run_waiting_on_its_master(tmp_path) as (box, data, process):
+        _ctrl_c(process)
+        out, err = process.communicate(timeout=30)
     assert box.called("mac")[-2:] == ["stop agent", "stop master"], out + err
     stop_log = data / "stop.log"
     assert f"==> stopping the agent and the master (also in {stop_log})" in out.splitlines()
@@ -157,20 +173,10 @@ def test_ctrl_c_with_its_output_piped_to_a_reader_that_went_still_stops_everythi
 ) -> None:
     """`scripts/run | tee run.log`, Ctrl-C: tee goes too, and the stop's first line would
     end the shell (SIGPIPE), the master left running. The stop goes on into stop.log."""
-    box = Sandbox(tmp_path)
-    box.script("run")
-    box.write("scripts/bootstrap", "#!/bin/sh\n", 0o755)
-    box.write(".venv/bin/mac", MAC_WITH_A_MASTER, 0o755)
-    data = tmp_path / "data"
-    process = box.start("run", MAC_DATA_DIR=str(data))
-    try:
-        wait_for(lambda: box.called("mac")[-1:] == ["start agent"], 30, what="the run's start")
+    with _run_waiting_on_its_master(tmp_path) as (box, data, process):
         process.stdout.close()  # the reader, gone
-        os.killpg(process.pid, signal.SIGINT)
+        _ctrl_c(process)
         process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     assert box.called("mac")[-2:] == ["stop agent", "stop master"]
     assert not (data / "state" / "master" / "api-server.pid").exists()
     said = (data / "stop.log").read_text()

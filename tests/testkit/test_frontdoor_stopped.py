@@ -45,7 +45,7 @@ def test_a_process_that_died_is_no_wait():
     process = subprocess.Popen(["true"])
     try:
         wait_for(lambda: _states(process.pid) == {"Z"}, 10, what="a zombie")
-        with Stopped(process.pid) as stopped:  # else RuntimeError after its 10 s
+        with Stopped(process.pid) as stopped:  # else WaitTimeout after its 10 s
             assert stopped.pids == (process.pid,)
     finally:
         process.wait()
